@@ -1,0 +1,57 @@
+"""memscope: device memory and buffer donation of JAX programs, per jitted function.
+
+The public API::
+
+    with memscope.capture() as session:   # record every jax.jit called inside
+        train()
+    report = memscope.build_report(session.entries, run=None)
+
+    fn_report = memscope.analyze(jitted_fn, *args)   # one call, one FunctionReport
+    report = memscope.load_report("report.json")
+
+Importing memscope does not import JAX; the names that need it load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from memscope.errors import MemscopeError, ReportFormatError
+from memscope.report import (
+    SCHEMA,
+    FunctionReport,
+    InputBuffer,
+    Memory,
+    OutputBuffer,
+    Report,
+    load_report,
+    save_report,
+)
+from memscope.version import __version__
+
+__all__ = [
+    "SCHEMA",
+    "FunctionReport",
+    "InputBuffer",
+    "Memory",
+    "MemscopeError",
+    "OutputBuffer",
+    "Report",
+    "ReportFormatError",
+    "__version__",
+    "analyze",
+    "build_report",
+    "capture",
+    "load_report",
+    "save_report",
+]
+
+_LAZY = {"analyze": "memscope.analysis", "build_report": "memscope.analysis",
+         "capture": "memscope.capture"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'memscope' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from memscope.cli import main
+
+main()

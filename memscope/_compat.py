@@ -1,0 +1,281 @@
+"""Every JAX-version difference and every private JAX attribute memscope uses.
+
+Nothing outside this module touches ``jax._src``. Each function says why it needs
+what it reaches for, so that a JAX upgrade is a review of this one file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings as _warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jaxlib
+import numpy as np
+from jax._src import config as _config
+from jax._src import core as _core
+from jax._src import pjit as _pjit
+from jax._src.interpreters import mlir as _mlir
+from jax._src.lib.mlir import ir as _ir
+
+JAX_VERSION: str = jax.__version__
+JAXLIB_VERSION: str = getattr(jaxlib, "__version__", None) or jaxlib.version.__version__
+
+#: Packages whose own jitted helpers are JAX internals, not the user's functions.
+JAX_PACKAGES = ("jax", "jaxlib")
+
+
+# ---------------------------------------------------------------- capture --
+
+
+@contextlib.contextmanager
+def patched_make_jit(wrap: Callable[[Any, Callable[..., Any]], Any]) -> Iterator[None]:
+    """Route every ``jax.jit`` made inside the block through ``wrap(jitted, fun)``.
+
+    ``jax.jit`` in all its spellings (decorator, decorator factory, ``from jax
+    import jit``, ``functools.partial(jax.jit, ...)``) and ``pjit`` build their
+    object with ``pjit.make_jit``, looked up as a module attribute at call time.
+    Replacing that one attribute therefore reaches jits created anywhere after
+    this point, including inside libraries the target imports later.
+    """
+    original = _pjit.make_jit
+
+    def make_jit(fun: Callable[..., Any], **options: Any) -> Any:
+        return wrap(original(fun, **options), fun)
+
+    _pjit.make_jit = make_jit
+    try:
+        yield
+    finally:
+        _pjit.make_jit = original
+
+
+def is_top_level_call() -> bool:
+    """True when a call to a jitted function will execute, not be staged.
+
+    Inside ``jit``, ``grad``, ``vmap`` or ``scan`` tracing the trace state is not
+    clean, and under ``jax.disable_jit`` nothing is compiled at all.
+    """
+    return _core.trace_state_clean() and not _config.disable_jit.value
+
+
+class _WarningsProxy:
+    """Stands in for the ``warnings`` module inside JAX's MLIR lowering.
+
+    JAX raises "Some donated buffers were not usable" from ``mlir.py`` while it
+    lowers. The proxy lets the lowering thread record that text and then emits it
+    through the real ``warnings.warn`` one frame up, so the user's filters, the
+    warning's location and its once-per-location registry are exactly JAX's own.
+    """
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def warn(self, message: Any, category: Any = None, stacklevel: int = 1,
+             source: Any = None, **kwargs: Any) -> None:
+        sink = getattr(self._local, "sink", None)
+        if sink is not None:
+            sink.append(str(message))
+        self._real.warn(message, category, stacklevel + 1, source, **kwargs)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[str]]:
+        previous = getattr(self._local, "sink", None)
+        sink: list[str] = []
+        self._local.sink = sink
+        try:
+            yield sink
+        finally:
+            self._local.sink = previous
+
+
+@contextlib.contextmanager
+def lowering_warnings() -> Iterator[_WarningsProxy]:
+    """Install the warnings proxy in JAX's lowering module for the block."""
+    proxy = _WarningsProxy(_mlir.warnings)
+    _mlir.warnings = proxy  # type: ignore[assignment]
+    try:
+        yield proxy
+    finally:
+        _mlir.warnings = proxy._real
+
+
+# -------------------------------------------------------- compiled program --
+
+
+@dataclass(frozen=True)
+class ParameterLayout:
+    """How the compiled program's non-token parameters relate to the call's leaves.
+
+    ``kept`` lists, in parameter order, indices into ``[*hoisted_constants,
+    *flat_dynamic_leaves]``: arguments pruned under ``keep_unused=False`` are
+    absent, and constants JAX hoisted into arguments come first.
+    """
+
+    kept: tuple[int, ...]
+    num_const_args: int
+    tuple_args: bool
+
+
+def parameter_layout(lowered: Any) -> ParameterLayout:
+    """Read the pruning and constant-hoisting JAX applied while lowering.
+
+    The public ``Lowered`` does not expose which arguments were pruned; the
+    lowering's compile arguments hold ``kept_var_idx`` (the same set JAX uses to
+    drop arguments at dispatch).
+    """
+    lowering = lowered._lowering
+    compile_args = lowering.compile_args
+    return ParameterLayout(
+        kept=tuple(sorted(compile_args["kept_var_idx"])),
+        num_const_args=len(getattr(lowering, "const_args", ()) or ()),
+        tuple_args=bool(compile_args.get("tuple_args", False)),
+    )
+
+
+AttrValue = bool | int | str
+
+
+def _attr_value(attr: Any) -> AttrValue:
+    # These bindings hand back attributes already downcast to their Python class.
+    if isinstance(attr, _ir.BoolAttr):
+        return bool(attr.value)
+    if isinstance(attr, _ir.IntegerAttr):
+        return int(attr.value)
+    if isinstance(attr, _ir.StringAttr):
+        return str(attr.value)
+    return str(attr)
+
+
+def _attr_dicts(array_attr: Any, count: int) -> tuple[dict[str, AttrValue], ...]:
+    if array_attr is None:
+        return tuple({} for _ in range(count))
+    dicts = []
+    for entry in array_attr:
+        d = _ir.DictAttr(entry)
+        dicts.append({named.name: _attr_value(named.attr) for named in d})
+    return tuple(dicts)
+
+
+@dataclass(frozen=True)
+class MainSignature:
+    """Attributes JAX put on the arguments and results of the lowered ``main``.
+
+    ``tf.aliasing_output`` (a fixed alias), ``jax.buffer_donor`` (an optional
+    donation left to XLA) and ``jax.token`` (an effect token) are JAX's request
+    to the compiler, before XLA decides anything.
+    """
+
+    args: tuple[dict[str, AttrValue], ...]
+    results: tuple[dict[str, AttrValue], ...]
+
+
+def main_signature(lowered: Any) -> MainSignature:
+    """Read the argument and result attributes of ``main`` from the StableHLO module."""
+    module = lowered.compiler_ir("stablehlo")
+    with module.context:
+        for op in module.body.operations:
+            if op.operation.name != "func.func":
+                continue
+            if _ir.StringAttr(op.attributes["sym_name"]).value != "main":
+                continue
+            ftype = _ir.FunctionType(_ir.TypeAttr(op.attributes["function_type"]).value)
+            attrs = op.attributes
+            arg_attrs = attrs["arg_attrs"] if "arg_attrs" in attrs else None
+            res_attrs = attrs["res_attrs"] if "res_attrs" in attrs else None
+            return MainSignature(
+                args=_attr_dicts(arg_attrs, len(ftype.inputs)),
+                results=_attr_dicts(res_attrs, len(ftype.results)),
+            )
+    raise LookupError("the lowered module has no main function")
+
+
+def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:
+    """Serialized ``HloModuleProto`` of each module of the executable JAX runs."""
+    return [m.as_serialized_hlo_module_proto()
+            for m in compiled.runtime_executable().hlo_modules()]
+
+
+def peak_memory_bytes(stats: Any) -> int | None:
+    """XLA's own peak, where this jaxlib reports one (newer ones do)."""
+    peak = getattr(stats, "peak_memory_in_bytes", None)
+    return None if peak is None else int(peak)
+
+
+# ------------------------------------------------------------- signatures --
+
+
+def flat_arg_names(traced: Any) -> tuple[str, ...] | None:
+    """JAX's own names for the flat dynamic arguments (``opt_state[1]['w']``)."""
+    info = traced.jaxpr.jaxpr.debug_info
+    names = getattr(info, "arg_names", None)
+    if names is None or any(n is None for n in names):
+        return None
+    return tuple(names)
+
+
+def flat_result_paths(traced: Any) -> tuple[str, ...] | None:
+    """JAX's own names for the flat results (``result[0][1]``)."""
+    info = traced.jaxpr.jaxpr.debug_info
+    paths = getattr(info, "result_paths", None)
+    if callable(paths):  # older JAX kept them as a thunk
+        paths = paths()
+    if paths is None:
+        return None
+    return tuple(paths)
+
+
+def leaf_nbytes(shape: tuple[int, ...], dtype: Any) -> int:
+    """Bytes of one array of ``shape`` and ``dtype``, counting extended dtypes
+    (PRNG keys) by their physical representation."""
+    physical = _core.physical_aval(_core.ShapedArray(shape, dtype))
+    return int(np.prod(physical.shape, dtype=np.int64)) * np.dtype(physical.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class JitSpec:
+    """The options of one ``jax.jit`` object that decide what it compiles."""
+
+    static_argnums: tuple[int, ...]
+    static_argnames: tuple[str, ...]
+    donate_argnums: tuple[int, ...]
+    donate_argnames: tuple[str, ...]
+    #: hashable stand-in for every option, to merge jit objects made alike
+    token: Any
+
+
+def is_jit_object(obj: Any) -> bool:
+    """True for what ``jax.jit`` returns (it carries the ``_jit_info`` JAX resolved)."""
+    return callable(obj) and hasattr(obj, "_jit_info")
+
+
+def jit_spec(jitted: Any) -> JitSpec:
+    """Read the options JAX resolved when the jit object was made.
+
+    JAX resolves static and donated names to positions (and back) from the
+    function's signature once, at ``jax.jit`` time, and keeps the result in
+    ``_jit_info``; reading it there gives exactly JAX's interpretation.
+    """
+    info = jitted._jit_info
+    options = info._replace(fun_sourceinfo=None, fun_signature=None)
+    try:
+        hash(options)
+        token: Any = options
+    except TypeError:
+        token = id(jitted)
+    return JitSpec(
+        static_argnums=tuple(info.static_argnums),
+        static_argnames=tuple(info.static_argnames),
+        donate_argnums=tuple(info.donate_argnums),
+        donate_argnames=tuple(info.donate_argnames),
+        token=token,
+    )
+

@@ -1,0 +1,103 @@
+"""The part of XLA's ``HloModuleProto`` that memscope reads, declared by field number.
+
+Protobuf skips fields a schema does not declare, so a subset that keeps XLA's own
+field numbers (``xla/service/hlo.proto``, ``xla/xla_data.proto``) decodes XLA's
+serialized modules faithfully, with no generated code and no protoc. The tests
+check every field used here against the module's own text form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+_F = descriptor_pb2.FieldDescriptorProto
+_SCALARS = {
+    "string": _F.TYPE_STRING,
+    "int64": _F.TYPE_INT64,
+    "int32": _F.TYPE_INT32,  # also XLA's enums: same varint on the wire
+}
+
+# message -> [(field, number, type, repeated)]; a type not in _SCALARS is a message.
+_SCHEMA: dict[str, list[tuple[str, int, str, bool]]] = {
+    "OpMetadata": [
+        ("op_type", 1, "string", False),
+        ("op_name", 2, "string", False),
+        ("source_file", 3, "string", False),
+        ("source_line", 4, "int32", False),
+    ],
+    "ShapeProto": [
+        ("element_type", 2, "int32", False),
+        ("dimensions", 3, "int64", True),
+        ("tuple_shapes", 4, "ShapeProto", True),
+    ],
+    "HloInstructionProto": [
+        ("name", 1, "string", False),
+        ("opcode", 2, "string", False),
+        ("shape", 3, "ShapeProto", False),
+        ("metadata", 7, "OpMetadata", False),
+        ("parameter_number", 9, "int64", False),
+        ("tuple_index", 13, "int64", False),
+        ("id", 35, "int64", False),
+        ("operand_ids", 36, "int64", True),
+        ("called_computation_ids", 38, "int64", True),
+    ],
+    "HloComputationProto": [
+        ("name", 1, "string", False),
+        ("instructions", 2, "HloInstructionProto", True),
+        ("id", 5, "int64", False),
+        ("root_id", 6, "int64", False),
+    ],
+    "AliasEntryProto": [
+        ("output_shape_index", 1, "int64", True),
+        ("parameter_number", 2, "int64", False),
+        ("parameter_shape_index", 3, "int64", True),
+        ("kind", 4, "int32", False),
+    ],
+    "HloInputOutputAliasProto": [("entries", 1, "AliasEntryProto", True)],
+    "BufferDonorEntryProto": [
+        ("parameter_number", 1, "int64", False),
+        ("parameter_shape_index", 2, "int64", True),
+    ],
+    "HloBufferDonorProto": [("entries", 1, "BufferDonorEntryProto", True)],
+    "HloModuleProto": [
+        ("name", 1, "string", False),
+        ("entry_computation_name", 2, "string", False),
+        ("computations", 3, "HloComputationProto", True),
+        ("entry_computation_id", 6, "int64", False),
+        ("input_output_alias", 8, "HloInputOutputAliasProto", False),
+        ("buffer_donor", 18, "HloBufferDonorProto", False),
+    ],
+}
+
+_PACKAGE = "memscope.xla"
+
+
+def _build_pool() -> descriptor_pool.DescriptorPool:
+    file = descriptor_pb2.FileDescriptorProto(
+        name="memscope/xla_subset.proto", package=_PACKAGE, syntax="proto3")
+    for message, fields in _SCHEMA.items():
+        desc = file.message_type.add(name=message)
+        for name, number, kind, repeated in fields:
+            field = desc.field.add(name=name, number=number)
+            field.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
+            if kind in _SCALARS:
+                field.type = _SCALARS[kind]
+            else:
+                field.type = _F.TYPE_MESSAGE
+                field.type_name = f".{_PACKAGE}.{kind}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return pool
+
+
+_POOL = _build_pool()
+
+
+def message_class(name: str) -> Any:
+    """The generated class of one declared message, e.g. ``HloModuleProto``."""
+    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+
+
+HloModuleProto = message_class("HloModuleProto")

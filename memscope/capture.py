@@ -1,0 +1,255 @@
+"""Instrument ``jax.jit`` during a run; record signatures and compiled facts, never arrays.
+
+Inside :func:`capture`, every jit object JAX makes is handed back inside a
+:class:`MeasuredJit`: a transparent stand-in that forwards every attribute to the
+real jit object and, for each top-level call, counts the call under its
+signature. The first call of a new signature is followed by one read of the
+compiled program (cache hits only, see :mod:`memscope.compiled`).
+
+What is kept per signature: shapes, dtypes, shardings, static argument values
+and the facts read from the compiled program. Arrays are only looked at during
+the call that passes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import linecache
+import os
+import threading
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from memscope import _compat
+from memscope.compiled import CompiledFacts, read_compiled
+
+
+@dataclass
+class Entry:
+    """One jitted function at one signature, as observed during a capture.
+
+    Mutable while the capture runs (``calls`` grows); turned into a frozen
+    :class:`memscope.report.FunctionReport` by :mod:`memscope.analysis`.
+    """
+
+    name: str
+    source: str | None
+    signature: str
+    spec: _compat.JitSpec
+    calls: int = 0
+    facts: CompiledFacts | None = None
+    warnings: tuple[str, ...] = ()
+    error: str | None = None
+
+
+class Session:
+    """The entries of one capture, in the order their first call happened."""
+
+    def __init__(self, proxy: Any) -> None:
+        self.entries: list[Entry] = []
+        self.active = True
+        self._proxy = proxy
+        self._lock = threading.Lock()
+        self._by_key: dict[Any, Entry] = {}
+
+    def lookup(self, key: Any) -> Entry | None:
+        return self._by_key.get(key)
+
+    def add(self, key: Any, entry: Entry) -> Entry:
+        with self._lock:
+            existing = self._by_key.setdefault(key, entry)
+            if existing is entry:
+                self.entries.append(entry)
+            return existing
+
+    def recording_warnings(self) -> contextlib.AbstractContextManager[list[str]]:
+        return self._proxy.recording()  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[Session]:
+    """Record every jitted function called inside the block.
+
+    Jit objects made inside the block stay usable after it; they just stop
+    recording.
+    """
+    with _compat.lowering_warnings() as proxy:
+        session = Session(proxy)
+
+        def wrap(jitted: Any, fun: Callable[..., Any]) -> Any:
+            if _is_jax_internal(fun):
+                return jitted
+            return MeasuredJit(jitted, fun, session)
+
+        try:
+            with _compat.patched_make_jit(wrap):
+                yield session
+        finally:
+            session.active = False
+
+
+class MeasuredJit:
+    """A ``jax.jit`` object that also reports its calls to a :class:`Session`.
+
+    Every attribute (``lower``, ``trace``, ``eval_shape``, ``clear_cache``,
+    ``__wrapped__``, the function's own attributes) reads through to the jit
+    object JAX made, so code that uses them behaves as without memscope.
+    """
+
+    def __init__(self, jitted: Any, fun: Callable[..., Any], session: Session) -> None:
+        self.__dict__.update(getattr(jitted, "__dict__", {}))
+        self._memscope_jitted = jitted
+        self._memscope_session = session
+        self._memscope_spec = _compat.jit_spec(jitted)
+        self._memscope_name, self._memscope_source = definition(fun)
+        self._memscope_code = getattr(inspect.unwrap(_base_function(fun)), "__code__", None)
+        self._memscope_seen: dict[Any, Entry] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not set on the wrapper: the jit object's methods.
+        return getattr(self.__dict__["_memscope_jitted"], name)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        # A jitted function stored on a class binds like a method, as jax.jit's does.
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __repr__(self) -> str:
+        return repr(self._memscope_jitted)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        jitted = self._memscope_jitted
+        if not self._memscope_session.active or not _compat.is_top_level_call():
+            return jitted(*args, **kwargs)
+        try:
+            key, leaves = self._call_key(args, kwargs)
+        except Exception:
+            # Unhashable static arguments and the like: JAX will say what is wrong.
+            return jitted(*args, **kwargs)
+        entry = self._memscope_seen.get(key)
+        if entry is None:
+            return self._first_call(key, leaves, args, kwargs)
+        out = jitted(*args, **kwargs)
+        entry.calls += 1
+        return out
+
+    def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+        session = self._memscope_session
+        session_key = (self._memscope_code or id(self), self._memscope_spec.token, key)
+        entry = session.lookup(session_key)
+        if entry is not None:  # the same function jitted again alike: already read
+            out = self._memscope_jitted(*args, **kwargs)
+            entry.calls += 1
+            self._memscope_seen[key] = entry
+            return out
+        with session.recording_warnings() as lowering_warnings:
+            out = self._memscope_jitted(*args, **kwargs)
+        entry = Entry(name=self._memscope_name, source=self._memscope_source,
+                      signature=_signature_text(key), spec=self._memscope_spec,
+                      warnings=tuple(lowering_warnings))
+        try:
+            entry.facts = read_compiled(self._memscope_jitted, args, kwargs,
+                                        shardings=[_describe_sharding(x) for x in leaves])
+        except Exception as e:  # never let the measurement break the program
+            entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        entry = session.add(session_key, entry)
+        entry.calls += 1
+        self._memscope_seen[key] = entry
+        return out
+
+    def _call_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]
+                  ) -> tuple[Any, list[Any]]:
+        spec = self._memscope_spec
+        positional: tuple[Any, ...] = ()
+        named: tuple[Any, ...] = ()
+        if spec.static_argnums or spec.static_argnames:
+            n = len(args)
+            positions = {i % n for i in spec.static_argnums if -n <= i < n}
+            positional = tuple((i, args[i]) for i in sorted(positions))
+            named = tuple(sorted((k, v) for k, v in kwargs.items()
+                                 if k in spec.static_argnames))
+            args = tuple(a for i, a in enumerate(args) if i not in positions)
+            kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        key = (positional, named, treedef, tuple(_leaf_key(x) for x in leaves))
+        hash(key)
+        return key, leaves
+
+
+def _leaf_key(x: Any) -> tuple[Any, Any, Any, Any]:
+    """(kind, shape, dtype, extra): what JAX's dispatch distinguishes for one leaf."""
+    if isinstance(x, jax.Array):
+        return ("array", x.shape, x.dtype, (x.weak_type, x.sharding))
+    if isinstance(x, np.ndarray | np.generic):
+        return ("numpy", x.shape, x.dtype, None)
+    return (type(x), getattr(x, "shape", None), getattr(x, "dtype", None), None)
+
+
+def _signature_text(key: Any) -> str:
+    """``(float32[4,8], int32[], #1=3, lr=0.1)``: what distinguishes one signature."""
+    positional, named, _, leaf_keys = key
+    parts = [kind.__name__ if shape is None else f"{dtype}[{','.join(map(str, shape))}]"
+             for kind, shape, dtype, _ in leaf_keys]
+    parts += [f"#{i}={v!r}" for i, v in positional]
+    parts += [f"{k}={v!r}" for k, v in named]
+    return f"({', '.join(parts)})"
+
+
+def _describe_sharding(x: Any) -> str | None:
+    sharding = getattr(x, "sharding", None) if isinstance(x, jax.Array) else None
+    if sharding is None:
+        return None
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (device,) = sharding.device_set
+        return f"{device.platform}:{device.id}"
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return f"{sharding.spec} on mesh {dict(sharding.mesh.shape)}"
+    return type(sharding).__name__
+
+
+def _base_function(fun: Any) -> Any:
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    return fun
+
+
+def _is_jax_internal(fun: Any) -> bool:
+    module = getattr(_base_function(fun), "__module__", None) or ""
+    return module.split(".")[0] in _compat.JAX_PACKAGES
+
+
+def definition(fun: Any) -> tuple[str, str | None]:
+    """The user's name for ``fun`` and where it is defined, as ``path:line``.
+
+    The line is the ``def`` line, not a decorator's; the path is relative to the
+    working directory when under it.
+    """
+    base = inspect.unwrap(_base_function(fun))
+    name = getattr(base, "__name__", None) or type(base).__name__
+    code = getattr(base, "__code__", None)
+    if code is None:
+        return name, None
+    path, line = code.co_filename, code.co_firstlineno
+    if linecache.getline(path, line).lstrip().startswith("@"):
+        for candidate in range(line + 1, line + 50):  # skip decorators to the def line
+            text = linecache.getline(path, candidate).lstrip()
+            if text.startswith(("def ", "async def ")):
+                line = candidate
+                break
+    return name, f"{display_path(path)}:{line}"
+
+
+def display_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies under it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith(os.pardir) else rel

@@ -1,0 +1,139 @@
+"""Read what XLA compiled for one call: memory figures and the buffer facts.
+
+``read_compiled`` goes through JAX's own stages API (``trace`` -> ``lower`` ->
+``compile``). Called after JAX has run the call, every stage is a hit in JAX's
+caches (``_infer_params`` for tracing, ``_pjit_lower`` for lowering, the
+computation's cached executable for compiling): memscope reads the very
+executable JAX runs and never compiles a second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.fates import Leaf, Program
+from memscope.hlo import read_module
+from memscope.report import HostMemory, Memory
+
+
+@dataclass(frozen=True)
+class CompiledFacts:
+    memory: Memory
+    program: Program
+
+
+class CompiledReadError(RuntimeError):
+    """The compiled program does not line up with the call as expected."""
+
+
+def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
+                  shardings: Sequence[str | None] = ()) -> CompiledFacts:
+    """Lower and compile ``jitted`` for ``args`` (cache hits after a real call).
+
+    ``args`` may hold arrays the call just donated: only their shapes, dtypes
+    and shardings are read. ``shardings`` describes each flat dynamic input.
+    """
+    traced = jitted.trace(*args, **kwargs)
+    lowered = traced.lower()
+    compiled = lowered.compile()
+    return CompiledFacts(memory=memory_figures(compiled.memory_analysis()),
+                         program=_program(traced, lowered, compiled, shardings))
+
+
+def memory_figures(stats: Any) -> Memory:
+    """Turn ``memory_analysis()`` into :class:`Memory`; ``None`` stats -> all unknown."""
+    if stats is None:
+        return Memory()
+
+    def get(name: str) -> int | None:
+        value = getattr(stats, name, None)
+        return None if value is None else int(value)
+
+    argument, output = get("argument_size_in_bytes"), get("output_size_in_bytes")
+    alias, temp = get("alias_size_in_bytes"), get("temp_size_in_bytes")
+    peak = _compat.peak_memory_bytes(stats)
+    computed = peak is None and None not in (argument, output, alias, temp)
+    if computed:
+        # XLA's own formula for the peak of a program whose buffers are all live
+        # at once in the worst case (what newer jaxlibs report directly).
+        peak = argument + output - alias + temp  # type: ignore[operator]
+    return Memory(
+        argument_bytes=argument, output_bytes=output, alias_bytes=alias, temp_bytes=temp,
+        generated_code_bytes=get("generated_code_size_in_bytes"),
+        peak_bytes=peak, peak_is_computed=computed,
+        host=HostMemory(
+            argument_bytes=get("host_argument_size_in_bytes"),
+            output_bytes=get("host_output_size_in_bytes"),
+            alias_bytes=get("host_alias_size_in_bytes"),
+            temp_bytes=get("host_temp_size_in_bytes"),
+            generated_code_bytes=get("host_generated_code_size_in_bytes")),
+    )
+
+
+def _leaves(infos: Sequence[Any], names: Sequence[str] | None, prefix: str,
+            shardings: Sequence[str | None] = ()) -> tuple[Leaf, ...]:
+    leaves = []
+    for i, info in enumerate(infos):
+        shape = tuple(int(d) for d in info.shape)
+        leaves.append(Leaf(
+            path=names[i] if names is not None else f"{prefix}{i}",
+            shape=shape,
+            dtype=str(info.dtype),
+            nbytes=_compat.leaf_nbytes(shape, info.dtype),
+            sharding=shardings[i] if i < len(shardings) else None))
+    return tuple(leaves)
+
+
+def _program(traced: Any, lowered: Any, compiled: Any,
+             shardings: Sequence[str | None]) -> Program:
+    arg_infos = jax.tree_util.tree_leaves(traced.args_info)
+    out_infos = jax.tree_util.tree_leaves(traced.out_info)
+    arg_names = _compat.flat_arg_names(traced)
+    result_paths = _compat.flat_result_paths(traced)
+    if arg_names is not None and len(arg_names) != len(arg_infos):
+        arg_names = None
+    if result_paths is not None and len(result_paths) != len(out_infos):
+        result_paths = None
+
+    layout = _compat.parameter_layout(lowered)
+    main = _compat.main_signature(lowered)
+    arg_inputs: list[int | None] = []
+    kept = iter(layout.kept)
+    for attrs in main.args:
+        if attrs.get("jax.token"):
+            arg_inputs.append(None)
+            continue
+        flat = next(kept, None)
+        if flat is None:
+            raise CompiledReadError("the lowered main has more arguments than JAX kept")
+        arg_inputs.append(flat - layout.num_const_args if flat >= layout.num_const_args
+                          else None)
+    if next(kept, None) is not None:
+        raise CompiledReadError("JAX kept more arguments than the lowered main has")
+
+    result_outputs: list[int | None] = []
+    for attrs in main.results:
+        result_outputs.append(None if attrs.get("jax.token") else
+                              sum(o is not None for o in result_outputs))
+    if sum(o is not None for o in result_outputs) != len(out_infos):
+        raise CompiledReadError("the lowered main's results do not match the outputs")
+
+    protos = _compat.optimized_hlo_module_protos(compiled)
+    hlo = read_module(protos[0], tuple_args=layout.tuple_args)
+    alias_attr = [a.get("tf.aliasing_output") for a in main.args]
+    return Program(
+        inputs=_leaves(arg_infos, arg_names, "arg", shardings),
+        donated=tuple(bool(a.donated) for a in arg_infos),
+        outputs=_leaves(out_infos, result_paths, "result"),
+        arg_inputs=tuple(arg_inputs),
+        result_outputs=tuple(result_outputs),
+        requested_alias=tuple(a if isinstance(a, int) and not isinstance(a, bool) else None
+                              for a in alias_attr),
+        requested_donor=tuple(bool(a.get("jax.buffer_donor")) for a in main.args),
+        hlo=hlo,
+    )

@@ -1,0 +1,36 @@
+"""memscope's one error type. Library code raises it; the CLI turns it into one line.
+
+Exit codes (documented in docs/cli.md):
+
+* the target's own exit code passes through ``memscope run``;
+* 1: the target raised an uncaught exception;
+* 2: memscope could not do what was asked: a missing or unreadable target,
+  a syntax error, an unknown module, a corrupt report, a target that called
+  no jitted function;
+* 130: the run was interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+EXIT_TARGET_RAISED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class MemscopeError(Exception):
+    """A failure memscope reports as one line; ``exit_code`` is what the CLI returns."""
+
+    exit_code: int = EXIT_USAGE
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class TargetError(MemscopeError):
+    """The script or module to run cannot be started."""
+
+
+class ReportFormatError(MemscopeError):
+    """A file given as a memscope report is not one."""

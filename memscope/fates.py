@@ -1,0 +1,141 @@
+"""Pure functions: compiled program facts -> the fate of every buffer.
+
+No JAX here: the inputs are plain records built by :mod:`memscope.compiled`, so
+every rule can be tested with hand-built data as well as with real programs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from memscope.hlo import HloFacts
+from memscope.report import InputBuffer, InputFate, OutputBuffer, OutputFate
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One flat argument or result of a call, named as JAX names it."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    sharding: str | None = None
+
+    @property
+    def aval_text(self) -> str:
+        """The leaf as JAX prints an aval: ``float32[4,8]``."""
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Program:
+    """One compiled program, as seen from the call that ran it.
+
+    Index spaces: *inputs*/*outputs* are the call's flat dynamic leaves; *args*
+    and *results* are the lowered ``main`` function's, which add effect tokens,
+    drop pruned arguments and may hoist constants into arguments.
+    """
+
+    inputs: tuple[Leaf, ...]
+    donated: tuple[bool, ...]
+    outputs: tuple[Leaf, ...]
+    #: per main argument: the input it carries, None for a token or a hoisted constant
+    arg_inputs: tuple[int | None, ...]
+    #: per main result: the output it carries, None for a token
+    result_outputs: tuple[int | None, ...]
+    #: per main argument: the result JAX fixed as its alias (``tf.aliasing_output``)
+    requested_alias: tuple[int | None, ...]
+    #: per main argument: JAX offered it to XLA as an optional ``jax.buffer_donor``
+    requested_donor: tuple[bool, ...]
+    hlo: HloFacts
+
+
+def classify(program: Program, warnings: Sequence[str] = ()
+             ) -> tuple[tuple[InputBuffer, ...], tuple[OutputBuffer, ...]]:
+    """Give every input leaf and every output leaf exactly one fate.
+
+    ``warnings`` are the texts JAX raised while lowering; the leaves its
+    "not usable" warning names are marked ``in_warning``.
+    """
+    arg_of_input = {inp: arg for arg, inp in enumerate(program.arg_inputs) if inp is not None}
+    alias_of_arg = {a.argument: a.output for a in program.hlo.aliases}
+    alias_of_result = {a.output: a.argument for a in program.hlo.aliases}
+
+    def output_path(result: int | None) -> str | None:
+        if result is None or result >= len(program.result_outputs):
+            return None
+        out = program.result_outputs[result]
+        return None if out is None else program.outputs[out].path
+
+    def input_of_arg(arg: int | None) -> int | None:
+        if arg is None or arg >= len(program.arg_inputs):
+            return None
+        return program.arg_inputs[arg]
+
+    inputs = []
+    for i, leaf in enumerate(program.inputs):
+        arg = arg_of_input.get(i)
+        fate: InputFate
+        partner = None
+        if arg is None:
+            fate = "pruned"
+        elif not program.donated[i]:
+            fate = "not_donated"
+        elif program.requested_alias[arg] is not None:
+            fate, partner = "aliased", output_path(program.requested_alias[arg])
+        elif program.requested_donor[arg]:
+            fate, partner = "donor", output_path(alias_of_arg.get(arg))
+        else:
+            fate = "unusable"
+        inputs.append(InputBuffer(
+            path=leaf.path, shape=leaf.shape, dtype=leaf.dtype, bytes=leaf.nbytes,
+            donated=program.donated[i], fate=fate, output=partner,
+            sharding=leaf.sharding, parameter=arg))
+
+    outputs = []
+    for result, out in enumerate(program.result_outputs):
+        if out is None:
+            continue
+        leaf = program.outputs[out]
+        ofate: OutputFate = "new"
+        source = None
+        reused = input_of_arg(alias_of_result.get(result))
+        copied = input_of_arg(program.hlo.result_sources[result]
+                              if result < len(program.hlo.result_sources) else None)
+        if reused is not None:
+            ofate, source = "reuses_input", program.inputs[reused].path
+        elif copied is not None:
+            ofate, source = "copy_of_input", program.inputs[copied].path
+        outputs.append(OutputBuffer(path=leaf.path, shape=leaf.shape, dtype=leaf.dtype,
+                                    bytes=leaf.nbytes, fate=ofate, input=source))
+    return _mark_warned(tuple(inputs), program, warnings), tuple(outputs)
+
+
+_NOT_USABLE = re.compile(r"Some donated buffers were not usable:\s*(.*?)\.\s*(?:\n|$)")
+_AVAL = re.compile(r"[A-Za-z0-9_<>]+\[[0-9,]*\]")
+
+
+def warned_avals(text: str) -> list[str]:
+    """The avals JAX's "not usable" warning lists, in order (``['float32[10]']``)."""
+    match = _NOT_USABLE.search(text)
+    return _AVAL.findall(match.group(1)) if match else []
+
+
+def _mark_warned(inputs: tuple[InputBuffer, ...], program: Program,
+                 warnings: Sequence[str]) -> tuple[InputBuffer, ...]:
+    # JAX lists the unusable donations in argument order, by aval only; pair each
+    # listed aval with the next unusable leaf of that aval.
+    listed = [aval for text in warnings for aval in warned_avals(text)]
+    if not listed:
+        return inputs
+    marked = list(inputs)
+    for i, buf in enumerate(inputs):
+        aval = program.inputs[i].aval_text
+        if buf.fate == "unusable" and aval in listed:
+            listed.remove(aval)
+            marked[i] = replace(buf, in_warning=True)
+    return tuple(marked)
+

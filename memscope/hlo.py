@@ -1,0 +1,99 @@
+"""What a compiled (optimized) HLO module says about its buffers.
+
+Reads the serialized ``HloModuleProto`` of the executable JAX runs: the
+input/output alias map XLA settled on (fixed aliases, and optional donors XLA
+chose to use), the donors it left unused, and which results are plain copies of
+a parameter. Indices are those of the lowered ``main`` function: argument ``i``
+is HLO parameter ``i`` (or tuple element ``i`` when JAX passed arguments as one
+tuple), result ``j`` is element ``j`` of the root tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memscope._hlo_schema import HloModuleProto
+
+# XLA's alias kinds (hlo.proto, enum Kind).
+_MUST_ALIAS = 2
+
+
+@dataclass(frozen=True)
+class Alias:
+    """Result ``output`` is written into the buffer of argument ``argument``."""
+
+    argument: int
+    output: int
+    must_alias: bool
+
+
+@dataclass(frozen=True)
+class HloFacts:
+    """The buffer facts of one compiled module, by ``main`` argument/result index."""
+
+    module_name: str
+    aliases: tuple[Alias, ...]
+    unused_donors: tuple[int, ...]
+    #: per result, the argument it is a plain copy of (or is), else None
+    result_sources: tuple[int | None, ...]
+
+
+class HloDecodeError(ValueError):
+    """The serialized module does not have the structure memscope expects."""
+
+
+def read_module(serialized: bytes, *, tuple_args: bool = False) -> HloFacts:
+    """Decode one serialized ``HloModuleProto`` into :class:`HloFacts`.
+
+    Raises:
+        HloDecodeError: the bytes are not a module with an entry computation.
+    """
+    module = HloModuleProto()
+    module.ParseFromString(serialized)
+    entry = _entry_computation(module)
+    by_id = {instr.id: instr for instr in entry.instructions}
+    root = by_id.get(entry.root_id)
+    if root is None:
+        raise HloDecodeError(f"module {module.name!r} has no root instruction")
+    root_is_tuple = root.opcode == "tuple"
+    elements = list(root.operand_ids) if root_is_tuple else [root.id]
+
+    def argument(number: int, index: Sequence[int]) -> int:
+        return int(index[0]) if tuple_args and index else int(number)
+
+    def result(index: Sequence[int]) -> int:
+        return int(index[0]) if root_is_tuple and index else 0
+
+    aliases = tuple(
+        Alias(argument=argument(e.parameter_number, e.parameter_shape_index),
+              output=result(e.output_shape_index),
+              must_alias=e.kind == _MUST_ALIAS)
+        for e in module.input_output_alias.entries
+    )
+    donors = tuple(argument(e.parameter_number, e.parameter_shape_index)
+                   for e in module.buffer_donor.entries)
+    sources = tuple(_plain_source(by_id, by_id[i], tuple_args) for i in elements)
+    return HloFacts(module_name=module.name, aliases=aliases, unused_donors=donors,
+                    result_sources=sources)
+
+
+def _entry_computation(module: Any) -> Any:
+    for computation in module.computations:
+        if computation.id == module.entry_computation_id:
+            return computation
+    raise HloDecodeError(f"module {module.name!r} has no entry computation")
+
+
+def _plain_source(by_id: dict[int, Any], instr: Any, tuple_args: bool) -> int | None:
+    """The argument whose value this instruction is, through ``copy`` only."""
+    while instr.opcode == "copy" and instr.operand_ids:
+        instr = by_id[instr.operand_ids[0]]
+    if instr.opcode == "parameter" and not tuple_args:
+        return int(instr.parameter_number)
+    if instr.opcode == "get-tuple-element" and tuple_args:
+        operand = by_id[instr.operand_ids[0]]
+        if operand.opcode == "parameter":
+            return int(instr.tuple_index)
+    return None

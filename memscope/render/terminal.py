@@ -1,0 +1,172 @@
+"""The terminal view of a report, with rich.
+
+Colour and box drawing on a terminal; plain ASCII with no escape codes when the
+file is not a terminal or ``NO_COLOR`` is set, so logs and CI output read well.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import IO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from memscope.report import FunctionReport, InputBuffer, Report
+from memscope.units import format_bytes
+
+FATE_STYLES = {
+    "aliased": "green", "reuses_input": "green", "donor": "cyan",
+    "unusable": "bold red", "copy_of_input": "yellow", "pruned": "dim",
+    "not_donated": "", "new": "",
+}
+
+FATE_MEANINGS = {
+    "aliased": "donated, and the named output is written into its buffer",
+    "donor": "donated without a fixed output; XLA may reuse it (partner shown if it did)",
+    "unusable": "donated, but no output could take its buffer: it stays allocated",
+    "pruned": "never read by the computation, so dropped from the compiled program",
+    "not_donated": "not donated: the buffer stays allocated for the caller",
+    "reuses_input": "written into the named donated input's buffer",
+    "copy_of_input": "a copy of a non-donated input, returned unchanged",
+    "new": "a fresh buffer",
+}
+
+
+def make_console(file: IO[str], *, width: int | None = None,
+                 plain: bool | None = None) -> Console:
+    """A console on ``file``; ``plain`` defaults to "not a terminal, or NO_COLOR set"."""
+    if plain is None:
+        plain = not file.isatty() or "NO_COLOR" in os.environ
+    return Console(file=file, width=width, force_terminal=not plain,
+                   no_color=plain, color_system=None if plain else "auto",
+                   highlight=False, emoji=False, soft_wrap=False)
+
+
+def render_report(report: Report, file: IO[str], *, width: int | None = None,
+                  plain: bool | None = None) -> None:
+    """Write the summary table, then each function's buffer table and notes."""
+    console = make_console(file, width=width, plain=plain)
+    table_box = box.ASCII if console.no_color else box.ROUNDED
+    _header(console, report)
+    if not report.functions:
+        console.print("No jitted function was called.")
+        return
+    console.print(_summary_table(report, table_box))
+    fates = set()
+    for fn in report.functions:
+        console.print()
+        _function_section(console, fn, table_box)
+        fates |= {b.fate for b in fn.inputs} | {b.fate for b in fn.outputs}
+    console.print()
+    for fate, meaning in FATE_MEANINGS.items():
+        if fate in fates:
+            console.print(Text.assemble((f"{fate}", FATE_STYLES[fate]), f": {meaning}"))
+
+
+def _header(console: Console, report: Report) -> None:
+    env = report.environment
+    kinds = sorted({d.kind for d in env.devices})
+    devices = f"{len(env.devices)} device{'s' if len(env.devices) != 1 else ''}"
+    console.print(Text("memscope report", style="bold"))
+    if report.run is not None:
+        run = report.run
+        command = shlex.join(["-m", run.target] if run.module else [run.target])
+        if run.argv:
+            command += " " + shlex.join(run.argv)
+        ended = f"{run.outcome} (exit code {run.exit_code})"
+        if run.error:
+            ended += f": {run.error}"
+        console.print(f"target: {command}")
+        console.print(f"run:    {ended}")
+    console.print(f"jax {env.jax}, jaxlib {env.jaxlib}, backend {env.backend}, "
+                  f"{devices} ({', '.join(kinds)})")
+    console.print()
+
+
+def _summary_table(report: Report, table_box: box.Box) -> Table:
+    table = Table(title="Compiled functions (bytes per device)", box=table_box,
+                  title_justify="left")
+    table.add_column("function", overflow="fold")
+    table.add_column("source", overflow="fold")
+    for name in ("calls", "argument", "output", "alias", "temp", "peak"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for fn in report.functions:
+        m = fn.memory
+        figures = ((m.argument_bytes, m.output_bytes, m.alias_bytes, m.temp_bytes,
+                    m.peak_bytes) if m else (None,) * 5)
+        peak = format_bytes(figures[4]) + ("*" if m and m.peak_is_computed else "")
+        table.add_row(fn.name, fn.source or "n/a", str(fn.calls),
+                      *(format_bytes(f) for f in figures[:4]), peak)
+    return table
+
+
+def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) -> None:
+    calls = f"{fn.calls} call{'s' if fn.calls != 1 else ''}"
+    console.print(Text.assemble((fn.name, "bold"), f"  {fn.source or 'n/a'}  {calls}"))
+    console.print(Text(f"signature {fn.signature}", style="dim"), overflow="fold")
+    if fn.error:
+        console.print(Text(fn.error, style="red"))
+        return
+    table = Table(box=table_box)
+    table.add_column("buffer", overflow="fold")
+    table.add_column("shape", overflow="fold")
+    table.add_column("dtype")
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("donated")
+    table.add_column("fate")
+    table.add_column("partner", overflow="fold", min_width=9)
+    for b in fn.inputs:
+        table.add_row(b.path, _shape(b.shape), b.dtype, format_bytes(b.bytes),
+                      "yes" if b.donated else "no", Text(b.fate, FATE_STYLES[b.fate]),
+                      b.output or "")
+    if fn.inputs and fn.outputs:
+        table.add_section()
+    for o in fn.outputs:
+        table.add_row(o.path, _shape(o.shape), o.dtype, format_bytes(o.bytes), "",
+                      Text(o.fate, FATE_STYLES[o.fate]), o.input or "")
+    console.print(table)
+    for note in _notes(fn):
+        console.print(note, overflow="fold")
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
+
+
+def _notes(fn: FunctionReport) -> list[Text]:
+    notes = []
+    warned = [b.path for b in fn.inputs if b.in_warning]
+    for text in fn.warnings:
+        first = text.strip().splitlines()[0]
+        line = Text.assemble(("JAX warned: ", "yellow"), first)
+        if warned and "not usable" in first:
+            line.append(f" That is: {', '.join(warned)}.")
+        notes.append(line)
+    for b in fn.inputs:
+        if b.fate == "unusable" and not b.in_warning:
+            notes.append(_unusable_note(b))
+        if b.fate == "donor":
+            used = (f"XLA reused it for {b.output}." if b.output else
+                    "XLA did not use it, so it stays allocated.")
+            notes.append(Text(f"{b.path} was offered to XLA as an optional donor "
+                              f"(no output of its shape and dtype was left); {used}"))
+    m = fn.memory
+    if m is not None and m.peak_is_computed:
+        notes.append(Text("* this jaxlib reports no peak; memscope computed "
+                          "argument + output - alias + temp."))
+    if m is not None and m.host.any_nonzero():
+        h = m.host
+        notes.append(Text(f"host memory: argument {format_bytes(h.argument_bytes)}, "
+                          f"output {format_bytes(h.output_bytes)}, "
+                          f"alias {format_bytes(h.alias_bytes)}, "
+                          f"temp {format_bytes(h.temp_bytes)}"))
+    return notes
+
+
+def _unusable_note(b: InputBuffer) -> Text:
+    return Text(f"{b.path} was donated but no output could take its buffer "
+                "(JAX did not warn in this run: the function was lowered before).")

@@ -1,0 +1,281 @@
+"""The report: frozen dataclasses, JSON in and out, DataFrame views.
+
+The JSON form (``"schema": "memscope.report/1"``) is a public interface,
+documented in docs/report-format.md. Later versions only add fields; readers
+ignore fields they do not know, and a field this version added but an older
+report lacks takes its default.
+
+Unknown is ``None`` (``null`` in JSON), never a fake zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+
+from memscope.errors import ReportFormatError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA = "memscope.report/1"
+
+InputFate = Literal["aliased", "donor", "unusable", "pruned", "not_donated"]
+OutputFate = Literal["reuses_input", "copy_of_input", "new"]
+Outcome = Literal["completed", "failed", "interrupted", "stopped"]
+
+INPUT_FATES: tuple[str, ...] = get_args(InputFate)
+OUTPUT_FATES: tuple[str, ...] = get_args(OutputFate)
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """Host-side figures of ``memory_analysis()`` (zero on most programs)."""
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    generated_code_bytes: int | None = None
+
+    def any_nonzero(self) -> bool:
+        return any(v for v in dataclasses.astuple(self))
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What XLA's ``memory_analysis()`` says of one compiled program, per device.
+
+    ``peak_is_computed`` is true where this jaxlib reports no peak and memscope
+    computed it as argument + output - alias + temp.
+    """
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    generated_code_bytes: int | None = None
+    peak_bytes: int | None = None
+    peak_is_computed: bool = False
+    host: HostMemory = field(default_factory=HostMemory)
+
+
+@dataclass(frozen=True)
+class InputBuffer:
+    """One leaf of the arguments, and what the compiled program does with its buffer.
+
+    ``output`` names the result written into this buffer (``aliased``, or a
+    ``donor`` XLA used). ``parameter`` is the HLO parameter number, ``None``
+    when pruned. ``in_warning`` is true when JAX's "Some donated buffers were not
+    usable" warning, raised while lowering this call, named this leaf.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    donated: bool
+    fate: InputFate
+    output: str | None = None
+    sharding: str | None = None
+    parameter: int | None = None
+    in_warning: bool = False
+
+
+@dataclass(frozen=True)
+class OutputBuffer:
+    """One leaf of the results; ``input`` names the argument it reuses or copies."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    fate: OutputFate
+    input: str | None = None
+
+
+@dataclass(frozen=True)
+class FunctionReport:
+    """One jitted function at one signature.
+
+    ``memory`` is ``None`` and ``error`` says why when memscope could not read
+    the compiled program (the user's program ran regardless).
+    """
+
+    name: str
+    source: str | None
+    calls: int
+    signature: str
+    memory: Memory | None
+    inputs: tuple[InputBuffer, ...] = ()
+    outputs: tuple[OutputBuffer, ...] = ()
+    warnings: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+    error: str | None = None
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per buffer (inputs, then outputs), for analysis and export."""
+        import pandas as pd
+
+        rows = [{"kind": "input", "path": b.path, "shape": b.shape, "dtype": b.dtype,
+                 "bytes": b.bytes, "donated": b.donated, "fate": b.fate, "partner": b.output}
+                for b in self.inputs]
+        rows += [{"kind": "output", "path": b.path, "shape": b.shape, "dtype": b.dtype,
+                  "bytes": b.bytes, "donated": None, "fate": b.fate, "partner": b.input}
+                 for b in self.outputs]
+        return pd.DataFrame(rows, columns=["kind", "path", "shape", "dtype", "bytes",
+                                           "donated", "fate", "partner"])
+
+
+@dataclass(frozen=True)
+class Device:
+    id: int
+    platform: str
+    kind: str
+    process_index: int = 0
+
+
+@dataclass(frozen=True)
+class Environment:
+    jax: str
+    jaxlib: str
+    backend: str
+    devices: tuple[Device, ...]
+    python: str | None = None
+    xla_flags: str | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """How the target ran; ``error`` is the uncaught exception, as one line."""
+
+    target: str
+    argv: tuple[str, ...]
+    outcome: Outcome
+    exit_code: int
+    module: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    memscope_version: str
+    environment: Environment
+    run: RunInfo | None
+    functions: tuple[FunctionReport, ...]
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        return {"schema": data.pop("schema"), **data}
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Report:
+        """Build a report from parsed JSON.
+
+        Raises:
+            ReportFormatError: not a memscope report, or a field has the wrong type.
+        """
+        if not isinstance(data, dict) or "schema" not in data:
+            raise ReportFormatError("not a memscope report (it has no \"schema\" field)")
+        if data["schema"] != SCHEMA:
+            raise ReportFormatError(
+                f"unsupported report schema {data['schema']!r}; this memscope reads {SCHEMA!r}")
+        return _decode(cls, data, "report")
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ReportFormatError(f"not valid JSON ({e.msg} at line {e.lineno})") from None
+        return cls.from_dict(data)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per function and signature with its memory figures."""
+        import pandas as pd
+
+        figures = [f.name for f in dataclasses.fields(Memory) if f.name.endswith("_bytes")]
+        rows = []
+        for fn in self.functions:
+            row: dict[str, Any] = {"name": fn.name, "source": fn.source, "calls": fn.calls,
+                                   "signature": fn.signature}
+            for fig in figures:
+                row[fig] = getattr(fn.memory, fig) if fn.memory else None
+            rows.append(row)
+        return pd.DataFrame(rows, columns=["name", "source", "calls", "signature", *figures])
+
+
+def _decode(tp: Any, value: Any, where: str) -> Any:
+    """Decode JSON ``value`` as type ``tp``; errors name the offending field."""
+    origin = get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ReportFormatError(f"{where}: expected an object")
+        hints = typing.get_type_hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                kwargs[f.name] = _decode(hints[f.name], value[f.name], f"{where}.{f.name}")
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ReportFormatError(f"{where}: missing field {f.name!r}")
+        return tp(**kwargs)
+    if origin in (types.UnionType, typing.Union):
+        options = get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        (inner,) = (o for o in options if o is not type(None))
+        return _decode(inner, value, where)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ReportFormatError(f"{where}: expected a list")
+        (item, _) = get_args(tp)
+        return tuple(_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ReportFormatError(f"{where}: {value!r} is not one of {list(get_args(tp))}")
+        return value
+    ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
+    if not ok:
+        raise ReportFormatError(f"{where}: expected {tp.__name__}, got {type(value).__name__}")
+    return value
+
+
+def load_report(path: str) -> Report:
+    """Read a report saved as JSON.
+
+    Raises:
+        ReportFormatError: the file cannot be read, is not JSON, or is not a report.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise ReportFormatError(f"cannot read {path}: {reason}") from None
+    try:
+        return Report.from_json(text)
+    except ReportFormatError as e:
+        raise ReportFormatError(f"{path}: {e}") from None
+
+
+def save_report(report: Report, path: str) -> None:
+    """Write ``report`` as JSON to ``path``.
+
+    Raises:
+        ReportFormatError: the file cannot be written.
+    """
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(report.to_json())
+            f.write("\n")
+    except OSError as e:
+        raise ReportFormatError(f"cannot write {path}: {e.strerror}") from None

@@ -1,0 +1,149 @@
+"""Run a script or module as ``__main__``, the way ``python`` does.
+
+``sys.argv`` is ``[SCRIPT, *ARGS]``, ``sys.path[0]`` is the script's folder (the
+working directory for ``-m``), and the target's stdout is left alone. However
+the target ends (returning, ``sys.exit(n)``, an uncaught exception, Ctrl-C), the
+caller gets a :class:`RunResult` back instead of an exception, so what was
+captured can still be reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_RAISED, TargetError
+from memscope.report import Outcome
+
+_PYTHON_SUFFIXES = (".py", ".pyw")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: a script path, or a module name when ``module`` is true."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    module: bool = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outcome: Outcome
+    exit_code: int
+    #: the uncaught exception as one line (``ValueError: bad shape``), if any
+    error: str | None = None
+
+
+def check_target(target: Target) -> None:
+    """Fail early, with one line, for a target ``python`` could not start.
+
+    Raises:
+        TargetError: missing file, a folder without ``__main__.py``, a file that
+            is not Python source, a syntax error, or an unknown module.
+    """
+    if target.module:
+        _check_module(target.name)
+        return
+    path = target.name
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "__main__.py")):
+            raise TargetError(f"{path} is a folder with no __main__.py; give a Python script")
+        return
+    if not os.path.exists(path):
+        raise TargetError(f"cannot run {path}: no such file")
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        raise TargetError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        if not path.endswith(_PYTHON_SUFFIXES) or b"\0" in source:
+            raise TargetError(f"{path} is not a Python script") from None
+        where = f"{path}:{e.lineno}" if isinstance(e, SyntaxError) and e.lineno else path
+        message = e.msg if isinstance(e, SyntaxError) else str(e)
+        raise TargetError(f"{where}: syntax error: {message}") from None
+
+
+def _check_module(name: str) -> None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as e:
+        raise TargetError(f"cannot run module {name!r}: {e}") from None
+    if spec is None:
+        raise TargetError(f"cannot run module {name!r}: no module named {name!r}")
+
+
+def run_target(target: Target) -> RunResult:
+    """Run ``target`` as ``__main__`` and say how it ended; never raises for it."""
+    with _as_main(target):
+        try:
+            if target.module:
+                runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target.name, run_name="__main__")
+        except SystemExit as e:
+            return _exit_result(e.code)
+        except KeyboardInterrupt as e:
+            _print_traceback(e)
+            return RunResult("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt")
+        except BaseException as e:
+            _print_traceback(e)
+            return RunResult("failed", EXIT_TARGET_RAISED, _one_line(e))
+        finally:
+            sys.stdout.flush()
+    return RunResult("completed", 0)
+
+
+def _exit_result(code: object) -> RunResult:
+    # The same rules as the interpreter's for SystemExit.
+    if code is None:
+        return RunResult("completed", 0)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return RunResult("completed" if code == 0 else "failed", code)
+    print(code, file=sys.stderr)
+    return RunResult("failed", 1, f"SystemExit: {code}")
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _print_traceback(e: BaseException) -> None:
+    # Drop the frames of memscope and runpy above the target's own, as python
+    # shows none of its own machinery either.
+    tb = e.__traceback__
+    here = os.path.dirname(os.path.abspath(__file__))
+    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith(here)
+                              or tb.tb_frame.f_code.co_filename == runpy.__file__
+                              or "<frozen runpy>" in tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    sys.stdout.flush()
+    traceback.print_exception(type(e), e, tb, file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _as_main(target: Target) -> Iterator[None]:
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [target.name, *target.args]  # for -m, runpy sets argv[0] to the file
+    if target.module:
+        sys.path[0:1] = [os.getcwd()]
+    else:
+        folder = os.path.abspath(target.name)
+        if not os.path.isdir(folder):
+            folder = os.path.dirname(folder)
+        sys.path[0:1] = [folder]
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path

@@ -265,7 +265,10 @@ def jit_spec(jitted: Any) -> JitSpec:
     ``_jit_info``; reading it there gives exactly JAX's interpretation.
     """
     info = jitted._jit_info
-    options = info._replace(fun_sourceinfo=None, fun_signature=None)
+    # PjitInfo compares by identity; its fields (less the function's own) say
+    # what the jit does.
+    options = tuple(getattr(info, name) for name in info._fields
+                    if name not in ("fun_sourceinfo", "fun_signature"))
     try:
         hash(options)
         token: Any = options

@@ -186,7 +186,7 @@ class MeasuredJit:
 def _leaf_key(x: Any) -> tuple[Any, Any, Any, Any]:
     """(kind, shape, dtype, extra): what JAX's dispatch distinguishes for one leaf."""
     if isinstance(x, jax.Array):
-        return ("array", x.shape, x.dtype, (x.weak_type, x.sharding))
+        return ("array", x.shape, x.dtype, (getattr(x, "weak_type", False), x.sharding))
     if isinstance(x, np.ndarray | np.generic):
         return ("numpy", x.shape, x.dtype, None)
     return (type(x), getattr(x, "shape", None), getattr(x, "dtype", None), None)

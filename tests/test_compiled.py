@@ -1,0 +1,142 @@
+"""Compiled facts: figures equal JAX's own, no second compile, the proto schema is right."""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import monitoring
+
+from memscope import _compat
+from memscope.analysis import analyze
+from memscope.capture import capture
+from memscope.hlo import read_module
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+_events: list[str] = []
+monitoring.register_event_duration_secs_listener(lambda name, secs, **kw: _events.append(name))
+
+
+def _compiles(run) -> int:
+    before = _events.count(BACKEND_COMPILE)
+    run()
+    return _events.count(BACKEND_COMPILE) - before
+
+
+def _mlp_step(params, x):
+    h = jnp.tanh(x @ params["w1"])
+    loss = jnp.mean((h @ params["w2"]) ** 2)
+    grads = jax.grad(lambda p: jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"]) ** 2))(params)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), loss
+
+
+def _args():
+    params = {"w1": jnp.ones((64, 128)), "w2": jnp.ones((128, 8))}
+    return params, jnp.ones((32, 64))
+
+
+@pytest.mark.parametrize("donate", [(), (0,)])
+def test_figures_equal_memory_analysis_computed_directly(donate):
+    expected = (jax.jit(_mlp_step, donate_argnums=donate)
+                .lower(*_args()).compile().memory_analysis())
+    report = analyze(jax.jit(_mlp_step, donate_argnums=donate), *_args())
+    m = report.memory
+    assert m is not None
+    assert m.argument_bytes == expected.argument_size_in_bytes
+    assert m.output_bytes == expected.output_size_in_bytes
+    assert m.alias_bytes == expected.alias_size_in_bytes
+    assert m.temp_bytes == expected.temp_size_in_bytes
+    assert m.generated_code_bytes == expected.generated_code_size_in_bytes
+    assert m.peak_bytes == expected.peak_memory_in_bytes
+    assert not m.peak_is_computed
+    assert m.host.argument_bytes == expected.host_argument_size_in_bytes
+    assert (m.alias_bytes > 0) == bool(donate)
+
+
+def test_no_second_compile_of_what_jax_compiled():
+    a, b = jnp.ones(10), jnp.ones(3)
+
+    def plain():
+        f = jax.jit(lambda x: jnp.sin(x) * 2)
+        f(a)
+        f(a)
+        f(b)
+
+    def measured():
+        with capture() as session:
+            plain()
+        assert [e.calls for e in session.entries] == [2, 1]
+        assert all(e.facts is not None for e in session.entries)
+
+    assert _compiles(plain) == 2
+    assert _compiles(measured) == 2
+
+
+def test_argument_and_output_bytes_are_the_leaves_sizes():
+    report = analyze(jax.jit(_mlp_step), *_args())
+    assert report.memory is not None
+    kept = [b for b in report.inputs if b.fate != "pruned"]
+    assert report.memory.argument_bytes == sum(b.bytes for b in kept)
+    # A tuple of results also holds its table of element pointers (8 bytes each on CPU).
+    table = 8 * len(report.outputs)
+    assert report.memory.output_bytes == sum(b.bytes for b in report.outputs) + table
+
+
+def test_computed_peak_where_jaxlib_reports_none():
+    from memscope.compiled import memory_figures
+
+    class OldStats:  # what an older jaxlib's CompiledMemoryStats carries
+        argument_size_in_bytes, output_size_in_bytes = 100, 40
+        alias_size_in_bytes, temp_size_in_bytes = 30, 7
+        generated_code_size_in_bytes = 0
+
+    m = memory_figures(OldStats())
+    assert (m.peak_bytes, m.peak_is_computed) == (100 + 40 - 30 + 7, True)
+    assert memory_figures(None).peak_bytes is None
+
+
+def _module_text_and_facts(f, *args):
+    compiled = f.lower(*args).compile()
+    (proto,) = _compat.optimized_hlo_module_protos(compiled)
+    (module,) = compiled.runtime_executable().hlo_modules()
+    return module.to_string(), read_module(proto)
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+def test_schema_field_numbers_agree_with_the_module_text():
+    @partial(jax.jit, donate_argnums=(0, 1))
+    def f(a, b, keep):
+        return a + 1, (b * 2).astype(jnp.bfloat16), keep
+
+    text, facts = _module_text_and_facts(f, jnp.ones((4, 8)), jnp.ones(16), jnp.ones(3))
+    header = text.splitlines()[0]
+    assert facts.module_name == re.match(r"HloModule (\S+?),", header).group(1)
+    # input_output_alias={ {0}: (0, {}, may-alias) }
+    aliases = re.findall(r"\{(\d*)\}: \((\d+), \{\}, (may|must)-alias\)", header)
+    assert sorted((int(p), int(o)) for o, p, _ in aliases) == sorted(
+        (a.argument, a.output) for a in facts.aliases)
+    donors = re.search(r"buffer_donor=\{ (.*?) \}", header)
+    listed = [int(n) for n in re.findall(r"\((\d+), \{\}\)", donors.group(1))] if donors else []
+    assert sorted(listed) == sorted(facts.unused_donors)
+    # the root tuple's third element is a copy of parameter 2
+    assert facts.result_sources == (None, None, 2)
+    assert re.search(r"ROOT .*tuple\(", text)
+
+
+def test_schema_reads_parameters_metadata_and_shapes():
+    from memscope._hlo_schema import HloModuleProto
+
+    f = jax.jit(lambda x, y: (x @ y).sum())
+    compiled = f.lower(jnp.ones((4, 8)), jnp.ones((8, 2))).compile()
+    (proto,) = _compat.optimized_hlo_module_protos(compiled)
+    module = HloModuleProto()
+    module.ParseFromString(proto)
+    (entry,) = [c for c in module.computations if c.id == module.entry_computation_id]
+    params = sorted((i.parameter_number, i.metadata.op_name, tuple(i.shape.dimensions))
+                    for i in entry.instructions if i.opcode == "parameter")
+    assert params == [(0, "x", (4, 8)), (1, "y", (8, 2))]
+    text = compiled.runtime_executable().hlo_modules()[0].to_string()
+    assert f"ENTRY %{entry.name} " in text

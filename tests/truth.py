@@ -1,0 +1,75 @@
+"""Ground truth for buffer fates: what JAX does with the buffers when the call runs.
+
+A fate memscope reports must agree with the runtime: an ``aliased`` input (or a
+``donor`` XLA used) is deleted after the call and its output sits at the input's
+old ``unsafe_buffer_pointer()``; every other input stays alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from memscope.analysis import function_report
+from memscope.capture import capture
+from memscope.report import FunctionReport
+
+
+def flat_dynamic_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The call's array leaves in JAX's flat order (kwargs sorted by name).
+
+    Static arguments in these tests are never arrays, so they drop out here.
+    """
+    return [x for x in jax.tree_util.tree_leaves((args, kwargs)) if isinstance(x, jax.Array)]
+
+
+def run_and_report(make: Callable[[], Any], *args: Any,
+                   **kwargs: Any) -> tuple[FunctionReport, list[Any], list[int], Any]:
+    """Jit inside a capture, call once; return the report, inputs, old pointers, output."""
+    inputs = flat_dynamic_inputs(args, kwargs)
+    pointers = [x.unsafe_buffer_pointer() for x in inputs]
+    with capture() as session:
+        out = make()(*args, **kwargs)
+    (entry,) = session.entries
+    return function_report(entry), inputs, pointers, out
+
+
+def assert_matches_runtime(report: FunctionReport, inputs: list[Any], pointers: list[int],
+                           out: Any) -> None:
+    """Every input and output fate agrees with the buffers JAX left behind."""
+    outputs = jax.tree_util.tree_leaves(out)
+    assert len(report.inputs) == len(inputs)
+    assert len(report.outputs) == len(outputs)
+    out_index = {b.path: i for i, b in enumerate(report.outputs)}
+    in_index = {b.path: i for i, b in enumerate(report.inputs)}
+    for i, buf in enumerate(report.inputs):
+        reused = buf.fate == "aliased" or (buf.fate == "donor" and buf.output is not None)
+        assert inputs[i].is_deleted() == reused, (buf.path, buf.fate)
+        if reused:
+            assert buf.output is not None
+            partner = outputs[out_index[buf.output]]
+            assert partner.unsafe_buffer_pointer() == pointers[i], buf.path
+        else:
+            assert buf.output is None, buf.path
+    donated_pointers = {p for p, b in zip(pointers, report.inputs, strict=True) if b.donated}
+    for j, obuf in enumerate(report.outputs):
+        pointer = outputs[j].unsafe_buffer_pointer()
+        if obuf.fate == "reuses_input":
+            assert obuf.input is not None
+            assert pointer == pointers[in_index[obuf.input]], obuf.path
+        else:
+            assert pointer not in donated_pointers, obuf.path
+        if obuf.fate == "copy_of_input":
+            assert obuf.input is not None
+            source = inputs[in_index[obuf.input]]
+            assert pointer != pointers[in_index[obuf.input]]
+            assert (outputs[j] == source).all()
+
+
+def fates(report: FunctionReport) -> dict[str, tuple[str, str | None]]:
+    """``{path: (fate, partner)}`` for inputs and outputs alike."""
+    result = {b.path: (b.fate, b.output) for b in report.inputs}
+    result.update({b.path: (b.fate, b.input) for b in report.outputs})
+    return result

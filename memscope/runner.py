@@ -75,7 +75,8 @@ def check_target(target: Target) -> None:
 
 def _check_module(name: str) -> None:
     try:
-        spec = importlib.util.find_spec(name)
+        with _main_sys_path(Target(name, module=True)):
+            spec = importlib.util.find_spec(name)
     except (ImportError, ValueError) as e:
         raise TargetError(f"cannot run module {name!r}: {e}") from None
     if spec is None:
@@ -107,7 +108,7 @@ def _exit_result(code: object) -> RunResult:
     # The same rules as the interpreter's for SystemExit.
     if code is None:
         return RunResult("completed", 0)
-    if isinstance(code, int) and not isinstance(code, bool):
+    if isinstance(code, int):  # bools included, as python treats them
         return RunResult("completed" if code == 0 else "failed", code)
     print(code, file=sys.stderr)
     return RunResult("failed", 1, f"SystemExit: {code}")
@@ -132,18 +133,29 @@ def _print_traceback(e: BaseException) -> None:
 
 
 @contextlib.contextmanager
-def _as_main(target: Target) -> Iterator[None]:
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [target.name, *target.args]  # for -m, runpy sets argv[0] to the file
+def _main_sys_path(target: Target) -> Iterator[None]:
+    """``sys.path[0]`` as python sets it: the script's folder, or the working
+    directory for ``-m``."""
+    saved = sys.path[:]
     if target.module:
-        sys.path[0:1] = [os.getcwd()]
+        folder = os.getcwd()
     else:
         folder = os.path.abspath(target.name)
         if not os.path.isdir(folder):
             folder = os.path.dirname(folder)
-        sys.path[0:1] = [folder]
+    sys.path[0:1] = [folder]
     try:
         yield
     finally:
+        sys.path[:] = saved
+
+
+@contextlib.contextmanager
+def _as_main(target: Target) -> Iterator[None]:
+    saved_argv = sys.argv
+    sys.argv = [target.name, *target.args]  # for -m, runpy sets argv[0] to the file
+    try:
+        with _main_sys_path(target):
+            yield
+    finally:
         sys.argv = saved_argv
-        sys.path[:] = saved_path

@@ -177,8 +177,6 @@ def test_sys_exit_message_is_printed_to_stderr_with_code_one(
     assert out == ""
 
 
-@pytest.mark.xfail(strict=True, reason="memscope bug: runner._exit_result treats a bool "
-                   "exit code as a message; python exits 0 silently on sys.exit(False)")
 def test_sys_exit_false_is_completed_zero_like_python(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = write_script(tmp_path, "import sys\nsys.exit(False)\n")

@@ -56,6 +56,8 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
 def _check_writable(path: str) -> None:
     # Checked before the run, so a long training run is not lost to a typo.
     folder = os.path.dirname(os.path.abspath(path))
+    if not path:
+        raise MemscopeError("cannot write the report: the --output path is empty")
     if os.path.isdir(path):
         raise MemscopeError(f"cannot write the report to {path}: it is a folder")
     if not os.path.isdir(folder):

@@ -90,8 +90,7 @@ def _header(console: Console, report: Report) -> None:
 def _summary_table(report: Report, table_box: box.Box) -> Table:
     table = Table(title="Compiled functions (bytes per device)", box=table_box,
                   title_justify="left")
-    table.add_column("function", overflow="fold")
-    table.add_column("source", overflow="fold")
+    table.add_column("function / source", overflow="fold")
     for name in ("calls", "argument", "output", "alias", "temp", "peak"):
         table.add_column(name, justify="right", no_wrap=True)
     for fn in report.functions:
@@ -99,8 +98,8 @@ def _summary_table(report: Report, table_box: box.Box) -> Table:
         figures = ((m.argument_bytes, m.output_bytes, m.alias_bytes, m.temp_bytes,
                     m.peak_bytes) if m else (None,) * 5)
         peak = format_bytes(figures[4]) + ("*" if m and m.peak_is_computed else "")
-        table.add_row(fn.name, fn.source or "n/a", str(fn.calls),
-                      *(format_bytes(f) for f in figures[:4]), peak)
+        where = Text.assemble(fn.name, "\n", (fn.source or "n/a", "dim"))
+        table.add_row(where, str(fn.calls), *(format_bytes(f) for f in figures[:4]), peak)
     return table
 
 
@@ -113,12 +112,12 @@ def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) 
         return
     table = Table(box=table_box)
     table.add_column("buffer", overflow="fold")
-    table.add_column("shape", overflow="fold")
-    table.add_column("dtype")
+    for name in ("shape", "dtype"):
+        table.add_column(name, no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("donated")
-    table.add_column("fate")
-    table.add_column("partner", overflow="fold", min_width=9)
+    table.add_column("donated", no_wrap=True)
+    table.add_column("fate", no_wrap=True)
+    table.add_column("partner", overflow="fold")
     for b in fn.inputs:
         table.add_row(b.path, _shape(b.shape), b.dtype, format_bytes(b.bytes),
                       "yes" if b.donated else "no", Text(b.fate, FATE_STYLES[b.fate]),
@@ -134,7 +133,7 @@ def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) 
 
 
 def _shape(shape: tuple[int, ...]) -> str:
-    return f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
+    return f"({','.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
 
 
 def _notes(fn: FunctionReport) -> list[Text]:

@@ -1,0 +1,168 @@
+"""The report model: JSON round trip, clear errors, DataFrame views, units, rendering."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from memscope.errors import ReportFormatError
+from memscope.render.terminal import render_report
+from memscope.report import (
+    SCHEMA,
+    Device,
+    Environment,
+    FunctionReport,
+    InputBuffer,
+    Memory,
+    OutputBuffer,
+    Report,
+    RunInfo,
+)
+from memscope.units import format_bytes
+
+
+def sample_report() -> Report:
+    step = FunctionReport(
+        name="train_step", source="train.py:12", calls=20,
+        signature="(float32[1024,1024], float32[1024])",
+        memory=Memory(argument_bytes=4198400, output_bytes=4198408, alias_bytes=4194304,
+                      temp_bytes=2048, generated_code_bytes=0, peak_bytes=4204552),
+        inputs=(
+            InputBuffer("params['w']", (1024, 1024), "float32", 4194304, True, "aliased",
+                        output="result[0]['w']", sharding="cpu:0", parameter=0),
+            InputBuffer("x", (1024,), "float32", 4096, True, "unusable", sharding="cpu:0",
+                        parameter=1, in_warning=True),
+            InputBuffer("step", (), "int32", 4, False, "pruned", sharding="cpu:0"),
+        ),
+        outputs=(
+            OutputBuffer("result[0]['w']", (1024, 1024), "float32", 4194304, "reuses_input",
+                         input="params['w']"),
+            OutputBuffer("result[1]", (), "float32", 4, "new"),
+        ),
+        warnings=("Some donated buffers were not usable: float32[1024].\nSee an explanation.",),
+        donate_argnums=(0, 1),
+    )
+    broken = FunctionReport(name="eval_step", source=None, calls=1, signature="()",
+                            memory=None, error="could not read the compiled program: boom")
+    return Report(
+        memscope_version="0.1.0",
+        environment=Environment(jax="0.10.2", jaxlib="0.10.2", backend="cpu",
+                                devices=(Device(0, "cpu", "cpu"),), python="3.11.7"),
+        run=RunInfo(target="train.py", argv=("--lr", "3e-4"), outcome="failed", exit_code=3),
+        functions=(step, broken))
+
+
+def test_json_round_trip_is_exact():
+    report = sample_report()
+    text = report.to_json()
+    assert json.loads(text)["schema"] == SCHEMA
+    assert Report.from_json(text) == report
+
+
+def test_json_has_the_documented_fields():
+    data = json.loads(sample_report().to_json())
+    assert {"schema", "memscope_version", "environment", "run", "functions"} <= set(data)
+    assert {"jax", "jaxlib", "backend", "devices"} <= set(data["environment"])
+    assert {"target", "argv", "outcome", "exit_code"} <= set(data["run"])
+    fn = data["functions"][0]
+    assert {"name", "source", "calls", "memory", "inputs", "outputs", "warnings"} <= set(fn)
+    assert {"argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
+            "generated_code_bytes", "peak_bytes"} <= set(fn["memory"])
+    assert {"path", "shape", "dtype", "bytes", "donated", "fate", "output"} <= set(
+        fn["inputs"][0])
+    assert {"path", "shape", "dtype", "bytes", "fate", "input"} <= set(fn["outputs"][0])
+    assert data["functions"][1]["memory"] is None  # unknown is null, never 0
+
+
+def test_unknown_fields_are_ignored_and_new_fields_default():
+    data = json.loads(sample_report().to_json())
+    data["functions"][0]["a_future_field"] = 1
+    del data["functions"][0]["inputs"][0]["in_warning"]
+    report = Report.from_dict(data)
+    assert report.functions[0].inputs[0].in_warning is False
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda d: d.pop("schema"), "not a memscope report"),
+    (lambda d: d.update(schema="memscope.report/9"), "unsupported report schema"),
+    (lambda d: d["functions"][0].pop("calls"), "report.functions[0]: missing field 'calls'"),
+    (lambda d: d["functions"][0]["inputs"][0].update(fate="eaten"),
+     "report.functions[0].inputs[0].fate: 'eaten' is not one of"),
+    (lambda d: d["functions"][0].update(calls="many"),
+     "report.functions[0].calls: expected int, got str"),
+])
+def test_malformed_reports_are_named_precisely(mutate, message):
+    data = json.loads(sample_report().to_json())
+    mutate(data)
+    with pytest.raises(ReportFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        Report.from_dict(data)
+
+
+def test_corrupt_json_says_where():
+    with pytest.raises(ReportFormatError, match="not valid JSON .* at line 2"):
+        Report.from_json('{\n  "schema": }')
+
+
+def test_dataframe_views():
+    report = sample_report()
+    summary = report.to_dataframe()
+    assert list(summary["name"]) == ["train_step", "eval_step"]
+    assert summary.loc[0, "peak_bytes"] == 4204552
+    assert summary["peak_bytes"].isna().tolist() == [False, True]
+    buffers = report.functions[0].to_dataframe()
+    assert list(buffers["fate"]) == ["aliased", "unusable", "pruned", "reuses_input", "new"]
+    assert buffers.loc[0, "partner"] == "result[0]['w']"
+
+
+@pytest.mark.parametrize(("n", "text"), [
+    (None, "n/a"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"),
+    (4 * 1024**2, "4.0 MiB"), (3 * 1024**3 + 1, "3.0 GiB"), (-2048, "-2.0 KiB")])
+def test_format_bytes_uses_iec_units(n, text):
+    assert format_bytes(n) == text
+
+
+EXPECTED_80 = """\
+memscope report
+target: train.py --lr 3e-4
+run:    failed (exit code 3)
+jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
+
+Compiled functions (bytes per device)
++------------------------------------------------------------------------------+
+| function / source | calls | argument |  output |   alias |    temp |    peak |
+|-------------------+-------+----------+---------+---------+---------+---------|
+| train_step        |    20 |  4.0 MiB | 4.0 MiB | 4.0 MiB | 2.0 KiB | 4.0 MiB |
+| train.py:12       |       |          |         |         |         |         |
+| eval_step         |     1 |      n/a |     n/a |     n/a |     n/a |     n/a |
+| n/a               |       |          |         |         |         |         |
++------------------------------------------------------------------------------+
+
+train_step  train.py:12  20 calls
+signature (float32[1024,1024], float32[1024])
++------------------------------------------------------------------------------+
+| buffer  | shape       | dtype   |    size | donated | fate         | partner |
+|---------+-------------+---------+---------+---------+--------------+---------|
+| params[ | (1024,1024) | float32 | 4.0 MiB | yes     | aliased      | result[ |
+| 'w']    |             |         |         |         |              | 0]['w'] |
+| x       | (1024,)     | float32 | 4.0 KiB | yes     | unusable     |         |
+| step    | ()          | int32   |     4 B | no      | pruned       |         |
+|---------+-------------+---------+---------+---------+--------------+---------|
+| result[ | (1024,1024) | float32 | 4.0 MiB |         | reuses_input | params[ |
+| 0]['w'] |             |         |         |         |              | 'w']    |
+| result[ | ()          | float32 |     4 B |         | new          |         |
+| 1]      |             |         |         |         |              |         |
+"""
+
+
+def test_terminal_rendering_at_80_columns_is_plain_and_exact():
+    out = io.StringIO()
+    render_report(sample_report(), out, width=80, plain=True)
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert "\x1b[" not in out.getvalue()
+    assert "\n".join(lines[:len(EXPECTED_80.splitlines())]) + "\n" == EXPECTED_80
+    text = "\n".join(lines)
+    assert "JAX warned: Some donated buffers were not usable: float32[1024]. That is: x." in text
+    assert "could not read the compiled program: boom" in text
+    assert "unusable: donated, but no output could take its buffer" in text

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import warnings as _warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -160,7 +159,7 @@ def _attr_dicts(array_attr: Any, count: int) -> tuple[dict[str, AttrValue], ...]
         return tuple({} for _ in range(count))
     dicts = []
     for entry in array_attr:
-        d = _ir.DictAttr(entry)
+        d: Any = _ir.DictAttr(entry)  # iterable at runtime; the stubs do not say so
         dicts.append({named.name: _attr_value(named.attr) for named in d})
     return tuple(dicts)
 
@@ -189,11 +188,9 @@ def main_signature(lowered: Any) -> MainSignature:
                 continue
             ftype = _ir.FunctionType(_ir.TypeAttr(op.attributes["function_type"]).value)
             attrs = op.attributes
-            arg_attrs = attrs["arg_attrs"] if "arg_attrs" in attrs else None
-            res_attrs = attrs["res_attrs"] if "res_attrs" in attrs else None
             return MainSignature(
-                args=_attr_dicts(arg_attrs, len(ftype.inputs)),
-                results=_attr_dicts(res_attrs, len(ftype.results)),
+                args=_attr_dicts(attrs.get("arg_attrs"), len(ftype.inputs)),
+                results=_attr_dicts(attrs.get("res_attrs"), len(ftype.results)),
             )
     raise LookupError("the lowered module has no main function")
 

@@ -13,13 +13,22 @@ from memscope import _compat
 from memscope.capture import Entry, MeasuredJit, capture
 from memscope.errors import MemscopeError
 from memscope.fates import classify
-from memscope.report import Device, Environment, FunctionReport, Report, RunInfo
+from memscope.report import (
+    Device,
+    Environment,
+    FunctionReport,
+    InputBuffer,
+    OutputBuffer,
+    Report,
+    RunInfo,
+)
 from memscope.version import __version__
 
 
 def function_report(entry: Entry) -> FunctionReport:
     """Classify one entry's buffers and freeze it into a :class:`FunctionReport`."""
-    inputs, outputs = ((), ())
+    inputs: tuple[InputBuffer, ...] = ()
+    outputs: tuple[OutputBuffer, ...] = ()
     if entry.facts is not None:
         inputs, outputs = classify(entry.facts.program, entry.warnings)
     return FunctionReport(

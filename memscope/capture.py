@@ -70,7 +70,7 @@ class Session:
             return existing
 
     def recording_warnings(self) -> contextlib.AbstractContextManager[list[str]]:
-        return self._proxy.recording()  # type: ignore[no-any-return]
+        return self._proxy.recording()
 
 
 @contextlib.contextmanager
@@ -207,7 +207,7 @@ def _describe_sharding(x: Any) -> str | None:
     if sharding is None:
         return None
     if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        (device,) = sharding.device_set
+        device: Any = next(iter(sharding.device_set))
         return f"{device.platform}:{device.id}"
     if isinstance(sharding, jax.sharding.NamedSharding):
         return f"{sharding.spec} on mesh {dict(sharding.mesh.shape)}"

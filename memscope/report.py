@@ -227,7 +227,7 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
                 kwargs[f.name] = _decode(hints[f.name], value[f.name], f"{where}.{f.name}")
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise ReportFormatError(f"{where}: missing field {f.name!r}")
-        return tp(**kwargs)
+        return tp(**kwargs)  # type: ignore[operator]
     if origin in (types.UnionType, typing.Union):
         options = get_args(tp)
         if value is None and type(None) in options:

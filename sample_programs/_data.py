@@ -1,12 +1,14 @@
 """Shared toy data and model for the sample programs: a two-layer MLP regressor."""
 
+from itertools import pairwise
+
 import jax
 import jax.numpy as jnp
 
 
 def init_params(key, sizes=(32, 64, 1)):
     params = []
-    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+    for fan_in, fan_out in pairwise(sizes):
         key, sub = jax.random.split(key)
         params.append({"w": jax.random.normal(sub, (fan_in, fan_out)) / jnp.sqrt(fan_in),
                        "b": jnp.zeros((fan_out,))})

@@ -101,7 +101,7 @@ def test_malformed_reports_are_named_precisely(mutate, message):
 
 
 def test_corrupt_json_says_where():
-    with pytest.raises(ReportFormatError, match="not valid JSON .* at line 2"):
+    with pytest.raises(ReportFormatError, match=r"not valid JSON .* at line 2"):
         Report.from_json('{\n  "schema": }')
 
 

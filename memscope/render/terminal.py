@@ -18,6 +18,9 @@ from rich.text import Text
 from memscope.report import FunctionReport, InputBuffer, Report
 from memscope.units import format_bytes
 
+#: Width when writing to a pipe or file and COLUMNS is not set.
+PIPE_WIDTH = 120
+
 FATE_STYLES = {
     "aliased": "green", "reuses_input": "green", "donor": "cyan",
     "unusable": "bold red", "copy_of_input": "yellow", "pruned": "dim",
@@ -41,6 +44,8 @@ def make_console(file: IO[str], *, width: int | None = None,
     """A console on ``file``; ``plain`` defaults to "not a terminal, or NO_COLOR set"."""
     if plain is None:
         plain = not file.isatty() or "NO_COLOR" in os.environ
+    if width is None and not file.isatty() and "COLUMNS" not in os.environ:
+        width = PIPE_WIDTH  # logs do not wrap; rich's 80 would fold every path
     return Console(file=file, width=width, force_terminal=not plain,
                    no_color=plain, color_system=None if plain else "auto",
                    highlight=False, emoji=False, soft_wrap=False)

@@ -117,10 +117,14 @@ def _program(traced: Any, lowered: Any, compiled: Any,
         raise CompiledReadError("JAX kept more arguments than the lowered main has")
 
     result_outputs: list[int | None] = []
+    outputs_seen = 0
     for attrs in main.results:
-        result_outputs.append(None if attrs.get("jax.token") else
-                              sum(o is not None for o in result_outputs))
-    if sum(o is not None for o in result_outputs) != len(out_infos):
+        if attrs.get("jax.token"):
+            result_outputs.append(None)
+        else:
+            result_outputs.append(outputs_seen)
+            outputs_seen += 1
+    if outputs_seen != len(out_infos):
         raise CompiledReadError("the lowered main's results do not match the outputs")
 
     protos = _compat.optimized_hlo_module_protos(compiled)

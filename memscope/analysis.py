@@ -22,6 +22,7 @@ from memscope.report import (
     Report,
     RunInfo,
 )
+from memscope.runner import Target, run_target
 from memscope.version import __version__
 
 
@@ -54,6 +55,19 @@ def environment() -> Environment:
 def build_report(entries: Iterable[Entry], run: RunInfo | None) -> Report:
     return Report(memscope_version=__version__, environment=environment(), run=run,
                   functions=tuple(function_report(e) for e in entries))
+
+
+def run_and_report(target: Target) -> Report:
+    """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
+
+    Never raises for the target: how it ended (and its exit code) is in
+    ``report.run``, and whatever was captured before is reported.
+    """
+    with capture() as session:
+        result = run_target(target)
+    return build_report(session.entries, RunInfo(
+        target=target.name, argv=target.args, outcome=result.outcome,
+        exit_code=result.exit_code, module=target.module, error=result.error))
 
 
 def analyze(jitted: Any, *args: Any, **kwargs: Any) -> FunctionReport:

@@ -7,12 +7,11 @@ import sys
 
 import click
 
-from memscope.analysis import build_report
-from memscope.capture import capture
+from memscope.analysis import run_and_report
 from memscope.errors import EXIT_USAGE, MemscopeError
 from memscope.render.terminal import render_report
-from memscope.report import RunInfo, save_report
-from memscope.runner import Target, check_target, run_target
+from memscope.report import save_report
+from memscope.runner import Target, check_target
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -36,21 +35,19 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     check_target(what)
     if output is not None:
         _check_writable(output)
-    with capture() as session:
-        result = run_target(what)
-    report = build_report(session.entries, RunInfo(
-        target=target, argv=tuple(args), outcome=result.outcome,
-        exit_code=result.exit_code, module=as_module, error=result.error))
+    report = run_and_report(what)
+    assert report.run is not None
     if output is not None:
         save_report(report, output)
     if not quiet:
         render_report(report, sys.stdout)
     if not report.functions:
-        ended = "" if result.outcome == "completed" else f" before it {result.outcome}"
+        outcome = report.run.outcome
+        ended = "" if outcome == "completed" else f" before it {outcome}"
         click.echo(f"memscope: {target} called no jitted function{ended}; "
                    "nothing to report", err=True)
-        ctx.exit(result.exit_code or EXIT_USAGE)
-    ctx.exit(result.exit_code)
+        ctx.exit(report.run.exit_code or EXIT_USAGE)
+    ctx.exit(report.run.exit_code)
 
 
 def _check_writable(path: str) -> None:

@@ -32,8 +32,9 @@ JAX_PACKAGES = ("jax", "jaxlib")
 
 
 @contextlib.contextmanager
-def patched_make_jit(wrap: Callable[[Any, Callable[..., Any]], Any]) -> Iterator[None]:
-    """Route every ``jax.jit`` made inside the block through ``wrap(jitted, fun)``.
+def patched_make_jit(wrap: Callable[[Any, Callable[..., Any], dict[str, Any]], Any]
+                     ) -> Iterator[None]:
+    """Route every ``jax.jit`` made inside the block through ``wrap(jitted, fun, options)``.
 
     ``jax.jit`` in all its spellings (decorator, decorator factory, ``from jax
     import jit``, ``functools.partial(jax.jit, ...)``) and ``pjit`` build their
@@ -44,7 +45,7 @@ def patched_make_jit(wrap: Callable[[Any, Callable[..., Any]], Any]) -> Iterator
     original = _pjit.make_jit
 
     def make_jit(fun: Callable[..., Any], **options: Any) -> Any:
-        return wrap(original(fun, **options), fun)
+        return wrap(original(fun, **options), fun, options)
 
     _pjit.make_jit = make_jit
     try:
@@ -83,17 +84,20 @@ class _WarningsProxy:
         sink = getattr(self._local, "sink", None)
         if sink is not None:
             sink.append(str(message))
-        self._real.warn(message, category, stacklevel + 1, source, **kwargs)
+        if getattr(self._local, "emit", True):
+            self._real.warn(message, category, stacklevel + 1, source, **kwargs)
 
     @contextlib.contextmanager
-    def recording(self) -> Iterator[list[str]]:
-        previous = getattr(self._local, "sink", None)
+    def recording(self, *, emit: bool = True) -> Iterator[list[str]]:
+        """Record the lowering's warnings; ``emit=False`` keeps them from the user
+        (for memscope's own compiles of variants the program never runs)."""
+        previous = getattr(self._local, "sink", None), getattr(self._local, "emit", True)
         sink: list[str] = []
-        self._local.sink = sink
+        self._local.sink, self._local.emit = sink, emit
         try:
             yield sink
         finally:
-            self._local.sink = previous
+            self._local.sink, self._local.emit = previous
 
 
 @contextlib.contextmanager
@@ -193,6 +197,34 @@ def main_signature(lowered: Any) -> MainSignature:
                 results=_attr_dicts(attrs.get("res_attrs"), len(ftype.results)),
             )
     raise LookupError("the lowered module has no main function")
+
+
+def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
+    """``traced`` (a ``jax.stages.Traced``) as if jitted with another donation.
+
+    ``donated`` gives one flag per flat dynamic argument. JAX keeps the donation
+    in the traced parameters' ``donated_invars`` (hoisted constants first, never
+    donated), which is all that lowering reads of it; swapping it reuses the
+    jaxpr JAX already traced, so the user's function is not traced again and
+    its trace-time side effects do not repeat.
+    """
+    params = traced._params
+    extra = len(params["donated_invars"]) - len(donated)
+    if extra < 0:
+        raise ValueError("more donation flags than the traced function has arguments")
+    new_params = dict(params, donated_invars=(*params["donated_invars"][:extra], *donated))
+    return type(traced)(traced._meta_tys_flat, new_params, traced._in_tree,
+                        traced.out_tree, traced._consts)
+
+
+def compile_uncached(lowered: Any) -> Any:
+    """Compile ``lowered`` without keeping the executable in JAX's caches.
+
+    ``Lowered.compile()`` stores the executable on the lowering, which JAX's
+    lowering cache keeps while the function lives; with explicit (empty)
+    compiler options it does not, so a variant's executable is freed with it.
+    """
+    return lowered.compile(compiler_options={})
 
 
 def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:

@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
 
-from memscope import _compat
-from memscope.capture import Entry, MeasuredJit, capture
+from memscope import _compat, advice
+from memscope.capture import Entry, MeasuredJit, VariantFacts, VariantRequest, capture
 from memscope.errors import MemscopeError
 from memscope.fates import classify
 from memscope.report import (
+    Advice,
     Device,
     Environment,
     FunctionReport,
     InputBuffer,
+    Memory,
     OutputBuffer,
     Report,
     RunInfo,
+    Variant,
 )
 from memscope.runner import Target, run_target
 from memscope.version import __version__
@@ -32,13 +35,39 @@ def function_report(entry: Entry) -> FunctionReport:
     outputs: tuple[OutputBuffer, ...] = ()
     if entry.facts is not None:
         inputs, outputs = classify(entry.facts.program, entry.warnings)
+        inputs = advice.annotate(inputs, outputs)
+    memory = entry.facts.memory if entry.facts is not None else None
+    variants = tuple(_variant(v) for v in entry.variants)
     return FunctionReport(
         name=entry.name, source=entry.source, calls=entry.calls, signature=entry.signature,
-        memory=entry.facts.memory if entry.facts is not None else None,
-        inputs=inputs, outputs=outputs, warnings=entry.warnings,
+        memory=memory, inputs=inputs, outputs=outputs, warnings=entry.warnings,
         donate_argnums=entry.spec.donate_argnums,
         donate_argnames=entry.spec.donate_argnames,
-        error=entry.error)
+        error=entry.error, variants=variants,
+        advice=_advice(inputs, memory, entry.variants), setting=entry.setting)
+
+
+def _variant(v: VariantFacts) -> Variant:
+    if v.facts is None:
+        return Variant(name=v.name, setting=v.setting, memory=None, error=v.error)
+    inputs, outputs = classify(v.facts.program, v.warnings)
+    return Variant(name=v.name, setting=v.setting, memory=v.facts.memory, inputs=inputs,
+                   outputs=outputs, warnings=v.warnings, same_as_written=v.same_as_written)
+
+
+def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,
+            variants: Sequence[VariantFacts]) -> Advice | None:
+    """The advisor's fix, with the peak measured by compiling it; ``None`` without
+    candidates or when the advisor was off."""
+    candidates = [b for b in inputs if b.candidate]
+    fix = next((v for v in variants if v.name == "advised"), None)
+    if not candidates or fix is None:
+        return None
+    return Advice(setting=fix.setting, add=fix.added,
+                  candidate_bytes=sum(b.bytes for b in candidates),
+                  peak_before=memory.peak_bytes if memory else None,
+                  peak_after=fix.facts.memory.peak_bytes if fix.facts else None,
+                  caveat=advice.CAVEAT)
 
 
 def environment() -> Environment:
@@ -57,26 +86,31 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None) -> Report:
                   functions=tuple(function_report(e) for e in entries))
 
 
-def run_and_report(target: Target) -> Report:
+def run_and_report(target: Target, *, advise: bool = False,
+                   request: VariantRequest | None = None,
+                   stop_after: int | None = None) -> Report:
     """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
 
-    Never raises for the target: how it ended (and its exit code) is in
-    ``report.run``, and whatever was captured before is reported.
+    ``advise``, ``request`` and ``stop_after`` are :func:`capture`'s. Never raises
+    for the target: how it ended (and its exit code) is in ``report.run``, and
+    whatever was captured before is reported.
     """
-    with capture() as session:
+    with capture(advise=advise, request=request, stop_after=stop_after) as session:
         result = run_target(target)
     return build_report(session.entries, RunInfo(
         target=target.name, argv=target.args, outcome=result.outcome,
         exit_code=result.exit_code, module=target.module, error=result.error))
 
 
-def analyze(jitted: Any, *args: Any, **kwargs: Any) -> FunctionReport:
+def analyze(jitted: Any, *args: Any, advise: bool = True, **kwargs: Any) -> FunctionReport:
     """Call ``jitted(*args, **kwargs)`` once and report what XLA compiled for it.
 
     ``jitted`` is any ``jax.jit`` object. The call is a real one: donated
     arguments are donated (and deleted) as without memscope, and the result is
     discarded. JAX's donation warnings are recorded only if this call is the one
-    that lowers the function.
+    that lowers the function. With ``advise`` (the default) the function is
+    also compiled with no donation, with every array argument donated and with
+    the advisor's donation, for ``variants`` and ``advice``.
 
     Returns:
         The :class:`FunctionReport` of that call.
@@ -89,7 +123,7 @@ def analyze(jitted: Any, *args: Any, **kwargs: Any) -> FunctionReport:
     fun = getattr(jitted, "__wrapped__", None)
     if fun is None or not _compat.is_jit_object(jitted):
         raise MemscopeError(f"analyze() needs a jax.jit object, got {type(jitted).__name__}")
-    with capture() as session:
+    with capture(advise=advise) as session:
         MeasuredJit(jitted, fun, session)(*args, **kwargs)
     if not session.entries:
         raise MemscopeError("analyze() was called inside a trace; nothing was compiled")

@@ -21,14 +21,53 @@ import os
 import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import numpy as np
 
-from memscope import _compat
-from memscope.compiled import CompiledFacts, read_compiled
+from memscope import _compat, advice
+from memscope.compiled import CompiledFacts, read_compiled, read_variant
+from memscope.donation import (
+    Argument,
+    Donation,
+    DonationSpec,
+    Style,
+    advised,
+    as_written,
+    donate_all,
+    donate_none,
+    resolve_spec,
+)
+from memscope.errors import MemscopeError, TargetStopped
+from memscope.fates import classify
+from memscope.report import VariantName
+
+
+@dataclass(frozen=True)
+class VariantRequest:
+    """Also compile the captured functions with the donation ``spec`` (``memscope diff``).
+
+    ``functions`` names the functions to do it for; ``None`` means all.
+    """
+
+    spec: DonationSpec
+    functions: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """One entry compiled with another donation; ``setting`` in jax.jit's keywords."""
+
+    name: VariantName
+    setting: str
+    facts: CompiledFacts | None
+    warnings: tuple[str, ...] = ()
+    same_as_written: bool = False
+    error: str | None = None
+    #: labels of the arguments this variant donates that the function does not
+    added: tuple[str, ...] = ()
 
 
 @dataclass
@@ -47,17 +86,49 @@ class Entry:
     facts: CompiledFacts | None = None
     warnings: tuple[str, ...] = ()
     error: str | None = None
+    #: the call's top-level dynamic arguments, and how the user spells donation
+    arguments: tuple[Argument, ...] = ()
+    style: Style = "argnames"
+    variants: list[VariantFacts] = field(default_factory=list)
+
+    @property
+    def setting(self) -> str | None:
+        """The donation as written, in jax.jit's keywords; ``None`` if unknown."""
+        if self.facts is None or (sum(len(a.leaves) for a in self.arguments)
+                                  != len(self.facts.program.donated)):
+            return None
+        return as_written(self.arguments, self.facts.program.donated).setting(
+            self.arguments, self.style)
 
 
 class Session:
     """The entries of one capture, in the order their first call happened."""
 
-    def __init__(self, proxy: Any) -> None:
+    def __init__(self, proxy: Any, *, advise: bool = False,
+                 request: VariantRequest | None = None,
+                 stop_after: int | None = None) -> None:
         self.entries: list[Entry] = []
         self.active = True
+        self.advise = advise
+        self.request = request
+        self.stop_after = stop_after
+        self.calls = 0
         self._proxy = proxy
         self._lock = threading.Lock()
         self._by_key: dict[Any, Entry] = {}
+
+    def count_call(self) -> None:
+        """Count one top-level jitted call; end the target once ``stop_after`` ran.
+
+        Raises:
+            TargetStopped: this call was number ``stop_after``.
+        """
+        with self._lock:
+            self.calls += 1
+            stop = self.stop_after is not None and self.calls == self.stop_after
+        if stop:
+            self.active = False  # nothing more to record, even if the target goes on
+            raise TargetStopped(self.calls)
 
     def lookup(self, key: Any) -> Entry | None:
         return self._by_key.get(key)
@@ -69,24 +140,34 @@ class Session:
                 self.entries.append(entry)
             return existing
 
-    def recording_warnings(self) -> contextlib.AbstractContextManager[list[str]]:
-        return self._proxy.recording()
+    def recording_warnings(self, *, emit: bool = True
+                           ) -> contextlib.AbstractContextManager[list[str]]:
+        return self._proxy.recording(emit=emit)
 
 
 @contextlib.contextmanager
-def capture() -> Iterator[Session]:
+def capture(*, advise: bool = False, request: VariantRequest | None = None,
+            stop_after: int | None = None) -> Iterator[Session]:
     """Record every jitted function called inside the block.
+
+    ``advise`` also compiles each signature with no donation, with every array
+    argument donated, and with the advisor's donation (one XLA compile each,
+    right after the call's first run). ``request`` compiles the donation a
+    ``memscope diff`` asked for. ``stop_after`` ends the block's code with
+    :class:`~memscope.errors.TargetStopped` once that many jitted calls ran.
 
     Jit objects made inside the block stay usable after it; they just stop
     recording.
     """
+    if stop_after is not None and stop_after < 1:
+        raise MemscopeError(f"stop_after must be at least 1, got {stop_after}")
     with _compat.lowering_warnings() as proxy:
-        session = Session(proxy)
+        session = Session(proxy, advise=advise, request=request, stop_after=stop_after)
 
-        def wrap(jitted: Any, fun: Callable[..., Any]) -> Any:
+        def wrap(jitted: Any, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
             if _is_jax_internal(fun):
                 return jitted
-            return MeasuredJit(jitted, fun, session)
+            return MeasuredJit(jitted, fun, session, options)
 
         try:
             with _compat.patched_make_jit(wrap):
@@ -103,11 +184,18 @@ class MeasuredJit:
     object JAX made, so code that uses them behaves as without memscope.
     """
 
-    def __init__(self, jitted: Any, fun: Callable[..., Any], session: Session) -> None:
+    def __init__(self, jitted: Any, fun: Callable[..., Any], session: Session,
+                 options: dict[str, Any] | None = None) -> None:
         self.__dict__.update(getattr(jitted, "__dict__", {}))
         self._memscope_jitted = jitted
         self._memscope_session = session
         self._memscope_spec = _compat.jit_spec(jitted)
+        self._memscope_fun = fun
+        # The user's own spelling (JAX fills in the other from the signature).
+        wrote_numbers = (options or {}).get("donate_argnums") is not None
+        wrote_names = (options or {}).get("donate_argnames") is not None
+        self._memscope_style: Style = ("argnums" if wrote_numbers and not wrote_names
+                                       else "argnames")
         self._memscope_name, self._memscope_source = definition(fun)
         self._memscope_code = getattr(inspect.unwrap(_base_function(fun)), "__code__", None)
         self._memscope_seen: dict[Any, Entry] = {}
@@ -134,9 +222,11 @@ class MeasuredJit:
             return jitted(*args, **kwargs)
         entry = self._memscope_seen.get(key)
         if entry is None:
-            return self._first_call(key, leaves, args, kwargs)
-        out = jitted(*args, **kwargs)
-        entry.calls += 1
+            out = self._first_call(key, leaves, args, kwargs)
+        else:
+            out = jitted(*args, **kwargs)
+            entry.calls += 1
+        self._memscope_session.count_call()
         return out
 
     def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
@@ -153,16 +243,75 @@ class MeasuredJit:
             out = self._memscope_jitted(*args, **kwargs)
         entry = Entry(name=self._memscope_name, source=self._memscope_source,
                       signature=_signature_text(key), spec=self._memscope_spec,
-                      warnings=tuple(lowering_warnings))
+                      warnings=tuple(lowering_warnings), style=self._memscope_style,
+                      arguments=_arguments(self._memscope_fun, self._memscope_spec,
+                                           args, kwargs))
+        shardings = [_describe_sharding(x) for x in leaves]
         try:
             entry.facts = read_compiled(self._memscope_jitted, args, kwargs,
-                                        shardings=[_describe_sharding(x) for x in leaves])
+                                        shardings=shardings)
         except Exception as e:  # never let the measurement break the program
             entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        if entry.facts is not None and (session.advise or session.request):
+            entry.variants = self._variants(entry, entry.facts, args, kwargs, shardings)
         entry = session.add(session_key, entry)
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out
+
+    def _variants(self, entry: Entry, facts: CompiledFacts, args: tuple[Any, ...],
+                  kwargs: dict[str, Any], shardings: list[str | None]
+                  ) -> list[VariantFacts]:
+        """Compile the donation variants the session asks for (one compile each)."""
+        session = self._memscope_session
+        arguments = entry.arguments
+        num_leaves = len(facts.program.inputs)
+        plan: list[tuple[VariantName, Donation]] = []
+        done: list[VariantFacts] = []
+        if sum(len(a.leaves) for a in arguments) != num_leaves:
+            return [VariantFacts("none", "n/a", None, error="the call's arguments do not "
+                                 "line up with the compiled program's; no variants")]
+        if session.advise:
+            plan += [("none", donate_none()), ("all", donate_all(arguments))]
+            inputs, outputs = classify(facts.program, entry.warnings)
+            chosen = advice.candidates(inputs, outputs)
+            if chosen:
+                written = as_written(arguments, facts.program.donated)
+                plan.append(("advised", advised(arguments, written, chosen)))
+        request = session.request
+        if request is not None and (request.functions is None
+                                    or entry.name in request.functions):
+            try:
+                plan.append(("requested", resolve_spec(
+                    request.spec, arguments, function=entry.name,
+                    parameters=_parameter_names(self._memscope_fun),
+                    static={*entry.spec.static_argnums, *entry.spec.static_argnames})))
+            except MemscopeError as e:
+                done.append(VariantFacts("requested", request.spec.text, None, error=str(e)))
+        for name, donation in plan:
+            done.append(self._variant(entry, facts, name, donation, args, kwargs, shardings))
+        return done
+
+    def _variant(self, entry: Entry, facts: CompiledFacts, name: VariantName,
+                 donation: Donation, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 shardings: list[str | None]) -> VariantFacts:
+        mask = donation.leaf_mask(entry.arguments, len(facts.program.inputs))
+        setting = donation.setting(entry.arguments, entry.style)
+        written = as_written(entry.arguments, facts.program.donated)
+        added = tuple(entry.arguments[i].label
+                      for i in sorted(donation.arguments - written.arguments))
+        if mask == facts.program.donated:
+            return VariantFacts(name, setting, facts, entry.warnings, same_as_written=True)
+        # JAX's warnings for a program the user never runs are not the user's.
+        with self._memscope_session.recording_warnings(emit=False) as lowering_warnings:
+            try:
+                variant = read_variant(self._memscope_jitted, args, kwargs, mask,
+                                       shardings=shardings)
+            except Exception as e:
+                return VariantFacts(name, setting, None, added=added,
+                                    error=f"could not compile with {setting}: "
+                                          f"{type(e).__name__}: {e}")
+        return VariantFacts(name, setting, variant, tuple(lowering_warnings), added=added)
 
     def _call_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                   ) -> tuple[Any, list[Any]]:
@@ -181,6 +330,54 @@ class MeasuredJit:
         key = (positional, named, treedef, tuple(_leaf_key(x) for x in leaves))
         hash(key)
         return key, leaves
+
+
+def _arguments(fun: Any, spec: _compat.JitSpec, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> tuple[Argument, ...]:
+    """The call's dynamic top-level arguments, each with its flat leaves in JAX's order
+    (positional arguments, then keyword arguments sorted by name)."""
+    params = _parameters(fun)
+    n = len(args)
+    static = {i % n for i in spec.static_argnums if -n <= i < n}
+    result = []
+    start = 0
+
+    def add(value: Any, position: int | None, name: str | None, by_name: bool) -> None:
+        nonlocal start
+        leaves = jax.tree_util.tree_leaves(value)
+        result.append(Argument(position=position, name=name, by_name=by_name,
+                               leaves=tuple(range(start, start + len(leaves))),
+                               has_arrays=any(isinstance(x, jax.Array | np.ndarray)
+                                              for x in leaves)))
+        start += len(leaves)
+
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    for i, value in enumerate(args):
+        if i in static:
+            continue
+        p = params[i] if params is not None and i < len(params) else None
+        named = p is not None and p.kind in positional
+        add(value, i, p.name if p is not None and named else None,
+            p is not None and p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    for name in sorted(kwargs):
+        if name not in spec.static_argnames:
+            add(kwargs[name], None, name, True)
+    return tuple(result)
+
+
+def _parameters(fun: Any) -> list[inspect.Parameter] | None:
+    try:
+        return list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def _parameter_names(fun: Any) -> tuple[str, ...] | None:
+    params = _parameters(fun)
+    if params is None:
+        return None
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return tuple(p.name for p in params if p.kind not in variadic)
 
 
 def _leaf_key(x: Any) -> tuple[Any, Any, Any, Any]:

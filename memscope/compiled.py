@@ -45,6 +45,23 @@ def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
                          program=_program(traced, lowered, compiled, shardings))
 
 
+def read_variant(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
+                 donated: Sequence[bool], *,
+                 shardings: Sequence[str | None] = ()) -> CompiledFacts:
+    """Compile ``jitted`` for ``args`` as if it donated the flat leaves in ``donated``.
+
+    One real XLA compile of a program the user's code never runs. The jaxpr
+    is JAX's cached trace of the call (the function is not traced again) and
+    the executable is not kept in JAX's caches. JAX's donation warnings for
+    the variant are raised as usual; the caller decides what to do with them.
+    """
+    traced = _compat.with_donation(jitted.trace(*args, **kwargs), tuple(donated))
+    lowered = traced.lower()
+    compiled = _compat.compile_uncached(lowered)
+    return CompiledFacts(memory=memory_figures(compiled.memory_analysis()),
+                         program=_program(traced, lowered, compiled, shardings))
+
+
 def memory_figures(stats: Any) -> Memory:
     """Turn ``memory_analysis()`` into :class:`Memory`; ``None`` stats -> all unknown."""
     if stats is None:

@@ -34,3 +34,15 @@ class TargetError(MemscopeError):
 
 class ReportFormatError(MemscopeError):
     """A file given as a memscope report is not one."""
+
+
+class TargetStopped(BaseException):
+    """Raised inside the target to end it once ``--stop-after N`` jitted calls ran.
+
+    A ``BaseException`` like ``KeyboardInterrupt``, so that the target's own
+    ``except Exception`` handlers let it through.
+    """
+
+    def __init__(self, calls: int) -> None:
+        super().__init__(f"stopped after {calls} jitted calls")
+        self.calls = calls

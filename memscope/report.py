@@ -27,6 +27,7 @@ SCHEMA = "memscope.report/1"
 InputFate = Literal["aliased", "donor", "unusable", "pruned", "not_donated"]
 OutputFate = Literal["reuses_input", "copy_of_input", "new"]
 Outcome = Literal["completed", "failed", "interrupted", "stopped"]
+VariantName = Literal["none", "all", "advised", "requested"]
 
 INPUT_FATES: tuple[str, ...] = get_args(InputFate)
 OUTPUT_FATES: tuple[str, ...] = get_args(OutputFate)
@@ -84,6 +85,8 @@ class InputBuffer:
     sharding: str | None = None
     parameter: int | None = None
     in_warning: bool = False
+    candidate: bool = False
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,44 @@ class OutputBuffer:
     bytes: int
     fate: OutputFate
     input: str | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The same function and signature compiled with another donation.
+
+    Measured, never estimated: ``memory`` and the fates come from compiling
+    the function with ``setting`` (in ``jax.jit``'s own keywords). When the
+    setting is the one the function was written with, nothing is compiled
+    again and ``same_as_written`` is true. ``error`` says why a variant could
+    not be compiled or the request could not be applied.
+    """
+
+    name: VariantName
+    setting: str
+    memory: Memory | None
+    inputs: tuple[InputBuffer, ...] = ()
+    outputs: tuple[OutputBuffer, ...] = ()
+    warnings: tuple[str, ...] = ()
+    same_as_written: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What to donate, in the user's own terms, and what it was measured to save.
+
+    ``setting`` is the whole donation to write in ``jax.jit(...)`` (what is
+    donated already, plus ``add``). ``peak_after`` comes from compiling with
+    that setting; ``None`` if that compile failed.
+    """
+
+    setting: str
+    add: tuple[str, ...]
+    candidate_bytes: int
+    peak_before: int | None
+    peak_after: int | None
+    caveat: str
 
 
 @dataclass(frozen=True)
@@ -117,19 +158,30 @@ class FunctionReport:
     donate_argnums: tuple[int, ...] = ()
     donate_argnames: tuple[str, ...] = ()
     error: str | None = None
+    variants: tuple[Variant, ...] = ()
+    advice: Advice | None = None
+    #: the donation as written, in jax.jit's keywords (``donate_argnums=(0,)``)
+    setting: str | None = None
+
+    def variant(self, name: str) -> Variant | None:
+        """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""
+        return next((v for v in self.variants if v.name == name), None)
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per buffer (inputs, then outputs), for analysis and export."""
         import pandas as pd
 
         rows = [{"kind": "input", "path": b.path, "shape": b.shape, "dtype": b.dtype,
-                 "bytes": b.bytes, "donated": b.donated, "fate": b.fate, "partner": b.output}
+                 "bytes": b.bytes, "donated": b.donated, "fate": b.fate, "partner": b.output,
+                 "candidate": b.candidate, "reason": b.reason}
                 for b in self.inputs]
         rows += [{"kind": "output", "path": b.path, "shape": b.shape, "dtype": b.dtype,
-                  "bytes": b.bytes, "donated": None, "fate": b.fate, "partner": b.input}
+                  "bytes": b.bytes, "donated": None, "fate": b.fate, "partner": b.input,
+                  "candidate": None, "reason": None}
                  for b in self.outputs]
         return pd.DataFrame(rows, columns=["kind", "path", "shape", "dtype", "bytes",
-                                           "donated", "fate", "partner"])
+                                           "donated", "fate", "partner", "candidate",
+                                           "reason"])
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 ``sys.argv`` is ``[SCRIPT, *ARGS]``, ``sys.path[0]`` is the script's folder (the
 working directory for ``-m``), and the target's stdout is left alone. However
-the target ends (returning, ``sys.exit(n)``, an uncaught exception, Ctrl-C), the
+the target ends (returning, ``sys.exit(n)``, an uncaught exception, Ctrl-C, or
+memscope's own :class:`~memscope.errors.TargetStopped` for ``--stop-after``), the
 caller gets a :class:`RunResult` back instead of an exception, so what was
 captured can still be reported.
 """
@@ -18,7 +19,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_RAISED, TargetError
+from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_RAISED, TargetError, TargetStopped
 from memscope.report import Outcome
 
 _PYTHON_SUFFIXES = (".py", ".pyw")
@@ -93,6 +94,8 @@ def run_target(target: Target) -> RunResult:
                 runpy.run_path(target.name, run_name="__main__")
         except SystemExit as e:
             return _exit_result(e.code)
+        except TargetStopped:
+            return RunResult("stopped", 0)
         except KeyboardInterrupt as e:
             _print_traceback(e)
             return RunResult("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt")

@@ -17,3 +17,10 @@ def format_bytes(n: int | None) -> str:
         if abs(value) < 1024 or unit == _IEC[-1]:
             return f"{value:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def format_change(n: int | None) -> str:
+    """A signed difference: ``+1.5 KiB``, ``-4 B``, ``0 B``; ``None`` -> ``n/a``."""
+    if n is None:
+        return "n/a"
+    return ("+" if n > 0 else "") + format_bytes(n)

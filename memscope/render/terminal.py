@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memscope.report import FunctionReport, InputBuffer, Report
-from memscope.units import format_bytes
+from memscope.report import FunctionReport, InputBuffer, Memory, Report
+from memscope.units import format_bytes, format_change
 
 #: Width when writing to a pipe or file and COLUMNS is not set.
 PIPE_WIDTH = 120
@@ -124,9 +124,10 @@ def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) 
     table.add_column("fate", no_wrap=True)
     table.add_column("partner", overflow="fold")
     for b in fn.inputs:
+        partner = b.output or ("candidate" if b.candidate else "")
         table.add_row(b.path, _shape(b.shape), b.dtype, format_bytes(b.bytes),
                       "yes" if b.donated else "no", Text(b.fate, FATE_STYLES[b.fate]),
-                      b.output or "")
+                      Text(partner, "magenta" if b.candidate else ""))
     if fn.inputs and fn.outputs:
         table.add_section()
     for o in fn.outputs:
@@ -135,6 +136,81 @@ def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) 
     console.print(table)
     for note in _notes(fn):
         console.print(note, overflow="fold")
+    if fn.variants:
+        console.print(_variants_table(fn, table_box))
+        for line in _variant_settings(fn):
+            console.print(line, overflow="fold")
+    for line in _advice(fn):
+        console.print(line, overflow="fold")
+
+
+#: Column titles of the variants, in the order they are shown.
+VARIANT_TITLES = {"none": "no donation", "all": "donate all", "advised": "advised",
+                  "requested": "requested"}
+FIGURES = (("argument", "argument_bytes"), ("output", "output_bytes"),
+           ("alias", "alias_bytes"), ("temp", "temp_bytes"), ("peak", "peak_bytes"))
+
+
+def _variants_table(fn: FunctionReport, table_box: box.Box) -> Table:
+    variants = sorted(fn.variants, key=lambda v: list(VARIANT_TITLES).index(v.name))
+    table = Table(title="Donation variants (each compiled and measured)", box=table_box,
+                  title_justify="left")
+    table.add_column("", no_wrap=True)
+    table.add_column("as written", justify="right", no_wrap=True)
+    for v in variants:
+        table.add_column(VARIANT_TITLES[v.name], justify="right", no_wrap=True)
+    for label, attr in FIGURES:
+        table.add_row(label, _figure(fn.memory, attr),
+                      *(_figure(v.memory, attr) for v in variants))
+    table.add_row("unusable", str(len(_unusable(fn.inputs))),
+                  *("n/a" if v.memory is None else str(len(_unusable(v.inputs)))
+                    for v in variants))
+    return table
+
+
+def _variant_settings(fn: FunctionReport) -> list[Text]:
+    variants = sorted(fn.variants, key=lambda v: list(VARIANT_TITLES).index(v.name))
+    rows: list[tuple[str, str, str, str | None]] = [
+        ("as written", fn.setting or "n/a", "", None)]
+    for v in variants:
+        extra = " (as written, not compiled again)" if v.same_as_written else ""
+        unusable = _unusable(v.inputs)
+        if unusable:
+            extra += f"; unusable: {', '.join(unusable)}"
+        rows.append((VARIANT_TITLES[v.name], v.setting, extra, v.error))
+    width = max(len(title) for title, *_ in rows) + 2
+    lines = []
+    for title, setting, extra, error in rows:
+        line = Text(f"  {title + ':':<{width}}{setting}{extra}")
+        if error:
+            line.append(f" ({error})", "red")
+        lines.append(line)
+    return lines
+
+
+def _figure(memory: Memory | None, attr: str) -> str:
+    return format_bytes(getattr(memory, attr) if memory is not None else None)
+
+
+def _unusable(inputs: tuple[InputBuffer, ...]) -> list[str]:
+    return [b.path for b in inputs if b.fate == "unusable"]
+
+
+def _advice(fn: FunctionReport) -> list[Text]:
+    a = fn.advice
+    if a is None:
+        return []
+    count = sum(b.candidate for b in fn.inputs)
+    peak = f"peak {format_bytes(a.peak_before)} -> {format_bytes(a.peak_after)}"
+    if a.peak_before is not None and a.peak_after is not None:
+        peak += f" ({format_change(a.peak_after - a.peak_before)}, measured)"
+    return [
+        Text.assemble(("Advice: ", "bold magenta"), f"jit {fn.name} with ",
+                      (a.setting, "bold"), f" (adds {', '.join(a.add)})."),
+        Text(f"  {count} candidate {'leaves' if count != 1 else 'leaf'}, "
+             f"{format_bytes(a.candidate_bytes)}; {peak}."),
+        Text(f"  {a.caveat}", style="dim"),
+    ]
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -151,9 +227,11 @@ def _notes(fn: FunctionReport) -> list[Text]:
             line.append(f" That is: {', '.join(warned)}.")
         notes.append(line)
     for b in fn.inputs:
-        if b.fate == "unusable" and not b.in_warning:
+        if b.reason is not None:
+            notes.append(Text.assemble((f"{b.path}", "bold"), f" ({b.fate}): {b.reason}"))
+        elif b.fate == "unusable" and not b.in_warning:
             notes.append(_unusable_note(b))
-        if b.fate == "donor":
+        elif b.fate == "donor":
             used = (f"XLA reused it for {b.output}." if b.output else
                     "XLA did not use it, so it stays allocated.")
             notes.append(Text(f"{b.path} was offered to XLA as an optional donor "

@@ -1,0 +1,171 @@
+"""Pure functions: classified buffers -> donation candidates, and every fate in words.
+
+No JAX here. The explanations replay the rule JAX applies while lowering
+(``mlir._set_up_aliases``): outputs, in order, each take the first donated
+argument left with the same shape and dtype as a fixed alias; donated arguments
+still left then take an unmatched output with the same element count, as an
+optional buffer donor XLA may or may not use; whatever is left is "not usable".
+Replaying it tells *why* a leaf ended where the compiled program says it did.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from memscope.report import InputBuffer, OutputBuffer
+from memscope.units import format_bytes
+
+CAVEAT = ("Donate only arguments the program does not read after the call: a donated "
+          "array is deleted by the call.")
+
+Aval = tuple[tuple[int, ...], str]
+
+
+def _aval(b: InputBuffer | OutputBuffer) -> Aval:
+    return b.shape, b.dtype
+
+
+def _aval_text(b: InputBuffer | OutputBuffer) -> str:
+    return f"{b.dtype}[{','.join(map(str, b.shape))}]"
+
+
+def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]
+               ) -> dict[int, int]:
+    """Non-donated input leaves an output could take over: ``{input: output}``.
+
+    An output that reuses no input can take a non-donated input of its shape
+    and dtype. An input the output merely copies is paired first, since
+    donating it also removes the copy.
+    """
+    free: dict[Aval, deque[int]] = defaultdict(deque)
+    for j, o in enumerate(outputs):
+        if o.fate != "reuses_input":
+            free[_aval(o)].append(j)
+    copied = {o.input: j for j, o in enumerate(outputs) if o.fate == "copy_of_input"}
+    chosen: dict[int, int] = {}
+    open_inputs = [i for i, b in enumerate(inputs) if b.fate == "not_donated"]
+    for i in open_inputs:
+        copy = copied.get(inputs[i].path)
+        if copy is not None and copy in free[_aval(inputs[i])]:
+            free[_aval(inputs[i])].remove(copy)
+            chosen[i] = copy
+    for i in open_inputs:
+        queue = free[_aval(inputs[i])]
+        if i not in chosen and queue:
+            chosen[i] = queue.popleft()
+    return dict(sorted(chosen.items()))
+
+
+@dataclass(frozen=True)
+class _Pairing:
+    same_aval: dict[int, int]   # donated input -> output JAX would alias it with
+    same_size: dict[int, int]   # donated input -> output JAX would offer it to as a donor
+
+
+def _replay_jax(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]) -> _Pairing:
+    donated = [i for i, b in enumerate(inputs) if b.donated and b.fate != "pruned"]
+    by_aval: dict[Aval, deque[int]] = defaultdict(deque)
+    for i in donated:
+        by_aval[_aval(inputs[i])].append(i)
+    same_aval: dict[int, int] = {}
+    for j, o in enumerate(outputs):
+        queue = by_aval.get(_aval(o))
+        if queue:
+            same_aval[queue.popleft()] = j
+    taken = set(same_aval.values())
+    by_size: dict[int, deque[int]] = defaultdict(deque)
+    for j, o in enumerate(outputs):
+        if j not in taken:
+            by_size[math.prod(o.shape)].append(j)
+    same_size: dict[int, int] = {}
+    for i in donated:
+        queue = by_size[math.prod(inputs[i].shape)]
+        if i not in same_aval and queue:
+            same_size[i] = queue.popleft()
+    return _Pairing(same_aval, same_size)
+
+
+def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]
+             ) -> tuple[InputBuffer, ...]:
+    """Every input with ``candidate`` set and, where a fate needs one, a ``reason``.
+
+    Each reason says why the leaf ended as it did and what to change.
+    """
+    pairing = _replay_jax(inputs, outputs)
+    chosen = candidates(inputs, outputs)
+    result = []
+    for i, b in enumerate(inputs):
+        reason = None
+        if b.fate == "donor":
+            reason = _donor_reason(b, i, pairing, outputs)
+        elif b.fate == "unusable":
+            reason = _unusable_reason(b, i, pairing, inputs, outputs)
+        elif i in chosen:
+            o = outputs[chosen[i]]
+            what = "a copy of it" if o.fate == "copy_of_input" else "a new buffer"
+            reason = (f"{o.path} has the same shape and dtype and is {what}; donating "
+                      f"{b.path} lets {o.path} reuse its buffer and saves "
+                      f"{format_bytes(b.bytes)}, if the caller does not read {b.path} "
+                      "after the call.")
+        result.append(replace(b, candidate=i in chosen, reason=reason))
+    return tuple(result)
+
+
+def _donor_reason(b: InputBuffer, i: int, pairing: _Pairing,
+                  outputs: Sequence[OutputBuffer]) -> str:
+    if b.output is not None:
+        used = f"XLA used it for {b.output}."
+    else:
+        used = "XLA did not use it, so it stays allocated."
+    if i in pairing.same_aval:
+        o = outputs[pairing.same_aval[i]]
+        fix = ("Nothing to change; to make the alias fixed, give the function out_shardings "
+               "that match this input." if b.output else
+               "Give the function out_shardings that match this input so JAX can fix the "
+               "alias, or stop donating it.")
+        return (f"JAX matched it with {o.path} (same shape and dtype) but left the alias to "
+                "XLA, because that output's sharding is left to the compiler or its layout "
+                f"differs. {used} {fix}")
+    if i in pairing.same_size:
+        o = outputs[pairing.same_size[i]]
+        fix = (f"Nothing to change; returning a {_aval_text(b)} output would make the "
+               "alias fixed." if b.output else
+               f"Return a {_aval_text(b)} output that can reuse it, or stop donating "
+               f"{b.path}.")
+        return (f"No output of its shape and dtype was left, but {o.path} "
+                f"({_aval_text(o)}) has the same element count, so JAX offered it to XLA "
+                f"as an optional donor. {used} {fix}")
+    fix = "Nothing to change." if b.output else f"Stop donating {b.path}."
+    return ("JAX offered every donation to XLA as an optional donor, as it does when output "
+            f"shardings are left to the compiler. {used} {fix}")
+
+
+def _unusable_reason(b: InputBuffer, i: int, pairing: _Pairing,
+                     inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]) -> str:
+    aval = _aval(b)
+    same = [j for j, o in enumerate(outputs) if _aval(o) == aval]
+    if i in pairing.same_aval or i in pairing.same_size:
+        o = outputs[pairing.same_aval.get(i, pairing.same_size.get(i, 0))]
+        return (f"{o.path} could take it by shape and element count, but JAX would not "
+                "pair them: their memory kinds differ. Put the input and the output in the "
+                "same memory kind (out_shardings with the input's memory_kind), or stop "
+                f"donating {b.path}.")
+    if same:
+        takers = {j: k for k, j in pairing.same_aval.items()}
+        taken = ", ".join(f"{outputs[j].path} <- {inputs[takers[j]].path}"
+                          for j in same if j in takers)
+        return (f"Every output of {_aval_text(b)} is already written into an earlier "
+                f"donated argument ({taken}). Return an updated {b.path} too, or donate "
+                f"only as many {_aval_text(b)} arguments as the function returns.")
+    size = math.prod(b.shape)
+    same_size = [o.path for o in outputs if math.prod(o.shape) == size]
+    if same_size:
+        return (f"No output is {_aval_text(b)}, and the outputs with its {size} elements "
+                f"({', '.join(same_size)}) are taken by other donated arguments. Stop "
+                f"donating {b.path}, or return its updated value.")
+    return (f"No output is {_aval_text(b)} or has its {size} elements, so its buffer "
+            f"cannot be reused. Stop donating {b.path} (the function does not return a "
+            "new value for it), or return its updated value.")

@@ -1,0 +1,53 @@
+"""Options and checks shared by the subcommands that run a target."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from memscope.errors import MemscopeError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def module_option(f: F) -> F:
+    return click.option("-m", "--module", "as_module", is_flag=True,
+                        help="Run SCRIPT as a module, like python -m.")(f)
+
+
+def output_option(f: F) -> F:
+    return click.option("-o", "--output", metavar="FILE.json",
+                        help="Also save the report as JSON (written however the run "
+                             "ends).")(f)
+
+
+def stop_after_option(f: F) -> F:
+    return click.option("--stop-after", type=click.IntRange(min=1), metavar="N",
+                        help="End the target once N jitted calls have run (each "
+                             "signature needs only its first call); the run's outcome "
+                             "is then 'stopped'.")(f)
+
+
+def check_writable(path: str) -> None:
+    """Fail before the run, so a long training run is not lost to a typo.
+
+    Raises:
+        MemscopeError: the path is empty, a folder, or in a missing or read-only folder.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    if not path:
+        raise MemscopeError("cannot write the report: the --output path is empty")
+    if os.path.isdir(path):
+        raise MemscopeError(f"cannot write the report to {path}: it is a folder")
+    if not os.path.isdir(folder):
+        raise MemscopeError(f"cannot write the report to {path}: no folder {folder}")
+    if not os.access(folder, os.W_OK):
+        raise MemscopeError(f"cannot write the report to {path}: {folder} is not writable")
+
+
+def nothing_called(target: str, outcome: str) -> str:
+    ended = "" if outcome in ("completed", "stopped") else f" before it {outcome}"
+    return f"memscope: {target} called no jitted function{ended}; nothing to report"

@@ -1,0 +1,129 @@
+"""``memscope diff``: what another donation would change, or what changed between reports."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from memscope.analysis import run_and_report
+from memscope.capture import VariantRequest
+from memscope.cli._common import (
+    check_writable,
+    module_option,
+    nothing_called,
+    output_option,
+    stop_after_option,
+)
+from memscope.compare import FunctionDiff, compare_reports, compare_variant
+from memscope.donation import parse_spec
+from memscope.errors import EXIT_USAGE, MemscopeError
+from memscope.render.diff import render_diff
+from memscope.report import FunctionReport, load_report, save_report
+from memscope.runner import Target, check_target
+
+
+class _DiffCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            # diff's own options may follow SCRIPT, so the script's go after "--".
+            raise click.UsageError(
+                f"No such option: {e.option_name}. memscope diff reads its own options "
+                "anywhere, so the script's go after --, as in: memscope diff train.py "
+                "--donate 0 -- --lr 3e-4", ctx) from None
+
+
+@click.command(cls=_DiffCommand)
+@click.option("--donate", "spec", metavar="SPEC",
+              help="The donation to compare with the one written: argument numbers "
+                   "(0 or 0,2), argument names (opt_state), all, or none.")
+@click.option("--function", "functions", metavar="NAME", multiple=True,
+              help="Compare only this function (repeatable); all by default.")
+@click.option("--only-changed", is_flag=True, help="Leave out functions that are the same.")
+@module_option
+@stop_after_option
+@output_option
+@click.argument("target", metavar="SCRIPT|OLD.json")
+@click.argument("args", nargs=-1)
+@click.pass_context
+def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_changed: bool,
+         as_module: bool, stop_after: int | None, output: str | None, target: str,
+         args: tuple[str, ...]) -> None:
+    """Compare a script's functions as written with another donation, each compiled
+    and measured:
+
+      memscope diff train.py --donate opt_state [-- SCRIPT-OPTIONS...]
+
+    or compare two saved reports, function by function:
+
+      memscope diff OLD.json NEW.json [--only-changed]
+
+    The script runs as under `memscope run`; the exit code is its own (0 when
+    --stop-after ended it), or 2 when a SPEC or function name does not apply.
+    """
+    if target.endswith(".json") and not as_module:
+        _diff_reports(target, args, spec, functions, only_changed, stop_after)
+        return
+    if spec is None:
+        raise MemscopeError("give the donation to compare with --donate SPEC (argument "
+                            "numbers, names, all or none); to compare two reports give "
+                            "OLD.json NEW.json")
+    request = VariantRequest(parse_spec(spec), frozenset(functions) or None)
+    what = Target(target, tuple(args), module=as_module)
+    check_target(what)
+    if output is not None:
+        check_writable(output)
+    report = run_and_report(what, request=request, stop_after=stop_after)
+    assert report.run is not None
+    if output is not None:
+        save_report(report, output)
+    if not report.functions:
+        click.echo(nothing_called(target, report.run.outcome), err=True)
+        ctx.exit(report.run.exit_code or EXIT_USAGE)
+    chosen = _chosen(report.functions, functions)
+    diffs = [compare_variant(fn, v) for fn in chosen
+             if (v := fn.variant("requested")) is not None]
+    shown = [d for d in diffs if not (only_changed and d.verdict == "same")]
+    render_diff(f"{target}: as written vs --donate {spec}", shown, sys.stdout,
+                before="as written", after=f"--donate {spec}")
+    failed = [d for d in diffs if d.verdict == "error"]
+    if failed:
+        raise MemscopeError(f"{failed[0].name}: {failed[0].error}")
+    ctx.exit(report.run.exit_code)
+
+
+def _diff_reports(old_path: str, args: Sequence[str], spec: str | None,
+                  functions: Sequence[str], only_changed: bool, stop_after: Any) -> None:
+    if spec is not None or stop_after is not None:
+        raise MemscopeError("--donate and --stop-after apply to a script; two reports are "
+                            "compared as they were saved")
+    if len(args) != 1:
+        raise MemscopeError("give two reports to compare: memscope diff OLD.json NEW.json")
+    old, new = load_report(old_path), load_report(args[0])
+    diffs: Sequence[FunctionDiff] = compare_reports(old, new)
+    if functions:
+        _chosen((*old.functions, *new.functions), functions)  # unknown names are errors
+        diffs = [d for d in diffs if d.name in functions]
+    if only_changed:
+        diffs = [d for d in diffs if d.verdict != "same"]
+    render_diff(f"{old_path} -> {args[0]}", diffs, sys.stdout, before="old", after="new")
+
+
+def _chosen(captured: Sequence[FunctionReport], names: Sequence[str]
+            ) -> list[FunctionReport]:
+    """The functions named (all if none), in report order.
+
+    Raises:
+        MemscopeError: a name no captured function has; the message lists them.
+    """
+    known = list(dict.fromkeys(fn.name for fn in captured))
+    for name in names:
+        if name not in known:
+            raise MemscopeError(f"--function {name}: no captured function has that name; "
+                                f"captured: {', '.join(known)}")
+    return [fn for fn in captured if not names or fn.name in names]
+

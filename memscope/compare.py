@@ -1,0 +1,142 @@
+"""Pure comparisons: a function against a variant of itself, or two saved reports.
+
+No JAX and no printing: reports in, frozen :class:`FunctionDiff` records out, for
+``memscope diff`` to render.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report, Variant
+
+Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
+
+#: The memory figures compared, by report field.
+FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
+
+
+@dataclass(frozen=True)
+class FigureChange:
+    name: str
+    before: int | None
+    after: int | None
+
+    @property
+    def change(self) -> int | None:
+        return None if self.before is None or self.after is None else self.after - self.before
+
+
+@dataclass(frozen=True)
+class LeafChange:
+    """One buffer whose fate (or partner) differs; ``None`` where it does not exist."""
+
+    kind: Literal["input", "output"]
+    path: str
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True)
+class FunctionDiff:
+    """One function compared before and after (a donation variant, or a newer report)."""
+
+    name: str
+    source: str | None
+    signature: str
+    verdict: Verdict
+    before_setting: str | None = None
+    after_setting: str | None = None
+    figures: tuple[FigureChange, ...] = ()
+    leaves: tuple[LeafChange, ...] = ()
+    error: str | None = None
+
+
+def compare_variant(fn: FunctionReport, variant: Variant) -> FunctionDiff:
+    """``fn`` as written against ``variant``, both as compiled."""
+    if variant.error is not None or variant.memory is None:
+        return FunctionDiff(fn.name, fn.source, fn.signature, "error",
+                            fn.setting, variant.setting, error=variant.error)
+    return _diff(fn, fn.setting, variant.setting, fn.memory, variant.memory,
+                 (fn.inputs, fn.outputs), (variant.inputs, variant.outputs))
+
+
+def compare_reports(old: Report, new: Report) -> tuple[FunctionDiff, ...]:
+    """Every function of either report, matched by name and signature (and by
+    source file where that alone is ambiguous), in the new report's order."""
+    old_by_key = _keyed(old.functions)
+    new_by_key = _keyed(new.functions)
+    diffs = []
+    for key, fn in new_by_key.items():
+        before = old_by_key.get(key)
+        if before is None:
+            diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "new",
+                                      after_setting=fn.setting))
+        else:
+            diffs.append(_diff(fn, before.setting, fn.setting, before.memory, fn.memory,
+                               (before.inputs, before.outputs), (fn.inputs, fn.outputs)))
+    for key, fn in old_by_key.items():
+        if key not in new_by_key:
+            diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "gone",
+                                      before_setting=fn.setting))
+    return tuple(diffs)
+
+
+def _keyed(functions: Sequence[FunctionReport]) -> dict[tuple[str, ...], FunctionReport]:
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for fn in functions:
+        counts[fn.name, fn.signature] += 1
+    keyed: dict[tuple[str, ...], FunctionReport] = {}
+    for fn in functions:
+        key: tuple[str, ...] = (fn.name, fn.signature)
+        if counts[fn.name, fn.signature] > 1:  # lines move between versions; files do not
+            key += ((fn.source or "").rsplit(":", 1)[0],)
+        keyed.setdefault(key, fn)
+    return keyed
+
+
+Buffers = tuple[Sequence[InputBuffer], Sequence[OutputBuffer]]
+
+
+def _diff(fn: FunctionReport, before_setting: str | None, after_setting: str | None,
+          before: Memory | None, after: Memory | None, old: Buffers,
+          new: Buffers) -> FunctionDiff:
+    figures = tuple(FigureChange(name, getattr(before, name, None), getattr(after, name, None))
+                    for name in FIGURES)
+    leaves = _leaf_changes("input", old[0], new[0]) + _leaf_changes("output", old[1], new[1])
+    return FunctionDiff(fn.name, fn.source, fn.signature,
+                        _verdict(figures, leaves, old[0], new[0]),
+                        before_setting, after_setting, figures, leaves)
+
+
+def _fate(b: InputBuffer | OutputBuffer) -> str:
+    partner = b.output if isinstance(b, InputBuffer) else b.input
+    return f"{b.fate} {partner}" if partner else b.fate
+
+
+def _leaf_changes(kind: Literal["input", "output"], old: Sequence[InputBuffer | OutputBuffer],
+                  new: Sequence[InputBuffer | OutputBuffer]) -> tuple[LeafChange, ...]:
+    before = {b.path: _fate(b) for b in old}
+    after = {b.path: _fate(b) for b in new}
+    paths = [b.path for b in new] + [b.path for b in old if b.path not in after]
+    return tuple(LeafChange(kind, p, before.get(p), after.get(p))
+                 for p in paths if before.get(p) != after.get(p))
+
+
+def _verdict(figures: Sequence[FigureChange], leaves: Sequence[LeafChange],
+             old: Sequence[InputBuffer], new: Sequence[InputBuffer]) -> Verdict:
+    peak = next(f for f in figures if f.name == "peak_bytes").change
+    lost_alias = {b.path for b in old if b.fate == "aliased"} - {
+        b.path for b in new if b.fate == "aliased"}
+    more_unusable = (sum(b.fate == "unusable" for b in new)
+                     > sum(b.fate == "unusable" for b in old))
+    if (peak is not None and peak > 0) or lost_alias or more_unusable:
+        return "worse"
+    if peak is not None and peak < 0:
+        return "better"
+    if leaves or any(f.change for f in figures):
+        return "changed"
+    return "same"

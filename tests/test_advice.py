@@ -1,0 +1,232 @@
+"""The advisor: variant figures and fates against JAX's own compiles, advice that works.
+
+Every variant figure is compared with ``jax.jit(f, donate_argnums=...).lower(...)
+.compile().memory_analysis()`` computed directly; every variant fate with what
+JAX does to the buffers when that donation really runs; and the printed advice,
+applied to a sample program, makes its candidates ``aliased`` and lowers the
+peak by exactly the amount memscope measured.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import monitoring
+
+from memscope.analysis import analyze, run_and_report
+from memscope.capture import capture
+from memscope.runner import Target
+from tests.truth import assert_matches_runtime, fates
+from tests.truth import run_and_report as run_truth
+
+NOT_USABLE = "ignore:Some donated buffers were not usable"
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
+FIGURES = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
+           "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
+           "peak_bytes": "peak_memory_in_bytes"}
+
+
+def step(params, opt_state, batch):
+    grads = jax.tree.map(lambda p: p * jnp.mean(batch), params)
+    new_params = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+    new_opt = jax.tree.map(lambda o, g: 0.9 * o + g, opt_state, grads)
+    return new_params, new_opt, jnp.mean(batch)
+
+
+def args():
+    params = {"w": jnp.ones((128, 64)), "b": jnp.ones(64)}
+    opt_state = {"w": jnp.zeros((128, 64)), "b": jnp.zeros(64)}
+    return params, opt_state, jnp.ones((16, 128))
+
+
+def direct_figures(donate):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stats = jax.jit(step, donate_argnums=donate).lower(*args()).compile().memory_analysis()
+    return {ours: getattr(stats, theirs) for ours, theirs in FIGURES.items()}
+
+
+def figures(memory):
+    return {name: getattr(memory, name) for name in FIGURES}
+
+
+@pytest.mark.parametrize("written", [(), (0,), (0, 1, 2)])
+def test_variant_figures_equal_memory_analysis_of_that_donation(written):
+    report = analyze(jax.jit(step, donate_argnums=written), *args())
+    donations = {"none": (), "all": (0, 1, 2), "advised": (0, 1)}
+    assert [v.name for v in report.variants] == (
+        ["none", "all", "advised"] if written != (0, 1, 2) else ["none", "all"])
+    for v in report.variants:
+        assert v.error is None
+        assert figures(v.memory) == direct_figures(donations[v.name]), v.name
+        assert v.same_as_written == (donations[v.name] == written)
+    assert figures(report.memory) == direct_figures(written)
+
+
+def test_variant_fates_are_what_that_donation_does_at_run_time():
+    report = analyze(jax.jit(step), *args())
+    advised = report.variant("advised")
+    assert advised.setting == 'donate_argnames=("params", "opt_state")'
+    truth, inputs, pointers, out = run_truth(
+        lambda: jax.jit(step, donate_argnames=("params", "opt_state")), *args())
+    assert_matches_runtime(truth, inputs, pointers, out)
+    assert {b.path: b.fate for b in advised.inputs} == {b.path: b.fate for b in truth.inputs}
+    assert ({b.path: (b.fate, b.input) for b in advised.outputs}
+            == {b.path: (b.fate, b.input) for b in truth.outputs})
+
+
+def test_advice_names_the_fix_in_the_users_terms_with_the_measured_peaks():
+    report = analyze(jax.jit(step, donate_argnames=("params",)), *args())
+    a = report.advice
+    assert a.setting == 'donate_argnames=("params", "opt_state")'
+    assert a.add == ("opt_state",)
+    candidates = [b.path for b in report.inputs if b.candidate]
+    assert candidates == ["opt_state['b']", "opt_state['w']"]
+    assert a.candidate_bytes == (64 + 128 * 64) * 4
+    assert a.peak_before == direct_figures((0,))["peak_bytes"]
+    assert a.peak_after == direct_figures((0, 1))["peak_bytes"]
+    assert a.peak_before - a.peak_after == a.candidate_bytes
+    assert "not read after the call" in a.caveat
+
+def test_a_function_jitted_with_numbers_is_advised_in_numbers():
+    from memscope.analysis import function_report
+
+    with capture(advise=True) as session:  # jitted inside: memscope sees the spelling
+        jax.jit(step, donate_argnums=0)(*args())
+    numbered = function_report(session.entries[0])
+    assert numbered.advice.setting == "donate_argnums=(0, 1)"
+    assert numbered.setting == "donate_argnums=(0,)"
+
+
+def test_no_advice_when_everything_that_can_be_is_donated():
+    report = analyze(jax.jit(step, donate_argnums=(0, 1)), *args())
+    assert report.advice is None
+    assert not any(b.candidate for b in report.inputs)
+
+
+def test_variants_are_silent_do_not_retrace_and_compile_once_each():
+    traces = []
+
+    def traced_step(*a):
+        traces.append(1)
+        return step(*a)
+
+    compiles = []
+    monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **kw: compiles.append(name)
+        if name == "/jax/core/compile/backend_compile_duration" else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "donate all" leaves batch unusable: not our warning
+        with capture(advise=True) as session:
+            jax.jit(traced_step)(*args())
+    (entry,) = session.entries
+    assert traces == [1]
+    assert len(compiles) == 1 + sum(not v.same_as_written for v in entry.variants) == 3
+    donate_all = next(v for v in entry.variants if v.name == "all")
+    assert any("not usable" in w for w in donate_all.warnings)
+
+
+def test_without_the_advisor_nothing_more_is_compiled():
+    with capture() as session:
+        jax.jit(step)(*args())
+    (entry,) = session.entries
+    assert entry.variants == []
+
+
+@pytest.mark.filterwarnings(NOT_USABLE)
+def test_unusable_because_earlier_donations_took_the_outputs():
+    report, inputs, pointers, out = run_truth(
+        lambda: jax.jit(lambda a, b: a + b, donate_argnums=(0, 1)), jnp.ones(8), jnp.ones(8))
+    assert_matches_runtime(report, inputs, pointers, out)
+    from memscope.advice import annotate
+
+    a, b = annotate(report.inputs, report.outputs)
+    assert (a.fate, a.reason) == ("aliased", None)
+    assert b.fate == "unusable"
+    assert "already written into an earlier donated argument (result <- a)" in b.reason
+    assert b.reason.endswith("as many float32[8] arguments as the function returns.")
+
+
+@pytest.mark.filterwarnings(NOT_USABLE)
+def test_reasons_for_donor_and_unusable_leaves_of_a_sample_program():
+    import sys
+
+    sys.path.insert(0, str(SAMPLES))
+    try:
+        import unusable_donation as sample
+    finally:
+        sys.path.remove(str(SAMPLES))
+    from _data import batch, init_params
+
+    x, y = batch(jax.random.key(0))
+    params = init_params(jax.random.key(1))
+    report, inputs, pointers, out = run_truth(
+        lambda: jax.jit(sample.step, donate_argnums=(0, 1, 2)), params, x, y)
+    assert_matches_runtime(report, inputs, pointers, out)
+    from memscope.advice import annotate
+
+    by_path = {b.path: b for b in annotate(report.inputs, report.outputs)}
+    donor, unusable = by_path["x"], by_path["y"]
+    assert donor.fate == "donor"
+    assert "result[1] (bfloat16[128,32]) has the same element count" in donor.reason
+    used = "XLA used it for" in donor.reason
+    assert used == (donor.output is not None)
+    assert unusable.fate == "unusable"
+    assert unusable.reason.startswith("No output is float32[128,1] or has its 128 elements")
+    assert unusable.reason.endswith("or return its updated value.")
+
+
+def _apply(path: Path, setting: str) -> None:
+    text = path.read_text()
+    assert "@jax.jit\ndef train_step" in text
+    path.write_text("from functools import partial\n" + text.replace(
+        "@jax.jit\ndef train_step", f"@partial(jax.jit, {setting})\ndef train_step"))
+
+
+@pytest.mark.parametrize("sample", ["forgot_to_donate.py", "passthrough_copy.py"])
+def test_applying_the_printed_advice_makes_candidates_aliased_at_the_predicted_peak(
+        tmp_path, sample):
+    for name in (sample, "_data.py"):
+        shutil.copy(SAMPLES / name, tmp_path / name)
+    script = tmp_path / sample
+    (before,) = run_and_report(Target(str(script), ("--steps", "2")), advise=True).functions
+    advice = before.advice
+    assert advice is not None and advice.peak_after < advice.peak_before
+    candidates = {b.path for b in before.inputs if b.candidate}
+    assert candidates
+    _apply(script, advice.setting)
+    (after,) = run_and_report(Target(str(script), ("--steps", "2")), advise=True).functions
+    assert after.setting == advice.setting
+    assert {b.path for b in after.inputs if b.fate == "aliased"} == candidates
+    assert after.memory.peak_bytes == advice.peak_after
+    assert after.advice is None
+    assert not [o for o in after.outputs if o.fate == "copy_of_input"]
+
+
+def test_leaf_reasons_and_variants_survive_json():
+    from memscope.analysis import build_report
+    from memscope.report import Report
+
+    with capture(advise=True) as session:
+        jax.jit(step, donate_argnums=0)(*args())
+    report = build_report(session.entries, run=None)
+    again = Report.from_json(report.to_json())
+    assert again == report
+    assert again.functions[0].variant("advised").memory.peak_bytes > 0
+
+
+def test_keyword_arguments_are_donated_by_name():
+    @partial(jax.jit, donate_argnames=("params",))
+    def f(params, *, opt_state):
+        return jax.tree.map(lambda p: p + 1, params), jax.tree.map(lambda o: o * 2, opt_state)
+
+    report = analyze(f, {"w": jnp.ones(4)}, opt_state={"m": jnp.ones(4)})
+    assert report.advice.setting == 'donate_argnames=("params", "opt_state")'
+    assert fates(report)["opt_state['m']"] == ("not_donated", None)
+    assert report.variant("advised").memory.alias_bytes == 32

@@ -18,6 +18,7 @@ import numpy as np
 from jax._src import config as _config
 from jax._src import core as _core
 from jax._src import pjit as _pjit
+from jax._src import xla_bridge as _xla_bridge
 from jax._src.interpreters import mlir as _mlir
 from jax._src.lib.mlir import ir as _ir
 
@@ -109,6 +110,11 @@ def lowering_warnings() -> Iterator[_WarningsProxy]:
         yield proxy
     finally:
         _mlir.warnings = proxy._real
+
+
+def backends_initialized() -> bool:
+    """True once JAX has started its backends (asking for devices starts them)."""
+    return bool(_xla_bridge.backends_are_initialized())
 
 
 # -------------------------------------------------------- compiled program --

@@ -9,7 +9,7 @@ from typing import Any
 
 import jax
 
-from memscope import _compat, advice
+from memscope import _compat, advice, observed
 from memscope.capture import Entry, MeasuredJit, VariantFacts, VariantRequest, capture
 from memscope.errors import MemscopeError
 from memscope.fates import classify
@@ -23,6 +23,7 @@ from memscope.report import (
     OutputBuffer,
     Report,
     RunInfo,
+    Runtime,
     Variant,
 )
 from memscope.runner import Target, run_target
@@ -33,9 +34,12 @@ def function_report(entry: Entry) -> FunctionReport:
     """Classify one entry's buffers and freeze it into a :class:`FunctionReport`."""
     inputs: tuple[InputBuffer, ...] = ()
     outputs: tuple[OutputBuffer, ...] = ()
+    findings: tuple[str, ...] = ()
     if entry.facts is not None:
         inputs, outputs = classify(entry.facts.program, entry.warnings)
         inputs = advice.annotate(inputs, outputs)
+        if entry.observation is not None:
+            inputs, findings = observed.check(inputs, outputs, entry.observation)
     memory = entry.facts.memory if entry.facts is not None else None
     variants = tuple(_variant(v) for v in entry.variants)
     return FunctionReport(
@@ -44,7 +48,8 @@ def function_report(entry: Entry) -> FunctionReport:
         donate_argnums=entry.spec.donate_argnums,
         donate_argnames=entry.spec.donate_argnames,
         error=entry.error, variants=variants,
-        advice=_advice(inputs, memory, entry.variants), setting=entry.setting)
+        advice=_advice(inputs, memory, entry.variants), setting=entry.setting,
+        findings=findings, measured=entry.measured)
 
 
 def _variant(v: VariantFacts) -> Variant:
@@ -81,9 +86,11 @@ def environment() -> Environment:
         xla_flags=os.environ.get("XLA_FLAGS"))
 
 
-def build_report(entries: Iterable[Entry], run: RunInfo | None) -> Report:
+def build_report(entries: Iterable[Entry], run: RunInfo | None,
+                 runtime: Runtime | None = None) -> Report:
+    """The report of captured ``entries``; ``runtime`` is ``session.runtime()``."""
     return Report(memscope_version=__version__, environment=environment(), run=run,
-                  functions=tuple(function_report(e) for e in entries))
+                  functions=tuple(function_report(e) for e in entries), runtime=runtime)
 
 
 def run_and_report(target: Target, *, advise: bool = False,
@@ -96,10 +103,11 @@ def run_and_report(target: Target, *, advise: bool = False,
     whatever was captured before is reported.
     """
     with capture(advise=advise, request=request, stop_after=stop_after) as session:
-        result = run_target(target)
+        result = run_target(target, on_finish=session.finish)
     return build_report(session.entries, RunInfo(
         target=target.name, argv=target.args, outcome=result.outcome,
-        exit_code=result.exit_code, module=target.module, error=result.error))
+        exit_code=result.exit_code, module=target.module, error=result.error),
+        session.runtime())
 
 
 def analyze(jitted: Any, *args: Any, advise: bool = True, **kwargs: Any) -> FunctionReport:
@@ -110,7 +118,9 @@ def analyze(jitted: Any, *args: Any, advise: bool = True, **kwargs: Any) -> Func
     discarded. JAX's donation warnings are recorded only if this call is the one
     that lowers the function. With ``advise`` (the default) the function is
     also compiled with no donation, with every array argument donated and with
-    the advisor's donation, for ``variants`` and ``advice``.
+    the advisor's donation, for ``variants`` and ``advice``. A jit object made
+    outside :func:`capture` does not tell how its donation was spelled, so the
+    advice names arguments (``donate_argnames``) wherever they have names.
 
     Returns:
         The :class:`FunctionReport` of that call.

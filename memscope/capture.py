@@ -42,7 +42,21 @@ from memscope.donation import (
 )
 from memscope.errors import MemscopeError, TargetStopped
 from memscope.fates import classify
-from memscope.report import VariantName
+from memscope.observed import Addresses, Observation
+from memscope.report import (
+    LiveArray,
+    LiveArrays,
+    MeasuredMemory,
+    MemorySample,
+    Runtime,
+    VariantName,
+)
+
+#: Device-memory samples kept per run (one per top-level call); later calls are
+#: not sampled, and the report says the timeline was cut.
+MAX_SAMPLES = 10_000
+#: Live arrays listed by size at the end of a run.
+LARGEST_LIVE_ARRAYS = 10
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,9 @@ class Entry:
     arguments: tuple[Argument, ...] = ()
     style: Style = "argnames"
     variants: list[VariantFacts] = field(default_factory=list)
+    #: the first call's buffers, as integers
+    observation: Observation | None = None
+    measured: MeasuredMemory | None = None
 
     @property
     def setting(self) -> str | None:
@@ -116,6 +133,66 @@ class Session:
         self._proxy = proxy
         self._lock = threading.Lock()
         self._by_key: dict[Any, Entry] = {}
+        self._stats_available: bool | None = None  # asked at the first call, not before
+        self._samples: list[MemorySample] = []
+        self._truncated = False
+        self._live: LiveArrays | None = None
+        self._finished = False
+
+    def device_memory(self) -> tuple[int, int] | None:
+        """(bytes in use, peak bytes in use) of the busiest local device, or ``None``
+        where the backend keeps no such statistics (CPU)."""
+        if self._stats_available is False:
+            return None
+        try:
+            stats = [d.memory_stats() for d in jax.local_devices()]
+            figures = (max(int(s["bytes_in_use"]) for s in stats),
+                       max(int(s["peak_bytes_in_use"]) for s in stats))
+        except Exception:  # None (CPU), a missing key, or no devices
+            self._stats_available = False
+            return None
+        self._stats_available = True
+        return figures
+
+    def sample(self, function: str) -> None:
+        """Record device memory right after a top-level call, where it is kept."""
+        if self._stats_available is False:
+            return
+        if len(self._samples) >= MAX_SAMPLES:
+            self._truncated = True
+            return
+        figures = self.device_memory()
+        if figures is not None:
+            self._samples.append(MemorySample(self.calls + 1, function, *figures))
+
+    def finish(self) -> None:
+        """Note what the run left alive; the first call counts (the target's end)."""
+        if self._finished:
+            return
+        self._finished = True
+        if not _compat.backends_initialized():
+            return  # the target used no device; do not start one now
+        try:
+            arrays = jax.live_arrays()
+            largest = sorted(arrays, key=lambda a: a.nbytes, reverse=True)
+            self._live = LiveArrays(
+                count=len(arrays), total_bytes=sum(int(a.nbytes) for a in arrays),
+                largest=tuple(LiveArray(tuple(a.shape), str(a.dtype), int(a.nbytes),
+                                        _describe_sharding(a))
+                              for a in largest[:LARGEST_LIVE_ARRAYS]))
+            del arrays, largest
+        except Exception:
+            self._live = None
+
+    def runtime(self) -> Runtime:
+        """What the run showed of device memory and live arrays, frozen."""
+        if self._stats_available:
+            return Runtime(device_memory=tuple(self._samples),
+                           timeline_truncated=self._truncated, live_arrays=self._live)
+        note = ("no jitted call ran" if self._stats_available is None else
+                f"{jax.default_backend()} reports no device memory statistics "
+                "(Device.memory_stats() is None)")
+        return Runtime(device_memory_note=note, live_arrays=self._live)
 
     def count_call(self) -> None:
         """Count one top-level jitted call; end the target once ``stop_after`` ran.
@@ -174,6 +251,7 @@ def capture(*, advise: bool = False, request: VariantRequest | None = None,
                 yield session
         finally:
             session.active = False
+            session.finish()
 
 
 class MeasuredJit:
@@ -222,15 +300,17 @@ class MeasuredJit:
             return jitted(*args, **kwargs)
         entry = self._memscope_seen.get(key)
         if entry is None:
-            out = self._first_call(key, leaves, args, kwargs)
+            out, entry = self._first_call(key, leaves, args, kwargs)
         else:
             out = jitted(*args, **kwargs)
             entry.calls += 1
-        self._memscope_session.count_call()
+        session = self._memscope_session
+        session.sample(entry.name)
+        session.count_call()
         return out
 
     def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> Any:
+                    kwargs: dict[str, Any]) -> tuple[Any, Entry]:
         session = self._memscope_session
         session_key = (self._memscope_code or id(self), self._memscope_spec.token, key)
         entry = session.lookup(session_key)
@@ -238,14 +318,25 @@ class MeasuredJit:
             out = self._memscope_jitted(*args, **kwargs)
             entry.calls += 1
             self._memscope_seen[key] = entry
-            return out
+            return out, entry
+        before = [_addresses(x) for x in leaves]
+        memory_before = session.device_memory()
         with session.recording_warnings() as lowering_warnings:
             out = self._memscope_jitted(*args, **kwargs)
+        memory_after = session.device_memory()
+        observation = Observation(
+            inputs_before=tuple(before),
+            inputs_deleted=tuple(x.is_deleted() if isinstance(x, jax.Array) else None
+                                 for x in leaves),
+            outputs_after=tuple(_addresses(y) for y in jax.tree_util.tree_leaves(out)))
         entry = Entry(name=self._memscope_name, source=self._memscope_source,
                       signature=_signature_text(key), spec=self._memscope_spec,
                       warnings=tuple(lowering_warnings), style=self._memscope_style,
                       arguments=_arguments(self._memscope_fun, self._memscope_spec,
-                                           args, kwargs))
+                                           args, kwargs),
+                      observation=observation)
+        if memory_before is not None and memory_after is not None:
+            entry.measured = MeasuredMemory(memory_before[0], *memory_after)
         shardings = [_describe_sharding(x) for x in leaves]
         try:
             entry.facts = read_compiled(self._memscope_jitted, args, kwargs,
@@ -257,7 +348,7 @@ class MeasuredJit:
         entry = session.add(session_key, entry)
         entry.calls += 1
         self._memscope_seen[key] = entry
-        return out
+        return out, entry
 
     def _variants(self, entry: Entry, facts: CompiledFacts, args: tuple[Any, ...],
                   kwargs: dict[str, Any], shardings: list[str | None]
@@ -378,6 +469,16 @@ def _parameter_names(fun: Any) -> tuple[str, ...] | None:
         return None
     variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     return tuple(p.name for p in params if p.kind not in variadic)
+
+
+def _addresses(x: Any) -> Addresses:
+    """The device address of each addressable shard of ``x``, as integers."""
+    if not isinstance(x, jax.Array) or x.is_deleted():
+        return None
+    try:
+        return tuple(shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards)
+    except Exception:  # a backend without raw addresses
+        return None
 
 
 def _leaf_key(x: Any) -> tuple[Any, Any, Any, Any]:

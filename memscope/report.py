@@ -28,6 +28,7 @@ InputFate = Literal["aliased", "donor", "unusable", "pruned", "not_donated"]
 OutputFate = Literal["reuses_input", "copy_of_input", "new"]
 Outcome = Literal["completed", "failed", "interrupted", "stopped"]
 VariantName = Literal["none", "all", "advised", "requested"]
+Observed = Literal["confirmed", "not_reused", "n/a"]
 
 INPUT_FATES: tuple[str, ...] = get_args(InputFate)
 OUTPUT_FATES: tuple[str, ...] = get_args(OutputFate)
@@ -87,6 +88,11 @@ class InputBuffer:
     in_warning: bool = False
     candidate: bool = False
     reason: str | None = None
+    #: at the first call: did an output land in this donated buffer (``n/a``:
+    #: not donated, or no device address to compare); ``None``: not observed
+    observed: Observed | None = None
+    #: at the first call: was the input deleted by it; ``None``: not an array
+    deleted: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,20 @@ class Variant:
     warnings: tuple[str, ...] = ()
     same_as_written: bool = False
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class MeasuredMemory:
+    """``Device.memory_stats()`` of the busiest local device around the first call.
+
+    JAX dispatches asynchronously, so "after" is when the call returned: its
+    outputs are allocated, its temporaries may not be yet. ``peak_bytes_in_use``
+    is the process's peak so far, an upper bound for this call's own.
+    """
+
+    bytes_in_use_before: int
+    bytes_in_use_after: int
+    peak_bytes_in_use: int
 
 
 @dataclass(frozen=True)
@@ -162,6 +182,10 @@ class FunctionReport:
     advice: Advice | None = None
     #: the donation as written, in jax.jit's keywords (``donate_argnums=(0,)``)
     setting: str | None = None
+    #: where the first call's buffers disagree with the compiled program
+    findings: tuple[str, ...] = ()
+    #: device memory around the first call, where the backend reports it
+    measured: MeasuredMemory | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""
@@ -215,12 +239,54 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
+class MemorySample:
+    """Device memory right after one top-level jitted call (the busiest device)."""
+
+    call: int
+    function: str
+    bytes_in_use: int
+    peak_bytes_in_use: int
+
+
+@dataclass(frozen=True)
+class LiveArray:
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    sharding: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveArrays:
+    """``jax.live_arrays()`` when the target ended (the largest listed)."""
+
+    count: int
+    total_bytes: int
+    largest: tuple[LiveArray, ...] = ()
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the run itself showed, beside the compiled figures.
+
+    ``device_memory`` is ``None`` where ``Device.memory_stats()`` reports
+    nothing (CPU), and ``device_memory_note`` says so; it is never zeros.
+    """
+
+    device_memory: tuple[MemorySample, ...] | None = None
+    device_memory_note: str | None = None
+    timeline_truncated: bool = False
+    live_arrays: LiveArrays | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     memscope_version: str
     environment: Environment
     run: RunInfo | None
     functions: tuple[FunctionReport, ...]
     schema: str = SCHEMA
+    runtime: Runtime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

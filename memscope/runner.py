@@ -16,7 +16,7 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_RAISED, TargetError, TargetStopped
@@ -84,27 +84,42 @@ def _check_module(name: str) -> None:
         raise TargetError(f"cannot run module {name!r}: no module named {name!r}")
 
 
-def run_target(target: Target) -> RunResult:
-    """Run ``target`` as ``__main__`` and say how it ended; never raises for it."""
+def run_target(target: Target, *, on_finish: Callable[[], None] | None = None) -> RunResult:
+    """Run ``target`` as ``__main__`` and say how it ended; never raises for it.
+
+    ``on_finish`` is called once the target's code has ended, while what it
+    left behind still exists: the namespace a script ends with (``python``
+    keeps it until exit), or the frames of the exception that ended it.
+    """
     with _as_main(target):
         try:
             if target.module:
-                runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+                namespace = runpy.run_module(target.name, run_name="__main__",
+                                             alter_sys=True)
             else:
-                runpy.run_path(target.name, run_name="__main__")
-        except SystemExit as e:
-            return _exit_result(e.code)
-        except TargetStopped:
-            return RunResult("stopped", 0)
-        except KeyboardInterrupt as e:
-            _print_traceback(e)
-            return RunResult("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt")
+                namespace = runpy.run_path(target.name, run_name="__main__")
         except BaseException as e:
-            _print_traceback(e)
-            return RunResult("failed", EXIT_TARGET_RAISED, _one_line(e))
+            result = _ended_by(e)
+            if on_finish is not None:
+                on_finish()  # ``e`` still holds the target's frames
+            return result
         finally:
             sys.stdout.flush()
+        if on_finish is not None:
+            on_finish()
+        del namespace
     return RunResult("completed", 0)
+
+
+def _ended_by(e: BaseException) -> RunResult:
+    if isinstance(e, SystemExit):
+        return _exit_result(e.code)
+    if isinstance(e, TargetStopped):
+        return RunResult("stopped", 0)
+    _print_traceback(e)
+    if isinstance(e, KeyboardInterrupt):
+        return RunResult("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt")
+    return RunResult("failed", EXIT_TARGET_RAISED, _one_line(e))
 
 
 def _exit_result(code: object) -> RunResult:

@@ -33,7 +33,8 @@ def main():
     for _ in range(args.steps):
         params, momentum, loss = train_step(params, momentum, x, y, lr=args.lr)
     print(f"final loss {float(loss):.6f}")
+    return params
 
 
 if __name__ == "__main__":
-    main()
+    params = main()  # the trained state lives on to the end, as a global

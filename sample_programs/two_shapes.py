@@ -28,7 +28,8 @@ def main():
         for start in range(0, 128, 48):
             params, loss = train_step(params, x[start:start + 48], y[start:start + 48])
     print(f"final loss {float(loss):.6f}")
+    return params
 
 
 if __name__ == "__main__":
-    main()
+    params = main()  # the trained state lives on to the end, as a global

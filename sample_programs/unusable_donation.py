@@ -35,7 +35,8 @@ def main():
         x, y = batch(jax.random.key(i))
         params, features, loss = train_step(params, x, y)
     print(f"final loss {float(loss):.6f}, features {features.dtype}")
+    return params
 
 
 if __name__ == "__main__":
-    main()
+    params = main()  # the trained state lives on to the end, as a global

@@ -61,6 +61,9 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         console.print("No jitted function was called.")
         return
     console.print(_summary_table(report, table_box))
+    if report.runtime is not None:
+        for line in _runtime(report):
+            console.print(line, overflow="fold")
     fates = set()
     for fn in report.functions:
         console.print()
@@ -108,6 +111,37 @@ def _summary_table(report: Report, table_box: box.Box) -> Table:
     return table
 
 
+#: Rows of the device-memory timeline shown; the JSON report has every sample.
+TIMELINE_ROWS = 12
+
+
+def _runtime(report: Report) -> list[Text]:
+    rt = report.runtime
+    assert rt is not None
+    lines = []
+    if rt.device_memory is None:
+        lines.append(Text(f"Device memory over the run: unavailable ({rt.device_memory_note})."))
+    elif rt.device_memory:
+        samples = rt.device_memory
+        cut = " (cut: later calls not sampled)" if rt.timeline_truncated else ""
+        lines.append(Text(f"Device memory over the run (busiest device, after each call, "
+                          f"{len(samples)} samples{cut}):"))
+        step = max(1, -(-len(samples) // TIMELINE_ROWS))
+        for s in [*samples[::step], *([samples[-1]] if (len(samples) - 1) % step else [])]:
+            lines.append(Text(f"  call {s.call:>6}  {s.function:<24} in use "
+                              f"{format_bytes(s.bytes_in_use):>10}  peak "
+                              f"{format_bytes(s.peak_bytes_in_use):>10}"))
+    live = rt.live_arrays
+    if live is not None:
+        largest = "; ".join(f"{a.dtype}{_shape(a.shape)} {format_bytes(a.bytes)}"
+                            + (f" on {a.sharding}" if a.sharding else "")
+                            for a in live.largest[:3])
+        lines.append(Text(f"Live arrays when the target ended: {live.count}, "
+                          f"{format_bytes(live.total_bytes)}"
+                          + (f"; largest: {largest}" if largest else "")))
+    return lines
+
+
 def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) -> None:
     calls = f"{fn.calls} call{'s' if fn.calls != 1 else ''}"
     console.print(Text.assemble((fn.name, "bold"), f"  {fn.source or 'n/a'}  {calls}"))
@@ -123,11 +157,15 @@ def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) 
     table.add_column("donated", no_wrap=True)
     table.add_column("fate", no_wrap=True)
     table.add_column("partner", overflow="fold")
+    at_run_time = any(b.observed not in (None, "n/a") for b in fn.inputs)
+    if at_run_time:
+        table.add_column("at run time", no_wrap=True)
     for b in fn.inputs:
         partner = b.output or ("candidate" if b.candidate else "")
         table.add_row(b.path, _shape(b.shape), b.dtype, format_bytes(b.bytes),
                       "yes" if b.donated else "no", Text(b.fate, FATE_STYLES[b.fate]),
-                      Text(partner, "magenta" if b.candidate else ""))
+                      Text(partner, "magenta" if b.candidate else ""),
+                      *([_observed(b)] if at_run_time else []))
     if fn.inputs and fn.outputs:
         table.add_section()
     for o in fn.outputs:
@@ -213,6 +251,13 @@ def _advice(fn: FunctionReport) -> list[Text]:
     ]
 
 
+def _observed(b: InputBuffer) -> Text:
+    if b.observed in (None, "n/a"):
+        return Text("")
+    state = "" if b.deleted is None else (", deleted" if b.deleted else ", alive")
+    return Text(f"{b.observed}{state}", "green" if b.observed == "confirmed" else "")
+
+
 def _shape(shape: tuple[int, ...]) -> str:
     return f"({','.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
 
@@ -236,6 +281,14 @@ def _notes(fn: FunctionReport) -> list[Text]:
                     "XLA did not use it, so it stays allocated.")
             notes.append(Text(f"{b.path} was offered to XLA as an optional donor "
                               f"(no output of its shape and dtype was left); {used}"))
+    for finding in fn.findings:
+        notes.append(Text.assemble(("Run time disagrees: ", "bold red"), finding))
+    if fn.measured is not None:
+        mm = fn.measured
+        notes.append(Text(f"device memory at the first call: {format_bytes(mm.bytes_in_use_before)} "
+                          f"in use before, {format_bytes(mm.bytes_in_use_after)} after; process "
+                          f"peak so far {format_bytes(mm.peak_bytes_in_use)} (compiled peak "
+                          f"{format_bytes(fn.memory.peak_bytes if fn.memory else None)})"))
     m = fn.memory
     if m is not None and m.peak_is_computed:
         notes.append(Text("* this jaxlib reports no peak; memscope computed "

@@ -1,0 +1,186 @@
+"""Run-time truth: what the first call's buffers showed, and the proof memscope changes nothing.
+
+The invariant: every sample program prints the same and ends with the same
+bytes of ``jax.live_arrays()`` with and without memscope. The check is shown to
+fail when memscope is made to keep an array alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from memscope import capture as capture_module
+from memscope.analysis import function_report, run_and_report
+from memscope.capture import capture
+from memscope.observed import Observation, check
+from memscope.report import InputBuffer, OutputBuffer, load_report
+from memscope.runner import Target, run_target
+from tests.test_samples import MEMSCOPE, SAMPLES
+
+PROGRAMS = sorted(p.name for p in SAMPLES.glob("[a-z]*.py"))
+QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+def _plain(program: str) -> tuple[str, int]:
+    """``python program --steps 2``: its stdout, and live array bytes at its end."""
+    code = ("import runpy, sys, jax; "
+            f"sys.argv = [{program!r}, '--steps', '2']; sys.path.insert(0, {str(SAMPLES)!r}); "
+            f"namespace = runpy.run_path({str(SAMPLES / program)!r}, run_name='__main__'); "
+            "print(sum(a.nbytes for a in jax.live_arrays()), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=QUIET, check=True, timeout=300)
+    return done.stdout, int(done.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_same_output_and_same_live_arrays_with_and_without_memscope(tmp_path, program):
+    out = tmp_path / "r.json"
+    measured = subprocess.run([MEMSCOPE, "run", "-q", "-o", str(out),
+                               str(SAMPLES / program), "--steps", "2"],
+                              capture_output=True, text=True, env=QUIET, timeout=300)
+    assert measured.returncode == 0, measured.stderr
+    stdout, live_bytes = _plain(program)
+    assert measured.stdout == stdout
+    live = load_report(str(out)).runtime.live_arrays
+    assert live.total_bytes == live_bytes > 0
+
+
+def _live_bytes_at_end(script: Path, *, measured: bool) -> int:
+    gc.collect()  # a previous run's globals sit in reference cycles until collected
+    seen = []
+
+    def note() -> None:
+        seen.append(sum(a.nbytes for a in jax.live_arrays()))
+
+    if measured:
+        with capture(advise=True):
+            run_target(Target(str(script), ("--steps", "2")), on_finish=note)
+    else:
+        run_target(Target(str(script), ("--steps", "2")), on_finish=note)
+    return seen[0]
+
+
+def test_the_invariant_catches_a_memscope_that_keeps_an_array(monkeypatch, capsys):
+    script = SAMPLES / "forgot_to_donate.py"
+    plain = _live_bytes_at_end(script, measured=False)
+    assert _live_bytes_at_end(script, measured=True) == plain
+    kept = []
+    original = capture_module.MeasuredJit._first_call
+
+    def leaky(self, key, leaves, args, kwargs):
+        kept.append(args)  # what memscope must never do
+        return original(self, key, leaves, args, kwargs)
+
+    monkeypatch.setattr(capture_module.MeasuredJit, "_first_call", leaky)
+    assert _live_bytes_at_end(script, measured=True) > plain
+
+
+@pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
+def test_aliased_leaves_are_confirmed_and_unused_donors_stay_alive():
+    report = run_and_report(Target(str(SAMPLES / "unusable_donation.py"), ("--steps", "2")))
+    (fn,) = report.functions
+    by_path = {b.path: b for b in fn.inputs}
+    aliased = [b for b in fn.inputs if b.fate == "aliased"]
+    assert aliased and all((b.observed, b.deleted) == ("confirmed", True) for b in aliased)
+    assert by_path["x"].fate == "donor" and by_path["x"].output is None
+    assert (by_path["x"].observed, by_path["x"].deleted) == ("not_reused", False)
+    assert (by_path["y"].fate, by_path["y"].observed, by_path["y"].deleted) == (
+        "unusable", "not_reused", False)
+    assert fn.findings == ()
+
+
+def test_not_donated_leaves_are_not_applicable_and_stay_alive():
+    report = run_and_report(Target(str(SAMPLES / "passthrough_copy.py"), ("--steps", "1")))
+    (fn,) = report.functions
+    assert {(b.observed, b.deleted) for b in fn.inputs} == {("n/a", False)}
+    assert fn.findings == ()
+
+
+def test_device_memory_is_unavailable_on_cpu_not_zero():
+    report = run_and_report(Target(str(SAMPLES / "donated.py"), ("--steps", "1")))
+    assert report.runtime.device_memory is None
+    assert report.runtime.device_memory_note == ("cpu reports no device memory statistics "
+                                                 "(Device.memory_stats() is None)")
+    assert all(fn.measured is None for fn in report.functions)
+
+
+def test_device_memory_timeline_where_the_backend_keeps_statistics(monkeypatch):
+    # A stand-in device with the statistics a GPU reports, to test the recording;
+    # the real figures are checked on a GPU by the test marked gpu below.
+    class Device:
+        used = 1000
+
+        def memory_stats(self):
+            Device.used += 100
+            return {"bytes_in_use": Device.used, "peak_bytes_in_use": Device.used + 50}
+
+    monkeypatch.setattr(capture_module.jax, "local_devices", lambda: [Device(), Device()])
+    with capture() as session:
+        f = jax.jit(lambda x: x + 1)
+        x = jnp.ones(3)
+        for _ in range(3):
+            x = f(x)
+    rt = session.runtime()
+    assert [(s.call, s.function) for s in rt.device_memory] == [
+        (1, "<lambda>"), (2, "<lambda>"), (3, "<lambda>")]
+    assert all(s.peak_bytes_in_use == s.bytes_in_use + 50 for s in rt.device_memory)
+    measured = function_report(session.entries[0]).measured
+    assert measured.bytes_in_use_before < measured.bytes_in_use_after
+
+
+@pytest.mark.gpu
+def test_device_memory_on_a_gpu():
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a GPU")
+    f = jax.jit(lambda x: (x @ x.T).sum(), donate_argnums=())
+    with capture() as session:
+        f(jnp.ones((2048, 2048)))
+    report = function_report(session.entries[0])
+    rt = session.runtime()
+    assert rt.device_memory and rt.device_memory[0].bytes_in_use > 0
+    assert report.measured.peak_bytes_in_use >= report.measured.bytes_in_use_after > 0
+
+
+def _buf(path: str, fate: str, output: str | None = None, donated: bool = True) -> InputBuffer:
+    return InputBuffer(path, (4,), "float32", 16, donated, fate, output=output)  # type: ignore[arg-type]
+
+
+def test_disagreements_with_the_compiled_program_are_findings():
+    inputs = (_buf("a", "aliased", "result[0]"), _buf("b", "unusable"),
+              _buf("c", "not_donated", donated=False))
+    outputs = (OutputBuffer("result[0]", (4,), "float32", 16, "reuses_input", input="a"),
+               OutputBuffer("result[1]", (4,), "float32", 16, "new"))
+    # a's output landed elsewhere; result[1] landed in the unusable b, which was deleted
+    seen = Observation(inputs_before=((10,), (20,), (30,)),
+                       inputs_deleted=(True, True, False),
+                       outputs_after=((11,), (20,)))
+    checked, findings = check(inputs, outputs, seen)
+    assert [(b.observed, b.deleted) for b in checked] == [
+        ("not_reused", True), ("confirmed", True), ("n/a", False)]
+    assert findings == (
+        "a: the compiled program writes result[0] into its buffer, but result[0] did not "
+        "land there",
+        "b (unusable): the compiled program reuses nothing of it, yet result[1] landed in "
+        "its buffer",
+        "b (unusable) was deleted by the call, unlike what the compiled program says of "
+        "its buffer",
+    )
+    agreeing = Observation(((10,), (20,), (30,)), (True, False, False), ((10,), (11,)))
+    assert check(inputs, outputs, agreeing)[1] == ()
+
+
+def test_observed_fields_survive_json():
+    report = run_and_report(Target(str(SAMPLES / "donated.py"), ("--steps", "1")))
+    again = json.loads(report.to_json())
+    assert again["functions"][0]["inputs"][0]["observed"] == "confirmed"
+    assert again["runtime"]["device_memory"] is None
+    assert again["runtime"]["live_arrays"]["total_bytes"] > 0

@@ -1,0 +1,22 @@
+"""Smoke tests: the benchmark runners run and print their ratios (nothing timed is asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_overhead_benchmark_runs_and_prints_ratios():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_overhead.py"),
+                           "--steps", "1", "--repeat", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].split()[:3] == ["command", "median", "s"]
+    rows = {line.rsplit(None, 4)[0]: line.split()[-4:] for line in lines[2:]}
+    assert set(rows) == {"python", "memscope run --no-advice", "memscope run"}
+    assert rows["python"][1] == "1.00" and rows["python"][3] == "1.00"
+    assert all(float(value) > 0 for row in rows.values() for value in row)

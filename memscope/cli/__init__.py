@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from memscope.cli.check import check
 from memscope.cli.run import run
 from memscope.cli.show import show
 from memscope.errors import MemscopeError
@@ -38,6 +39,7 @@ def cli() -> None:
 
 cli.add_command(run)
 cli.add_command(show)
+cli.add_command(check)
 
 
 def main() -> None:

@@ -312,3 +312,10 @@ def test_installed_check_exit_codes(project: Path, baseline: str, tmp_path: Path
     assert "FAIL: 1 of 1 checked function failed (train_step)" in proc.stdout
     proc = run_installed("check", "--report", str(grown), cwd=tmp_path)
     assert proc.returncode == 2
+
+
+def test_unwritable_step_summary_is_one_line_error(baseline: str) -> None:
+    result = invoke("--report", baseline, "--baseline", baseline,
+                    env={"GITHUB_STEP_SUMMARY": "/nonexistent_dir/summary.md"})
+    message = assert_one_line_error(result.exit_code, "", result.stderr)
+    assert message == "cannot write /nonexistent_dir/summary.md: No such file or directory"

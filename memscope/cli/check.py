@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import IO
 
 import click
 
@@ -101,11 +102,11 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     else:
         render_check(result, sys.stdout)
     if junit_xml is not None:
-        with open(junit_xml, "w", encoding="utf-8") as f:
+        with _open(junit_xml, "w") as f:
             render_check_junit(result, f)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with open(summary, "a", encoding="utf-8") as f:
+        with _open(summary, "a") as f:
             render_check_markdown(result, f)
     if os.environ.get("GITHUB_ACTIONS"):
         render_check_annotations(result, sys.stdout)
@@ -120,6 +121,13 @@ def _current_report(target: str | None, args: tuple[str, ...], as_module: bool,
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
     return run_and_report(what)
+
+
+def _open(path: str, mode: str) -> IO[str]:
+    try:
+        return open(path, mode, encoding="utf-8")
+    except OSError as e:
+        raise MemscopeError(f"cannot write {path}: {e.strerror}") from None
 
 
 def _misplaced_options(ctx: click.Context, args: tuple[str, ...]) -> str:

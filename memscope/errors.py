@@ -6,14 +6,20 @@ Exit codes (documented in docs/cli.md):
 * 1: the target raised an uncaught exception;
 * 2: memscope could not do what was asked: a missing or unreadable target,
   a syntax error, an unknown module, a corrupt report, a target that called
-  no jitted function;
+  no jitted function, a malformed config or size;
 * 130: the run was interrupted (Ctrl-C).
+
+``memscope check`` has its own: 0 pass, 1 a regression or broken budget
+(:data:`EXIT_REGRESSION`), 2 as above, 3 the target itself failed
+(:data:`EXIT_TARGET_FAILED`).
 """
 
 from __future__ import annotations
 
 EXIT_TARGET_RAISED = 1
+EXIT_REGRESSION = 1
 EXIT_USAGE = 2
+EXIT_TARGET_FAILED = 3
 EXIT_INTERRUPTED = 130
 
 

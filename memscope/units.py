@@ -1,8 +1,31 @@
-"""Sizes as people read them: IEC units (KiB, MiB, GiB), ``n/a`` for unknown."""
+"""Sizes as people read and write them.
+
+Out: IEC units (KiB, MiB, GiB), ``n/a`` for unknown. In: :func:`parse_size`
+takes binary (``KiB``, ``MiB``, ``GiB``, ``TiB``) and decimal (``KB``, ``MB``,
+``GB``, ``TB``) units with their true meanings, and :func:`parse_percent` takes
+``"5%"``. Both live here, not in the check, so the command line, the config file
+and the pytest marker read sizes and percentages the same way.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+
+from memscope.errors import MemscopeError
+
 _IEC = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+#: Every unit parse_size accepts (matched without regard to case), in bytes.
+SIZE_UNITS: dict[str, int] = {
+    "B": 1,
+    "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
+    "KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4,
+}
+_UNITS_BY_LOWER = {unit.lower(): factor for unit, factor in SIZE_UNITS.items()}
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_SIZE = re.compile(rf"{_NUMBER}\s*([A-Za-z]*)")
+_PERCENT = re.compile(rf"{_NUMBER}\s*%")
 
 
 def format_bytes(n: int | None) -> str:
@@ -19,8 +42,41 @@ def format_bytes(n: int | None) -> str:
     raise AssertionError("unreachable")
 
 
-def format_change(n: int | None) -> str:
-    """A signed difference: ``+1.5 KiB``, ``-4 B``, ``0 B``; ``None`` -> ``n/a``."""
-    if n is None:
+def format_change(delta: int | None, percent: float | None = None) -> str:
+    """``+1.0 MiB (+12.5%)``, ``-512 B``, ``0 B``; ``n/a`` when unknown."""
+    if delta is None:
         return "n/a"
-    return ("+" if n > 0 else "") + format_bytes(n)
+    text = ("+" if delta > 0 else "") + format_bytes(delta)
+    if percent is not None and delta:
+        text += f" ({percent:+.1f}%)"
+    return text
+
+
+def parse_size(text: str) -> int:
+    """``"2 GiB"`` -> ``2147483648``; ``"2 GB"`` -> ``2000000000``; ``"512"`` -> ``512``.
+
+    A number (fractions allowed, rounded to the nearest byte) and an optional
+    unit from :data:`SIZE_UNITS`, in any case, with or without a space. A bare
+    number is bytes.
+
+    Raises:
+        MemscopeError: anything else (a negative number, an unknown unit), naming the text.
+    """
+    match = _SIZE.fullmatch(text.strip())
+    unit = match.group(2).lower() if match else ""
+    if match is None or (unit and unit not in _UNITS_BY_LOWER):
+        raise MemscopeError(f"not a size: {text!r} (write e.g. \"512 MiB\", \"2 GiB\" or "
+                            f"\"2 GB\"; units: {', '.join(SIZE_UNITS)})")
+    return round(float(match.group(1)) * _UNITS_BY_LOWER[unit or "b"])
+
+
+def parse_percent(text: str) -> float:
+    """``"5%"`` -> ``5.0``; the ``%`` is required, so a size is never read as one.
+
+    Raises:
+        MemscopeError: not a non-negative number followed by ``%``, naming the text.
+    """
+    match = _PERCENT.fullmatch(text.strip())
+    if match is None or not math.isfinite(float(match.group(1))):
+        raise MemscopeError(f"not a percentage: {text!r} (write e.g. \"5%\")")
+    return float(match.group(1))

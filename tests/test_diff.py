@@ -46,8 +46,8 @@ def _forgot_to_donate_figures(**donation):
 
 def test_diff_measures_the_requested_donation(tmp_path):
     out = tmp_path / "r.json"
-    result = invoke("diff", FORGOT, "--donate", "params,momentum", "-o", str(out),
-                    "--", "--steps", "2")
+    result = invoke("diff", "--donate", "params,momentum", "-o", str(out), FORGOT,
+                    "--steps", "2")
     assert result.exit_code == 0, result.output
     expected = _forgot_to_donate_figures(donate_argnames=("params", "momentum"))
     before = _forgot_to_donate_figures()
@@ -71,15 +71,15 @@ def test_diff_measures_the_requested_donation(tmp_path):
 
 
 def test_diff_by_number_names_the_same_donation():
-    result = invoke("diff", FORGOT, "--donate", "0,1", "--stop-after", "1")
+    result = invoke("diff", "--donate", "0,1", "--stop-after", "1", FORGOT)
     assert result.exit_code == 0, result.output
     assert '--donate 0,1: donate_argnames=("params", "momentum")' in result.stdout
     assert "final loss" not in result.stdout  # --stop-after ended it
 
 
 def test_diff_donate_none_of_a_donating_function_is_worse():
-    result = invoke("diff", str(SAMPLES / "donated.py"), "--donate", "none",
-                    "--stop-after", "1")
+    result = invoke("diff", "--donate", "none", "--stop-after", "1",
+                    str(SAMPLES / "donated.py"))
     assert result.exit_code == 0, result.output
     assert "  worse" in result.stdout
     assert "| aliased result" in result.stdout and "| not_donated " in result.stdout
@@ -95,7 +95,7 @@ def test_diff_donate_none_of_a_donating_function_is_worse():
     (["--donate", "0,,1"], None),
 ])
 def test_diff_requests_that_do_not_apply_exit_2(args, message):
-    got = cli_error("diff", FORGOT, *args, "--stop-after", "1")
+    got = cli_error("diff", *args, "--stop-after", "1", FORGOT)
     if message is not None:
         assert got == message
     else:
@@ -103,17 +103,16 @@ def test_diff_requests_that_do_not_apply_exit_2(args, message):
 
 
 def test_diff_static_argument_cannot_be_donated():
-    got = cli_error("diff", str(SAMPLES / "donated.py"), "--donate", "lr", "--stop-after", "1")
+    got = cli_error("diff", "--donate", "lr", "--stop-after", "1", str(SAMPLES / "donated.py"))
     assert got.endswith("lr is a static argument of train_step; static arguments cannot be "
                         "donated")
 
 
-def test_diff_without_donate_or_with_script_options_before_the_separator():
+def test_diff_without_donate_or_with_it_after_the_script():
     assert cli_error("diff", FORGOT).startswith("give the donation to compare with --donate")
-    result = invoke("diff", FORGOT, "--steps", "2", "--donate", "0")
-    assert result.exit_code == 2
-    assert "No such option: --steps" in result.stderr
-    assert "memscope diff train.py --donate 0 -- --lr 3e-4" in result.stderr
+    assert cli_error("diff", FORGOT, "--steps", "2", "--donate", "0").endswith(
+        "(--donate came after SCRIPT, so it went to the script: memscope's options go before "
+        "SCRIPT, as in memscope diff --donate 0 train.py --lr 3e-4)")
 
 
 @pytest.fixture(scope="module")
@@ -141,18 +140,21 @@ def test_diff_of_two_reports(two_reports):
     assert "train_step  " in result.stdout and "  better" in result.stdout
     assert "old: no donation" in result.stdout
     assert 'new: donate_argnames=("params", "momentum")' in result.stdout
-    same = invoke("diff", str(old), str(old), "--only-changed")
+    same = invoke("diff", "--only-changed", str(old), str(old))
     assert same.exit_code == 0
     assert "Nothing to compare." in same.stdout
 
 
 def test_diff_of_reports_rejects_script_options(two_reports):
     old, new = two_reports
-    assert cli_error("diff", str(old), str(new), "--donate", "0").startswith(
+    assert cli_error("diff", "--donate", "0", str(old), str(new)).startswith(
         "--donate and --stop-after apply to a script")
+    assert cli_error("diff", str(old), str(new), "--only-changed") == (
+        "memscope's options go before the reports, as in memscope diff --only-changed "
+        "OLD.json NEW.json")
     assert cli_error("diff", str(old)) == ("give two reports to compare: memscope diff "
                                            "OLD.json NEW.json")
-    assert cli_error("diff", str(old), str(new), "--function", "nope").startswith(
+    assert cli_error("diff", "--function", "nope", str(old), str(new)).startswith(
         "--function nope: no captured function has that name; captured: train_step")
 
 

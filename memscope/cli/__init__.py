@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from memscope.cli.check import check
 from memscope.cli.diff import diff
 from memscope.cli.run import run
 from memscope.cli.show import show
@@ -39,6 +40,7 @@ def cli() -> None:
 
 cli.add_command(run)
 cli.add_command(diff)
+cli.add_command(check)
 cli.add_command(show)
 
 

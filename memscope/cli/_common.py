@@ -48,6 +48,21 @@ def check_writable(path: str) -> None:
         raise MemscopeError(f"cannot write the report to {path}: {folder} is not writable")
 
 
-def nothing_called(target: str, outcome: str) -> str:
+def nothing_called(target: str, outcome: str, hint: str = "") -> str:
     ended = "" if outcome in ("completed", "stopped") else f" before it {outcome}"
-    return f"memscope: {target} called no jitted function{ended}; nothing to report"
+    return f"memscope: {target} called no jitted function{ended}; nothing to report{hint}"
+
+
+def misplaced_hint(ctx: click.Context, args: tuple[str, ...], example: str) -> str:
+    """A hint for errors when the script's arguments hold memscope's own options.
+
+    memscope's options go before SCRIPT (everything after it is the script's,
+    as with python), so one typed after SCRIPT went to the script instead.
+    """
+    names = {opt for param in ctx.command.params for opt in getattr(param, "opts", ())
+             if opt.startswith("--")}
+    found = [a.partition("=")[0] for a in args if a.partition("=")[0] in names]
+    if not found:
+        return ""
+    return (f" ({found[0]} came after SCRIPT, so it went to the script: memscope's options "
+            f"go before SCRIPT, as in {example})")

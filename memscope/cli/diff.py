@@ -12,6 +12,7 @@ from memscope.analysis import run_and_report
 from memscope.capture import VariantRequest
 from memscope.cli._common import (
     check_writable,
+    misplaced_hint,
     module_option,
     nothing_called,
     output_option,
@@ -25,19 +26,7 @@ from memscope.report import FunctionReport, load_report, save_report
 from memscope.runner import Target, check_target
 
 
-class _DiffCommand(click.Command):
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.NoSuchOption as e:
-            # diff's own options may follow SCRIPT, so the script's go after "--".
-            raise click.UsageError(
-                f"No such option: {e.option_name}. memscope diff reads its own options "
-                "anywhere, so the script's go after --, as in: memscope diff train.py "
-                "--donate 0 -- --lr 3e-4", ctx) from None
-
-
-@click.command(cls=_DiffCommand)
+@click.command(context_settings={"allow_interspersed_args": False})
 @click.option("--donate", "spec", metavar="SPEC",
               help="The donation to compare with the one written: argument numbers "
                    "(0 or 0,2), argument names (opt_state), all, or none.")
@@ -48,7 +37,7 @@ class _DiffCommand(click.Command):
 @stop_after_option
 @output_option
 @click.argument("target", metavar="SCRIPT|OLD.json")
-@click.argument("args", nargs=-1)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_changed: bool,
          as_module: bool, stop_after: int | None, output: str | None, target: str,
@@ -56,22 +45,27 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
     """Compare a script's functions as written with another donation, each compiled
     and measured:
 
-      memscope diff train.py --donate opt_state [-- SCRIPT-OPTIONS...]
+      memscope diff --donate opt_state train.py [ARGS]...
 
     or compare two saved reports, function by function:
 
-      memscope diff OLD.json NEW.json [--only-changed]
+      memscope diff [--only-changed] OLD.json NEW.json
 
-    The script runs as under `memscope run`; the exit code is its own (0 when
+    memscope's options go before SCRIPT; everything after it goes to the script,
+    which runs as under `memscope run`. The exit code is the script's own (0 when
     --stop-after ended it), or 2 when a SPEC or function name does not apply.
     """
     if target.endswith(".json") and not as_module:
+        if len(args) != 1 and any(a.startswith("-") for a in args):
+            raise MemscopeError("memscope's options go before the reports, as in memscope "
+                                "diff --only-changed OLD.json NEW.json")
         _diff_reports(target, args, spec, functions, only_changed, stop_after)
         return
     if spec is None:
+        hint = misplaced_hint(ctx, args, "memscope diff --donate 0 train.py --lr 3e-4")
         raise MemscopeError("give the donation to compare with --donate SPEC (argument "
                             "numbers, names, all or none); to compare two reports give "
-                            "OLD.json NEW.json")
+                            "OLD.json NEW.json" + hint)
     request = VariantRequest(parse_spec(spec), frozenset(functions) or None)
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
@@ -82,7 +76,8 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
     if output is not None:
         save_report(report, output)
     if not report.functions:
-        click.echo(nothing_called(target, report.run.outcome), err=True)
+        click.echo(nothing_called(target, report.run.outcome,
+                                  misplaced_hint(ctx, args, "memscope diff --donate 0 train.py --lr 3e-4")), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
     chosen = _chosen(report.functions, functions)
     diffs = [compare_variant(fn, v) for fn in chosen

@@ -9,6 +9,7 @@ import click
 from memscope.analysis import run_and_report
 from memscope.cli._common import (
     check_writable,
+    misplaced_hint,
     module_option,
     nothing_called,
     output_option,
@@ -53,6 +54,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     if not quiet:
         render_report(report, sys.stdout)
     if not report.functions:
-        click.echo(nothing_called(target, report.run.outcome), err=True)
+        click.echo(nothing_called(target, report.run.outcome,
+                                  misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
     ctx.exit(report.run.exit_code)

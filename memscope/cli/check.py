@@ -1,0 +1,137 @@
+"""``memscope check``: compare a run (or a saved report) with a baseline and budgets, for CI."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO
+
+import click
+
+from memscope.analysis import run_and_report
+from memscope.check import check as check_report
+from memscope.check import target_failure
+from memscope.cli._common import check_writable, misplaced_hint
+from memscope.config import load_config, with_options
+from memscope.errors import EXIT_REGRESSION, EXIT_TARGET_FAILED, MemscopeError
+from memscope.render.check import render_check
+from memscope.render.github import render_check_annotations
+from memscope.render.junit import render_check_junit
+from memscope.render.markdown import render_check_markdown
+from memscope.report import Report, load_report, save_report
+from memscope.runner import Target, check_target
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option("--baseline", metavar="FILE.json",
+              help="A report saved by run -o or --update-baseline, to compare with.")
+@click.option("--update-baseline", is_flag=True,
+              help="Write the current report to --baseline instead of checking.")
+@click.option("--report", "report_file", metavar="REPORT.json",
+              help="Check this saved report instead of running a script.")
+@click.option("--config", "config_file", metavar="FILE.toml",
+              help="Budgets from this file instead of [tool.memscope] in pyproject.toml.")
+@click.option("--max-increase", multiple=True, metavar="[FIGURE=]PCT",
+              help="Allowed growth over the baseline, e.g. 5% or temp=20% "
+                   "(figures: peak, temp, io). Repeatable.")
+@click.option("--max-increase-bytes", multiple=True, metavar="[FIGURE=]SIZE",
+              help="Allowed growth in bytes, e.g. 16MiB or peak=1GB. Repeatable.")
+@click.option("--strict-env", is_flag=True,
+              help="Fail when the environment differs from the baseline's.")
+@click.option("--format", "output_format", type=click.Choice(["terminal", "markdown"]),
+              default="terminal", show_default=True, help="How to print the result.")
+@click.option("--junit-xml", metavar="FILE.xml", help="Also write JUnit XML, a case per function.")
+@click.option("-o", "--output", metavar="FILE.json", help="Also save the current report.")
+@click.option("-m", "--module", "as_module", is_flag=True,
+              help="Run TARGET as a module, like python -m.")
+@click.argument("target", metavar="[SCRIPT]", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
+          report_file: str | None, config_file: str | None, max_increase: tuple[str, ...],
+          max_increase_bytes: tuple[str, ...], strict_env: bool, output_format: str,
+          junit_xml: str | None, output: str | None, as_module: bool, target: str | None,
+          args: tuple[str, ...]) -> None:
+    """Run SCRIPT [ARGS]... (or check --report REPORT.json) and compare every jitted
+    function with --baseline and the budgets in [tool.memscope].
+
+    Fails when peak, temp or argument+output bytes grow beyond tolerance, a
+    function gains an unusable donation, an aliased leaf loses its alias, or a
+    budget is broken. Exit codes: 0 pass, 1 regression, 2 usage or input
+    error, 3 the target itself failed.
+    """
+    if (target is None) == (report_file is None):
+        raise MemscopeError("give a SCRIPT to run or --report REPORT.json, not both or neither")
+    if as_module and target is None:
+        raise MemscopeError("-m needs a MODULE to run")
+    misplaced = misplaced_hint(ctx, args, "memscope check --baseline FILE.json SCRIPT [ARGS]...")
+    if update_baseline and baseline is None:
+        raise MemscopeError("--update-baseline needs --baseline FILE.json to write" + misplaced)
+    config = with_options(load_config(config_file), max_increase, max_increase_bytes)
+    base = None if update_baseline or baseline is None else _load_baseline(baseline)
+    if not update_baseline and base is None and not config.budgets:
+        raise MemscopeError("nothing to check against: give --baseline FILE.json, or budgets "
+                            "in [tool.memscope.functions.NAME] of pyproject.toml or --config"
+                             + misplaced)
+    for path in (output, junit_xml, baseline if update_baseline else None):
+        if path is not None:
+            check_writable(path)
+
+    report = _current_report(target, args, as_module, report_file)
+    if output is not None:
+        save_report(report, output)
+    failure = target_failure(report)
+    if failure is not None:
+        click.echo(f"memscope: {failure}; nothing was checked{misplaced}", err=True)
+        ctx.exit(EXIT_TARGET_FAILED)
+    if not report.functions:
+        raise MemscopeError(f"{target or report_file} called no jitted function; "
+                            "nothing to check")
+    if update_baseline:
+        assert baseline is not None
+        save_report(report, baseline)
+        count = len(report.functions)
+        click.echo(f"memscope: wrote the baseline {baseline} "
+                   f"({count} function{'s' if count != 1 else ''})")
+        ctx.exit(0)
+
+    result = check_report(report, base, config, strict_env=strict_env,
+                          baseline_source=baseline)
+    if output_format == "markdown":
+        render_check_markdown(result, sys.stdout)
+    else:
+        render_check(result, sys.stdout)
+    if junit_xml is not None:
+        with _open(junit_xml, "w") as f:
+            render_check_junit(result, f)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with _open(summary, "a") as f:
+            render_check_markdown(result, f)
+    if os.environ.get("GITHUB_ACTIONS"):
+        render_check_annotations(result, sys.stdout)
+    ctx.exit(EXIT_REGRESSION if result.failed else 0)
+
+
+def _current_report(target: str | None, args: tuple[str, ...], as_module: bool,
+                    report_file: str | None) -> Report:
+    if report_file is not None:
+        return load_report(report_file)
+    assert target is not None
+    what = Target(target, tuple(args), module=as_module)
+    check_target(what)
+    return run_and_report(what)
+
+
+def _open(path: str, mode: str) -> IO[str]:
+    try:
+        return open(path, mode, encoding="utf-8")
+    except OSError as e:
+        raise MemscopeError(f"cannot write {path}: {e.strerror}") from None
+
+
+def _load_baseline(path: str) -> Report:
+    if not os.path.exists(path):
+        raise MemscopeError(f"no baseline at {path}; make one with "
+                            f"--update-baseline --baseline {path}")
+    return load_report(path)

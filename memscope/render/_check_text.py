@@ -1,0 +1,27 @@
+"""Text shared by the check renderers: what the check was against, and the environment note."""
+
+from __future__ import annotations
+
+from memscope.check import CheckResult, EnvDifference
+
+
+def against(result: CheckResult, code: str = "") -> str:
+    """``baseline base.json, budgets from pyproject.toml`` (``code`` quotes file names)."""
+    parts = []
+    if result.has_baseline:
+        source = result.baseline_source
+        parts.append(f"baseline {code}{source}{code}" if source else "a baseline")
+    if result.config_source:
+        parts.append(f"budgets from {code}{result.config_source}{code}")
+    return ", ".join(parts) or "nothing"
+
+
+def environment_note(result: CheckResult) -> str:
+    head = ("FAIL (--strict-env): the environment differs from the baseline's"
+            if result.environment_failed else
+            "The environment differs from the baseline's, so the figures may not be comparable")
+    return f"{head}: {differences(result.environment)}"
+
+
+def differences(diffs: tuple[EnvDifference, ...]) -> str:
+    return "; ".join(f"{d.field} {d.baseline} -> {d.now}" for d in diffs)

@@ -1,0 +1,213 @@
+"""The check renderers: hand-built verdicts, exact text (terminal at 80 columns)."""
+
+from __future__ import annotations
+
+import io
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from memscope.check import CheckResult, EnvDifference, FigureChange, FunctionVerdict
+from memscope.render.check import render_check
+from memscope.render.github import MAX_ANNOTATIONS, render_check_annotations
+from memscope.render.junit import render_check_junit
+from memscope.render.markdown import render_check_markdown
+
+
+def figures(baseline: int | None, now: int | None) -> tuple[FigureChange, ...]:
+    return (FigureChange("peak", baseline, now), FigureChange("temp", 100, 100),
+            FigureChange("io", 2000, 2000))
+
+
+def sample_result(*, strict_env: bool = False) -> CheckResult:
+    functions = (
+        FunctionVerdict(
+            "train_step", "(float32[128,32], lr=0.01)", "train.py:18", "fail",
+            figures(1048576, 1179648),
+            problems=("peak grew by +128.0 KiB (+12.5%) to 1.1 MiB, over the limit of 1.1 MiB "
+                      "(baseline 1.0 MiB + 5%)",
+                      "1 leaf lost its alias (now not_donated): momentum['w']")),
+        FunctionVerdict("eval_step", "(float32[128,32])", "train.py:40", "pass",
+                        figures(4096, 4096)),
+        FunctionVerdict("predict", "(float32[1,32])", "serve.py:7", "new", figures(None, 2048)),
+        FunctionVerdict("old_step", "(float32[64])", "train.py:60", "vanished",
+                        figures(512, None),
+                        notes=("the baseline has no memory figures for it; they were not "
+                               "compared",)),
+        FunctionVerdict("loss_fn", None, None, "not_called",
+                        problems=("has a budget in pyproject.toml but was never called",)),
+    )
+    return CheckResult(
+        functions, (EnvDifference("jax", "0.10.1", "0.10.2"),), strict_env, True, "base.json",
+        "pyproject.toml",
+        summary="FAIL: 2 of 3 checked functions failed (train_step, loss_fn); 1 new, 1 vanished")
+
+
+def lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.splitlines()]
+
+
+def test_terminal_table_at_80_columns() -> None:
+    out = io.StringIO()
+    render_check(sample_result(), out, width=80, plain=True)
+    assert lines(out.getvalue()) == TERMINAL
+    assert "\x1b" not in out.getvalue()
+
+
+TERMINAL = [
+    "memscope check against baseline base.json, budgets from pyproject.toml",
+    "The environment differs from the baseline's, so the figures may not be",
+    "comparable: jax 0.10.1 -> 0.10.2",
+    "Peak bytes per device",
+    "+------------------------------------------------------------------------------+",
+    "| function               | baseline |     now |              change | verdict  |",
+    "|------------------------+----------+---------+---------------------+----------|",
+    "| train_step             |  1.0 MiB | 1.1 MiB | +128.0 KiB (+12.5%) | FAIL     |",
+    "| (float32[128,32],      |          |         |                     |          |",
+    "| lr=0.01)               |          |         |                     |          |",
+    "| eval_step              |  4.0 KiB | 4.0 KiB |                 0 B | pass     |",
+    "| (float32[128,32])      |          |         |                     |          |",
+    "| predict                |      n/a | 2.0 KiB |                 n/a | new      |",
+    "| (float32[1,32])        |          |         |                     |          |",
+    "| old_step               |    512 B |     n/a |                 n/a | vanished |",
+    "| (float32[64])          |          |         |                     |          |",
+    "| loss_fn                |      n/a |     n/a |                 n/a | FAIL     |",
+    "+------------------------------------------------------------------------------+",
+    "",
+    "train_step  (float32[128,32], lr=0.01)  train.py:18",
+    "  FAIL peak grew by +128.0 KiB (+12.5%) to 1.1 MiB, over the limit of 1.1 MiB",
+    "       (baseline 1.0 MiB + 5%)",
+    "  FAIL 1 leaf lost its alias (now not_donated): momentum['w']",
+    "",
+    "old_step  (float32[64])  train.py:60",
+    "  note the baseline has no memory figures for it; they were not compared",
+    "",
+    "loss_fn",
+    "  FAIL has a budget in pyproject.toml but was never called",
+    "",
+    "FAIL: 2 of 3 checked functions failed (train_step, loss_fn); 1 new, 1 vanished",
+]
+
+
+def test_terminal_width_follows_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    render_check(sample_result(), out)
+    assert lines(out.getvalue()) == TERMINAL
+
+
+def test_markdown() -> None:
+    out = io.StringIO()
+    render_check_markdown(sample_result(), out)
+    assert out.getvalue() == "".join(MARKDOWN)
+
+
+MARKDOWN = (
+    "### memscope check: FAIL\n"
+    "\n"
+    "Checked against baseline `base.json`, budgets from `pyproject.toml`.\n"
+    "\n"
+    "> **The environment differs from the baseline's, so the figures may not be comparable: jax 0.10.1 -> 0.10.2**\n"
+    "\n"
+    "| function | signature | peak baseline | peak now | change | verdict |\n"
+    "|---|---|---:|---:|---:|---|\n"
+    "| `train_step` | `(float32[128,32], lr=0.01)` | 1.0 MiB | 1.1 MiB | +128.0 KiB (+12.5%) | **FAIL** |\n"
+    "| `eval_step` | `(float32[128,32])` | 4.0 KiB | 4.0 KiB | 0 B | pass |\n"
+    "| `predict` | `(float32[1,32])` | n/a | 2.0 KiB | n/a | new |\n"
+    "| `old_step` | `(float32[64])` | 512 B | n/a | n/a | vanished |\n"
+    "| `loss_fn` |  | n/a | n/a | n/a | **FAIL** |\n"
+    "\n"
+    "**train\\_step** `(float32[128,32], lr=0.01)` at `train.py:18`\n"
+    "\n"
+    "- **FAIL** peak grew by +128.0 KiB (+12.5%) to 1.1 MiB, over the limit of 1.1 MiB (baseline 1.0 MiB + 5%)\n"
+    "- **FAIL** 1 leaf lost its alias (now not\\_donated): momentum\\['w'\\]\n"
+    "\n"
+    "**old\\_step** `(float32[64])` at `train.py:60`\n"
+    "\n"
+    "- note: the baseline has no memory figures for it; they were not compared\n"
+    "\n"
+    "**loss\\_fn**\n"
+    "\n"
+    "- **FAIL** has a budget in pyproject.toml but was never called\n"
+    "\n"
+    "**FAIL: 2 of 3 checked functions failed (train\\_step, loss\\_fn); 1 new, 1 vanished**\n"
+)
+
+
+def test_markdown_escapes_pipes_in_cells() -> None:
+    result = CheckResult((FunctionVerdict("f", "(a='x|y')", None, "pass", figures(1, 1)),),
+                         summary="PASS")
+    out = io.StringIO()
+    render_check_markdown(result, out)
+    assert "| `f` | `(a='x\\|y')` | 1 B | 1 B | 0 B | pass |" in out.getvalue()
+
+
+def test_junit_xml() -> None:
+    out = io.StringIO()
+    render_check_junit(sample_result(), out)
+    assert out.getvalue() == "".join(JUNIT)
+    root = ET.fromstring(out.getvalue().split("\n", 1)[1])
+    suite = root.find("testsuite")
+    assert suite is not None and len(suite.findall("testcase")) == 6
+
+
+JUNIT = (
+    "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n"
+    "<testsuites tests=\"6\" failures=\"2\" errors=\"0\" skipped=\"2\">\n"
+    "  <testsuite name=\"memscope check\" tests=\"6\" failures=\"2\" errors=\"0\" skipped=\"2\">\n"
+    "    <testcase classname=\"memscope.train_step\" name=\"train_step (float32[128,32], lr=0.01)\" file=\"train.py\" line=\"18\">\n"
+    "      <failure message=\"peak grew by +128.0 KiB (+12.5%) to 1.1 MiB, over the limit of 1.1 MiB (baseline 1.0 MiB + 5%)\" type=\"fail\">peak grew by +128.0 KiB (+12.5%) to 1.1 MiB, over the limit of 1.1 MiB (baseline 1.0 MiB + 5%)\n"
+    "1 leaf lost its alias (now not_donated): momentum['w']</failure>\n"
+    "    </testcase>\n"
+    "    <testcase classname=\"memscope.eval_step\" name=\"eval_step (float32[128,32])\" file=\"train.py\" line=\"40\" />\n"
+    "    <testcase classname=\"memscope.predict\" name=\"predict (float32[1,32])\" file=\"serve.py\" line=\"7\">\n"
+    "      <skipped message=\"new: not in the baseline\" />\n"
+    "    </testcase>\n"
+    "    <testcase classname=\"memscope.old_step\" name=\"old_step (float32[64])\" file=\"train.py\" line=\"60\">\n"
+    "      <skipped message=\"vanished: in the baseline only\" />\n"
+    "      <system-out>the baseline has no memory figures for it; they were not compared</system-out>\n"
+    "    </testcase>\n"
+    "    <testcase classname=\"memscope.loss_fn\" name=\"loss_fn\">\n"
+    "      <failure message=\"has a budget in pyproject.toml but was never called\" type=\"not_called\">has a budget in pyproject.toml but was never called</failure>\n"
+    "    </testcase>\n"
+    "    <testcase classname=\"memscope.environment\" name=\"environment\">\n"
+    "      <system-out>the environment differs from the baseline's: jax 0.10.1 -&gt; 0.10.2</system-out>\n"
+    "    </testcase>\n"
+    "  </testsuite>\n"
+    "</testsuites>\n"
+)
+
+
+def test_junit_environment_fails_under_strict_env() -> None:
+    out = io.StringIO()
+    render_check_junit(sample_result(strict_env=True), out)
+    root = ET.fromstring(out.getvalue().split("\n", 1)[1])
+    assert root.get("failures") == "3"
+    env = root.find("testsuite/testcase[@name='environment']/failure")
+    assert env is not None and env.get("message") == (
+        "the environment differs from the baseline's: jax 0.10.1 -> 0.10.2")
+
+
+def test_github_annotations() -> None:
+    out = io.StringIO()
+    render_check_annotations(sample_result(), out)
+    assert out.getvalue() == "".join(ANNOTATIONS)
+
+
+ANNOTATIONS = (
+    "::warning title=memscope check::The environment differs from the baseline's, so the figures may not be comparable: jax 0.10.1 -> 0.10.2\n"
+    "::error file=train.py,line=18,title=memscope check%3A train_step::train_step (float32[128,32], lr=0.01): peak grew by +128.0 KiB (+12.5%25) to 1.1 MiB, over the limit of 1.1 MiB (baseline 1.0 MiB + 5%25)%0A1 leaf lost its alias (now not_donated): momentum['w']\n"
+    "::error title=memscope check%3A loss_fn::loss_fn: has a budget in pyproject.toml but was never called\n"
+)
+
+
+def test_github_annotations_are_at_most_ten() -> None:
+    failing = tuple(FunctionVerdict(f"f{i}", "()", f"m.py:{i + 1}", "fail", problems=("x",))
+                    for i in range(15))
+    out = io.StringIO()
+    render_check_annotations(CheckResult(failing, strict_env=True,
+                                         environment=(EnvDifference("jax", "a", "b"),)), out)
+    got = out.getvalue().splitlines()
+    assert len(got) == MAX_ANNOTATIONS == 10
+    assert got[0].startswith("::error title=memscope check::FAIL (--strict-env)")
+    assert got[1] == "::error file=m.py,line=1,title=memscope check%3A f0::f0 (): x"

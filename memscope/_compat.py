@@ -239,6 +239,17 @@ def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:
             for m in compiled.runtime_executable().hlo_modules()]
 
 
+def buffer_assignment_bytes(stats: Any) -> bytes | None:
+    """The serialized ``BufferAssignmentProto`` that ``memory_analysis()`` carries.
+
+    The jaxlib series memscope supports exposes it as
+    ``serialized_buffer_assignment_proto``; a jaxlib without that attribute (or
+    a backend that leaves it empty) gives ``None``: the breakdown is unknown.
+    """
+    data = getattr(stats, "serialized_buffer_assignment_proto", None)
+    return bytes(data) if data else None
+
+
 def peak_memory_bytes(stats: Any) -> int | None:
     """XLA's own peak, where this jaxlib reports one (newer ones do)."""
     peak = getattr(stats, "peak_memory_in_bytes", None)

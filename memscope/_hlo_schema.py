@@ -17,6 +17,7 @@ _SCALARS = {
     "string": _F.TYPE_STRING,
     "int64": _F.TYPE_INT64,
     "int32": _F.TYPE_INT32,  # also XLA's enums: same varint on the wire
+    "bool": _F.TYPE_BOOL,
 }
 
 # message -> [(field, number, type, repeated)]; a type not in _SCALARS is a message.
@@ -26,6 +27,7 @@ _SCHEMA: dict[str, list[tuple[str, int, str, bool]]] = {
         ("op_name", 2, "string", False),
         ("source_file", 3, "string", False),
         ("source_line", 4, "int32", False),
+        ("stack_frame_id", 15, "int32", False),
     ],
     "ShapeProto": [
         ("element_type", 2, "int32", False),
@@ -68,6 +70,78 @@ _SCHEMA: dict[str, list[tuple[str, int, str, bool]]] = {
         ("entry_computation_id", 6, "int64", False),
         ("input_output_alias", 8, "HloInputOutputAliasProto", False),
         ("buffer_donor", 18, "HloBufferDonorProto", False),
+        ("stack_frame_index", 17, "StackFrameIndexProto", False),
+    ],
+    # Source locations: newer XLA keeps them once per module, and each
+    # instruction's metadata names its innermost frame (1-based ids, 0 = none).
+    "FileLocation": [
+        ("file_name_id", 1, "int32", False),
+        ("function_name_id", 2, "int32", False),
+        ("line", 3, "int32", False),
+        ("column", 4, "int32", False),
+    ],
+    "StackFrame": [
+        ("file_location_id", 1, "int32", False),
+        ("parent_frame_id", 2, "int32", False),
+    ],
+    "StackFrameIndexProto": [
+        ("file_names", 1, "string", True),
+        ("function_names", 2, "string", True),
+        ("file_locations", 3, "FileLocation", True),
+        ("stack_frames", 4, "StackFrame", True),
+    ],
+    # XLA's buffer assignment (hlo.proto: BufferAssignmentProto and the
+    # messages it holds), as ``memory_analysis()`` serializes it.
+    "BufferLocation": [  # LogicalBufferProto.Location
+        ("instruction_name", 2, "string", False),
+        ("shape_index", 3, "int64", True),
+        ("instruction_id", 4, "int64", False),
+    ],
+    "LogicalBufferProto": [
+        ("id", 1, "int64", False),
+        ("size", 2, "int64", False),
+        ("defined_at", 3, "BufferLocation", False),
+        ("color", 4, "int64", False),
+    ],
+    "Assigned": [  # BufferAllocationProto.Assigned
+        ("logical_buffer_id", 1, "int64", False),
+        ("offset", 2, "int64", False),
+        ("size", 3, "int64", False),
+    ],
+    "BufferAllocationProto": [
+        ("index", 1, "int64", False),
+        ("size", 2, "int64", False),
+        ("is_thread_local", 3, "bool", False),
+        ("is_entry_computation_parameter", 5, "bool", False),
+        ("parameter_number", 6, "int64", False),
+        ("maybe_live_out", 7, "bool", False),
+        ("color", 8, "int64", False),
+        ("assigned", 9, "Assigned", True),
+        ("parameter_shape_index", 10, "int64", True),
+        ("is_tuple", 11, "bool", False),
+        ("is_constant", 12, "bool", False),
+    ],
+    "HeapEvent": [  # HeapSimulatorTrace.Event; kind: ALLOC 0, FREE 1, SHARE_WITH 2
+        ("kind", 1, "int32", False),
+        ("buffer_id", 2, "int64", False),
+        ("computation_name", 3, "string", False),
+        ("instruction_name", 4, "string", False),
+        ("share_with_canonical_id", 5, "int64", False),
+    ],
+    "HeapSimulatorTrace": [
+        ("events", 1, "HeapEvent", True),
+        ("whole_module_simulation", 2, "bool", False),
+        ("buffer_allocation_index", 3, "int64", False),
+    ],
+    "BufferAlias": [  # BufferAssignmentProto.BufferAlias
+        ("source_buffer_id", 1, "int64", False),
+        ("location", 2, "BufferLocation", False),
+    ],
+    "BufferAssignmentProto": [
+        ("logical_buffers", 1, "LogicalBufferProto", True),
+        ("buffer_aliases", 2, "BufferAlias", True),
+        ("buffer_allocations", 3, "BufferAllocationProto", True),
+        ("heap_simulator_traces", 4, "HeapSimulatorTrace", True),
     ],
 }
 

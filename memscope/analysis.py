@@ -10,7 +10,15 @@ from typing import Any
 import jax
 
 from memscope import _compat, advice, observed
-from memscope.capture import Entry, MeasuredJit, VariantFacts, VariantRequest, capture
+from memscope.buffers import breakdown
+from memscope.capture import (
+    Entry,
+    MeasuredJit,
+    VariantFacts,
+    VariantRequest,
+    capture,
+    display_path,
+)
 from memscope.errors import MemscopeError
 from memscope.fates import classify
 from memscope.report import (
@@ -49,7 +57,9 @@ def function_report(entry: Entry) -> FunctionReport:
         donate_argnames=entry.spec.donate_argnames,
         error=entry.error, variants=variants,
         advice=_advice(inputs, memory, entry.variants), setting=entry.setting,
-        findings=findings, measured=entry.measured)
+        findings=findings, measured=entry.measured,
+        buffers=(breakdown(entry.facts.buffers, memory, display_path)
+                 if entry.facts is not None and entry.facts.buffers is not None else None))
 
 
 def _variant(v: VariantFacts) -> Variant:

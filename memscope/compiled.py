@@ -16,8 +16,9 @@ from typing import Any
 import jax
 
 from memscope import _compat
+from memscope.buffers import BufferAssignment, BufferDecodeError, read_buffer_assignment
 from memscope.fates import Leaf, Program
-from memscope.hlo import read_module
+from memscope.hlo import parse_module, read_module
 from memscope.report import HostMemory, Memory
 
 
@@ -25,6 +26,10 @@ from memscope.report import HostMemory, Memory
 class CompiledFacts:
     memory: Memory
     program: Program
+    #: XLA's buffer assignment, attributed; ``None`` when this jaxlib gives none
+    buffers: BufferAssignment | None = None
+    #: why ``buffers`` is ``None``
+    buffers_error: str | None = None
 
 
 class CompiledReadError(RuntimeError):
@@ -41,8 +46,24 @@ def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
     traced = jitted.trace(*args, **kwargs)
     lowered = traced.lower()
     compiled = lowered.compile()
-    return CompiledFacts(memory=memory_figures(compiled.memory_analysis()),
-                         program=_program(traced, lowered, compiled, shardings))
+    stats = compiled.memory_analysis()
+    module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
+    buffers, error = read_buffers(stats, module)
+    return CompiledFacts(memory=memory_figures(stats),
+                         program=_program(traced, lowered, compiled, shardings, module),
+                         buffers=buffers, buffers_error=error)
+
+
+def read_buffers(stats: Any, module: Any) -> tuple[BufferAssignment | None, str | None]:
+    """The buffer assignment ``memory_analysis()`` carries, attributed to ``module``
+    (the decoded optimized module); else ``None`` and why."""
+    data = _compat.buffer_assignment_bytes(stats) if stats is not None else None
+    if data is None:
+        return None, "this jaxlib does not report the buffer assignment"
+    try:
+        return read_buffer_assignment(data, module), None
+    except BufferDecodeError as e:
+        return None, str(e)
 
 
 def read_variant(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
@@ -107,7 +128,7 @@ def _leaves(infos: Sequence[Any], names: Sequence[str] | None, prefix: str,
 
 
 def _program(traced: Any, lowered: Any, compiled: Any,
-             shardings: Sequence[str | None]) -> Program:
+             shardings: Sequence[str | None], module: Any = None) -> Program:
     arg_infos = jax.tree_util.tree_leaves(traced.args_info)
     out_infos = jax.tree_util.tree_leaves(traced.out_info)
     arg_names = _compat.flat_arg_names(traced)
@@ -144,8 +165,9 @@ def _program(traced: Any, lowered: Any, compiled: Any,
     if outputs_seen != len(out_infos):
         raise CompiledReadError("the lowered main's results do not match the outputs")
 
-    protos = _compat.optimized_hlo_module_protos(compiled)
-    hlo = read_module(protos[0], tuple_args=layout.tuple_args)
+    if module is None:
+        module = _compat.optimized_hlo_module_protos(compiled)[0]
+    hlo = read_module(module, tuple_args=layout.tuple_args)
     alias_attr = [a.get("tf.aliasing_output") for a in main.args]
     return Program(
         inputs=_leaves(arg_infos, arg_names, "arg", shardings),

@@ -44,14 +44,22 @@ class HloDecodeError(ValueError):
     """The serialized module does not have the structure memscope expects."""
 
 
-def read_module(serialized: bytes, *, tuple_args: bool = False) -> HloFacts:
-    """Decode one serialized ``HloModuleProto`` into :class:`HloFacts`.
+def parse_module(serialized: bytes) -> Any:
+    """The ``HloModuleProto`` message of ``serialized``, decoded once to be read
+    by :func:`read_module` and :func:`memscope.buffers.read_buffer_assignment`."""
+    module = HloModuleProto()
+    module.ParseFromString(serialized)
+    return module
+
+
+def read_module(serialized: bytes | Any, *, tuple_args: bool = False) -> HloFacts:
+    """Decode one ``HloModuleProto`` (serialized, or from :func:`parse_module`)
+    into :class:`HloFacts`.
 
     Raises:
         HloDecodeError: the bytes are not a module with an entry computation.
     """
-    module = HloModuleProto()
-    module.ParseFromString(serialized)
+    module = parse_module(serialized) if isinstance(serialized, bytes) else serialized
     entry = _entry_computation(module)
     by_id = {instr.id: instr for instr in entry.instructions}
     root = by_id.get(entry.root_id)

@@ -29,6 +29,8 @@ OutputFate = Literal["reuses_input", "copy_of_input", "new"]
 Outcome = Literal["completed", "failed", "interrupted", "stopped"]
 VariantName = Literal["none", "all", "advised", "requested"]
 Observed = Literal["confirmed", "not_reused", "n/a"]
+AllocationKind = Literal["parameter", "aliased", "output", "temporary", "constant",
+                         "thread_local"]
 
 INPUT_FATES: tuple[str, ...] = get_args(InputFate)
 OUTPUT_FATES: tuple[str, ...] = get_args(OutputFate)
@@ -160,6 +162,77 @@ class Advice:
 
 
 @dataclass(frozen=True)
+class AllocationGroup:
+    """The allocations of one kind (``parameter``, ``aliased``, ``output``,
+    ``temporary``, ``constant``, ``thread_local``) in XLA's buffer assignment."""
+
+    kind: AllocationKind
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TempBuffer:
+    """One logical buffer in a temporary allocation and the code that defines it.
+
+    ``op`` is the JAX primitive (``dot_general``; the HLO opcode when JAX named
+    none), ``op_name`` JAX's full name (``jit(step)/dot_general``), ``source``
+    the user's ``path:line``. ``offset`` is where it lies in allocation
+    ``allocation``: buffers whose ranges overlap are never live together.
+    """
+
+    instruction: str
+    opcode: str
+    shape: str
+    bytes: int
+    op: str
+    op_name: str | None = None
+    source: str | None = None
+    allocation: int = 0
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """The temporary buffers defined on one source line (``None``: no line known).
+
+    ``bytes`` adds the buffers' sizes; buffers reuse each other's memory over
+    time, so these sums may exceed the temporary allocation.
+    """
+
+    source: str | None
+    bytes: int
+    buffers: int
+    ops: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BufferBreakdown:
+    """What holds the memory of one compiled function, from XLA's buffer assignment.
+
+    ``temp_buffers`` lists the largest temporary buffers (at most
+    :data:`memscope.buffers.MAX_LISTED`); ``more_buffers`` and ``more_bytes``
+    count the rest. ``temp_bytes`` adds the temporary allocations, as XLA's
+    ``temp_size_in_bytes`` does; ``reconciled`` says whether they agree and
+    ``reconcile_note`` why not. ``timeline`` is the replayed heap-simulator trace
+    as (step, bytes), ``None`` where XLA records none (``timeline_note`` says why).
+    """
+
+    allocations: tuple[AllocationGroup, ...]
+    temp_bytes: int
+    temp_buffers: tuple[TempBuffer, ...] = ()
+    more_buffers: int = 0
+    more_bytes: int = 0
+    by_source: tuple[SourceLine, ...] = ()
+    reconciled: bool | None = None
+    reconcile_note: str | None = None
+    timeline: tuple[tuple[int, int], ...] | None = None
+    timeline_note: str | None = None
+    replayed_peak: int | None = None
+    live_at_peak: tuple[TempBuffer, ...] = ()
+
+
+@dataclass(frozen=True)
 class FunctionReport:
     """One jitted function at one signature.
 
@@ -186,6 +259,8 @@ class FunctionReport:
     findings: tuple[str, ...] = ()
     #: device memory around the first call, where the backend reports it
     measured: MeasuredMemory | None = None
+    #: what holds the memory (XLA's buffer assignment); ``None`` when unavailable
+    buffers: BufferBreakdown | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,3 +22,15 @@ def test_overhead_benchmark_runs_and_prints_ratios():
     assert set(rows) == {"python", "memscope run --no-advice", "memscope run"}
     assert rows["python"][1] == "1.00" and rows["python"][3] == "1.00"
     assert all(float(value) > 0 for row in rows.values() for value in row)
+
+
+def test_bench_buffers_prints_the_ratio_at_a_tiny_size():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_buffers.py"), "--layers", "2",
+         "--width", "8", "--repeat", "1"],
+        capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^optimized module: \d+ instructions", result.stdout, re.M)
+    assert "reconciled with XLA: True" in result.stdout
+    assert re.search(r"^ratio decode / compile: \d+\.\d{4} ", result.stdout, re.M), result.stdout

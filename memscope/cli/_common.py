@@ -8,7 +8,9 @@ from typing import Any, TypeVar
 
 import click
 
-from memscope.errors import MemscopeError
+from memscope.errors import MemscopeError, ReportFormatError
+from memscope.render.html import render_html
+from memscope.report import Report
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,7 +33,7 @@ def stop_after_option(f: F) -> F:
                              "is then 'stopped'.")(f)
 
 
-def check_writable(path: str) -> None:
+def check_writable(path: str, option: str = "--output") -> None:
     """Fail before the run, so a long training run is not lost to a typo.
 
     Raises:
@@ -39,7 +41,7 @@ def check_writable(path: str) -> None:
     """
     folder = os.path.dirname(os.path.abspath(path))
     if not path:
-        raise MemscopeError("cannot write the report: the --output path is empty")
+        raise MemscopeError(f"cannot write the report: the {option} path is empty")
     if os.path.isdir(path):
         raise MemscopeError(f"cannot write the report to {path}: it is a folder")
     if not os.path.isdir(folder):
@@ -66,3 +68,29 @@ def misplaced_hint(ctx: click.Context, args: tuple[str, ...], example: str) -> s
         return ""
     return (f" ({found[0]} came after SCRIPT, so it went to the script: memscope's options "
             f"go before SCRIPT, as in {example})")
+
+
+def buffers_option(f: F) -> F:
+    return click.option("--buffers", is_flag=True,
+                        help="Also show what holds the memory: the largest temporary "
+                             "buffers with their op and source line, per line totals, "
+                             "and memory over program order where XLA records it.")(f)
+
+
+def html_option(f: F) -> F:
+    return click.option("--html", "html", metavar="FILE.html",
+                        help="Also write the report as one self-contained HTML file "
+                             "(no network needed to view it).")(f)
+
+
+def write_html(report: Report, path: str) -> None:
+    """Write ``report`` as one HTML file at ``path``.
+
+    Raises:
+        ReportFormatError: the file cannot be written.
+    """
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            render_html(report, f)
+    except OSError as e:
+        raise ReportFormatError(f"cannot write {path}: {e.strerror}") from None

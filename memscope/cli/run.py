@@ -8,14 +8,18 @@ import click
 
 from memscope.analysis import run_and_report
 from memscope.cli._common import (
+    buffers_option,
     check_writable,
+    html_option,
     misplaced_hint,
     module_option,
     nothing_called,
     output_option,
     stop_after_option,
+    write_html,
 )
 from memscope.errors import EXIT_USAGE
+from memscope.render.buffers import render_buffers
 from memscope.render.terminal import render_report
 from memscope.report import save_report
 from memscope.runner import Target, check_target
@@ -29,12 +33,14 @@ from memscope.runner import Target, check_target
               help="Skip the donation advisor and its compiles (no donation, donate "
                    "all, advised): only what the program itself compiled is read.")
 @stop_after_option
+@buffers_option
+@html_option
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
-        no_advice: bool, stop_after: int | None, target: str,
-        args: tuple[str, ...]) -> None:
+        no_advice: bool, stop_after: int | None, buffers: bool, html: str | None,
+        target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) as python would, then report
     every jitted function it called: memory figures, the fate of each buffer, and
     what other donations would change (each compiled and measured).
@@ -47,14 +53,20 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     check_target(what)
     if output is not None:
         check_writable(output)
+    if html is not None:
+        check_writable(html, "--html")
     report = run_and_report(what, advise=not no_advice, stop_after=stop_after)
     assert report.run is not None
     if output is not None:
         save_report(report, output)
+    if html is not None:
+        write_html(report, html)
     if not quiet:
         render_report(report, sys.stdout)
+        if buffers:
+            render_buffers(report, sys.stdout)
     if not report.functions:
-        click.echo(nothing_called(target, report.run.outcome,
-                                  misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")), err=True)
+        hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")
+        click.echo(nothing_called(target, report.run.outcome, hint), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
     ctx.exit(report.run.exit_code)

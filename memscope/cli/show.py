@@ -6,12 +6,23 @@ import sys
 
 import click
 
+from memscope.cli._common import buffers_option, check_writable, html_option, write_html
+from memscope.render.buffers import render_buffers
 from memscope.render.terminal import render_report
 from memscope.report import load_report
 
 
 @click.command()
+@buffers_option
+@html_option
 @click.argument("report_file", metavar="REPORT.json")
-def show(report_file: str) -> None:
+def show(buffers: bool, html: str | None, report_file: str) -> None:
     """Render a report saved with `memscope run -o REPORT.json`."""
-    render_report(load_report(report_file), sys.stdout)
+    if html is not None:
+        check_writable(html, "--html")
+    report = load_report(report_file)
+    if html is not None:
+        write_html(report, html)
+    render_report(report, sys.stdout)
+    if buffers:
+        render_buffers(report, sys.stdout)

@@ -17,6 +17,7 @@ import jaxlib
 import numpy as np
 from jax._src import config as _config
 from jax._src import core as _core
+from jax._src import linear_util as _linear_util
 from jax._src import pjit as _pjit
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.interpreters import mlir as _mlir
@@ -53,6 +54,26 @@ def patched_make_jit(wrap: Callable[[Any, Callable[..., Any], dict[str, Any]], A
         yield
     finally:
         _pjit.make_jit = original
+
+
+def pmap_user_function(fun: Any) -> Callable[..., Any] | None:
+    """The user's function behind a jit that ``jax.pmap`` made, else ``None``.
+
+    In this JAX, ``pmap`` jits ``shard_map(_fun)``, where ``_fun`` (in
+    ``jax._src.pmap``) closes over the user's function as a ``lu.WrappedFun``.
+    """
+    inner = getattr(fun, "__wrapped__", None)
+    if getattr(inner, "__module__", None) != "jax._src.pmap":
+        return None
+    for cell in getattr(inner, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, _linear_util.WrappedFun):
+            user: Callable[..., Any] = value.f
+            return user
+    return None
 
 
 def is_top_level_call() -> bool:

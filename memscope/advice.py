@@ -24,8 +24,14 @@ CAVEAT = ("Donate only arguments the program does not read after the call: a don
 Aval = tuple[tuple[int, ...], str]
 
 
+def _local_shape(b: InputBuffer | OutputBuffer) -> tuple[int, ...]:
+    # JAX pairs the avals of one device's shard (mlir.sharded_aval), so a leaf
+    # sharded differently from an output of the same global shape does not match.
+    return b.shard_shape if b.shard_shape is not None else b.shape
+
+
 def _aval(b: InputBuffer | OutputBuffer) -> Aval:
-    return b.shape, b.dtype
+    return _local_shape(b), b.dtype
 
 
 def _aval_text(b: InputBuffer | OutputBuffer) -> str:
@@ -79,10 +85,10 @@ def _replay_jax(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]) 
     by_size: dict[int, deque[int]] = defaultdict(deque)
     for j, o in enumerate(outputs):
         if j not in taken:
-            by_size[math.prod(o.shape)].append(j)
+            by_size[math.prod(_local_shape(o))].append(j)
     same_size: dict[int, int] = {}
     for i in donated:
-        queue = by_size[math.prod(inputs[i].shape)]
+        queue = by_size[math.prod(_local_shape(inputs[i]))]
         if i not in same_aval and queue:
             same_size[i] = queue.popleft()
     return _Pairing(same_aval, same_size)
@@ -153,6 +159,14 @@ def _unusable_reason(b: InputBuffer, i: int, pairing: _Pairing,
                 "pair them: their memory kinds differ. Put the input and the output in the "
                 "same memory kind (out_shardings with the input's memory_kind), or stop "
                 f"donating {b.path}.")
+    resharded = [o for o in outputs if (o.shape, o.dtype) == (b.shape, b.dtype)
+                 and _local_shape(o) != _local_shape(b)]
+    if not same and resharded:
+        o = resharded[0]
+        return (f"{o.path} is {_aval_text(o)} too, but sharded differently ({o.sharding} "
+                f"vs {b.sharding}): JAX pairs the shards each device holds, "
+                f"{list(_local_shape(o))} against {list(_local_shape(b))}. Give the output "
+                f"the input's sharding (out_shardings), or stop donating {b.path}.")
     if same:
         takers = {j: k for k, j in pairing.same_aval.items()}
         taken = ", ".join(f"{outputs[j].path} <- {inputs[takers[j]].path}"
@@ -160,8 +174,8 @@ def _unusable_reason(b: InputBuffer, i: int, pairing: _Pairing,
         return (f"Every output of {_aval_text(b)} is already written into an earlier "
                 f"donated argument ({taken}). Return an updated {b.path} too, or donate "
                 f"only as many {_aval_text(b)} arguments as the function returns.")
-    size = math.prod(b.shape)
-    same_size = [o.path for o in outputs if math.prod(o.shape) == size]
+    size = math.prod(_local_shape(b))
+    same_size = [o.path for o in outputs if math.prod(_local_shape(o)) == size]
     if same_size:
         return (f"No output is {_aval_text(b)}, and the outputs with its {size} elements "
                 f"({', '.join(same_size)}) are taken by other donated arguments. Stop "

@@ -58,6 +58,7 @@ def function_report(entry: Entry) -> FunctionReport:
         error=entry.error, variants=variants,
         advice=_advice(inputs, memory, entry.variants), setting=entry.setting,
         findings=findings, measured=entry.measured,
+        devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None))
 
@@ -93,7 +94,8 @@ def environment() -> Environment:
         devices=tuple(Device(id=d.id, platform=d.platform, kind=d.device_kind,
                              process_index=d.process_index) for d in jax.devices()),
         python=sys.version.split()[0],
-        xla_flags=os.environ.get("XLA_FLAGS"))
+        xla_flags=os.environ.get("XLA_FLAGS"),
+        process_index=jax.process_index(), process_count=jax.process_count())
 
 
 def build_report(entries: Iterable[Entry], run: RunInfo | None,

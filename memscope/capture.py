@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 from memscope import _compat, advice
-from memscope.compiled import CompiledFacts, read_compiled, read_variant
+from memscope.compiled import CompiledFacts, describe_sharding, read_compiled, read_variant
 from memscope.donation import (
     Argument,
     Donation,
@@ -178,7 +178,7 @@ class Session:
             self._live = LiveArrays(
                 count=len(arrays), total_bytes=sum(int(a.nbytes) for a in arrays),
                 largest=tuple(LiveArray(tuple(a.shape), str(a.dtype), int(a.nbytes),
-                                        _describe_sharding(a))
+                                        describe_sharding(a.sharding))
                               for a in largest[:LARGEST_LIVE_ARRAYS]))
             del arrays, largest
         except Exception:
@@ -242,9 +242,14 @@ def capture(*, advise: bool = False, request: VariantRequest | None = None,
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after)
 
         def wrap(jitted: Any, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
-            if _is_jax_internal(fun):
+            if not _is_jax_internal(fun):
+                return MeasuredJit(jitted, fun, session, options)
+            # jax.pmap jits a function of its own around the user's: report it
+            # under the user's name; its leaves keep pmap's flat names.
+            user = _compat.pmap_user_function(fun)
+            if user is None:
                 return jitted
-            return MeasuredJit(jitted, fun, session, options)
+            return MeasuredJit(jitted, fun, session, options, named_after=user)
 
         try:
             with _compat.patched_make_jit(wrap):
@@ -263,7 +268,8 @@ class MeasuredJit:
     """
 
     def __init__(self, jitted: Any, fun: Callable[..., Any], session: Session,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, *,
+                 named_after: Callable[..., Any] | None = None) -> None:
         self.__dict__.update(getattr(jitted, "__dict__", {}))
         self._memscope_jitted = jitted
         self._memscope_session = session
@@ -274,8 +280,9 @@ class MeasuredJit:
         wrote_names = (options or {}).get("donate_argnames") is not None
         self._memscope_style: Style = ("argnums" if wrote_numbers and not wrote_names
                                        else "argnames")
-        self._memscope_name, self._memscope_source = definition(fun)
-        self._memscope_code = getattr(inspect.unwrap(_base_function(fun)), "__code__", None)
+        shown = named_after if named_after is not None else fun
+        self._memscope_name, self._memscope_source = definition(shown)
+        self._memscope_code = getattr(inspect.unwrap(_base_function(shown)), "__code__", None)
         self._memscope_seen: dict[Any, Entry] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -337,7 +344,7 @@ class MeasuredJit:
                       observation=observation)
         if memory_before is not None and memory_after is not None:
             entry.measured = MeasuredMemory(memory_before[0], *memory_after)
-        shardings = [_describe_sharding(x) for x in leaves]
+        shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
         try:
             entry.facts = read_compiled(self._memscope_jitted, args, kwargs,
                                         shardings=shardings)
@@ -351,7 +358,7 @@ class MeasuredJit:
         return out, entry
 
     def _variants(self, entry: Entry, facts: CompiledFacts, args: tuple[Any, ...],
-                  kwargs: dict[str, Any], shardings: list[str | None]
+                  kwargs: dict[str, Any], shardings: list[Any]
                   ) -> list[VariantFacts]:
         """Compile the donation variants the session asks for (one compile each)."""
         session = self._memscope_session
@@ -385,7 +392,7 @@ class MeasuredJit:
 
     def _variant(self, entry: Entry, facts: CompiledFacts, name: VariantName,
                  donation: Donation, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 shardings: list[str | None]) -> VariantFacts:
+                 shardings: list[Any]) -> VariantFacts:
         mask = donation.leaf_mask(entry.arguments, len(facts.program.inputs))
         setting = donation.setting(entry.arguments, entry.style)
         written = as_written(entry.arguments, facts.program.donated)
@@ -498,18 +505,6 @@ def _signature_text(key: Any) -> str:
     parts += [f"#{i}={v!r}" for i, v in positional]
     parts += [f"{k}={v!r}" for k, v in named]
     return f"({', '.join(parts)})"
-
-
-def _describe_sharding(x: Any) -> str | None:
-    sharding = getattr(x, "sharding", None) if isinstance(x, jax.Array) else None
-    if sharding is None:
-        return None
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        device: Any = next(iter(sharding.device_set))
-        return f"{device.platform}:{device.id}"
-    if isinstance(sharding, jax.sharding.NamedSharding):
-        return f"{sharding.spec} on mesh {dict(sharding.mesh.shape)}"
-    return type(sharding).__name__
 
 
 def _base_function(fun: Any) -> Any:

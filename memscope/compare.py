@@ -6,11 +6,11 @@ No JAX and no printing: reports in, frozen :class:`FunctionDiff` records out, fo
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from memscope.check import match_functions
 from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report, Variant
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
@@ -65,37 +65,20 @@ def compare_variant(fn: FunctionReport, variant: Variant) -> FunctionDiff:
 
 
 def compare_reports(old: Report, new: Report) -> tuple[FunctionDiff, ...]:
-    """Every function of either report, matched by name and signature (and by
-    source file where that alone is ambiguous), in the new report's order."""
-    old_by_key = _keyed(old.functions)
-    new_by_key = _keyed(new.functions)
+    """Every function of either report, matched as ``memscope check`` matches them
+    (name and signature, then source file), in the new report's order."""
+    pairs, gone = match_functions(new.functions, old.functions)
     diffs = []
-    for key, fn in new_by_key.items():
-        before = old_by_key.get(key)
+    for fn, before in pairs:
         if before is None:
             diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "new",
                                       after_setting=fn.setting))
         else:
             diffs.append(_diff(fn, before.setting, fn.setting, before.memory, fn.memory,
                                (before.inputs, before.outputs), (fn.inputs, fn.outputs)))
-    for key, fn in old_by_key.items():
-        if key not in new_by_key:
-            diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "gone",
-                                      before_setting=fn.setting))
+    diffs += [FunctionDiff(fn.name, fn.source, fn.signature, "gone", before_setting=fn.setting)
+              for fn in gone]
     return tuple(diffs)
-
-
-def _keyed(functions: Sequence[FunctionReport]) -> dict[tuple[str, ...], FunctionReport]:
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    for fn in functions:
-        counts[fn.name, fn.signature] += 1
-    keyed: dict[tuple[str, ...], FunctionReport] = {}
-    for fn in functions:
-        key: tuple[str, ...] = (fn.name, fn.signature)
-        if counts[fn.name, fn.signature] > 1:  # lines move between versions; files do not
-            key += ((fn.source or "").rsplit(":", 1)[0],)
-        keyed.setdefault(key, fn)
-    return keyed
 
 
 Buffers = tuple[Sequence[InputBuffer], Sequence[OutputBuffer]]

@@ -37,11 +37,12 @@ class CompiledReadError(RuntimeError):
 
 
 def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
-                  shardings: Sequence[str | None] = ()) -> CompiledFacts:
+                  shardings: Sequence[Any] = ()) -> CompiledFacts:
     """Lower and compile ``jitted`` for ``args`` (cache hits after a real call).
 
     ``args`` may hold arrays the call just donated: only their shapes, dtypes
-    and shardings are read. ``shardings`` describes each flat dynamic input.
+    and shardings are read. ``shardings`` holds each flat dynamic input's
+    ``jax.sharding.Sharding`` (``None`` for a non-array).
     """
     traced = jitted.trace(*args, **kwargs)
     lowered = traced.lower()
@@ -68,7 +69,7 @@ def read_buffers(stats: Any, module: Any) -> tuple[BufferAssignment | None, str 
 
 def read_variant(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
                  donated: Sequence[bool], *,
-                 shardings: Sequence[str | None] = ()) -> CompiledFacts:
+                 shardings: Sequence[Any] = ()) -> CompiledFacts:
     """Compile ``jitted`` for ``args`` as if it donated the flat leaves in ``donated``.
 
     One real XLA compile of a program the user's code never runs. The jaxpr
@@ -113,22 +114,65 @@ def memory_figures(stats: Any) -> Memory:
     )
 
 
+def describe_sharding(sharding: Any) -> str | None:
+    """``cpu:0`` for one device, ``P('data', None) on data=8`` for a mesh."""
+    if sharding is None:
+        return None
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        device: Any = next(iter(sharding.device_set))
+        text = f"{device.platform}:{device.id}"
+    elif isinstance(sharding, jax.sharding.NamedSharding):
+        axes = ",".join(f"{name}={size}" for name, size in sharding.mesh.shape.items())
+        text = f"{sharding.spec} on {axes}"
+    else:
+        text = f"{type(sharding).__name__} over {len(sharding.device_set)} devices"
+    kind = getattr(sharding, "memory_kind", None)
+    return text if kind in (None, "device") else f"{text} in {kind}"
+
+
+def _shard_shape(sharding: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(d) for d in sharding.shard_shape(shape))
+    except Exception:  # no sharding, or one that cannot say (e.g. unspecified)
+        return None
+
+
 def _leaves(infos: Sequence[Any], names: Sequence[str] | None, prefix: str,
-            shardings: Sequence[str | None] = ()) -> tuple[Leaf, ...]:
+            shardings: Sequence[Any] = ()) -> tuple[Leaf, ...]:
     leaves = []
     for i, info in enumerate(infos):
         shape = tuple(int(d) for d in info.shape)
+        sharding = shardings[i] if i < len(shardings) else None
+        shard_shape = _shard_shape(sharding, shape) if sharding is not None else None
         leaves.append(Leaf(
             path=names[i] if names is not None else f"{prefix}{i}",
             shape=shape,
             dtype=str(info.dtype),
             nbytes=_compat.leaf_nbytes(shape, info.dtype),
-            sharding=shardings[i] if i < len(shardings) else None))
+            sharding=describe_sharding(sharding),
+            shard_shape=shard_shape,
+            device_bytes=(None if shard_shape is None
+                          else _compat.leaf_nbytes(shard_shape, info.dtype))))
     return tuple(leaves)
 
 
+def _output_shardings(compiled: Any, count: int) -> tuple[Any, ...]:
+    try:
+        flat = jax.tree_util.tree_leaves(compiled.output_shardings)
+    except Exception:
+        return ()
+    return tuple(flat) if len(flat) == count else ()
+
+
+def _device_count(shardings: Sequence[Any]) -> int | None:
+    devices: set[Any] = set()
+    for s in shardings:
+        devices |= set(getattr(s, "device_set", ()))
+    return len(devices) or None
+
+
 def _program(traced: Any, lowered: Any, compiled: Any,
-             shardings: Sequence[str | None], module: Any = None) -> Program:
+             shardings: Sequence[Any], module: Any = None) -> Program:
     arg_infos = jax.tree_util.tree_leaves(traced.args_info)
     out_infos = jax.tree_util.tree_leaves(traced.out_info)
     arg_names = _compat.flat_arg_names(traced)
@@ -169,14 +213,16 @@ def _program(traced: Any, lowered: Any, compiled: Any,
         module = _compat.optimized_hlo_module_protos(compiled)[0]
     hlo = read_module(module, tuple_args=layout.tuple_args)
     alias_attr = [a.get("tf.aliasing_output") for a in main.args]
+    out_shardings = _output_shardings(compiled, len(out_infos))
     return Program(
         inputs=_leaves(arg_infos, arg_names, "arg", shardings),
         donated=tuple(bool(a.donated) for a in arg_infos),
-        outputs=_leaves(out_infos, result_paths, "result"),
+        outputs=_leaves(out_infos, result_paths, "result", out_shardings),
         arg_inputs=tuple(arg_inputs),
         result_outputs=tuple(result_outputs),
         requested_alias=tuple(a if isinstance(a, int) and not isinstance(a, bool) else None
                               for a in alias_attr),
         requested_donor=tuple(bool(a.get("jax.buffer_donor")) for a in main.args),
         hlo=hlo,
+        devices=_device_count([*shardings, *out_shardings]),
     )

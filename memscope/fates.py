@@ -23,6 +23,9 @@ class Leaf:
     dtype: str
     nbytes: int
     sharding: str | None = None
+    #: the leaf's shape and bytes on each device it is sharded over
+    shard_shape: tuple[int, ...] | None = None
+    device_bytes: int | None = None
 
     @property
     def aval_text(self) -> str:
@@ -51,6 +54,8 @@ class Program:
     #: per main argument: JAX offered it to XLA as an optional ``jax.buffer_donor``
     requested_donor: tuple[bool, ...]
     hlo: HloFacts
+    #: devices the program runs on (its figures are per device); None if unknown
+    devices: int | None = None
 
 
 def classify(program: Program, warnings: Sequence[str] = ()
@@ -93,7 +98,8 @@ def classify(program: Program, warnings: Sequence[str] = ()
         inputs.append(InputBuffer(
             path=leaf.path, shape=leaf.shape, dtype=leaf.dtype, bytes=leaf.nbytes,
             donated=program.donated[i], fate=fate, output=partner,
-            sharding=leaf.sharding, parameter=arg))
+            sharding=leaf.sharding, parameter=arg, shard_shape=leaf.shard_shape,
+            device_bytes=leaf.device_bytes))
 
     outputs = []
     for result, out in enumerate(program.result_outputs):
@@ -110,7 +116,9 @@ def classify(program: Program, warnings: Sequence[str] = ()
         elif copied is not None:
             ofate, source = "copy_of_input", program.inputs[copied].path
         outputs.append(OutputBuffer(path=leaf.path, shape=leaf.shape, dtype=leaf.dtype,
-                                    bytes=leaf.nbytes, fate=ofate, input=source))
+                                    bytes=leaf.nbytes, fate=ofate, input=source,
+                                    sharding=leaf.sharding, shard_shape=leaf.shard_shape,
+                                    device_bytes=leaf.device_bytes))
     return _mark_warned(tuple(inputs), program, warnings), tuple(outputs)
 
 

@@ -95,6 +95,9 @@ class InputBuffer:
     observed: Observed | None = None
     #: at the first call: was the input deleted by it; ``None``: not an array
     deleted: bool | None = None
+    #: its shape and bytes on each device it is sharded over (``None``: unknown)
+    shard_shape: tuple[int, ...] | None = None
+    device_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,9 @@ class OutputBuffer:
     bytes: int
     fate: OutputFate
     input: str | None = None
+    sharding: str | None = None
+    shard_shape: tuple[int, ...] | None = None
+    device_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -259,6 +265,10 @@ class FunctionReport:
     findings: tuple[str, ...] = ()
     #: device memory around the first call, where the backend reports it
     measured: MeasuredMemory | None = None
+    #: devices the program runs on; ``memory`` is per device
+    devices: int | None = None
+    #: for a merged multi-process report: the processes that ran it
+    processes: tuple[int, ...] = ()
     #: what holds the memory (XLA's buffer assignment); ``None`` when unavailable
     buffers: BufferBreakdown | None = None
 
@@ -299,6 +309,9 @@ class Environment:
     devices: tuple[Device, ...]
     python: str | None = None
     xla_flags: str | None = None
+    #: this process under jax.distributed (0 and 1 for a single process)
+    process_index: int = 0
+    process_count: int = 1
 
 
 @dataclass(frozen=True)
@@ -355,6 +368,15 @@ class Runtime:
 
 
 @dataclass(frozen=True)
+class ProcessPart:
+    """One process's report inside a merged one: where it came from and how it ran."""
+
+    process_index: int
+    file: str
+    run: RunInfo | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     memscope_version: str
     environment: Environment
@@ -362,6 +384,8 @@ class Report:
     functions: tuple[FunctionReport, ...]
     schema: str = SCHEMA
     runtime: Runtime | None = None
+    #: for ``memscope merge``: the per-process reports this one combines
+    merged_from: tuple[ProcessPart, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

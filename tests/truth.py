@@ -25,18 +25,24 @@ def flat_dynamic_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[A
     return [x for x in jax.tree_util.tree_leaves((args, kwargs)) if isinstance(x, jax.Array)]
 
 
+def pointer(x: Any) -> tuple[int, ...]:
+    """The device address of every shard of ``x`` (one for a single-device array)."""
+    return tuple(s.data.unsafe_buffer_pointer() for s in x.addressable_shards)
+
+
 def run_and_report(make: Callable[[], Any], *args: Any,
                    **kwargs: Any) -> tuple[FunctionReport, list[Any], list[int], Any]:
     """Jit inside a capture, call once; return the report, inputs, old pointers, output."""
     inputs = flat_dynamic_inputs(args, kwargs)
-    pointers = [x.unsafe_buffer_pointer() for x in inputs]
+    pointers = [pointer(x) for x in inputs]
     with capture() as session:
         out = make()(*args, **kwargs)
     (entry,) = session.entries
     return function_report(entry), inputs, pointers, out
 
 
-def assert_matches_runtime(report: FunctionReport, inputs: list[Any], pointers: list[int],
+def assert_matches_runtime(report: FunctionReport, inputs: list[Any],
+                           pointers: list[tuple[int, ...]],
                            out: Any) -> None:
     """Every input and output fate agrees with the buffers JAX left behind."""
     outputs = jax.tree_util.tree_leaves(out)
@@ -50,21 +56,21 @@ def assert_matches_runtime(report: FunctionReport, inputs: list[Any], pointers: 
         if reused:
             assert buf.output is not None
             partner = outputs[out_index[buf.output]]
-            assert partner.unsafe_buffer_pointer() == pointers[i], buf.path
+            assert pointer(partner) == pointers[i], buf.path
         else:
             assert buf.output is None, buf.path
     donated_pointers = {p for p, b in zip(pointers, report.inputs, strict=True) if b.donated}
     for j, obuf in enumerate(report.outputs):
-        pointer = outputs[j].unsafe_buffer_pointer()
+        address = pointer(outputs[j])
         if obuf.fate == "reuses_input":
             assert obuf.input is not None
-            assert pointer == pointers[in_index[obuf.input]], obuf.path
+            assert address == pointers[in_index[obuf.input]], obuf.path
         else:
-            assert pointer not in donated_pointers, obuf.path
+            assert address not in donated_pointers, obuf.path
         if obuf.fate == "copy_of_input":
             assert obuf.input is not None
             source = inputs[in_index[obuf.input]]
-            assert pointer != pointers[in_index[obuf.input]]
+            assert address != pointers[in_index[obuf.input]]
             assert (outputs[j] == source).all()
 
 

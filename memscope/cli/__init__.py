@@ -12,6 +12,7 @@ import click
 
 from memscope.cli.check import check
 from memscope.cli.diff import diff
+from memscope.cli.merge import merge
 from memscope.cli.run import run
 from memscope.cli.show import show
 from memscope.errors import MemscopeError
@@ -41,6 +42,7 @@ def cli() -> None:
 cli.add_command(run)
 cli.add_command(diff)
 cli.add_command(check)
+cli.add_command(merge)
 cli.add_command(show)
 
 

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memscope.report import FunctionReport, InputBuffer, Memory, Report
+from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report
 from memscope.units import format_bytes, format_change
 
 #: Width when writing to a pipe or file and COLUMNS is not set.
@@ -92,6 +92,12 @@ def _header(console: Console, report: Report) -> None:
         console.print(f"run:    {ended}")
     console.print(f"jax {env.jax}, jaxlib {env.jaxlib}, backend {env.backend}, "
                   f"{devices} ({', '.join(kinds)})")
+    if report.merged_from:
+        parts = ", ".join(f"{p.process_index} ({p.file}"
+                          + (f", {p.run.outcome}" if p.run else "") + ")"
+                          for p in report.merged_from)
+        console.print(f"merged from {len(report.merged_from)} processes: {parts}",
+                      overflow="fold")
     console.print()
 
 
@@ -144,11 +150,51 @@ def _runtime(report: Report) -> list[Text]:
 
 def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) -> None:
     calls = f"{fn.calls} call{'s' if fn.calls != 1 else ''}"
-    console.print(Text.assemble((fn.name, "bold"), f"  {fn.source or 'n/a'}  {calls}"))
+    where = f"  processes {', '.join(map(str, fn.processes))}" if fn.processes else ""
+    console.print(Text.assemble((fn.name, "bold"), f"  {fn.source or 'n/a'}  {calls}{where}"))
     console.print(Text(f"signature {fn.signature}", style="dim"), overflow="fold")
     if fn.error:
         console.print(Text(fn.error, style="red"))
         return
+    if fn.devices and fn.devices > 1 and fn.memory and fn.memory.peak_bytes is not None:
+        peak = fn.memory.peak_bytes
+        console.print(f"runs on {fn.devices} devices; the figures are per device: peak "
+                      f"{format_bytes(peak)} each, {format_bytes(peak * fn.devices)} in all")
+    console.print(_buffer_table(fn, table_box))
+    if _sharded(fn):
+        console.print(_sharding_table(fn, table_box))
+    for note in _notes(fn):
+        console.print(note, overflow="fold")
+    if fn.variants:
+        console.print(_variants_table(fn, table_box))
+        for line in _variant_settings(fn):
+            console.print(line, overflow="fold")
+    for line in _advice(fn):
+        console.print(line, overflow="fold")
+
+
+def _buffers(fn: FunctionReport) -> list[InputBuffer | OutputBuffer]:
+    return [*fn.inputs, *fn.outputs]
+
+
+def _sharded(fn: FunctionReport) -> bool:
+    return any(b.device_bytes is not None and b.device_bytes != b.bytes for b in _buffers(fn))
+
+
+def _sharding_table(fn: FunctionReport, table_box: box.Box) -> Table:
+    table = Table(title="Each buffer on one device", box=table_box, title_justify="left")
+    table.add_column("buffer", overflow="fold")
+    table.add_column("shard shape", no_wrap=True)
+    table.add_column("per device", justify="right", no_wrap=True)
+    table.add_column("sharding", overflow="fold")
+    for b in _buffers(fn):
+        table.add_row(b.path, _shape(b.shard_shape) if b.shard_shape is not None else "n/a",
+                      format_bytes(b.device_bytes), b.sharding or "n/a")
+    return table
+
+
+def _buffer_table(fn: FunctionReport, table_box: box.Box) -> Table:
+    at_run_time = any(b.observed not in (None, "n/a") for b in fn.inputs)
     table = Table(box=table_box)
     table.add_column("buffer", overflow="fold")
     for name in ("shape", "dtype"):
@@ -157,9 +203,9 @@ def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) 
     table.add_column("donated", no_wrap=True)
     table.add_column("fate", no_wrap=True)
     table.add_column("partner", overflow="fold")
-    at_run_time = any(b.observed not in (None, "n/a") for b in fn.inputs)
     if at_run_time:
         table.add_column("at run time", no_wrap=True)
+
     for b in fn.inputs:
         partner = b.output or ("candidate" if b.candidate else "")
         table.add_row(b.path, _shape(b.shape), b.dtype, format_bytes(b.bytes),
@@ -169,17 +215,9 @@ def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) 
     if fn.inputs and fn.outputs:
         table.add_section()
     for o in fn.outputs:
-        table.add_row(o.path, _shape(o.shape), o.dtype, format_bytes(o.bytes), "",
-                      Text(o.fate, FATE_STYLES[o.fate]), o.input or "")
-    console.print(table)
-    for note in _notes(fn):
-        console.print(note, overflow="fold")
-    if fn.variants:
-        console.print(_variants_table(fn, table_box))
-        for line in _variant_settings(fn):
-            console.print(line, overflow="fold")
-    for line in _advice(fn):
-        console.print(line, overflow="fold")
+        table.add_row(o.path, _shape(o.shape), o.dtype, format_bytes(o.bytes),
+                      "", Text(o.fate, FATE_STYLES[o.fate]), o.input or "")
+    return table
 
 
 #: Column titles of the variants, in the order they are shown.

@@ -1,0 +1,25 @@
+"""``memscope merge``: one report from the per-process reports of a multi-process run."""
+
+from __future__ import annotations
+
+import click
+
+from memscope.cli._common import check_writable
+from memscope.merge import merge_reports
+from memscope.report import load_report, save_report
+
+
+@click.command()
+@click.option("-o", "--output", metavar="FILE.json", required=True,
+              help="Where to write the merged report.")
+@click.argument("reports", metavar="REPORT.json...", nargs=-1, required=True)
+def merge(output: str, reports: tuple[str, ...]) -> None:
+    """Merge the reports the processes of one jax.distributed run wrote (one each,
+    with `memscope run -o`) into one report that show, diff and check read.
+    """
+    check_writable(output)
+    merged = merge_reports([(path, load_report(path)) for path in reports])
+    save_report(merged, output)
+    processes = len(merged.merged_from)
+    click.echo(f"memscope: merged {processes} processes, {len(merged.functions)} "
+               f"function{'s' if len(merged.functions) != 1 else ''}, into {output}")

@@ -239,17 +239,24 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     extra = len(params["donated_invars"]) - len(donated)
     if extra < 0:
         raise ValueError("more donation flags than the traced function has arguments")
-    new_params = dict(params, donated_invars=(*params["donated_invars"][:extra], *donated))
+    # A ClosedJaxpr of its own (same equations): JAX's lowering cache and the
+    # compiled-executable cache behind it hold entries weakly by this object, so
+    # the variant's lowering and executable are freed with the variant, instead
+    # of living as long as the user's function does.
+    jaxpr = params["jaxpr"]
+    own = _core.ClosedJaxpr(jaxpr.jaxpr, jaxpr.consts)
+    new_params = dict(params, jaxpr=own,
+                      donated_invars=(*params["donated_invars"][:extra], *donated))
     return type(traced)(traced._meta_tys_flat, new_params, traced._in_tree,
                         traced.out_tree, traced._consts)
 
 
 def compile_uncached(lowered: Any) -> Any:
-    """Compile ``lowered`` without keeping the executable in JAX's caches.
+    """Compile ``lowered`` without storing the executable on the lowering.
 
-    ``Lowered.compile()`` stores the executable on the lowering, which JAX's
-    lowering cache keeps while the function lives; with explicit (empty)
-    compiler options it does not, so a variant's executable is freed with it.
+    ``Lowered.compile()`` keeps the executable on the lowering object; with
+    explicit (empty) compiler options it does not. With :func:`with_donation`'s
+    own jaxpr, nothing else keeps it either (see there).
     """
     return lowered.compile(compiler_options={})
 

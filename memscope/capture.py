@@ -21,14 +21,21 @@ import os
 import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
 import numpy as np
 
 from memscope import _compat, advice
-from memscope.compiled import CompiledFacts, describe_sharding, read_compiled, read_variant
+from memscope.compiled import (
+    CompiledFacts,
+    LoweredVariant,
+    compile_variants,
+    describe_sharding,
+    lower_variant,
+    read_compiled,
+)
 from memscope.donation import (
     Argument,
     Donation,
@@ -386,30 +393,44 @@ class MeasuredJit:
                     static={*entry.spec.static_argnums, *entry.spec.static_argnames})))
             except MemscopeError as e:
                 done.append(VariantFacts("requested", request.spec.text, None, error=str(e)))
+        pending: list[tuple[VariantFacts, LoweredVariant]] = []
         for name, donation in plan:
-            done.append(self._variant(entry, facts, name, donation, args, kwargs, shardings))
-        return done
+            ready, lowered = self._lower_variant(entry, facts, name, donation, args, kwargs)
+            if lowered is None:
+                done.append(ready)
+            else:
+                pending.append((ready, lowered))
+        results = compile_variants([lowered for _, lowered in pending], shardings=shardings)
+        for (ready, _), result in zip(pending, results, strict=True):
+            if isinstance(result, Exception):
+                done.append(replace(ready, error=f"could not compile with {ready.setting}: "
+                                                 f"{type(result).__name__}: {result}"))
+            else:
+                done.append(replace(ready, facts=result))
+        order = [name for name, _ in plan]
+        return sorted(done, key=lambda v: order.index(v.name) if v.name in order else -1)
 
-    def _variant(self, entry: Entry, facts: CompiledFacts, name: VariantName,
-                 donation: Donation, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 shardings: list[Any]) -> VariantFacts:
+    def _lower_variant(self, entry: Entry, facts: CompiledFacts, name: VariantName,
+                       donation: Donation, args: tuple[Any, ...], kwargs: dict[str, Any]
+                       ) -> tuple[VariantFacts, LoweredVariant | None]:
+        """The variant's record, and its lowering when it needs a compile of its own."""
         mask = donation.leaf_mask(entry.arguments, len(facts.program.inputs))
         setting = donation.setting(entry.arguments, entry.style)
         written = as_written(entry.arguments, facts.program.donated)
         added = tuple(entry.arguments[i].label
                       for i in sorted(donation.arguments - written.arguments))
         if mask == facts.program.donated:
-            return VariantFacts(name, setting, facts, entry.warnings, same_as_written=True)
+            return VariantFacts(name, setting, facts, entry.warnings, same_as_written=True,
+                                added=added), None
         # JAX's warnings for a program the user never runs are not the user's.
         with self._memscope_session.recording_warnings(emit=False) as lowering_warnings:
             try:
-                variant = read_variant(self._memscope_jitted, args, kwargs, mask,
-                                       shardings=shardings)
+                lowered = lower_variant(self._memscope_jitted, args, kwargs, mask)
             except Exception as e:
                 return VariantFacts(name, setting, None, added=added,
-                                    error=f"could not compile with {setting}: "
-                                          f"{type(e).__name__}: {e}")
-        return VariantFacts(name, setting, variant, tuple(lowering_warnings), added=added)
+                                    error=f"could not lower with {setting}: "
+                                          f"{type(e).__name__}: {e}"), None
+        return VariantFacts(name, setting, None, tuple(lowering_warnings), added=added), lowered
 
     def _call_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                   ) -> tuple[Any, list[Any]]:

@@ -10,6 +10,7 @@ executable JAX runs and never compiles a second time.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,21 +68,50 @@ def read_buffers(stats: Any, module: Any) -> tuple[BufferAssignment | None, str 
         return None, str(e)
 
 
-def read_variant(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
-                 donated: Sequence[bool], *,
-                 shardings: Sequence[Any] = ()) -> CompiledFacts:
-    """Compile ``jitted`` for ``args`` as if it donated the flat leaves in ``donated``.
+@dataclass(frozen=True)
+class LoweredVariant:
+    """A donation variant lowered and waiting for its compile (see :func:`compile_variants`)."""
 
-    One real XLA compile of a program the user's code never runs. The jaxpr
-    is JAX's cached trace of the call (the function is not traced again) and
-    the executable is not kept in JAX's caches. JAX's donation warnings for
-    the variant are raised as usual; the caller decides what to do with them.
+    traced: Any
+    lowered: Any
+
+
+def lower_variant(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
+                  donated: Sequence[bool]) -> LoweredVariant:
+    """Lower ``jitted`` for ``args`` as if it donated the flat leaves in ``donated``.
+
+    The jaxpr is JAX's cached trace of the call: the function is not traced
+    again. JAX's donation warnings for the variant are raised here, as usual;
+    the caller decides what to do with them.
     """
     traced = _compat.with_donation(jitted.trace(*args, **kwargs), tuple(donated))
-    lowered = traced.lower()
-    compiled = _compat.compile_uncached(lowered)
-    return CompiledFacts(memory=memory_figures(compiled.memory_analysis()),
-                         program=_program(traced, lowered, compiled, shardings))
+    return LoweredVariant(traced, traced.lower())
+
+
+def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[Any] = (),
+                     workers: int | None = None) -> list[CompiledFacts | Exception]:
+    """Compile lowered variants and read them; one real XLA compile each.
+
+    These are programs the user's code never runs, and nothing of them is kept
+    in JAX's caches. A variant that fails gives its exception in its place.
+    ``workers`` > 1 compiles that many side by side (XLA compiles outside the
+    GIL). The default is one after the other: benchmarks/bench_variants.py
+    found side by side slower for large programs on a 2-core machine, where
+    XLA's CPU compiler already uses the cores (docs/performance.md).
+    """
+    def compile_one(v: LoweredVariant) -> CompiledFacts | Exception:
+        try:
+            compiled = _compat.compile_uncached(v.lowered)
+            return CompiledFacts(memory=memory_figures(compiled.memory_analysis()),
+                                 program=_program(v.traced, v.lowered, compiled, shardings))
+        except Exception as e:  # reported with the variant; the program is unaffected
+            return e
+
+    workers = min(len(variants), workers or 1)
+    if workers <= 1:
+        return [compile_one(v) for v in variants]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memscope") as pool:
+        return list(pool.map(compile_one, variants))
 
 
 def memory_figures(stats: Any) -> Memory:

@@ -230,3 +230,29 @@ def test_keyword_arguments_are_donated_by_name():
     assert report.advice.setting == 'donate_argnames=("params", "opt_state")'
     assert fates(report)["opt_state['m']"] == ("not_donated", None)
     assert report.variant("advised").memory.alias_bytes == 32
+
+
+def test_variant_lowerings_and_executables_are_not_kept():
+    from jax._src import pjit
+    from jax._src.interpreters import pxla
+
+    def sizes():
+        return (pjit._pjit_lower.cache_info().currsize,
+                pxla._cached_compilation.cache_info().currsize)
+
+    def run(advise):
+        def fresh(*a):  # a new function: its own cache entries
+            return step(*a)
+        before = sizes()
+        with capture(advise=advise) as session:
+            jax.jit(fresh)(*args())
+        import gc
+
+        gc.collect()
+        assert session.entries[0].variants or not advise
+        return tuple(after - b for after, b in zip(sizes(), before, strict=True))
+
+    run(advise=False)  # JAX's own helpers (jnp.ones, ...) fill their caches once
+    # the program's own lowering and executable are JAX's, kept as without memscope;
+    # the two variants compiled for the advice leave nothing behind
+    assert run(advise=True) == run(advise=False) == (1, 1)

@@ -34,3 +34,32 @@ def test_bench_buffers_prints_the_ratio_at_a_tiny_size():
     assert re.search(r"^optimized module: \d+ instructions", result.stdout, re.M)
     assert "reconciled with XLA: True" in result.stdout
     assert re.search(r"^ratio decode / compile: \d+\.\d{4} ", result.stdout, re.M), result.stdout
+
+
+def _bench(script: str, *options: str) -> str:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *options],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_analysis_benchmark_prints_its_ratio_to_the_compile():
+    out = _bench("bench_analysis.py", "--layers", "1", "--width", "32", "--repeat", "1")
+    assert re.search(r"^transformer training step: 1 layers, width 32, \d+ HLO instructions",
+                     out, re.M)
+    assert re.search(r"^ratio analysis / compile +\d+\.\d{4}$", out, re.M), out
+
+
+def test_variants_benchmark_counts_the_advisors_compiles():
+    out = _bench("bench_variants.py", "--layers", "1", "--width", "32", "--repeat", "1")
+    assert re.search(r"speed-up \d+\.\d\d\)$", out, re.M), out
+    # one compile of the program's own; the advisor adds "donate all" and "advised"
+    assert out.rstrip().endswith("advisor off 1 (the program's own), advisor on 3")
+
+
+def test_scaling_benchmark_prints_one_row_per_size():
+    out = _bench("bench_scaling.py", "--sizes", "1,2", "--calls", "1")
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["1", "2"]
+    assert all(float(value) > 0 for row in rows for value in row[1:4])

@@ -6,20 +6,29 @@ group turns it into ``memscope: error: ...`` on stderr and its exit code.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import click
 
-from memscope.cli.check import check
-from memscope.cli.diff import diff
-from memscope.cli.merge import merge
-from memscope.cli.run import run
-from memscope.cli.show import show
 from memscope.errors import MemscopeError
 from memscope.version import __version__
 
+#: Each subcommand's module, imported when that subcommand runs (or help lists
+#: them): `memscope run` then pays for none of the others' imports.
+COMMANDS = {name: f"memscope.cli.{name}" for name in ("run", "diff", "check", "merge", "show")}
+
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        command: click.Command = getattr(importlib.import_module(COMMANDS[name]), name)
+        return command
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -38,12 +47,6 @@ def cli() -> None:
     input and output buffer (aliased, donor, unusable, pruned, copied).
     """
 
-
-cli.add_command(run)
-cli.add_command(diff)
-cli.add_command(check)
-cli.add_command(merge)
-cli.add_command(show)
 
 
 def main() -> None:

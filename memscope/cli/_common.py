@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 import click
 
 from memscope.errors import MemscopeError, ReportFormatError
-from memscope.render.html import render_html
 from memscope.report import Report
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -89,6 +88,8 @@ def write_html(report: Report, path: str) -> None:
     Raises:
         ReportFormatError: the file cannot be written.
     """
+    from memscope.render.html import render_html  # only when asked for
+
     try:
         with open(path, "w", encoding="utf-8") as f:
             render_html(report, f)

@@ -1,0 +1,98 @@
+"""The advisor's compiles next to the compile JAX already did, one after another or at once.
+
+For a transformer training step: JAX's own compile of the program; memscope's
+two variant compiles for it (no donation is the program as written here, so it
+is not compiled again; "donate all" and the advised donation are), first one
+after the other, then side by side on the machine's cores; and the number of
+XLA compiles a captured call costs with the advisor on and off, counted from
+JAX's own monitoring events.
+
+    python benchmarks/bench_variants.py [--layers 8] [--width 256] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax
+from _models import train_step, transformer_step_args
+from jax import monitoring
+
+from memscope.capture import capture
+from memscope.compiled import compile_variants, lower_variant
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_compiles: list[str] = []
+monitoring.register_event_duration_secs_listener(
+    lambda name, secs, **kw: _compiles.append(name) if name == COMPILE_EVENT else None)
+
+
+def variant_times(layers: int, width: int) -> tuple[float, float, float]:
+    """(JAX's compile, two variants one after another, the same two at once), seconds."""
+    step_args = transformer_step_args(layers, width)
+    jitted = jax.jit(train_step)
+    lowered = jitted.trace(*step_args).lower()
+    start = time.perf_counter()
+    lowered.compile()
+    jax_s = time.perf_counter() - start
+    n = len(jax.tree_util.tree_leaves(step_args))
+    n_params = len(jax.tree_util.tree_leaves(step_args[:2]))
+    masks = [(True,) * n, (True,) * n_params + (False,) * (n - n_params)]
+    timings = []
+    for workers in (1, len(masks)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "donate all" leaves x unusable
+            pending = [lower_variant(jitted, step_args, {}, m) for m in masks]
+        start = time.perf_counter()
+        results = compile_variants(pending, workers=workers)
+        timings.append(time.perf_counter() - start)
+        assert not any(isinstance(r, Exception) for r in results)
+    return jax_s, timings[0], timings[1]
+
+
+def compiles_per_call(advise: bool, layers: int, width: int) -> int:
+    """XLA compiles for the first call of a function never compiled before."""
+    step_args = transformer_step_args(layers, width)
+
+    def fresh(*a):  # a new function, so nothing is in JAX's caches for it
+        return train_step(*a)
+
+    before = len(_compiles)
+    with warnings.catch_warnings(), capture(advise=advise):
+        warnings.simplefilter("ignore")
+        jax.jit(fresh)(*step_args)
+    return len(_compiles) - before
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    runs = [variant_times(args.layers, args.width) for _ in range(args.repeat)]
+    jax_s, seq_s, par_s = (statistics.median(r[i] for r in runs) for i in range(3))
+    off = compiles_per_call(False, args.layers, args.width)
+    on = compiles_per_call(True, args.layers, args.width)
+    print(f"transformer training step: {args.layers} layers, width {args.width}, "
+          f"{args.repeat} runs, {os.cpu_count()} cores")
+    print(f"JAX's compile of the program        {jax_s * 1000:9.1f} ms")
+    print(f"2 variants, one after the other     {seq_s * 1000:9.1f} ms  "
+          f"(ratio to JAX's compile {seq_s / jax_s:.2f})")
+    print(f"2 variants, side by side            {par_s * 1000:9.1f} ms  "
+          f"(ratio to JAX's compile {par_s / jax_s:.2f}, speed-up {seq_s / par_s:.2f})")
+    print(f"XLA compiles for a new signature under memscope: advisor off {off} "
+          f"(the program's own), advisor on {on}")
+
+
+if __name__ == "__main__":
+    main()

@@ -83,7 +83,7 @@ def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,
                   candidate_bytes=sum(b.bytes for b in candidates),
                   peak_before=memory.peak_bytes if memory else None,
                   peak_after=fix.facts.memory.peak_bytes if fix.facts else None,
-                  caveat=advice.CAVEAT)
+                  caveat=f"{fix.note} {advice.CAVEAT}" if fix.note else advice.CAVEAT)
 
 
 def environment() -> Environment:

@@ -14,6 +14,7 @@ the call that passes them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import linecache
@@ -27,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat, advice
+from memscope import _compat, advice, wrappers
 from memscope.compiled import (
     CompiledFacts,
     LoweredVariant,
@@ -40,12 +41,14 @@ from memscope.donation import (
     Argument,
     Donation,
     DonationSpec,
+    Spelling,
     Style,
     advised,
     as_written,
     donate_all,
     donate_none,
     resolve_spec,
+    wider_note,
 )
 from memscope.errors import MemscopeError, TargetStopped
 from memscope.fates import classify
@@ -89,6 +92,8 @@ class VariantFacts:
     error: str | None = None
     #: labels of the arguments this variant donates that the function does not
     added: tuple[str, ...] = ()
+    #: what the setting does beyond the donation asked for (a wrapper's limits)
+    note: str | None = None
 
 
 @dataclass
@@ -109,7 +114,9 @@ class Entry:
     error: str | None = None
     #: the call's top-level dynamic arguments, and how the user spells donation
     arguments: tuple[Argument, ...] = ()
-    style: Style = "argnames"
+    style: Spelling = "argnames"
+    #: the call as the user wrote it, when a framework's wrapper made the jit
+    wrapper: wrappers.Wrapped | None = None
     variants: list[VariantFacts] = field(default_factory=list)
     #: the first call's buffers, as integers
     observation: Observation | None = None
@@ -290,6 +297,7 @@ class MeasuredJit:
         shown = named_after if named_after is not None else fun
         self._memscope_name, self._memscope_source = definition(shown)
         self._memscope_code = getattr(inspect.unwrap(_base_function(shown)), "__code__", None)
+        self._memscope_framework = wrappers.framework(fun)
         self._memscope_seen: dict[Any, Entry] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -343,18 +351,14 @@ class MeasuredJit:
             inputs_deleted=tuple(x.is_deleted() if isinstance(x, jax.Array) else None
                                  for x in leaves),
             outputs_after=tuple(_addresses(y) for y in jax.tree_util.tree_leaves(out)))
-        entry = Entry(name=self._memscope_name, source=self._memscope_source,
-                      signature=_signature_text(key), spec=self._memscope_spec,
-                      warnings=tuple(lowering_warnings), style=self._memscope_style,
-                      arguments=_arguments(self._memscope_fun, self._memscope_spec,
-                                           args, kwargs),
-                      observation=observation)
+        entry = self._entry(key, args, kwargs, out)
+        entry.warnings, entry.observation = tuple(lowering_warnings), observation
         if memory_before is not None and memory_after is not None:
             entry.measured = MeasuredMemory(memory_before[0], *memory_after)
         shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
         try:
-            entry.facts = read_compiled(self._memscope_jitted, args, kwargs,
-                                        shardings=shardings)
+            entry.facts = wrappers.renamed(entry.wrapper, read_compiled(
+                self._memscope_jitted, args, kwargs, shardings=shardings))
         except Exception as e:  # never let the measurement break the program
             entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
         if entry.facts is not None and (session.advise or session.request):
@@ -363,6 +367,35 @@ class MeasuredJit:
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out, entry
+
+    def _entry(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+               out: Any) -> Entry:
+        """A new entry for the first call of a signature, in the user's terms when a
+        framework's wrapper made the jit (see :mod:`memscope.wrappers`)."""
+        fun, spec = self._memscope_fun, self._memscope_spec
+
+        def jax_arguments() -> tuple[Argument, ...]:
+            return _arguments(fun, spec, args, kwargs)
+
+        wrapped = None
+        if self._memscope_framework is not None:
+            wrapped = wrappers.describe(self._memscope_framework, fun, args, kwargs, out,
+                                        style=self._memscope_style,
+                                        jax_arguments=jax_arguments)
+        if wrapped is None:
+            return Entry(name=self._memscope_name, source=self._memscope_source,
+                         signature=_signature_text(key), spec=spec,
+                         style=self._memscope_style, arguments=jax_arguments())
+        name, source = definition(wrapped.function)
+        if wrapped.donated_positions is not None:
+            # Equinox donates in its own terms; say which user arguments that covers.
+            spec = dataclasses.replace(spec, static_argnums=(), static_argnames=(),
+                                       donate_argnums=wrapped.donated_positions,
+                                       donate_argnames=wrapped.donated_names or ())
+        return Entry(name=name, source=source, signature=wrapped.signature or _signature_text(key),
+                     spec=spec, style=wrapped.style, wrapper=wrapped,
+                     arguments=(wrapped.arguments if wrapped.arguments is not None
+                                else jax_arguments()))
 
     def _variants(self, entry: Entry, facts: CompiledFacts, args: tuple[Any, ...],
                   kwargs: dict[str, Any], shardings: list[Any]
@@ -373,6 +406,7 @@ class MeasuredJit:
         num_leaves = len(facts.program.inputs)
         plan: list[tuple[VariantName, Donation]] = []
         done: list[VariantFacts] = []
+        note = None
         if sum(len(a.leaves) for a in arguments) != num_leaves:
             return [VariantFacts("none", "n/a", None, error="the call's arguments do not "
                                  "line up with the compiled program's; no variants")]
@@ -382,14 +416,19 @@ class MeasuredJit:
             chosen = advice.candidates(inputs, outputs)
             if chosen:
                 written = as_written(arguments, facts.program.donated)
-                plan.append(("advised", advised(arguments, written, chosen)))
+                wanted = advised(arguments, written, chosen)
+                fix = wanted.closest(arguments, entry.style)
+                plan.append(("advised", fix))
+                note = wider_note(fix, wanted, arguments, entry.style)
         request = session.request
         if request is not None and (request.functions is None
                                     or entry.name in request.functions):
             try:
                 plan.append(("requested", resolve_spec(
                     request.spec, arguments, function=entry.name,
-                    parameters=_parameter_names(self._memscope_fun),
+                    parameters=(entry.wrapper.parameters
+                                if entry.wrapper is not None and entry.wrapper.parameters
+                                else _parameter_names(self._memscope_fun)),
                     static={*entry.spec.static_argnums, *entry.spec.static_argnames})))
             except MemscopeError as e:
                 done.append(VariantFacts("requested", request.spec.text, None, error=str(e)))
@@ -406,9 +445,10 @@ class MeasuredJit:
                 done.append(replace(ready, error=f"could not compile with {ready.setting}: "
                                                  f"{type(result).__name__}: {result}"))
             else:
-                done.append(replace(ready, facts=result))
+                done.append(replace(ready, facts=wrappers.renamed(entry.wrapper, result)))
         order = [name for name, _ in plan]
-        return sorted(done, key=lambda v: order.index(v.name) if v.name in order else -1)
+        done.sort(key=lambda v: order.index(v.name) if v.name in order else -1)
+        return [replace(v, note=note) if v.name == "advised" else v for v in done]
 
     def _lower_variant(self, entry: Entry, facts: CompiledFacts, name: VariantName,
                        donation: Donation, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -4,7 +4,8 @@ Pure: no JAX. :mod:`memscope.capture` describes each call's top-level arguments
 as :class:`Argument` records; this module turns a request ("none", "all", the
 advisor's choice, or a ``--donate`` SPEC) into a :class:`Donation`, into the
 ``donate_argnums``/``donate_argnames`` pair ``jax.jit`` takes, and into the text
-a user would write.
+a user would write: ``jax.jit``'s keywords, or the donation setting of a
+framework's jit wrapper (``eqx.filter_jit(donate=...)``, ``nnx.jit(...)``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,34 @@ from typing import Literal
 from memscope.errors import MemscopeError
 
 Style = Literal["argnums", "argnames"]
+
+#: ``eqx.filter_jit``'s donation settings, in its own order.
+EQX_DONATE = ("all", "all-except-first", "warn", "warn-except-first", "none")
+
+
+@dataclass(frozen=True)
+class FilterJit:
+    """Donation spelled as ``eqx.filter_jit(donate=...)``.
+
+    Equinox has one switch for the arrays of the first argument and one for
+    every other argument (and the function's own arrays); ``warn`` is whether
+    the user's setting lets JAX's "not usable" warning through (``"warn"``,
+    ``"warn-except-first"``) rather than silencing it (``"all"``, ...).
+    """
+
+    warn: bool = False
+
+
+@dataclass(frozen=True)
+class NnxJit:
+    """Donation spelled as ``nnx.jit(donate_argnums=..., donate_argnames=...)``,
+    which hands both to ``jax.jit`` unchanged."""
+
+    style: Style = "argnames"
+
+
+#: How a function's donation is written: ``jax.jit``'s keywords or a wrapper's.
+Spelling = Style | FilterJit | NnxJit
 
 
 @dataclass(frozen=True)
@@ -65,8 +94,14 @@ class Donation:
         names = tuple(a.name for a in chosen if a.position is None and a.name is not None)
         return (nums or None), (names or None)
 
-    def setting(self, arguments: Sequence[Argument], style: Style) -> str:
-        """The keyword arguments a user writes in ``jax.jit(...)`` for this donation."""
+    def setting(self, arguments: Sequence[Argument], style: Spelling) -> str:
+        """What a user writes for this donation: ``jax.jit``'s keyword arguments,
+        or the whole wrapper call (``nnx.jit(donate_argnames=("model",))``)."""
+        if isinstance(style, FilterJit):
+            return _filter_jit_setting(self, arguments, style)
+        if isinstance(style, NnxJit):
+            keywords = self.setting(arguments, style.style)
+            return keywords if not self.arguments else f"nnx.jit({keywords})"
         chosen = [arguments[i] for i in sorted(self.arguments)]
         if not chosen:
             return "no donation"
@@ -77,6 +112,56 @@ class Donation:
         by_number = [str(a.position) for a in chosen if a.position is not None]
         by_name = [_quoted(a.name) for a in chosen if a.position is None]
         return f"donate_argnums={_tuple(by_number)}, donate_argnames={_tuple(by_name)}"
+
+
+    def closest(self, arguments: Sequence[Argument], style: Spelling) -> Donation:
+        """The smallest donation ``style`` can write that holds this one.
+
+        ``eqx.filter_jit`` donates all of the first argument or none of it, and
+        all of the others or none of them; ``jax.jit`` and ``nnx.jit`` write
+        any set of arguments.
+        """
+        if not isinstance(style, FilterJit) or not self.arguments:
+            return self
+        first = {i for i, a in enumerate(arguments) if a.position == 0}
+        rest = {i for i, a in enumerate(arguments) if a.position != 0 and a.leaves}
+        return Donation(frozenset(rest | (first if self.arguments & first else set())))
+
+
+def _filter_jit_setting(donation: Donation, arguments: Sequence[Argument],
+                        style: FilterJit) -> str:
+    """``eqx.filter_jit(donate="...")`` for ``donation``; where no setting donates
+    exactly these arguments, say so and name the nearest."""
+    holding = {i for i, a in enumerate(arguments) if a.leaves}
+    chosen = donation.arguments & holding
+    first = {i for i in holding if arguments[i].position == 0}
+    suffix = "warn" if style.warn else "all"
+    if not chosen:
+        value = "none"
+    elif chosen == holding:
+        value = suffix
+    elif chosen == holding - first:
+        value = f"{suffix}-except-first"
+    else:
+        nearest = _filter_jit_setting(donation.closest(arguments, style), arguments, style)
+        labels = ", ".join(arguments[i].label for i in sorted(chosen))
+        return (f"donate only {labels} (no eqx.filter_jit setting donates exactly that; "
+                f"the nearest is {nearest})")
+    return f'eqx.filter_jit(donate="{value}")'
+
+
+def wider_note(fix: Donation, wanted: Donation, arguments: Sequence[Argument],
+                style: Spelling) -> str | None:
+    """Where ``style`` cannot write ``wanted`` exactly and ``fix`` is its nearest
+    setting (:meth:`Donation.closest`), what ``fix`` donates besides; else ``None``."""
+    extra = [arguments[i].label for i in sorted(fix.arguments - wanted.arguments)
+             if arguments[i].leaves]
+    if not extra:
+        return None
+    return (f"eqx.filter_jit donates all or none of its first argument and all or none of "
+            f"the others, so {fix.setting(arguments, style)} also donates "
+            f"{', '.join(extra)}, which the advisor did not pick: do not read them after "
+            "the call.")
 
 
 def _quoted(name: str | None) -> str:

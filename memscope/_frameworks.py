@@ -1,0 +1,204 @@
+"""Every private attribute of the JAX frameworks memscope understands, in one place.
+
+Equinox's ``filter_jit`` and Flax's ``nnx.jit`` call ``jax.jit`` on a function
+of their own, with arguments of their own. This module recognizes those
+functions and reads back what the wrapper hid: the user's function, the user's
+arguments and the wrapper's donation setting. It never imports a framework:
+it looks in ``sys.modules`` for what the user's program already imported, so
+memscope runs without the frameworks installed. Each function says which
+framework internals it relies on, so a framework upgrade is a review of this
+file (checked against equinox 0.13 and flax 0.12).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Literal
+
+Framework = Literal["equinox", "nnx"]
+
+_EQX_JIT = "equinox._jit"
+_NNX_COMPILATION = "flax.nnx.transforms.compilation"
+_NNX_GRAPH = "flax.nnx.graphlib"
+_NNX_EXTRACT = "flax.nnx.extract"
+#: How far up the stack the wrapper's own frame may be from memscope's hook.
+_MAX_FRAMES = 16
+
+
+def framework(fun: Any) -> Framework | None:
+    """The framework whose jit wrapper made ``fun``, the function JAX is asked to jit.
+
+    Equinox jits one ``fun_wrapped`` closure per user function (in
+    ``equinox._jit._filter_jit_cache``) and renames it after the user's
+    function; NNX jits a ``JitFn`` object that holds the user's function.
+    """
+    code = getattr(fun, "__code__", None)
+    if (getattr(fun, "__module__", None) == _EQX_JIT and code is not None
+            and code.co_name == "fun_wrapped"):
+        return "equinox"
+    kind = type(fun)
+    if kind.__module__ == _NNX_COMPILATION and kind.__qualname__ == "JitFn":
+        return "nnx"
+    return None
+
+
+# ----------------------------------------------------------------- Equinox --
+
+
+@dataclass(frozen=True)
+class EquinoxPart:
+    """One of the pytrees ``filter_jit`` splits a call into, as the user passed it.
+
+    ``name`` is ``"first"`` (the first argument), ``"fun"`` (the function's own
+    arrays) or ``"rest"`` (``(other positional arguments, keyword arguments)``);
+    ``dynamic`` says, per leaf of ``value``, whether it is traced (an array).
+    """
+
+    name: str
+    value: Any
+    dynamic: tuple[bool, ...]
+    donated: bool
+
+
+@dataclass(frozen=True)
+class EquinoxCall:
+    """One call of an ``eqx.filter_jit`` function, read back from ``fun_wrapped``'s
+    arguments; ``parts`` come in JAX's flat order of the dynamic leaves."""
+
+    function: Any
+    first: Any
+    rest: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    parts: tuple[EquinoxPart, ...]
+    #: the user's setting silences "not usable" (``"all"``); ``None`` if unknown
+    silenced: bool | None
+
+
+def equinox_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> EquinoxCall | None:
+    """Undo ``equinox._jit._preprocess`` for ``fun_wrapped(dynamic_donate,
+    dynamic_nodonate, static)``; ``None`` when the call does not have that shape.
+
+    Equinox flattens ``fun``, the first argument and ``(rest, kwargs)`` with
+    ``jtu.tree_flatten`` and keeps each as a tuple of array-or-``None`` leaves
+    (dynamic) beside ``(non-array leaves, treedef)`` (static). Each dict of
+    dynamic parts is keyed ``"fun"``, ``"first"``, ``"rest"``; JAX flattens the
+    dicts in sorted key order, the donated dict first.
+    """
+    import jax
+
+    if kwargs or len(args) != 3:
+        return None
+    donate, nodonate, static = args
+    if not (isinstance(donate, dict) and isinstance(nodonate, dict)):
+        return None
+    static_fun, static_first, static_rest = static
+    statics = {"fun": static_fun, "first": static_first, "rest": static_rest}
+    values: dict[str, Any] = {}
+    parts = []
+    for donated, group in ((True, donate), (False, nodonate)):
+        for name in sorted(group):
+            dynamic = group[name]
+            static_leaves, treedef = statics[name]
+            leaves = [d if s is None else s
+                      for d, s in zip(dynamic, static_leaves, strict=True)]
+            values[name] = jax.tree_util.tree_unflatten(treedef, leaves)
+            parts.append(EquinoxPart(name, values[name],
+                                     tuple(d is not None for d in dynamic), donated))
+    rest_args, rest_kwargs = values["rest"]
+    *rest, dummy = rest_args  # Equinox appends a None so that no call has zero arguments
+    if dummy is not None:
+        return None
+    return EquinoxCall(function=values["fun"], first=values["first"], rest=tuple(rest),
+                       kwargs=dict(rest_kwargs), parts=tuple(parts),
+                       silenced=_equinox_silences())
+
+
+def _equinox_silences() -> bool | None:
+    # ``filter_warning`` (``donate="all"`` or ``"all-except-first"``) lives only
+    # on the ``_JitWrapper``, which ``equinox._jit._call`` holds as a local while
+    # it calls the jitted function: the caller of memscope's hook.
+    module = sys.modules.get(_EQX_JIT)
+    target = getattr(getattr(module, "_call", None), "__code__", None)
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(_MAX_FRAMES):
+        if frame is None or target is None:
+            return None
+        if frame.f_code is target:
+            wrapper = frame.f_locals.get("jit_wrapper")
+            value = getattr(wrapper, "filter_warning", None)
+            return value if isinstance(value, bool) else None
+        frame = frame.f_back
+    return None
+
+
+# --------------------------------------------------------------------- NNX --
+
+
+def is_nnx_node_states(x: Any) -> bool:
+    """True for the pytree ``nnx.jit`` passes to JAX in place of a graph node
+    (``flax.nnx.extract.NodeStates``: a graphdef and its flat states)."""
+    module = sys.modules.get(_NNX_EXTRACT)
+    kind = getattr(module, "NodeStates", None)
+    return kind is not None and isinstance(x, kind)
+
+
+def nnx_state_paths(tree: Any) -> list[list[str] | None]:
+    """Per ``NodeStates`` in ``tree`` (in ``jax.tree.leaves`` order), the user's
+    path of each of its flat leaves (``.layers[0].kernel``); ``None`` where
+    unknown.
+
+    ``nnx.jit`` splits all graph nodes of a call in one split context, so a
+    node shared by two arguments is flattened once. Rebuilding the nodes with
+    one shared index and flattening them again with one shared ref index (the
+    ``nnx.graph.unflatten``/``flatten`` arguments made for that) gives the
+    leaves in the order JAX sees them, this time with their paths.
+    """
+    import jax
+
+    graph = sys.modules.get(_NNX_GRAPH)
+    if graph is None:
+        return []
+    found = [x for x in jax.tree_util.tree_leaves(tree, is_leaf=is_nnx_node_states)
+             if is_nnx_node_states(x)]
+    index_ref = graph.IndexMap()
+    ref_index = graph.RefMap()
+    result: list[list[str] | None] = []
+    for states in found:
+        try:
+            if len(states.states) != 1 or not isinstance(states.states[0], list):
+                # split by filters (StateSharding): the states carry their paths
+                result.append([_path_text(None, path) for s in states.states
+                               for path, _ in s])
+                continue
+            node = graph.unflatten(states.graphdef, states.states[0], index_ref=index_ref)
+            _, flat = graph.flatten(node, with_paths=True, ref_index=ref_index)
+            result.append([_path_text(node, path) for path, _ in flat])
+        except Exception:  # a graph this version of memscope does not know
+            result.append(None)
+    return result
+
+
+def _path_text(node: Any, path: Sequence[Any]) -> str:
+    """``('layers', 0, 'kernel')`` as Python would reach it from ``node``:
+    ``.layers[0].kernel``, with ``['key']`` where the step is a mapping's key."""
+    text = ""
+    for part in path:
+        if isinstance(node, Mapping) or not (isinstance(part, str) and part.isidentifier()):
+            text += f"[{part!r}]"
+            node = _step(node, part, item=True)
+        else:
+            text += f".{part}"
+            node = _step(node, part, item=False)
+    return text
+
+
+def _step(node: Any, part: Any, *, item: bool) -> Any:
+    if node is None:
+        return None
+    try:
+        return node[part] if item else getattr(node, part)
+    except Exception:
+        return None

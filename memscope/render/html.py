@@ -3,7 +3,6 @@ network. Every string from the report is escaped."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Sequence
 from html import escape
 from typing import IO
@@ -56,15 +55,8 @@ def _header(report: Report) -> list[str]:
     env = report.environment
     out = []
     if report.run is not None:
-        run = report.run
-        command = shlex.join(["-m", run.target] if run.module else [run.target])
-        if run.argv:
-            command += " " + shlex.join(run.argv)
-        ended = f"{run.outcome} (exit code {run.exit_code})"
-        if run.error:
-            ended += f": {run.error}"
-        out.append(f'<p class="meta">target <code>{escape(command)}</code>; '
-                   f"run {escape(ended)}</p>")
+        out.append(f'<p class="meta">target <code>{escape(report.run.command)}</code>; '
+                   f"run {escape(report.run.ending)}</p>")
     kinds = ", ".join(sorted({d.kind for d in env.devices}))
     out.append(f'<p class="meta">jax {escape(env.jax)}, jaxlib {escape(env.jaxlib)}, '
                f"backend {escape(env.backend)}, {len(env.devices)} device(s) "

@@ -7,7 +7,6 @@ file is not a terminal or ``NO_COLOR`` is set, so logs and CI output read well.
 from __future__ import annotations
 
 import os
-import shlex
 from typing import IO
 
 from rich import box
@@ -81,15 +80,8 @@ def _header(console: Console, report: Report) -> None:
     devices = f"{len(env.devices)} device{'s' if len(env.devices) != 1 else ''}"
     console.print(Text("memscope report", style="bold"))
     if report.run is not None:
-        run = report.run
-        command = shlex.join(["-m", run.target] if run.module else [run.target])
-        if run.argv:
-            command += " " + shlex.join(run.argv)
-        ended = f"{run.outcome} (exit code {run.exit_code})"
-        if run.error:
-            ended += f": {run.error}"
-        console.print(f"target: {command}")
-        console.print(f"run:    {ended}")
+        console.print(f"target: {report.run.command}")
+        console.print(f"run:    {report.run.ending}")
     console.print(f"jax {env.jax}, jaxlib {env.jaxlib}, backend {env.backend}, "
                   f"{devices} ({', '.join(kinds)})")
     if report.merged_from:

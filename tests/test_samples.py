@@ -189,9 +189,9 @@ def test_ctrl_c_interrupts_and_still_reports(tmp_path):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     try:
-        # One Ctrl-C, pressed again every 10 s in case it landed where JAX's own
-        # C++ dispatch swallowed it (seen once in CI, with no output at all; not
-        # reproduced in 20 runs since).
+        # One Ctrl-C, pressed again every 10 s in case the first was lost: once in
+        # CI the process went on with no output at all after it (not reproduced
+        # in 20 runs since; see the closing note of issue 6).
         for _ in range(12):
             proc.send_signal(signal.SIGINT)
             try:

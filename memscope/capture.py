@@ -204,8 +204,8 @@ class Session:
             return Runtime(device_memory=tuple(self._samples),
                            timeline_truncated=self._truncated, live_arrays=self._live)
         note = ("no jitted call ran" if self._stats_available is None else
-                f"{jax.default_backend()} reports no device memory statistics "
-                "(Device.memory_stats() is None)")
+                f"{jax.default_backend()} keeps no device memory statistics: "
+                "Device.memory_stats() is None")
         return Runtime(device_memory_note=note, live_arrays=self._live)
 
     def count_call(self) -> None:

@@ -108,8 +108,8 @@ def test_not_donated_leaves_are_not_applicable_and_stay_alive():
 def test_device_memory_is_unavailable_on_cpu_not_zero():
     report = run_and_report(Target(str(SAMPLES / "donated.py"), ("--steps", "1")))
     assert report.runtime.device_memory is None
-    assert report.runtime.device_memory_note == ("cpu reports no device memory statistics "
-                                                 "(Device.memory_stats() is None)")
+    assert report.runtime.device_memory_note == ("cpu keeps no device memory statistics: "
+                                                 "Device.memory_stats() is None")
     assert all(fn.measured is None for fn in report.functions)
 
 

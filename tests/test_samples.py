@@ -183,11 +183,14 @@ def test_ctrl_c_interrupts_and_still_reports(tmp_path):
         f"pathlib.Path({str(tmp_path / 'ready')!r}).write_text('ok')\n"
         "while True:\n    x = f(x); time.sleep(0.01)\n")
     # A shell without job control starts background commands with SIGINT ignored,
-    # and children inherit that (python then ignores Ctrl-C too): give the target
-    # the default, whatever ran this suite.
-    proc = subprocess.Popen([MEMSCOPE, "run", "-o", str(tmp_path / "r.json"), str(script)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # and children inherit that (python then ignores Ctrl-C too). A small python
+    # restores the default and execs memscope, whatever ran this suite (a
+    # preexec_fn would fork this JAX process, which JAX warns against).
+    with_default_sigint = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                           "os.execv(sys.argv[1], sys.argv[1:])")
+    proc = subprocess.Popen([sys.executable, "-c", with_default_sigint, MEMSCOPE, "run", "-o",
+                             str(tmp_path / "r.json"), str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (tmp_path / "ready").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

@@ -327,22 +327,34 @@ def _compare(then: FunctionReport, now: FunctionReport, tolerances: Tolerances,
                 f"{FIGURE_LABELS[change.figure]} grew by "
                 f"{format_change(change.change, change.percent)} to "
                 f"{format_bytes(change.now)}, over {limit}")
-    before = {b.path: b for b in then.inputs}
-    after = {b.path: b for b in now.inputs}
-    gained = [b for b in now.inputs if b.fate == "unusable"
-              and (b.path not in before or before[b.path].fate != "unusable")]
+    gained = gained_unusable(then.inputs, now.inputs)
     if gained:
         problems.append("gained an unusable donation: " + ", ".join(_leaf(b) for b in gained)
                         + (" is" if len(gained) == 1 else " are")
                         + " donated but no output can take the buffer")
-    lost: dict[str, list[str]] = defaultdict(list)
-    for b in then.inputs:
-        if b.fate == "aliased" and (b.path not in after or after[b.path].fate != "aliased"):
-            lost[after[b.path].fate if b.path in after else "gone"].append(b.path)
-    for fate, paths in lost.items():
+    for fate, paths in lost_aliases(then.inputs, now.inputs).items():
         now_text = "no longer an argument leaf" if fate == "gone" else f"now {fate}"
         what = "leaf lost its alias" if len(paths) == 1 else "leaves lost their alias"
         problems.append(f"{len(paths)} {what} ({now_text}): {', '.join(paths)}")
+
+
+def gained_unusable(then: Sequence[InputBuffer], now: Sequence[InputBuffer]
+                    ) -> list[InputBuffer]:
+    """The leaves of ``now`` that are ``unusable`` and were not so in ``then``."""
+    before = {b.path: b.fate for b in then}
+    return [b for b in now if b.fate == "unusable" and before.get(b.path) != "unusable"]
+
+
+def lost_aliases(then: Sequence[InputBuffer], now: Sequence[InputBuffer]
+                 ) -> dict[str, list[str]]:
+    """The paths ``aliased`` in ``then`` but not in ``now``, by their fate now
+    (``gone`` when the leaf is no longer an argument)."""
+    after = {b.path: b.fate for b in now}
+    lost: dict[str, list[str]] = defaultdict(list)
+    for b in then:
+        if b.fate == "aliased" and after.get(b.path) != "aliased":
+            lost[after.get(b.path, "gone")].append(b.path)
+    return dict(lost)
 
 
 def budget_problems(fn: FunctionReport, budget: Budget) -> list[str]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from memscope.check import match_functions
+from memscope.check import gained_unusable, lost_aliases, match_functions
 from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report, Variant
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
@@ -112,11 +112,9 @@ def _leaf_changes(kind: Literal["input", "output"], old: Sequence[InputBuffer | 
 def _verdict(figures: Sequence[FigureChange], leaves: Sequence[LeafChange],
              old: Sequence[InputBuffer], new: Sequence[InputBuffer]) -> Verdict:
     peak = next(f for f in figures if f.name == "peak_bytes").change
-    lost_alias = {b.path for b in old if b.fate == "aliased"} - {
-        b.path for b in new if b.fate == "aliased"}
-    more_unusable = (sum(b.fate == "unusable" for b in new)
-                     > sum(b.fate == "unusable" for b in old))
-    if (peak is not None and peak > 0) or lost_alias or more_unusable:
+    # The rules of memscope check: an unusable donation gained, or an alias lost.
+    if ((peak is not None and peak > 0) or gained_unusable(old, new)
+            or lost_aliases(old, new)):
         return "worse"
     if peak is not None and peak < 0:
         return "better"

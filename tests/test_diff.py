@@ -232,3 +232,18 @@ def test_saved_report_with_variants_renders_again(tmp_path):
     assert shown.exit_code == 0
     assert "Donation variants (each compiled and measured)" in shown.stdout
     assert 'Advice: jit train_step with donate_argnames=("params", "momentum")' in shown.stdout
+
+
+def test_compare_reports_uses_checks_rules_for_donations():
+    from dataclasses import replace
+
+    from memscope.report import InputBuffer
+
+    def leaf(path, fate):
+        return InputBuffer(path, (4,), "float32", 16, True, fate)
+
+    before = replace(_fn("step", 100), inputs=(leaf("a", "unusable"), leaf("b", "aliased")))
+    # the same count of unusable leaves, but b is newly unusable and lost its alias
+    after = replace(_fn("step", 100), inputs=(leaf("a", "aliased"), leaf("b", "unusable")))
+    (d,) = compare_reports(_report(before), _report(after))
+    assert d.verdict == "worse"

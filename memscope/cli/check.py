@@ -11,7 +11,7 @@ import click
 from memscope.analysis import run_and_report
 from memscope.check import check as check_report
 from memscope.check import target_failure
-from memscope.cli._common import check_writable, misplaced_hint
+from memscope.cli._common import check_writable, misplaced_hint, module_option, output_option
 from memscope.config import load_config, with_options
 from memscope.errors import EXIT_REGRESSION, EXIT_TARGET_FAILED, MemscopeError
 from memscope.render.check import render_check
@@ -41,9 +41,8 @@ from memscope.runner import Target, check_target
 @click.option("--format", "output_format", type=click.Choice(["terminal", "markdown"]),
               default="terminal", show_default=True, help="How to print the result.")
 @click.option("--junit-xml", metavar="FILE.xml", help="Also write JUnit XML, a case per function.")
-@click.option("-o", "--output", metavar="FILE.json", help="Also save the current report.")
-@click.option("-m", "--module", "as_module", is_flag=True,
-              help="Run TARGET as a module, like python -m.")
+@output_option
+@module_option
 @click.argument("target", metavar="[SCRIPT]", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context

@@ -110,7 +110,8 @@ def main():
         batch = make_batch(jax.random.key(step), args.batch, args.seq)
         params, opt_state, loss = train_step(params, opt_state, batch)
     print(f"{len(jax.tree.leaves(params))} parameter arrays; final loss {float(loss):.4f}")
+    return params, opt_state
 
 
 if __name__ == "__main__":
-    main()
+    params, opt_state = main()  # the trained state lives on to the end, as a global

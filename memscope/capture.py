@@ -477,19 +477,19 @@ class MeasuredJit:
                      if any(inputs[leaf].fate == "unusable" for leaf in arguments[i].leaves))
         if not bad:
             return variants
-        leaves = ", ".join(inputs[leaf].path for i in bad for leaf in arguments[i].leaves
-                           if inputs[leaf].fate == "unusable")
-        labels = ", ".join(arguments[i].label for i in bad)
+        unusable = [inputs[leaf].path for i in bad for leaf in arguments[i].leaves
+                    if inputs[leaf].fate == "unusable"]
+        leaves, labels = ", ".join(unusable), ", ".join(arguments[i].label for i in bad)
+        one = len(unusable) == 1
         rest = Donation(donated.arguments - frozenset(bad))
         refix = rest.closest(arguments, style)
         if refix.arguments & frozenset(bad):
-            why = (f"{leaves} stay{'s' if ',' not in leaves else ''} unusable (no output can "
-                   f"take {'it' if ',' not in leaves else 'them'}): "
-                   f"{fixed.setting} cannot leave out {labels}.")
+            why = (f"{leaves} stay{'s' if one else ''} unusable (no output can take "
+                   f"{'it' if one else 'them'}): {fixed.setting} cannot leave out {labels}.")
             variants[at] = replace(fixed, note=f"{fixed.note} {why}" if fixed.note else why)
             return variants
-        dropped = (f"The advice leaves out {labels}: donating it leaves {leaves} unusable "
-                   "(no output can take the buffer).")
+        dropped = (f"The advice leaves out {labels}: donating {'it' if len(bad) == 1 else 'them'}"
+                   f" leaves {leaves} unusable (no output can take the buffer).")
         if refix.arguments == written.arguments:
             return [v for v in variants if v.name != "advised"]
         ready, lowered = self._lower_variant(entry, facts, "advised", refix, args, kwargs)

@@ -7,6 +7,7 @@ what it reaches for, so that a JAX upgrade is a review of this one file.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -74,6 +75,27 @@ def pmap_user_function(fun: Any) -> Callable[..., Any] | None:
             user: Callable[..., Any] = value.f
             return user
     return None
+
+
+def exclude_from_source_info(folder: str) -> None:
+    """Make JAX skip frames in ``folder`` when it records an op's source line, as it
+    skips its own: a jitted call made through memscope's stand-in is then
+    attributed to the user's (or library's) line, exactly as without memscope.
+    Equinox and Flax register their own folders the same way."""
+    from jax._src import source_info_util
+
+    path = os.path.join(os.path.abspath(folder), "")
+    with _exclusion_lock:
+        if path in _excluded:
+            return
+        _excluded.add(path)
+    register = getattr(source_info_util, "register_exclusion", None)
+    if register is not None:
+        register(path)
+
+
+_excluded: set[str] = set()
+_exclusion_lock = threading.Lock()
 
 
 def is_top_level_call() -> bool:

@@ -79,6 +79,12 @@ def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,
     fix = next((v for v in variants if v.name == "advised"), None)
     if not candidates or fix is None:
         return None
+    if fix.facts is not None:
+        # Only what the setting donates: the advisor may have left an argument out.
+        program = fix.facts.program
+        donated = {leaf.path for leaf, d in zip(program.inputs, program.donated, strict=True)
+                   if d}
+        candidates = [b for b in candidates if b.path in donated]
     return Advice(setting=fix.setting, add=fix.added,
                   candidate_bytes=sum(b.bytes for b in candidates),
                   peak_before=memory.peak_bytes if memory else None,

@@ -450,9 +450,9 @@ def _timeline(assignment: BufferAssignment, memory: Memory | None,
             a, s = slot_of[b]
             live.append(_temp_buffer(assignment.buffers[b], a, s, display))
     note = None
-    if memory is not None and memory.peak_bytes is not None and not memory.peak_is_computed \
-            and memory.peak_bytes != peak:
+    if memory is not None and memory.xla_peak_bytes is not None \
+            and memory.xla_peak_bytes != peak:
         note = (f"the replayed peak ({format_bytes(peak)}) differs from XLA's "
-                f"peak figure ({format_bytes(memory.peak_bytes)})")
+                f"peak figure ({format_bytes(memory.xla_peak_bytes)})")
     timeline = downsample([size + fixed for size in result.sizes], MAX_TIMELINE_POINTS)
     return timeline, note, peak, tuple(live)

@@ -62,6 +62,9 @@ from memscope.report import (
     VariantName,
 )
 
+# memscope's own frames are never the user's source line (see _compat).
+_compat.exclude_from_source_info(os.path.dirname(os.path.abspath(__file__)))
+
 #: Device-memory samples kept per run (one per top-level call); later calls are
 #: not sampled, and the report says the timeline was cut.
 MAX_SAMPLES = 10_000
@@ -448,7 +451,57 @@ class MeasuredJit:
                 done.append(replace(ready, facts=wrappers.renamed(entry.wrapper, result)))
         order = [name for name, _ in plan]
         done.sort(key=lambda v: order.index(v.name) if v.name in order else -1)
-        return [replace(v, note=note) if v.name == "advised" else v for v in done]
+        done = [replace(v, note=note) if v.name == "advised" else v for v in done]
+        return self._consistent_advice(entry, facts, done, args, kwargs, shardings)
+
+    def _consistent_advice(self, entry: Entry, facts: CompiledFacts,
+                           variants: list[VariantFacts], args: tuple[Any, ...],
+                           kwargs: dict[str, Any], shardings: list[Any]
+                           ) -> list[VariantFacts]:
+        """The variants, the advised one never donating an argument that its own
+        compile shows ``unusable``: such arguments are left out and the rest
+        compiled again, or, where the spelling cannot leave them out (Equinox),
+        kept with a note saying so."""
+        at = next((i for i, v in enumerate(variants) if v.name == "advised"), None)
+        if at is None or variants[at].facts is None:
+            return variants
+        fixed = variants[at]
+        assert fixed.facts is not None
+        arguments, style = entry.arguments, entry.style
+        written = as_written(arguments, facts.program.donated)
+        inputs, _ = classify(fixed.facts.program, fixed.warnings)
+        mask = fixed.facts.program.donated
+        donated = Donation(frozenset(i for i, a in enumerate(arguments)
+                                     if any(mask[leaf] for leaf in a.leaves)))
+        bad = sorted(i for i in donated.arguments - written.arguments
+                     if any(inputs[leaf].fate == "unusable" for leaf in arguments[i].leaves))
+        if not bad:
+            return variants
+        unusable = [inputs[leaf].path for i in bad for leaf in arguments[i].leaves
+                    if inputs[leaf].fate == "unusable"]
+        leaves, labels = ", ".join(unusable), ", ".join(arguments[i].label for i in bad)
+        one = len(unusable) == 1
+        rest = Donation(donated.arguments - frozenset(bad))
+        refix = rest.closest(arguments, style)
+        if refix.arguments & frozenset(bad):
+            why = (f"{leaves} stay{'s' if one else ''} unusable (no output can take "
+                   f"{'it' if one else 'them'}): {fixed.setting} cannot leave out {labels}.")
+            variants[at] = replace(fixed, note=f"{fixed.note} {why}" if fixed.note else why)
+            return variants
+        dropped = (f"The advice leaves out {labels}: donating {'it' if len(bad) == 1 else 'them'}"
+                   f" leaves {leaves} unusable (no output can take the buffer).")
+        if refix.arguments == written.arguments:
+            return [v for v in variants if v.name != "advised"]
+        ready, lowered = self._lower_variant(entry, facts, "advised", refix, args, kwargs)
+        if lowered is not None:
+            (result,) = compile_variants([lowered], shardings=shardings)
+            ready = (replace(ready, error=f"could not compile with {ready.setting}: "
+                                          f"{type(result).__name__}: {result}")
+                     if isinstance(result, Exception) else
+                     replace(ready, facts=wrappers.renamed(entry.wrapper, result)))
+        wider = wider_note(refix, rest, arguments, style)
+        variants[at] = replace(ready, note=f"{dropped} {wider}" if wider else dropped)
+        return self._consistent_advice(entry, facts, variants, args, kwargs, shardings)
 
     def _lower_variant(self, entry: Entry, facts: CompiledFacts, name: VariantName,
                        donation: Donation, args: tuple[Any, ...], kwargs: dict[str, Any]

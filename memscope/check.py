@@ -3,10 +3,15 @@
 Nothing here prints or touches a file: the command line reads the inputs, calls
 :func:`check`, and hands the :class:`CheckResult` to the renderers.
 
-Three figures are compared per function, each from ``memory_analysis()``:
-``peak``, ``temp`` and ``io`` (argument + output bytes). A figure may grow by
-its :class:`Tolerance` (a percentage, a byte count, or both, in which case both
-limits hold); with no tolerance, any growth is a regression.
+Three figures are compared per function: ``peak`` (memscope's one peak, see
+:func:`memscope.report.peak_rule`), ``temp`` and ``io`` (argument + output
+bytes). A figure may grow by its :class:`Tolerance` (a percentage, a byte
+count, or both, in which case both limits hold); with no tolerance, any growth
+is over it. The peak is gated: growth over its tolerance fails. ``temp`` and
+``io`` are components of the peak and only reported, unless the user gates
+them by naming them (``--max-increase temp=5%``): a change that lowers the peak
+must not fail because one component grew. ``memscope diff OLD NEW`` judges by
+the same rules (:func:`judge`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ class Tolerance:
 
     percent: float | None = None
     bytes: int | None = None
+    #: growth over the tolerance fails (``True``), or is only reported; ``None``:
+    #: not said, which gates the peak and reports the components
+    gated: bool | None = None
 
     def allowed(self, baseline: int) -> int:
         """The largest value that passes, for this baseline."""
@@ -77,8 +85,15 @@ class Tolerances:
             mine, theirs = getattr(self, figure), getattr(base, figure)
             merged[figure] = Tolerance(
                 percent=mine.percent if mine.percent is not None else theirs.percent,
-                bytes=mine.bytes if mine.bytes is not None else theirs.bytes)
+                bytes=mine.bytes if mine.bytes is not None else theirs.bytes,
+                gated=mine.gated if mine.gated is not None else theirs.gated)
         return Tolerances(**merged)
+
+    def gated(self, figure: str) -> bool:
+        """Whether growth of ``figure`` over its tolerance fails: the peak unless
+        told otherwise, a component only when the user named it."""
+        said = getattr(self, figure).gated
+        return said if said is not None else figure == "peak"
 
 
 @dataclass(frozen=True)
@@ -142,6 +157,10 @@ class FunctionVerdict:
     figures: tuple[FigureChange, ...] = ()
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    #: the baseline's signature, where it was paired with another signature
+    baseline_signature: str | None = None
+    #: what changed in the signature, one line per argument leaf
+    signature_change: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -206,30 +225,42 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
           strict_env: bool = False, baseline_source: str | None = None) -> CheckResult:
     """Compare ``current`` with ``baseline`` (if any) and with ``config``'s budgets.
 
-    A function matched in the baseline fails when a figure grows beyond its
-    tolerance, it gains an ``unusable`` donation, or a leaf that was ``aliased``
-    is not any more. A budget fails when broken, and when its function was never
-    called. New and vanished functions are listed but do not fail.
+    Each function is paired with its baseline by :func:`pair_functions` (across
+    a change of signature too) and judged by :func:`judge`. A budget fails when
+    broken, and when its function was never called. A function that has
+    baseline signatures but could not be paired with one fails, saying why;
+    functions that truly appear or disappear are listed as new or vanished.
     """
     budgets = _budgets_by_name(config.budgets)
-    pairs, vanished = match_functions(current.functions, baseline.functions if baseline else ())
+    pairing = pair_functions(current.functions, baseline.functions if baseline else ())
     verdicts = []
-    for now, then in pairs:
+    for now, then in pairing.pairs:
         problems: list[str] = []
         notes: list[str] = []
         if now.memory is None:
             problems.append(f"its memory figures could not be read now: {now.error or 'n/a'}")
+        changed: tuple[str, ...] = ()
         if then is not None:
-            _compare(then, now, config.tolerances, problems, notes)
+            changed = signature_changes(then, now)
+            if changed:
+                notes.append(f"paired with its baseline signature {then.signature}; "
+                             f"its signature changed: {'; '.join(changed)}")
+            found, said = judge(then, now, config.tolerances)
+            problems += found
+            notes += said
+        elif id(now) in pairing.unpaired:
+            problems.append(pairing.unpaired[id(now)])
         for budget in budgets.get(now.name, ()):
             problems.extend(budget_problems(now, budget))
-        checked = then is not None or now.name in budgets
+        checked = then is not None or now.name in budgets or id(now) in pairing.unpaired
         status: Status = ("fail" if problems else "pass" if checked
                           else "new" if baseline is not None else "unchecked")
         verdicts.append(FunctionVerdict(
             now.name, now.signature, now.source, status, _figures(then, now),
-            tuple(problems), tuple(notes)))
-    for then in vanished:
+            tuple(problems), tuple(notes),
+            baseline_signature=then.signature if changed and then else None,
+            signature_change=changed))
+    for then in pairing.vanished:
         verdicts.append(FunctionVerdict(then.name, then.signature, then.source, "vanished",
                                         _figures(then, None)))
     called = {fn.name for fn in current.functions}
@@ -245,38 +276,165 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
     return replace(result, summary=_summary(result))
 
 
+@dataclass(frozen=True)
+class Pairing:
+    """Current functions with their baseline partner (``None``: none), the
+    baseline functions left over, and, by ``id`` of a current function that has
+    baseline signatures but no partner, why it could not be paired."""
+
+    pairs: list[tuple[FunctionReport, FunctionReport | None]]
+    vanished: list[FunctionReport]
+    unpaired: dict[int, str]
+
+
 def match_functions(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
                     ) -> tuple[list[tuple[FunctionReport, FunctionReport | None]],
                                list[FunctionReport]]:
-    """Pair each current function with its baseline by (name, signature).
+    """:func:`pair_functions` without the reasons: (pairs, vanished)."""
+    pairing = pair_functions(current, baseline)
+    return pairing.pairs, pairing.vanished
 
-    Where a (name, signature) is not unique on either side, the source file
-    (without its line, which moves) tells them apart, and what is still alike
-    pairs in order. Returns the current functions with their partner (or
-    ``None``: new), in the current order, and the baseline functions left over
-    (vanished).
+
+def pair_functions(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
+                   ) -> Pairing:
+    """Pair each current function with its baseline.
+
+    First by (name, signature), the source file telling apart what is alike.
+    Then what is left, by the function itself: its name and definition file
+    (the line moves as code is edited). One signature on each side pairs; of
+    several, each pairs with the one it shares the most argument leaves with
+    (same path, then same shape and dtype), where that choice is unambiguous.
+    The rest is vanished (baseline) or new (current), or, for a current
+    function whose definition has baseline signatures left, unpaired with the
+    reason. Pairs come in the current order.
     """
+    partner, left = _exact_pairs(current, baseline)
+    unpaired: dict[int, str] = {}
+    groups: dict[tuple[str, str | None], tuple[list[FunctionReport], list[FunctionReport]]]
+    groups = defaultdict(lambda: ([], []))
+    for fn in current:
+        if id(fn) not in partner:
+            groups[_identity(fn)][0].append(fn)
+    for fn in left:
+        groups[_identity(fn)][1].append(fn)
+    for (name, _), (now, then) in groups.items():
+        if not now or not then:
+            continue
+        chosen = _pair_by_shared_leaves(now, then)
+        for fn in now:
+            if id(fn) in chosen:
+                partner[id(fn)] = chosen[id(fn)]
+            else:
+                unpaired[id(fn)] = (
+                    f"could not be paired with a baseline signature of {name}: "
+                    f"{len(then)} baseline signature{'s' if len(then) != 1 else ''} left "
+                    f"for {len(now)} now, none sharing its argument leaves unambiguously "
+                    "(--update-baseline takes the new signatures in)")
+    matched = {id(p) for p in partner.values()}
+    return Pairing([(fn, partner.get(id(fn))) for fn in current],
+                   [fn for fn in baseline if id(fn) not in matched], unpaired)
+
+
+def _exact_pairs(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
+                 ) -> tuple[dict[int, FunctionReport], list[FunctionReport]]:
     def key(fn: FunctionReport) -> tuple[str, str]:
         return fn.name, fn.signature
-
-    def file_key(fn: FunctionReport) -> tuple[str, str, str | None]:
-        return fn.name, fn.signature, split_source(fn.source)[0]
 
     count_now, count_then = _count(current, key), _count(baseline, key)
 
     def refined(fn: FunctionReport) -> tuple[object, ...]:
         k = key(fn)
-        return file_key(fn) if count_now[k] > 1 or count_then[k] > 1 else k
+        return ((*k, split_source(fn.source)[0]) if count_now[k] > 1 or count_then[k] > 1
+                else k)
 
     waiting: dict[tuple[object, ...], list[FunctionReport]] = defaultdict(list)
     for fn in baseline:
         waiting[refined(fn)].append(fn)
-    pairs: list[tuple[FunctionReport, FunctionReport | None]] = []
+    partner: dict[int, FunctionReport] = {}
     for fn in current:
         queue = waiting.get(refined(fn))
-        pairs.append((fn, queue.pop(0) if queue else None))
-    matched = {id(then) for _, then in pairs if then is not None}
-    return pairs, [fn for fn in baseline if id(fn) not in matched]
+        if queue:
+            partner[id(fn)] = queue.pop(0)
+    matched = {id(p) for p in partner.values()}
+    return partner, [fn for fn in baseline if id(fn) not in matched]
+
+
+def _identity(fn: FunctionReport) -> tuple[str, str | None]:
+    """A function apart from its signature: its name and the file defining it."""
+    return fn.name, split_source(fn.source)[0]
+
+
+def _pair_by_shared_leaves(now: Sequence[FunctionReport], then: Sequence[FunctionReport]
+                           ) -> dict[int, FunctionReport]:
+    """Pair signatures of one function by what they share; ambiguous ones stay apart."""
+    if len(now) == 1 and len(then) == 1:
+        return {id(now[0]): then[0]}
+
+    def shared(a: FunctionReport, b: FunctionReport) -> tuple[int, int]:
+        avals = {x.path: (x.shape, x.dtype) for x in b.inputs}
+        same_path = [x for x in a.inputs if x.path in avals]
+        return (len(same_path),
+                sum(1 for x in same_path if avals[x.path] == (x.shape, x.dtype)))
+
+    scores = sorted(((shared(n, t), i, j) for i, n in enumerate(now)
+                     for j, t in enumerate(then)), key=lambda s: s[0], reverse=True)
+    free_now, free_then = set(range(len(now))), set(range(len(then)))
+    chosen: dict[int, FunctionReport] = {}
+    for score, i, j in scores:
+        if i not in free_now or j not in free_then or score[0] == 0:
+            continue
+        rivals = [s for s, a, b in scores if s == score and (a, b) != (i, j)
+                  and ((a == i and b in free_then) or (b == j and a in free_now))]
+        if rivals:
+            continue
+        chosen[id(now[i])] = then[j]
+        free_now.discard(i)
+        free_then.discard(j)
+    return chosen
+
+
+def signature_changes(then: FunctionReport, now: FunctionReport) -> tuple[str, ...]:
+    """What changed between two signatures of one function, one line per argument
+    leaf (``x: float32[32,256] -> float32[512,256]``); empty when none did."""
+    if then.signature == now.signature:
+        return ()
+    before = {b.path: _aval(b) for b in then.inputs}
+    after = {b.path: _aval(b) for b in now.inputs}
+    lines = [f"{p}: {before[p]} -> {a}" for p, a in after.items()
+             if p in before and before[p] != a]
+    lines += [f"{p}: new ({a})" for p, a in after.items() if p not in before]
+    lines += [f"{p}: gone (was {a})" for p, a in before.items() if p not in after]
+    if not lines:  # static arguments or weak types: the signature text says which
+        old, new = _signature_parts(then.signature), _signature_parts(now.signature)
+        lines = [f"{', '.join(p for p in old if p not in new) or '(none)'} -> "
+                 f"{', '.join(p for p in new if p not in old) or '(none)'}"]
+    if len(lines) > MAX_SIGNATURE_LINES:
+        lines = [*lines[:MAX_SIGNATURE_LINES],
+                 f"and {len(lines) - MAX_SIGNATURE_LINES} more"]
+    return tuple(lines)
+
+
+#: Lines of a signature change listed before "and N more".
+MAX_SIGNATURE_LINES = 5
+
+
+def _aval(b: InputBuffer) -> str:
+    return f"{b.dtype}[{','.join(map(str, b.shape))}]"
+
+
+def _signature_parts(signature: str) -> list[str]:
+    """``(float32[4,8], #1=3)`` -> its top-level parts (commas inside brackets kept)."""
+    parts, depth, current = [], 0, ""
+    for ch in signature.strip()[1:-1]:
+        depth += 1 if ch in "[(" else -1 if ch in "])" else 0
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current.strip())
+    return parts
 
 
 def _count(fns: Sequence[FunctionReport], key: Callable[[FunctionReport], tuple[str, str]]
@@ -308,8 +466,17 @@ def _figures(then: FunctionReport | None, now: FunctionReport | None
                  for fig in figures)
 
 
-def _compare(then: FunctionReport, now: FunctionReport, tolerances: Tolerances,
-             problems: list[str], notes: list[str]) -> None:
+def judge(then: FunctionReport, now: FunctionReport, tolerances: Tolerances = Tolerances()
+          ) -> tuple[list[str], list[str]]:
+    """The one rule by which ``check`` and ``diff OLD NEW`` judge a function against
+    its baseline: ``(problems, notes)``, one line each; problems fail.
+
+    A gated figure (the peak, and a component the user named) growing beyond
+    its tolerance is a problem; a component doing so is a note. Gaining an
+    ``unusable`` donation, or losing an alias, is a problem.
+    """
+    problems: list[str] = []
+    notes: list[str] = []
     if then.memory is None:
         notes.append("the baseline has no memory figures for it; they were not compared")
     for change in _figures(then, now):
@@ -317,16 +484,21 @@ def _compare(then: FunctionReport, now: FunctionReport, tolerances: Tolerances,
             continue
         tolerance: Tolerance = getattr(tolerances, change.figure)
         allowed = tolerance.allowed(change.baseline)
-        if change.now > allowed:
-            limit = (f"the limit of {format_bytes(allowed)} (baseline "
-                     f"{format_bytes(change.baseline)} {tolerance.describe()})"
-                     if tolerance.describe() else
-                     f"the baseline {format_bytes(change.baseline)} (no growth allowed "
-                     "without --max-increase or --max-increase-bytes)")
-            problems.append(
-                f"{FIGURE_LABELS[change.figure]} grew by "
+        if change.now <= allowed:
+            continue
+        limit = (f"the limit of {format_bytes(allowed)} (baseline "
+                 f"{format_bytes(change.baseline)} {tolerance.describe()})"
+                 if tolerance.describe() else f"the baseline {format_bytes(change.baseline)}")
+        text = (f"{FIGURE_LABELS[change.figure]} grew by "
                 f"{format_change(change.change, change.percent)} to "
                 f"{format_bytes(change.now)}, over {limit}")
+        if tolerances.gated(change.figure):
+            if not tolerance.describe():
+                text += " (no growth allowed without --max-increase or --max-increase-bytes)"
+            problems.append(text)
+        else:
+            notes.append(f"{text}; reported, not gated (--max-increase "
+                         f"{change.figure}=PCT gates it)")
     gained = gained_unusable(then.inputs, now.inputs)
     if gained:
         problems.append("gained an unusable donation: " + ", ".join(_leaf(b) for b in gained)
@@ -336,6 +508,7 @@ def _compare(then: FunctionReport, now: FunctionReport, tolerances: Tolerances,
         now_text = "no longer an argument leaf" if fate == "gone" else f"now {fate}"
         what = "leaf lost its alias" if len(paths) == 1 else "leaves lost their alias"
         problems.append(f"{len(paths)} {what} ({now_text}): {', '.join(paths)}")
+    return problems, notes
 
 
 def gained_unusable(then: Sequence[InputBuffer], now: Sequence[InputBuffer]
@@ -368,7 +541,8 @@ def budget_problems(fn: FunctionReport, budget: Budget) -> list[str]:
         elif peak > budget.max_peak:
             problems.append(f"peak {format_bytes(peak)} is over max_peak "
                             f"{format_bytes(budget.max_peak)} (by "
-                            f"{format_bytes(peak - budget.max_peak)})")
+                            f"{format_bytes(peak - budget.max_peak)}); largest buffers: "
+                            f"{largest_buffers(fn)}")
     if budget.forbid_unusable_donation:
         unusable = [b for b in fn.inputs if b.fate == "unusable"]
         if unusable:
@@ -439,7 +613,19 @@ def limit_problems(functions: Sequence[FunctionReport], limit: int, *,
 
 
 def largest_buffers(fn: FunctionReport, count: int = 3) -> str:
-    """``params['w'] 4.0 MiB (input, aliased), ...``: the biggest inputs and outputs."""
+    """What holds the memory at the peak, largest first: the temporaries live at the
+    peak (else the largest temporaries) from the buffer breakdown, with their op,
+    shape and source line (``temporary dot_general f32[2048,2048] 16.0 MiB at
+    train.py:12``), as those are what the user's code can change; the inputs and
+    outputs (``params['w'] 4.0 MiB (input, aliased)``) only where the breakdown
+    has no temporaries."""
+    b = fn.buffers
+    temps = sorted(b.live_at_peak or b.temp_buffers, key=lambda t: -t.bytes) if b else []
+    if temps:
+        text = ", ".join(f"temporary {t.op} {t.shape} {format_bytes(t.bytes)} at "
+                         f"{t.source or 'n/a'}" for t in temps[:count])
+        total = f" (temp {format_bytes(fn.memory.temp_bytes)} in all)" if fn.memory else ""
+        return text + total
     buffers: list[tuple[int, str, str, str]] = [
         (b.bytes, b.path, "input", b.fate) for b in fn.inputs]
     buffers += [(b.bytes, b.path, "output", b.fate) for b in fn.outputs]
@@ -476,5 +662,5 @@ def _summary(result: CheckResult) -> str:
     if others:
         text += f"; {', '.join(others)}"
     if any(f.status == "new" for f in result.functions):
-        text += " (a new signature is a new function: --update-baseline takes it in)"
+        text += " (--update-baseline takes new functions in)"
     return text

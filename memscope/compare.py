@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from memscope.check import gained_unusable, lost_aliases, match_functions
-from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report, Variant
+from memscope.check import Tolerances, judge, pair_functions, signature_changes
+from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
 
@@ -53,46 +53,59 @@ class FunctionDiff:
     figures: tuple[FigureChange, ...] = ()
     leaves: tuple[LeafChange, ...] = ()
     error: str | None = None
+    #: why it is ``worse``, and what else was noticed (``memscope check``'s lines)
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
-def compare_variant(fn: FunctionReport, variant: Variant) -> FunctionDiff:
+def compare_variant(fn: FunctionReport, variant: Variant,
+                    tolerances: Tolerances | None = None) -> FunctionDiff:
     """``fn`` as written against ``variant``, both as compiled."""
     if variant.error is not None or variant.memory is None:
         return FunctionDiff(fn.name, fn.source, fn.signature, "error",
                             fn.setting, variant.setting, error=variant.error)
-    return _diff(fn, fn.setting, variant.setting, fn.memory, variant.memory,
-                 (fn.inputs, fn.outputs), (variant.inputs, variant.outputs))
+    after = FunctionReport(fn.name, fn.source, fn.calls, fn.signature, variant.memory,
+                           variant.inputs, variant.outputs)
+    return _diff(fn, after, fn.setting, variant.setting, tolerances)
 
 
-def compare_reports(old: Report, new: Report) -> tuple[FunctionDiff, ...]:
-    """Every function of either report, matched as ``memscope check`` matches them
-    (name and signature, then source file), in the new report's order."""
-    pairs, gone = match_functions(new.functions, old.functions)
+def compare_reports(old: Report, new: Report, tolerances: Tolerances | None = None
+                    ) -> tuple[FunctionDiff, ...]:
+    """Every function of either report, paired and judged as ``memscope check``
+    pairs and judges them (:func:`memscope.check.pair_functions`,
+    :func:`memscope.check.judge`), in the new report's order."""
+    pairing = pair_functions(new.functions, old.functions)
     diffs = []
-    for fn, before in pairs:
-        if before is None:
+    for fn, before in pairing.pairs:
+        if before is not None:
+            diffs.append(_diff(before, fn, before.setting, fn.setting, tolerances))
+        elif id(fn) in pairing.unpaired:
+            diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "worse",
+                                      after_setting=fn.setting,
+                                      problems=(pairing.unpaired[id(fn)],)))
+        else:
             diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "new",
                                       after_setting=fn.setting))
-        else:
-            diffs.append(_diff(fn, before.setting, fn.setting, before.memory, fn.memory,
-                               (before.inputs, before.outputs), (fn.inputs, fn.outputs)))
     diffs += [FunctionDiff(fn.name, fn.source, fn.signature, "gone", before_setting=fn.setting)
-              for fn in gone]
+              for fn in pairing.vanished]
     return tuple(diffs)
 
 
-Buffers = tuple[Sequence[InputBuffer], Sequence[OutputBuffer]]
-
-
-def _diff(fn: FunctionReport, before_setting: str | None, after_setting: str | None,
-          before: Memory | None, after: Memory | None, old: Buffers,
-          new: Buffers) -> FunctionDiff:
-    figures = tuple(FigureChange(name, getattr(before, name, None), getattr(after, name, None))
-                    for name in FIGURES)
-    leaves = _leaf_changes("input", old[0], new[0]) + _leaf_changes("output", old[1], new[1])
-    return FunctionDiff(fn.name, fn.source, fn.signature,
-                        _verdict(figures, leaves, old[0], new[0]),
-                        before_setting, after_setting, figures, leaves)
+def _diff(before: FunctionReport, after: FunctionReport, before_setting: str | None,
+          after_setting: str | None, tolerances: Tolerances | None) -> FunctionDiff:
+    figures = tuple(FigureChange(name, getattr(before.memory, name, None),
+                                 getattr(after.memory, name, None)) for name in FIGURES)
+    leaves = (_leaf_changes("input", before.inputs, after.inputs)
+              + _leaf_changes("output", before.outputs, after.outputs))
+    problems, notes = judge(before, after, tolerances or Tolerances())
+    changed = signature_changes(before, after)
+    if changed:
+        notes.insert(0, f"paired with the old signature {before.signature}; its signature "
+                        f"changed: {'; '.join(changed)}")
+    return FunctionDiff(after.name, after.source, after.signature,
+                        _verdict(figures, leaves, problems),
+                        before_setting, after_setting, figures, leaves,
+                        problems=tuple(problems), notes=tuple(notes))
 
 
 def _fate(b: InputBuffer | OutputBuffer) -> str:
@@ -110,12 +123,11 @@ def _leaf_changes(kind: Literal["input", "output"], old: Sequence[InputBuffer | 
 
 
 def _verdict(figures: Sequence[FigureChange], leaves: Sequence[LeafChange],
-             old: Sequence[InputBuffer], new: Sequence[InputBuffer]) -> Verdict:
-    peak = next(f for f in figures if f.name == "peak_bytes").change
-    # The rules of memscope check: an unusable donation gained, or an alias lost.
-    if ((peak is not None and peak > 0) or gained_unusable(old, new)
-            or lost_aliases(old, new)):
+             problems: Sequence[str]) -> Verdict:
+    # memscope check's rules: what it fails is worse; a lower peak is better.
+    if problems:
         return "worse"
+    peak = next(f for f in figures if f.name == "peak_bytes").change
     if peak is not None and peak < 0:
         return "better"
     if leaves or any(f.change for f in figures):

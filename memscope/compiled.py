@@ -21,7 +21,7 @@ from memscope import _compat
 from memscope.buffers import BufferAssignment, BufferDecodeError, read_buffer_assignment
 from memscope.fates import Leaf, Program
 from memscope.hlo import parse_module, read_module
-from memscope.report import HostMemory, Memory
+from memscope.report import HostMemory, Memory, peak_rule
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,8 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
 
 
 def memory_figures(stats: Any) -> Memory:
-    """Turn ``memory_analysis()`` into :class:`Memory`; ``None`` stats -> all unknown."""
+    """Turn ``memory_analysis()`` into :class:`Memory`, its peak by
+    :func:`~memscope.report.peak_rule`; ``None`` stats -> all unknown."""
     if stats is None:
         return Memory()
 
@@ -125,16 +126,13 @@ def memory_figures(stats: Any) -> Memory:
 
     argument, output = get("argument_size_in_bytes"), get("output_size_in_bytes")
     alias, temp = get("alias_size_in_bytes"), get("temp_size_in_bytes")
-    peak = _compat.peak_memory_bytes(stats)
-    computed = peak is None and None not in (argument, output, alias, temp)
-    if computed:
-        # XLA's own formula for the peak of a program whose buffers are all live
-        # at once in the worst case (what newer jaxlibs report directly).
-        peak = argument + output - alias + temp  # type: ignore[operator]
+    xla_peak = _compat.peak_memory_bytes(stats)
+    peak, rule, text = peak_rule(argument, output, alias, temp, xla_peak)
     return Memory(
         argument_bytes=argument, output_bytes=output, alias_bytes=alias, temp_bytes=temp,
         generated_code_bytes=get("generated_code_size_in_bytes"),
-        peak_bytes=peak, peak_is_computed=computed,
+        peak_bytes=peak, peak_is_computed=rule == "sum",
+        xla_peak_bytes=xla_peak, peak_rule=rule, peak_rule_text=text,
         host=HostMemory(
             argument_bytes=get("host_argument_size_in_bytes"),
             output_bytes=get("host_output_size_in_bytes"),

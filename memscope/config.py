@@ -6,6 +6,11 @@
     max_increase = "5%"                  # every figure; or {peak = "5%", temp = "20%"}
     max_increase_bytes = "16 MiB"        # the same forms
 
+The peak is gated (growth over its tolerance fails); ``temp`` and ``io`` are
+reported, and gated only where named (``{temp = "20%"}``, ``--max-increase
+temp=20%``): a value for every figure sets their tolerance but gates none of
+them.
+
     [tool.memscope.functions.train_step]
     max_peak = "2 GiB"
     forbid_unusable_donation = true
@@ -95,10 +100,10 @@ def parse_config(table: Any, *, source: str, where: str = "[tool.memscope]") -> 
     if not isinstance(table, dict):
         raise MemscopeError(f"{source}: {where} must be a table")
     _no_unknown_keys(table, TOP_KEYS, source, where)
-    percent = _figure_values(table.get("max_increase"), _percent,
-                             f"{source}: {where} max_increase")
-    sizes = _figure_values(table.get("max_increase_bytes"), _size,
-                           f"{source}: {where} max_increase_bytes")
+    percent, named = _figure_values(table.get("max_increase"), _percent,
+                                    f"{source}: {where} max_increase")
+    sizes, named_bytes = _figure_values(table.get("max_increase_bytes"), _size,
+                                        f"{source}: {where} max_increase_bytes")
     functions = table.get("functions", {})
     if not isinstance(functions, dict):
         raise MemscopeError(f"{source}: {where} functions must be a table of functions, "
@@ -106,7 +111,8 @@ def parse_config(table: Any, *, source: str, where: str = "[tool.memscope]") -> 
     budgets = tuple(_budget(name, value, source, f"[tool.memscope.functions.{name}]"
                             if where == "[tool.memscope]" else f"[functions.{name}]")
                     for name, value in functions.items())
-    return Config(source=source, tolerances=_tolerances(percent, sizes), budgets=budgets)
+    return Config(source=source, tolerances=_tolerances(percent, sizes, named | named_bytes),
+                  budgets=budgets)
 
 
 def _budget(name: str, table: Any, source: str, where: str) -> Budget:
@@ -157,21 +163,25 @@ def _percent(value: Any, where: str) -> float:
 
 
 def _figure_values(value: Any, parse: Callable[[Any, str], Any], where: str
-                   ) -> dict[str, Any]:
-    """``"5%"`` -> every figure; ``{peak = "5%"}`` -> that figure only."""
+                   ) -> tuple[dict[str, Any], set[str]]:
+    """``"5%"`` -> every figure; ``{peak = "5%"}`` -> that figure only; with the
+    figures named (which gates them)."""
     if value is None:
-        return {}
+        return {}, set()
     if not isinstance(value, dict):
-        return dict.fromkeys(FIGURES, parse(value, where))
+        return dict.fromkeys(FIGURES, parse(value, where)), set()
     unknown = [k for k in value if k not in FIGURES]
     if unknown:
         raise MemscopeError(f"{where}: unknown figure {unknown[0]!r} "
                             f"(known: {', '.join(FIGURES)})")
-    return {k: parse(v, f"{where}.{k}") for k, v in value.items()}
+    return {k: parse(v, f"{where}.{k}") for k, v in value.items()}, set(value)
 
 
-def _tolerances(percent: dict[str, float], sizes: dict[str, int]) -> Tolerances:
-    return Tolerances(**{f: Tolerance(percent.get(f), sizes.get(f)) for f in FIGURES})
+def _tolerances(percent: dict[str, float], sizes: dict[str, int],
+                named: set[str]) -> Tolerances:
+    return Tolerances(**{f: Tolerance(percent.get(f), sizes.get(f),
+                                      gated=True if f in named else None)
+                         for f in FIGURES})
 
 
 def tolerances_from_options(percent: Iterable[str], sizes: Iterable[str]) -> Tolerances:
@@ -182,8 +192,9 @@ def tolerances_from_options(percent: Iterable[str], sizes: Iterable[str]) -> Tol
     Raises:
         MemscopeError: an unknown figure, or a malformed percentage or size.
     """
-    return _tolerances(_options(percent, _percent, "--max-increase"),
-                       _options(sizes, _size, "--max-increase-bytes"))
+    named: set[str] = set()
+    return _tolerances(_options(percent, _percent, "--max-increase", named),
+                       _options(sizes, _size, "--max-increase-bytes", named), named)
 
 
 def with_options(config: Config, percent: Iterable[str], sizes: Iterable[str]) -> Config:
@@ -192,8 +203,9 @@ def with_options(config: Config, percent: Iterable[str], sizes: Iterable[str]) -
     return replace(config, tolerances=cli.over(config.tolerances))
 
 
-def _options(values: Iterable[str], parse: Callable[[Any, str], Any], option: str
-             ) -> dict[str, Any]:
+def _options(values: Iterable[str], parse: Callable[[Any, str], Any], option: str,
+             named: set[str]) -> dict[str, Any]:
+    """The values by figure; the figures given by name are added to ``named``."""
     general: dict[str, Any] = {}
     specific: dict[str, Any] = {}
     for value in values:
@@ -205,4 +217,5 @@ def _options(values: Iterable[str], parse: Callable[[Any, str], Any], option: st
             raise MemscopeError(f"{option} {value}: unknown figure {figure!r} "
                                 f"(known: {', '.join(FIGURES)})")
         specific[figure] = parse(text, f"{option} {value}")
+        named.add(figure)
     return {**general, **specific}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from memscope.errors import ReportFormatError
+from memscope.units import format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,6 +31,9 @@ OutputFate = Literal["reuses_input", "copy_of_input", "new"]
 Outcome = Literal["completed", "failed", "interrupted", "stopped"]
 VariantName = Literal["none", "all", "advised", "requested"]
 Observed = Literal["confirmed", "not_reused", "n/a"]
+#: How ``Memory.peak_bytes`` was obtained: XLA's ``peak_memory_in_bytes`` (``xla``),
+#: or argument + output - alias + temp (``sum``), see :func:`peak_rule`.
+PeakRule = Literal["xla", "sum"]
 AllocationKind = Literal["parameter", "aliased", "output", "temporary", "constant",
                          "thread_local"]
 
@@ -55,8 +59,12 @@ class HostMemory:
 class Memory:
     """What XLA's ``memory_analysis()`` says of one compiled program, per device.
 
-    ``peak_is_computed`` is true where this jaxlib reports no peak and memscope
-    computed it as argument + output - alias + temp.
+    ``peak_bytes`` is memscope's one definition of the peak: the bytes the
+    device holds at the program's high-water mark, by :func:`peak_rule`.
+    ``xla_peak_bytes`` is XLA's own ``peak_memory_in_bytes`` (``None`` where
+    this jaxlib reports none), ``peak_rule`` names the rule that gave
+    ``peak_bytes`` and ``peak_rule_text`` says it in one line.
+    ``peak_is_computed`` is true where ``peak_bytes`` is not XLA's figure.
     """
 
     argument_bytes: int | None = None
@@ -67,6 +75,51 @@ class Memory:
     peak_bytes: int | None = None
     peak_is_computed: bool = False
     host: HostMemory = field(default_factory=HostMemory)
+    xla_peak_bytes: int | None = None
+    peak_rule: PeakRule | None = None
+    peak_rule_text: str | None = None
+
+
+def peak_rule(argument: int | None, output: int | None, alias: int | None,
+              temp: int | None, xla_peak: int | None
+              ) -> tuple[int | None, PeakRule | None, str | None]:
+    """The peak of one compiled program: ``(peak_bytes, rule, text)``.
+
+    At the start of a call the device holds the arguments, the outputs that do
+    not alias an argument and the temporary allocation all at once: XLA
+    allocates every temporary block for the whole execution (XLA:CPU and GPU
+    both). So the peak is at least argument + output - alias + temp. XLA's
+    ``peak_memory_in_bytes`` replays its heap-simulator traces; XLA:CPU records
+    none, so there it is argument + output - alias, the temporaries left out.
+    The peak is the larger of the two; ``None`` only when both are unknown.
+    """
+    parts = (None if None in (argument, output, alias, temp)
+             else argument + output - alias + temp)  # type: ignore[operator]
+    if parts is None:
+        if xla_peak is None:
+            return None, None, None
+        return xla_peak, "xla", "peak: XLA's peak_memory_in_bytes (its parts are unknown)"
+    if xla_peak is None:
+        return parts, "sum", ("peak = argument + output - alias + temp "
+                              "(this jaxlib reports no peak)")
+    if xla_peak >= parts:
+        return xla_peak, "xla", ("peak: XLA's peak_memory_in_bytes, at least "
+                                 "argument + output - alias + temp")
+    return parts, "sum", (f"peak = argument + output - alias + temp; XLA's own peak "
+                          f"({format_bytes(xla_peak)}) leaves out the temporaries, "
+                          "which are held for the whole call")
+
+
+def with_peak_rule(memory: Memory) -> Memory:
+    """``memory`` with its peak by :func:`peak_rule`, for a report saved before
+    memscope stated the rule (its ``peak_bytes`` was XLA's figure, or computed)."""
+    if memory.peak_rule is not None:
+        return memory
+    xla = None if memory.peak_is_computed else memory.peak_bytes
+    peak, rule, text = peak_rule(memory.argument_bytes, memory.output_bytes,
+                                 memory.alias_bytes, memory.temp_bytes, xla)
+    return dataclasses.replace(memory, peak_bytes=peak, xla_peak_bytes=xla, peak_rule=rule,
+                               peak_rule_text=text, peak_is_computed=rule == "sum")
 
 
 @dataclass(frozen=True)
@@ -419,7 +472,13 @@ class Report:
         if data["schema"] != SCHEMA:
             raise ReportFormatError(
                 f"unsupported report schema {data['schema']!r}; this memscope reads {SCHEMA!r}")
-        return _decode(cls, data, "report")
+        report = _decode(cls, data, "report")
+        # A report saved before memscope stated its peak rule has no "peak_rule" key.
+        raw = data.get("functions")
+        old = {i for i, fn in enumerate(raw if isinstance(raw, list) else ())
+               if isinstance(fn, dict) and isinstance(fn.get("memory"), dict)
+               and "peak_rule" not in fn["memory"]}
+        return _with_peak_rule(report, old) if old else report
 
     @classmethod
     def from_json(cls, text: str) -> Report:
@@ -428,6 +487,12 @@ class Report:
         except json.JSONDecodeError as e:
             raise ReportFormatError(f"not valid JSON ({e.msg} at line {e.lineno})") from None
         return cls.from_dict(data)
+
+    def peak_rule_texts(self) -> tuple[str, ...]:
+        """The distinct ``peak_rule_text`` of the functions, in order: what the
+        renderers say where the peak first appears."""
+        texts = (fn.memory.peak_rule_text for fn in self.functions if fn.memory is not None)
+        return tuple(dict.fromkeys(t for t in texts if t))
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per function and signature with its memory figures."""
@@ -442,6 +507,31 @@ class Report:
                 row[fig] = getattr(fn.memory, fig) if fn.memory else None
             rows.append(row)
         return pd.DataFrame(rows, columns=["name", "source", "calls", "signature", *figures])
+
+
+def _with_peak_rule(report: Report, old: set[int]) -> Report:
+    """A report saved before memscope stated its peak rule, with every peak (and the
+    advice's before and after) by :func:`peak_rule`, so old and new compare alike."""
+    def memory(m: Memory | None) -> Memory | None:
+        return None if m is None else with_peak_rule(m)
+
+    def function(fn: FunctionReport) -> FunctionReport:
+        if fn.memory is None or fn.memory.peak_rule is not None:
+            return fn
+        now = memory(fn.memory)
+        variants = tuple(dataclasses.replace(v, memory=memory(v.memory)) for v in fn.variants)
+        advised = next((v for v in variants if v.name == "advised"), None)
+        advice = fn.advice
+        if advice is not None:
+            advice = dataclasses.replace(
+                advice, peak_before=now.peak_bytes if now else None,
+                peak_after=(advised.memory.peak_bytes if advised and advised.memory
+                            else advice.peak_after))
+        return dataclasses.replace(fn, memory=now, variants=variants, advice=advice)
+
+    functions = tuple(function(fn) if i in old else fn
+                      for i, fn in enumerate(report.functions))
+    return dataclasses.replace(report, functions=functions)
 
 
 def _decode(tp: Any, value: Any, where: str) -> Any:

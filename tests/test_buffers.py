@@ -207,7 +207,7 @@ def test_breakdown_replays_the_largest_trace_and_adds_what_lives_throughout():
         traces=(HeapTrace(2, (HeapEvent("alloc", 1, 400), HeapEvent("alloc", 2, 200),
                               HeapEvent("free", 1, 400), HeapEvent("alloc", 3, 100),
                               HeapEvent("free", 2, 200), HeapEvent("free", 3, 100))),))
-    memory = Memory(temp_bytes=600, peak_bytes=1608)
+    memory = Memory(temp_bytes=600, peak_bytes=1608, xla_peak_bytes=1608)
     b = breakdown(assignment, memory, display=lambda p: p.removeprefix("/src/"))
     assert b.replayed_peak == 1608 and b.timeline_note is None
     assert b.timeline == ((0, 1408), (1, 1608), (2, 1208), (3, 1308), (4, 1108), (5, 1008))
@@ -215,7 +215,7 @@ def test_breakdown_replays_the_largest_trace_and_adds_what_lives_throughout():
     assert [t.source for t in b.temp_buffers] == ["train.py:11", "train.py:12", "train.py:13"]
     assert b.reconciled is True
 
-    off = breakdown(assignment, Memory(temp_bytes=600, peak_bytes=2000))
+    off = breakdown(assignment, Memory(temp_bytes=600, peak_bytes=2000, xla_peak_bytes=2000))
     assert off.timeline_note is not None and "differs" in off.timeline_note
 
 

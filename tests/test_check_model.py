@@ -163,12 +163,24 @@ def test_growth_with_no_tolerance_fails_and_says_how_to_allow_it() -> None:
                           "growth allowed without --max-increase or --max-increase-bytes)",)
 
 
-def test_temp_and_argument_output_are_compared_too() -> None:
+def test_temp_and_argument_output_are_reported_and_gated_only_when_named() -> None:
     base = report(fn(memory=mem(1000, temp=100, arg=100, out=100)))
     now = report(fn(memory=mem(1000, temp=200, arg=100, out=150)))
     (v,) = check(now, base).functions
-    assert [p.split(" grew")[0] for p in v.problems] == ["temp", "argument+output"]
+    assert v.status == "pass" and v.problems == ()
+    assert v.notes == (
+        "temp grew by +100 B (+100.0%) to 200 B, over the baseline 100 B; reported, not "
+        "gated (--max-increase temp=PCT gates it)",
+        "argument+output grew by +50 B (+25.0%) to 250 B, over the baseline 200 B; "
+        "reported, not gated (--max-increase io=PCT gates it)")
     assert v.figure("io") == FigureChange("io", 200, 250)
+    # A value for every figure sets their tolerance but gates only the peak.
+    every = Config(tolerances=with_options(Config(), ["10%"], []).tolerances)
+    assert check(now, base, every).functions[0].status == "pass"
+    named = Config(tolerances=with_options(Config(), ["temp=50%"], []).tolerances)
+    (v,) = check(now, base, named).functions
+    assert [p.split(" grew")[0] for p in v.problems] == ["temp"]
+    assert v.problems[0].endswith("over the limit of 150 B (baseline 100 B + 50%)")
 
 
 def test_shrinking_passes() -> None:
@@ -216,8 +228,7 @@ def test_new_and_vanished_are_listed_but_do_not_fail() -> None:
         ("train_step", "pass"), ("new_eval", "new"), ("old_eval", "vanished")]
     assert not result.failed
     assert result.summary == ("PASS: 1 function checked, none failed; 1 new, 1 vanished "
-                              "(a new signature is a new function: --update-baseline takes "
-                              "it in)")
+                              "(--update-baseline takes new functions in)")
 
 
 def test_unmeasured_figures_now_fail_and_unmeasured_baseline_is_a_note() -> None:
@@ -266,7 +277,8 @@ def test_max_peak_budget_without_baseline() -> None:
     config = Config(source="pyproject.toml", budgets=(Budget("train_step", max_peak=8 * KiB),))
     (v,) = check(report(fn(peak=10 * KiB)), None, config).functions
     assert v.status == "fail"
-    assert v.problems == ("peak 10.0 KiB is over max_peak 8.0 KiB (by 2.0 KiB)",)
+    assert v.problems == ("peak 10.0 KiB is over max_peak 8.0 KiB (by 2.0 KiB); largest "
+                          "buffers: none",)
     assert check(report(fn(peak=8 * KiB)), None, config).functions[0].status == "pass"
 
 
@@ -310,7 +322,8 @@ def test_a_budget_for_a_function_never_called_fails() -> None:
 def test_budgets_and_baseline_combine() -> None:
     config = Config(budgets=(Budget("train_step", max_peak=100),))
     (v,) = check(report(fn(peak=150)), report(fn(peak=150)), config).functions
-    assert v.problems == ("peak 150 B is over max_peak 100 B (by 50 B)",)
+    assert v.problems == ("peak 150 B is over max_peak 100 B (by 50 B); largest buffers: "
+                          "none",)
 
 
 # --- environment and the run ---------------------------------------------------------
@@ -391,9 +404,10 @@ def test_config_from_pyproject(tmp_path: Path) -> None:
     config = load_config(start=str(sub))
     assert config.budgets == (Budget("train_step", 2 * GiB, True, ("state",)),
                               Budget("eval_step", MiB))
-    assert config.tolerances == Tolerances(peak=Tolerance(5, 16 * MiB),
-                                           temp=Tolerance(20, 16 * MiB),
+    assert config.tolerances == Tolerances(peak=Tolerance(5, 16 * MiB, gated=True),
+                                           temp=Tolerance(20, 16 * MiB, gated=True),
                                            io=Tolerance(None, 16 * MiB))
+    assert [config.tolerances.gated(f) for f in ("peak", "temp", "io")] == [True, True, False]
 
 
 def test_pyproject_without_memscope_table_is_no_config(tmp_path: Path) -> None:
@@ -453,7 +467,8 @@ def test_command_line_tolerances_override_the_config() -> None:
     config = Config(tolerances=Tolerances(peak=Tolerance(5), temp=Tolerance(5),
                                           io=Tolerance(5)))
     merged = with_options(config, ["10%", "temp=50%"], ["peak=1MiB"])
-    assert merged.tolerances == Tolerances(peak=Tolerance(10, MiB), temp=Tolerance(50),
+    assert merged.tolerances == Tolerances(peak=Tolerance(10, MiB, gated=True),
+                                           temp=Tolerance(50, gated=True),
                                            io=Tolerance(10))
     with pytest.raises(MemscopeError, match="--max-increase peek=5%: unknown figure 'peek'"):
         with_options(config, ["peek=5%"], [])

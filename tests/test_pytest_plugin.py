@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 # Imported here, before pytester's in-process runs: pytester restores sys.modules
@@ -9,6 +10,9 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import pytest
+
+from memscope.units import format_bytes
+from tests.truth import expected_peak
 
 pytest_plugins = ["pytester"]
 
@@ -177,3 +181,28 @@ def test_memscope_fixture_here(memscope) -> None:  # type: ignore[no-untyped-def
     # This suite gets the fixture from the installed entry point, with no flag.
     report = memscope.analyze(jax.jit(lambda x: x + 1, donate_argnums=0), jnp.ones(16))
     assert [(b.path, b.fate) for b in report.inputs] == [("x", "aliased")]
+
+
+def test_marker_counts_the_temporaries_and_names_them(pytester: pytest.Pytester) -> None:
+    """XLA:CPU's own peak leaves the temporaries out: a 6 MiB limit passed a step
+    holding 8 MiB of them. memscope's peak holds them, and the failure names them."""
+    result = run_inner(pytester, """
+        @jax.jit
+        def step(x):
+            return jnp.cos(jnp.sin(x) @ x.T) @ x[:, :1]
+
+        @pytest.mark.limit_device_memory("6 MiB")
+        def test_step():
+            step(jnp.ones((1024, 1024)))
+    """)
+    result.assert_outcomes(failed=1)
+    stats = jax.jit(lambda x: jnp.cos(jnp.sin(x) @ x.T) @ x[:, :1]).lower(
+        jnp.ones((1024, 1024))).compile().memory_analysis()
+    assert stats.temp_size_in_bytes > 0
+    if jax.default_backend() == "cpu":
+        assert stats.peak_memory_in_bytes < 6 * 2**20 < expected_peak(stats)
+    (line,) = [x for x in result.stdout.lines if x.startswith("limit_device_memory(6.0 MiB)")]
+    assert f"peak {format_bytes(expected_peak(stats))} exceeds the limit 6.0 MiB" in line
+    # the temporaries, with their op and the line of test_inner.py that made them
+    assert re.search(r"largest buffers: temporary (sin|cos|dot_general) f32\[1024,1024\] "
+                     r"4\.0 MiB at test_inner\.py:14", line), line

@@ -28,7 +28,8 @@ def sample_report() -> Report:
         name="train_step", source="train.py:12", calls=20,
         signature="(float32[1024,1024], float32[1024])",
         memory=Memory(argument_bytes=4198400, output_bytes=4198408, alias_bytes=4194304,
-                      temp_bytes=2048, generated_code_bytes=0, peak_bytes=4204552),
+                      temp_bytes=2048, generated_code_bytes=0, peak_bytes=4204552,
+                      xla_peak_bytes=4204552),
         inputs=(
             InputBuffer("params['w']", (1024, 1024), "float32", 4194304, True, "aliased",
                         output="result[0]['w']", sharding="cpu:0", parameter=0),

@@ -79,3 +79,18 @@ def fates(report: FunctionReport) -> dict[str, tuple[str, str | None]]:
     result = {b.path: (b.fate, b.output) for b in report.inputs}
     result.update({b.path: (b.fate, b.input) for b in report.outputs})
     return result
+
+
+def device_held(stats: Any) -> int:
+    """What a program's device holds from the start of a call, from XLA's own
+    ``memory_analysis()``: arguments, the outputs that alias none, and the
+    temporary allocation, which XLA allocates for the whole execution."""
+    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes
+               - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+
+
+def expected_peak(stats: Any) -> int:
+    """memscope's peak for ``stats``: XLA's ``peak_memory_in_bytes`` where it covers
+    :func:`device_held` (it replays heap-simulator traces), else :func:`device_held`
+    (XLA:CPU records no trace and leaves the temporaries out of its figure)."""
+    return max(int(stats.peak_memory_in_bytes), device_held(stats))

@@ -19,6 +19,7 @@ from memscope.cli._common import (
     stop_after_option,
 )
 from memscope.compare import FunctionDiff, compare_reports, compare_variant
+from memscope.config import load_config
 from memscope.donation import parse_spec
 from memscope.errors import EXIT_USAGE, MemscopeError
 from memscope.render.diff import render_diff
@@ -99,7 +100,8 @@ def _diff_reports(old_path: str, args: Sequence[str], spec: str | None,
     if len(args) != 1:
         raise MemscopeError("give two reports to compare: memscope diff OLD.json NEW.json")
     old, new = load_report(old_path), load_report(args[0])
-    diffs: Sequence[FunctionDiff] = compare_reports(old, new)
+    # The tolerances memscope check would use here, so both give one verdict.
+    diffs: Sequence[FunctionDiff] = compare_reports(old, new, load_config().tolerances)
     if functions:
         _chosen((*old.functions, *new.functions), functions)  # unknown names are errors
         diffs = [d for d in diffs if d.name in functions]

@@ -104,8 +104,8 @@ def _notes(fn: FunctionReport, b: BufferBreakdown, *, ascii_only: bool) -> list[
         notes.append(Text(f"memory over program order: n/a ({b.timeline_note})", style="dim"))
         return notes
     peak = f"replayed peak {format_bytes(b.replayed_peak)}"
-    if fn.memory is not None and fn.memory.peak_bytes is not None:
-        peak += f", XLA's peak {format_bytes(fn.memory.peak_bytes)}"
+    if fn.memory is not None and fn.memory.xla_peak_bytes is not None:
+        peak += f", XLA's peak {format_bytes(fn.memory.xla_peak_bytes)}"
     notes.append(Text(f"memory over program order ({peak}):"))
     notes.append(Text("  " + sparkline([size for _, size in b.timeline], 60,
                                       ascii_only=ascii_only)))

@@ -36,6 +36,10 @@ def render_diff(title: str, diffs: Sequence[FunctionDiff], file: IO[str], *,
             console.print(f"  {after}: {d.after_setting or 'n/a'}", overflow="fold")
         if d.error:
             console.print(Text(d.error, style="red"), overflow="fold")
+        for problem in d.problems:
+            console.print(Text(f"  worse: {problem}", style="red"), overflow="fold")
+        for note in d.notes:
+            console.print(Text(f"  note: {note}", style="dim"), overflow="fold")
         if d.figures:
             console.print(_figures(d, table_box, before, after))
         if d.leaves:

@@ -85,9 +85,10 @@ def _summary(report: Report) -> str:
         rows.append([f'<a href="#fn{i}">{escape(fn.name)}</a>',
                      escape(fn.source or "n/a"), str(fn.calls),
                      *(escape(format_bytes(f)) for f in figures)])
+    rules = "".join(f'<p class="dim">{escape(t)}</p>' for t in report.peak_rule_texts())
     return "<h3>Compiled functions</h3>" + _table(
         ["function", "source", "calls", *(n for n, _, _ in FIGURE_COLOURS)], rows,
-        numeric=range(2, 8))
+        numeric=range(2, 8)) + rules
 
 
 def _function(fn: FunctionReport, i: int) -> list[str]:
@@ -197,8 +198,8 @@ def _timeline(fn: FunctionReport, b: BufferBreakdown) -> list[str]:
         return [*out, f'<p class="dim">n/a: {escape(b.timeline_note or "unknown")}</p>']
     out.append(_timeline_chart(b.timeline, fn.name))
     peak = f"Replayed peak {escape(format_bytes(b.replayed_peak))}"
-    if fn.memory is not None and fn.memory.peak_bytes is not None:
-        peak += f"; XLA's peak {escape(format_bytes(fn.memory.peak_bytes))}"
+    if fn.memory is not None and fn.memory.xla_peak_bytes is not None:
+        peak += f"; XLA's peak {escape(format_bytes(fn.memory.xla_peak_bytes))}"
     out.append(f"<p>{peak}.</p>")
     if b.timeline_note:
         out.append(f'<p class="warn">{escape(b.timeline_note)}</p>')

@@ -60,6 +60,8 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         console.print("No jitted function was called.")
         return
     console.print(_summary_table(report, table_box))
+    for text in report.peak_rule_texts():
+        console.print(Text(text, style="dim"), overflow="fold")
     if report.runtime is not None:
         for line in _runtime(report):
             console.print(line, overflow="fold")
@@ -320,9 +322,8 @@ def _notes(fn: FunctionReport) -> list[Text]:
                           f"peak so far {format_bytes(mm.peak_bytes_in_use)} (compiled peak "
                           f"{format_bytes(fn.memory.peak_bytes if fn.memory else None)})"))
     m = fn.memory
-    if m is not None and m.peak_is_computed:
-        notes.append(Text("* this jaxlib reports no peak; memscope computed "
-                          "argument + output - alias + temp."))
+    if m is not None and m.peak_is_computed and m.peak_rule_text:
+        notes.append(Text(f"* {m.peak_rule_text}."))
     if m is not None and m.host.any_nonzero():
         h = m.host
         notes.append(Text(f"host memory: argument {format_bytes(h.argument_bytes)}, "

@@ -38,23 +38,52 @@ class CompiledReadError(RuntimeError):
     """The compiled program does not line up with the call as expected."""
 
 
-def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
-                  shardings: Sequence[Any] = ()) -> CompiledFacts:
-    """Lower and compile ``jitted`` for ``args`` (cache hits after a real call).
+@dataclass(frozen=True)
+class CompiledHandles:
+    """JAX's own stages of one call, taken from its caches during the call.
 
-    ``args`` may hold arrays the call just donated: only their shapes, dtypes
-    and shardings are read. ``shardings`` holds each flat dynamic input's
-    ``jax.sharding.Sharding`` (``None`` for a non-array).
+    They hold avals, the jaxpr and the executable JAX runs, never the call's
+    arrays; :func:`read_handles` reads them later, off the program's path.
+    """
+
+    traced: Any
+    lowered: Any
+    compiled: Any
+
+
+def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> CompiledHandles:
+    """Trace, lower and compile ``jitted`` for ``args``: cache hits after a real call.
+
+    This is the part that needs the call's arguments and the calling thread's
+    JAX settings (a few milliseconds); ``args`` may hold arrays the call just
+    donated, as only their shapes, dtypes and shardings are read.
     """
     traced = jitted.trace(*args, **kwargs)
     lowered = traced.lower()
-    compiled = lowered.compile()
+    return CompiledHandles(traced, lowered, lowered.compile())
+
+
+def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = ()) -> CompiledFacts:
+    """Read the memory figures and buffer facts of the executable in ``handles``.
+
+    ``shardings`` holds each flat dynamic input's ``jax.sharding.Sharding``
+    (``None`` for a non-array).
+    """
+    compiled = handles.compiled
     stats = compiled.memory_analysis()
     module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
     buffers, error = read_buffers(stats, module)
     return CompiledFacts(memory=memory_figures(stats),
-                         program=_program(traced, lowered, compiled, shardings, module),
+                         program=_program(handles.traced, handles.lowered, compiled,
+                                          shardings, module),
                          buffers=buffers, buffers_error=error)
+
+
+def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
+                  shardings: Sequence[Any] = ()) -> CompiledFacts:
+    """Lower and compile ``jitted`` for ``args`` (cache hits after a real call) and
+    read it: :func:`take_compiled`, then :func:`read_handles`, at once."""
+    return read_handles(take_compiled(jitted, args, kwargs), shardings=shardings)
 
 
 def read_buffers(stats: Any, module: Any) -> tuple[BufferAssignment | None, str | None]:
@@ -77,16 +106,16 @@ class LoweredVariant:
     lowered: Any
 
 
-def lower_variant(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
-                  donated: Sequence[bool]) -> LoweredVariant:
-    """Lower ``jitted`` for ``args`` as if it donated the flat leaves in ``donated``.
+def lower_variant(traced: Any, donated: Sequence[bool]) -> LoweredVariant:
+    """Lower ``traced`` (a call's ``jax.stages.Traced``) as if it donated the flat
+    leaves in ``donated``.
 
     The jaxpr is JAX's cached trace of the call: the function is not traced
     again. JAX's donation warnings for the variant are raised here, as usual;
     the caller decides what to do with them.
     """
-    traced = _compat.with_donation(jitted.trace(*args, **kwargs), tuple(donated))
-    return LoweredVariant(traced, traced.lower())
+    variant = _compat.with_donation(traced, tuple(donated))
+    return LoweredVariant(variant, variant.lower())
 
 
 def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[Any] = (),

@@ -1,0 +1,152 @@
+"""memscope's own work that the program does not need in order to run, off its path.
+
+Reading a compiled program (serializing and decoding its module and buffer
+assignment) and compiling donation variants take from milliseconds to minutes
+per signature, and the program's next step needs none of it. A capture hands that
+work to one :class:`Worker` thread, as jobs that hold records (avals, jaxprs, the
+executable JAX runs; never the call's arrays), and waits for it only when the
+report is built.
+
+One thread, at the lowest priority the system gives a thread (Linux schedules
+threads one by one, so the program's own threads keep theirs): on a 2-core
+machine a variant compile then takes the cores the program leaves idle.
+docs/performance.md says what was measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+#: Niceness of the worker thread: 19 is the lowest priority (docs/performance.md).
+NICENESS = 19
+
+Job = Callable[[], None]
+
+
+class Worker:
+    """Runs jobs one after another in a background thread, in the order given.
+
+    A job never raises into the worker (each catches its own errors); one that
+    does is dropped. The thread starts with the first job and is a daemon, so a
+    program that ends without :meth:`wait` is not held up by it.
+    """
+
+    def __init__(self, *, name: str = "memscope-worker") -> None:
+        self._name = name
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._thread: threading.Thread | None = None
+        #: set by :meth:`cancel`: jobs not yet started are skipped
+        self.cancelled = False
+        #: set while :meth:`wait` waits: the program has ended, the cores are free
+        self.draining = False
+        #: seconds the worker spent on jobs
+        self.busy_seconds = 0.0
+        #: growth of the process's resident memory over the jobs, summed; ``None``
+        #: where the system does not say (see :func:`resident_bytes`)
+        self.resident_growth: int | None = 0 if resident_bytes() is not None else None
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; it runs after every job queued before it."""
+        with self._idle:
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name,
+                                                daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+
+    @property
+    def started(self) -> bool:
+        """Whether any job was ever queued."""
+        return self._thread is not None
+
+    def wait(self) -> float:
+        """Block until every queued job has run; the seconds it waited.
+
+        Raises:
+            KeyboardInterrupt: as the waiting thread received it; the jobs not
+                started yet are then skipped (see :meth:`cancel`).
+        """
+        start = time.perf_counter()
+        self.draining = True
+        try:
+            with self._idle:
+                while self._pending:
+                    self._idle.wait(0.1)  # in steps, so Ctrl-C is seen
+        except BaseException:
+            self.cancel()
+            raise
+        return time.perf_counter() - start
+
+    def cancel(self) -> None:
+        """Skip the jobs that have not started (the one running ends as it would)."""
+        self.cancelled = True
+
+    def _run(self) -> None:
+        _lower_priority()
+        while True:
+            job: Job | None = self._jobs.get()
+            try:
+                if not self.cancelled and job is not None:
+                    self._timed(job)
+            except Exception:  # a job's own failure must not end the worker
+                pass
+            finally:
+                job = None  # what the job holds goes now, not with the next job
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _timed(self, job: Job) -> None:
+        before = resident_bytes()
+        start = time.perf_counter()
+        try:
+            job()
+        finally:
+            release_free_memory()
+            self.busy_seconds += time.perf_counter() - start
+            after = resident_bytes()
+            if self.resident_growth is not None and before is not None and after is not None:
+                self.resident_growth += max(0, after - before)
+
+
+def _lower_priority() -> None:
+    """Make the calling thread yield the cores to the program's threads.
+
+    On Linux ``setpriority`` on a thread's native id lowers that thread only
+    (and the threads it starts afterwards), not the program's. Elsewhere, or
+    where it is not allowed, this does nothing.
+    """
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+
+
+def release_free_memory() -> None:
+    """Hand memory that ``malloc`` holds free back to the system (glibc only).
+
+    XLA's compiles leave their working memory free but mapped in the malloc arena
+    of the thread that compiled; without this, the process's resident memory
+    keeps the largest variant compile's working set to the end of the run.
+    """
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim(0)
+
+
+def resident_bytes() -> int | None:
+    """The process's resident memory now (Linux ``/proc``); ``None`` elsewhere."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -252,7 +252,7 @@ class Session:
             return None
         return Overhead(analysis_seconds=self.worker.busy_seconds,
                         after_exit_seconds=self._waited,
-                        host_bytes=self.worker.resident_growth,
+                        host_bytes=self.worker.largest_growth,
                         variant_compiles=self.variant_compiles,
                         variants_reused=self.variants_reused)
 

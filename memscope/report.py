@@ -443,10 +443,12 @@ class Overhead:
 
     Reading compiled programs and compiling donation variants run in a worker
     thread beside the program; the report waits for what is left of it once the
-    program has ended (``after_exit_seconds``). ``host_bytes`` is the growth of
-    the process's resident memory over that work, summed over its jobs (what the
-    program's own threads allocated meanwhile counts too); ``None`` where the
-    system does not say.
+    program has ended (``after_exit_seconds``). ``host_bytes`` is memscope's own
+    host memory at its largest: the largest growth of the process's resident
+    memory over one piece of that work (reading one signature's compiled program
+    and compiling its variants), taken before memscope hands the free memory back
+    to the system; what the program's own threads allocated meanwhile counts
+    too. ``None`` where the system does not say, or when there was no such work.
     """
 
     analysis_seconds: float

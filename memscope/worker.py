@@ -49,9 +49,10 @@ class Worker:
         self.draining = False
         #: seconds the worker spent on jobs
         self.busy_seconds = 0.0
-        #: growth of the process's resident memory over the jobs, summed; ``None``
-        #: where the system does not say (see :func:`resident_bytes`)
-        self.resident_growth: int | None = 0 if resident_bytes() is not None else None
+        #: the largest growth of the process's resident memory over one job (its
+        #: working set, and what it keeps); ``None`` before a job ran, or where the
+        #: system does not say (see :func:`resident_bytes`)
+        self.largest_growth: int | None = None
 
     def submit(self, job: Job) -> None:
         """Queue ``job``; it runs after every job queued before it."""
@@ -111,11 +112,12 @@ class Worker:
         try:
             job()
         finally:
+            # Measured before the job's free memory goes back: its working set.
+            after = resident_bytes()
             release_free_memory()
             self.busy_seconds += time.perf_counter() - start
-            after = resident_bytes()
-            if self.resident_growth is not None and before is not None and after is not None:
-                self.resident_growth += max(0, after - before)
+            if before is not None and after is not None:
+                self.largest_growth = max(self.largest_growth or 0, after - before)
 
 
 def _lower_priority() -> None:

@@ -20,6 +20,7 @@ import inspect
 import linecache
 import os
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -232,12 +233,23 @@ class Session:
     def wait(self) -> None:
         """Wait for the deferred work: the program has ended, the report needs it.
 
-        Raises:
-            KeyboardInterrupt: while waiting; the work not started is dropped and
-                what it would have filled in stays unknown.
+        Ctrl-C while waiting drops the work not done yet: its entries say so in
+        ``error``, and the report is built from the rest.
         """
-        if self._waited is None:
+        if self._waited is not None:
+            return
+        start = time.perf_counter()
+        try:
             self._waited = self.worker.wait() if self.worker.started else 0.0
+        except KeyboardInterrupt:
+            self._waited = time.perf_counter() - start
+            with self._lock:  # after the cancel: no result is published any more
+                for entry in self.entries:
+                    if entry.facts is None and entry.error is None:
+                        entry.error = ("not read: memscope's analysis was interrupted "
+                                       "after the program ended")
+        finally:
+            self.worker.close()
 
     def publish(self, apply: Callable[[], None]) -> None:
         """Apply deferred results to the entries, unless the wait was abandoned
@@ -425,24 +437,20 @@ class MeasuredJit:
 
     def _analyse(self, entry: Entry, handles: CompiledHandles, shardings: list[Any],
                  settings: _compat.ConfigSnapshot) -> None:
-        """Read the compiled program and compile the variants (in the worker thread,
-        under the JAX settings the call ran with)."""
+        """Read the compiled program, then compile the variants (in the worker
+        thread, under the JAX settings the call ran with)."""
         session = self._memscope_session
-        variants: list[VariantFacts] = []
         try:
             with _compat.applied_config(settings):
                 facts = wrappers.renamed(entry.wrapper,
                                          read_handles(handles, shardings=shardings))
+                session.publish(lambda: setattr(entry, "facts", facts))
                 if facts is not None and (session.advice != "off" or session.request):
                     variants = self._variants(entry, facts, handles.traced, shardings)
+                    session.publish(lambda: setattr(entry, "variants", variants))
         except Exception as e:  # never let the measurement break the program
             error = f"could not read the compiled program: {type(e).__name__}: {e}"
             session.publish(lambda: setattr(entry, "error", error))
-            return
-
-        def apply() -> None:
-            entry.facts, entry.variants = facts, variants
-        session.publish(apply)
 
     def _entry(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                out: Any) -> Entry:

@@ -33,16 +33,18 @@ class Worker:
     """Runs jobs one after another in a background thread, in the order given.
 
     A job never raises into the worker (each catches its own errors); one that
-    does is dropped. The thread starts with the first job and is a daemon, so a
-    program that ends without :meth:`wait` is not held up by it.
+    does is dropped. The thread starts with the first job and ends at
+    :meth:`close`. It is not a daemon: Python's exit waits for the job it is
+    running, since ending the process inside an XLA compile aborts it.
     """
 
     def __init__(self, *, name: str = "memscope-worker") -> None:
         self._name = name
-        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._idle = threading.Condition()
         self._pending = 0
         self._thread: threading.Thread | None = None
+        self._started: list[threading.Thread] = []
         #: set by :meth:`cancel`: jobs not yet started are skipped
         self.cancelled = False
         #: set while :meth:`wait` waits: the program has ended, the cores are free
@@ -59,15 +61,15 @@ class Worker:
         with self._idle:
             self._pending += 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name,
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self._name)
                 self._thread.start()
+                self._started.append(self._thread)
         self._jobs.put(job)
 
     @property
     def started(self) -> bool:
         """Whether any job was ever queued."""
-        return self._thread is not None
+        return bool(self._started)
 
     def wait(self) -> float:
         """Block until every queued job has run; the seconds it waited.
@@ -91,12 +93,26 @@ class Worker:
         """Skip the jobs that have not started (the one running ends as it would)."""
         self.cancelled = True
 
+    def close(self) -> None:
+        """End the thread once the queued jobs are done (or skipped, if cancelled)."""
+        with self._idle:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._jobs.put(None)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the threads this worker started to end (after :meth:`close`)."""
+        for thread in self._started:
+            thread.join(timeout)
+
     def _run(self) -> None:
         _lower_priority()
         while True:
             job: Job | None = self._jobs.get()
+            if job is None:
+                return
             try:
-                if not self.cancelled and job is not None:
+                if not self.cancelled:
                     self._timed(job)
             except Exception:  # a job's own failure must not end the worker
                 pass

@@ -8,9 +8,11 @@ events count XLA's compiles); ``--advice`` chooses which donations are measured.
 
 from __future__ import annotations
 
+import _thread
 import gc
 import json
 import threading
+import time
 import warnings
 import weakref
 
@@ -192,3 +194,26 @@ def test_no_advice_contradicting_advice_is_a_usage_error():
     result = CliRunner().invoke(cli, ["run", "--no-advice", "--advice", "full", "x.py"])
     assert result.exit_code == 2
     assert "--no-advice and --advice full contradict each other" in result.output
+
+
+def test_ctrl_c_while_the_report_waits_keeps_what_was_read(monkeypatch):
+    release, started, _ = hold_variant_compiles(monkeypatch)
+
+    def interrupt_once_waiting(session):
+        while not session.worker.draining:
+            time.sleep(0.01)
+        _thread.interrupt_main()
+
+    try:
+        with capture(advise="full") as session:
+            jax.jit(step)(*args())
+            assert started.wait(120)
+            threading.Thread(target=interrupt_once_waiting, args=(session,)).start()
+        (entry,) = session.entries
+        # the as-written program was read before the variants' compile was held
+        assert entry.facts is not None and entry.error is None
+        assert entry.variants == [] and session.worker.cancelled
+        assert session.overhead() is not None
+    finally:
+        release.set()
+        session.worker.join(120)  # the compile it was in ends as it would

@@ -118,12 +118,20 @@ def main() -> None:
     parser.add_argument("--compile-layers", type=int, default=24,
                         help="layers of the long-compile run (its width is 32, 3 steps)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--only", choices=("training", "long compile"),
+                        help="run one of the two shapes")
     args = parser.parse_args()
-    bench("training", ["--steps", str(args.steps), "--layers", str(args.layers),
-                       "--width", str(args.width)], args.repeat)
-    print()
-    bench("long compile", ["--steps", "3", "--layers", str(args.compile_layers),
-                           "--width", "32"], args.repeat)
+    shapes = {
+        "training": ["--steps", str(args.steps), "--layers", str(args.layers),
+                     "--width", str(args.width)],
+        "long compile": ["--steps", "3", "--layers", str(args.compile_layers),
+                         "--width", "32"],
+    }
+    for i, (title, shape) in enumerate(shapes.items()):
+        if args.only in (None, title):
+            if i and args.only is None:
+                print()
+            bench(title, shape, args.repeat)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ from memscope.cli._common import (
     write_html,
 )
 from memscope.errors import EXIT_USAGE
-from memscope.render.buffers import render_buffers
-from memscope.render.terminal import render_report
 from memscope.report import save_report
 from memscope.runner import Target, check_target
 
@@ -72,6 +70,11 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     if html is not None:
         write_html(report, html)
     if not quiet:
+        # Imported once the program has ended: rich takes a few tenths of a second
+        # to import, which would delay the program's start.
+        from memscope.render.buffers import render_buffers
+        from memscope.render.terminal import render_report
+
         render_report(report, sys.stdout)
         if buffers:
             render_buffers(report, sys.stdout)

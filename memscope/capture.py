@@ -511,7 +511,9 @@ class MeasuredJit:
                     pending.append((ready, lowered))
         # Side by side once the program has ended and the cores are memscope's.
         results = compile_variants([lowered for _, lowered in pending], shardings=shardings,
-                                   workers=None if session.worker.draining else 1)
+                                   workers=None if session.worker.draining else 1,
+                                   pool=session.worker.compiler,
+                                   settings=_compat.config_snapshot())
         for (ready, _), result in zip(pending, results, strict=True):
             if isinstance(result, Exception):
                 done.append(replace(ready, error=f"could not compile with {ready.setting}: "

@@ -7,10 +7,13 @@ work to one :class:`Worker` thread, as jobs that hold records (avals, jaxprs, th
 executable JAX runs; never the call's arrays), and waits for it only when the
 report is built.
 
-One thread, at the lowest priority the system gives a thread (Linux schedules
-threads one by one, so the program's own threads keep theirs): on a 2-core
-machine a variant compile then takes the cores the program leaves idle.
-docs/performance.md says what was measured.
+One thread runs the jobs at the program's own priority: their Python (decoding,
+lowering) holds the GIL, and a low-priority thread that holds the GIL while the
+system runs others stalls the program's Python with it. The XLA compiles, which
+run outside the GIL, go to :attr:`Worker.compiler`, threads at the lowest
+priority the system gives (Linux schedules threads one by one, so the program's
+own threads keep theirs): on a 2-core machine a variant compile then takes the
+cores the program leaves idle. docs/performance.md says what was measured.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-#: Niceness of the worker thread: 19 is the lowest priority (docs/performance.md).
+#: Niceness of the compile threads: 19 is the lowest priority (docs/performance.md).
 NICENESS = 19
 
 Job = Callable[[], None]
@@ -44,6 +48,7 @@ class Worker:
         self._idle = threading.Condition()
         self._pending = 0
         self._thread: threading.Thread | None = None
+        self._compiler: ThreadPoolExecutor | None = None
         self._started: list[threading.Thread] = []
         #: set by :meth:`cancel`: jobs not yet started are skipped
         self.cancelled = False
@@ -65,6 +70,16 @@ class Worker:
                 self._thread.start()
                 self._started.append(self._thread)
         self._jobs.put(job)
+
+    @property
+    def compiler(self) -> ThreadPoolExecutor:
+        """Threads at the lowest priority, one per core, for work outside the GIL."""
+        with self._idle:
+            if self._compiler is None:
+                self._compiler = ThreadPoolExecutor(
+                    max_workers=os.cpu_count() or 1, thread_name_prefix=f"{self._name}-compile",
+                    initializer=_lower_priority)
+            return self._compiler
 
     @property
     def started(self) -> bool:
@@ -97,16 +112,21 @@ class Worker:
         """End the thread once the queued jobs are done (or skipped, if cancelled)."""
         with self._idle:
             thread, self._thread = self._thread, None
+            compiler, self._compiler = self._compiler, None
         if thread is not None:
             self._jobs.put(None)
+        if compiler is not None:
+            compiler.shutdown(wait=False)  # its threads end once their compiles do
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the threads this worker started to end (after :meth:`close`)."""
         for thread in self._started:
             thread.join(timeout)
+        for thread in threading.enumerate():
+            if thread.name.startswith(f"{self._name}-compile"):
+                thread.join(timeout)
 
     def _run(self) -> None:
-        _lower_priority()
         while True:
             job: Job | None = self._jobs.get()
             if job is None:

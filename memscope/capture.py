@@ -258,6 +258,12 @@ class Session:
             if not self.worker.cancelled:
                 apply()
 
+    def count_variants(self, *, compiled: int, reused: int) -> None:
+        """Count the variants compiled, and those answered without a compile."""
+        with self._lock:
+            self.variant_compiles += compiled
+            self.variants_reused += reused
+
     def overhead(self) -> Overhead | None:
         """What memscope's own work cost; ``None`` before :meth:`wait`."""
         if self._waited is None:
@@ -509,29 +515,35 @@ class MeasuredJit:
                     done.append(ready)
                 else:
                     pending.append((ready, lowered))
-        # Side by side once the program has ended and the cores are memscope's.
+        done += self._compile(entry, pending, shardings)
+        by_name = {v.name: v for v in done}
+        done += [replace(v, facts=by_name[v.same_as].facts, warnings=by_name[v.same_as].warnings,
+                         error=by_name[v.same_as].error)
+                 for v in shared if v.same_as is not None]
+        session.count_variants(compiled=len(pending), reused=sum(
+            v.same_as_written or v.same_as is not None for v in done))
+        order = [name for name, _ in plan]
+        done.sort(key=lambda v: order.index(v.name) if v.name in order else -1)
+        done = [replace(v, note=note) if v.name == "advised" else v for v in done]
+        return self._consistent_advice(entry, facts, done, traced, shardings)
+
+    def _compile(self, entry: Entry, pending: list[tuple[VariantFacts, LoweredVariant]],
+                 shardings: list[Any]) -> list[VariantFacts]:
+        """Compile the lowered variants: one at a time while the program runs, side
+        by side once it has ended and the cores are memscope's."""
+        session = self._memscope_session
         results = compile_variants([lowered for _, lowered in pending], shardings=shardings,
                                    workers=None if session.worker.draining else 1,
                                    pool=session.worker.compiler,
                                    settings=_compat.config_snapshot())
+        done = []
         for (ready, _), result in zip(pending, results, strict=True):
             if isinstance(result, Exception):
                 done.append(replace(ready, error=f"could not compile with {ready.setting}: "
                                                  f"{type(result).__name__}: {result}"))
             else:
                 done.append(replace(ready, facts=wrappers.renamed(entry.wrapper, result)))
-        by_name = {v.name: v for v in done}
-        done += [replace(v, facts=by_name[v.same_as].facts, warnings=by_name[v.same_as].warnings,
-                         error=by_name[v.same_as].error)
-                 for v in shared if v.same_as is not None]
-        with session._lock:
-            session.variant_compiles += len(pending)
-            session.variants_reused += sum(v.same_as_written or v.same_as is not None
-                                           for v in done)
-        order = [name for name, _ in plan]
-        done.sort(key=lambda v: order.index(v.name) if v.name in order else -1)
-        done = [replace(v, note=note) if v.name == "advised" else v for v in done]
-        return self._consistent_advice(entry, facts, done, traced, shardings)
+        return done
 
     def _plan(self, entry: Entry, facts: CompiledFacts
               ) -> tuple[list[tuple[VariantName, Donation]], list[VariantFacts], str | None]:
@@ -608,8 +620,7 @@ class MeasuredJit:
         lowered, ready = self._lower_variant(ready, refix_mask, traced)
         if lowered is not None:
             (result,) = compile_variants([lowered], shardings=shardings)
-            with self._memscope_session._lock:
-                self._memscope_session.variant_compiles += 1
+            self._memscope_session.count_variants(compiled=1, reused=0)
             ready = (replace(ready, error=f"could not compile with {ready.setting}: "
                                           f"{type(result).__name__}: {result}")
                      if isinstance(result, Exception) else

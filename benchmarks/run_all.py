@@ -23,6 +23,7 @@ FULL = {
     "bench_scaling.py": ["--sizes", "1,10,100,1000"],
     "bench_buffers.py": [],
     "bench_real.py": [],
+    "bench_load.py": ["--functions", "2000"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],
@@ -32,6 +33,7 @@ QUICK = {
     "bench_buffers.py": ["--layers", "2", "--width", "8", "--repeat", "1"],
     "bench_real.py": ["--steps", "2", "--layers", "1", "--width", "32",
                       "--compile-layers", "1"],
+    "bench_load.py": ["--functions", "2", "--layers", "1"],
 }
 
 

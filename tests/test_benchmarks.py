@@ -78,3 +78,10 @@ def test_real_sized_benchmark_prints_python_and_memscope_side_by_side():
     compiles = {name: int(row[6]) for name, row in rows.items()}
     assert compiles["memscope run"] == compiles["python"] + 1
     assert compiles["memscope run --no-advice"] == compiles["python"]
+
+
+def test_load_benchmark_prints_its_ratio_to_json_load():
+    out = _bench("bench_load.py", "--functions", "2", "--layers", "1")
+    assert re.search(r"^report: 2 functions, \d+ leaves, \d+\.\d MiB of JSON$", out, re.M)
+    assert re.search(r"^ratio load_report / json.load: time \d+\.\d\d, memory \d+\.\d\d$",
+                     out, re.M), out

@@ -529,12 +529,14 @@ class MeasuredJit:
 
     def _compile(self, entry: Entry, pending: list[tuple[VariantFacts, LoweredVariant]],
                  shardings: list[Any]) -> list[VariantFacts]:
-        """Compile the lowered variants: one at a time while the program runs, side
-        by side once it has ended and the cores are memscope's."""
+        """Compile the lowered variants: one at a time at the lowest priority while
+        the program runs; side by side at the usual priority once it has ended and
+        the report waits for them."""
         session = self._memscope_session
+        ended = session.worker.draining
         results = compile_variants([lowered for _, lowered in pending], shardings=shardings,
-                                   workers=None if session.worker.draining else 1,
-                                   pool=session.worker.compiler,
+                                   workers=None if ended else 1,
+                                   pool=None if ended else session.worker.compiler,
                                    settings=_compat.config_snapshot())
         done = []
         for (ready, _), result in zip(pending, results, strict=True):

@@ -145,8 +145,12 @@ class Worker:
                     self._idle.notify_all()
 
     def _timed(self, job: Job) -> None:
-        before = resident_bytes()
         start = time.perf_counter()
+        # This thread allocates from a malloc arena of its own, which cannot reuse
+        # what the program's threads freed (a compile's working memory, say): hand
+        # that back first, so the job's memory does not come on top of it.
+        release_free_memory()
+        before = resident_bytes()
         try:
             job()
         finally:

@@ -621,12 +621,8 @@ class MeasuredJit:
         ready, refix_mask = self._describe(entry, facts, "advised", refix)
         lowered, ready = self._lower_variant(ready, refix_mask, traced)
         if lowered is not None:
-            (result,) = compile_variants([lowered], shardings=shardings)
+            (ready,) = self._compile(entry, [(ready, lowered)], shardings)
             self._memscope_session.count_variants(compiled=1, reused=0)
-            ready = (replace(ready, error=f"could not compile with {ready.setting}: "
-                                          f"{type(result).__name__}: {result}")
-                     if isinstance(result, Exception) else
-                     replace(ready, facts=wrappers.renamed(entry.wrapper, result)))
         wider = wider_note(refix, rest, arguments, style)
         variants[at] = replace(ready, note=f"{dropped} {wider}" if wider else dropped)
         return self._consistent_advice(entry, facts, variants, traced, shardings)

@@ -223,3 +223,30 @@ def test_ctrl_c_while_the_report_waits_keeps_what_was_read(monkeypatch):
     finally:
         release.set()
         session.worker.join(120)  # the compile it was in ends as it would
+
+
+def test_real_sized_sample_one_advised_compile_and_memscope_cost_reported():
+    # transformer_adam.py: 405 input leaves; the default advice compiles the advised
+    # donation once, and "donate all" is not compiled.
+    from memscope.analysis import run_and_report
+    from memscope.runner import Target
+
+    def run():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run.report = run_and_report(Target(str(SAMPLES / "transformer_adam.py"),
+                                               ("--steps", "1")), advise="advised")
+
+    def plain():
+        run_and_report(Target(str(SAMPLES / "transformer_adam.py"), ("--steps", "1")))
+
+    plain()  # JAX's own helpers compile once per process
+    plain_compiles = count_compiles(plain)  # the step (a new function each run)
+    assert count_compiles(run) == plain_compiles + 1
+    (fn,) = run.report.functions
+    assert len(fn.inputs) == 405
+    assert [v.name for v in fn.variants] == ["advised"]
+    assert fn.advice is not None and fn.variants[0].memory.peak_bytes < fn.memory.peak_bytes
+    overhead = run.report.runtime.overhead
+    assert (overhead.variant_compiles, overhead.variants_reused) == (1, 0)
+    assert overhead.analysis_seconds > 0

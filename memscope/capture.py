@@ -156,6 +156,11 @@ class Session:
         self._live: LiveArrays | None = None
         self._finished = False
 
+    @property
+    def stopped(self) -> bool:
+        """True once ``stop_after`` calls ran and the target was told to end."""
+        return self.stop_after is not None and self.calls >= self.stop_after
+
     def device_memory(self) -> tuple[int, int] | None:
         """(bytes in use, peak bytes in use) of the busiest local device, or ``None``
         where the backend keeps no such statistics (CPU)."""

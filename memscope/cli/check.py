@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from typing import IO
 
 import click
@@ -11,7 +12,7 @@ import click
 from memscope.analysis import run_and_report
 from memscope.check import check as check_report
 from memscope.check import target_failure
-from memscope.cli._common import check_writable, misplaced_hint, module_option, output_option
+from memscope.cli._common import misplaced_hint, module_option, output_option, output_paths
 from memscope.config import load_config, with_options
 from memscope.errors import EXIT_REGRESSION, EXIT_TARGET_FAILED, MemscopeError
 from memscope.render.check import render_check
@@ -72,13 +73,23 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         raise MemscopeError("nothing to check against: give --baseline FILE.json, or budgets "
                             "in [tool.memscope.functions.NAME] of pyproject.toml or --config"
                              + misplaced)
-    for path in (output, junit_xml, baseline if update_baseline else None):
-        if path is not None:
-            check_writable(path)
+    what = None if target is None else Target(target, tuple(args), module=as_module)
+    if what is not None:
+        check_target(what)
+    paths = output_paths(what, output=output, junit_xml=junit_xml,
+                         baseline=baseline if update_baseline else None)
+    output, junit_xml = paths["output"], paths["junit_xml"]
+    if update_baseline:
+        baseline = paths["baseline"]
 
-    report = _current_report(target, args, as_module, report_file)
-    if output is not None:
-        save_report(report, output)
+    if what is None:
+        assert report_file is not None
+        report = load_report(report_file)
+        if output is not None:
+            save_report(report, output)
+    else:
+        report = run_and_report(what, deliver=None if output is None
+                                else partial(save_report, path=output))
     failure = target_failure(report)
     if failure is not None:
         click.echo(f"memscope: {failure}; nothing was checked{misplaced}", err=True)
@@ -110,16 +121,6 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     if os.environ.get("GITHUB_ACTIONS"):
         render_check_annotations(result, sys.stdout)
     ctx.exit(EXIT_REGRESSION if result.failed else 0)
-
-
-def _current_report(target: str | None, args: tuple[str, ...], as_module: bool,
-                    report_file: str | None) -> Report:
-    if report_file is not None:
-        return load_report(report_file)
-    assert target is not None
-    what = Target(target, tuple(args), module=as_module)
-    check_target(what)
-    return run_and_report(what)
 
 
 def _open(path: str, mode: str) -> IO[str]:

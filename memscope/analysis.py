@@ -129,7 +129,10 @@ def run_and_report(target: Target, *, advise: bool = False,
         SystemExit: in a child process the target forked, with the child's exit
             status: only the process that started the run reports.
     """
-    guard = guard if guard is not None else Guard()
+    if guard is None:
+        with Guard() as own:
+            return run_and_report(target, advise=advise, request=request,
+                                  stop_after=stop_after, guard=own, deliver=deliver)
 
     def run_info(result: RunResult) -> RunInfo:
         return RunInfo(target=target.name, argv=target.args, outcome=result.outcome,

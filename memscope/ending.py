@@ -43,6 +43,20 @@ class Guard:
         self._pending: list[int] = []
         self._deferring = False
 
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush memscope's stdout and close it where it is a stream of its own."""
+        with contextlib.suppress(Exception):
+            self.stdout.flush()
+        if self.stdout is not sys.stdout and self.stdout is not sys.__stdout__:
+            with contextlib.suppress(Exception):
+                self.stdout.close()
+
     def owns_the_report(self) -> bool:
         """False in a child the target forked: only the starting process reports."""
         return os.getpid() == self.pid

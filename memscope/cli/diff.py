@@ -73,7 +73,7 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
     saved = output_paths(what, output=output)["output"]
-    guard = Guard()
+    guard = ctx.with_resource(Guard())
     report = run_and_report(what, request=request, stop_after=stop_after, guard=guard,
                             deliver=None if saved is None else partial(save_report, path=saved))
     assert report.run is not None

@@ -53,7 +53,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
     paths = output_paths(what, output=output, html=html)
-    guard = Guard()
+    guard = ctx.with_resource(Guard())
 
     def deliver(report: Report) -> None:
         if paths["output"] is not None:

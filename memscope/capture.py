@@ -346,6 +346,24 @@ class MeasuredJit:
         twin.__dict__.update(self.__dict__, _memscope_jitted=jitted, _memscope_seen={})
         return twin
 
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        """``jitted.trace``: JAX's ``Traced``, in a stand-in whose compiled calls count."""
+        return self._stage(self._memscope_jitted.trace(*args, **kwargs), args, kwargs,
+                           traced=True)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """``jitted.lower``: JAX's ``Lowered``, in a stand-in whose compiled calls count."""
+        return self._stage(self._memscope_jitted.lower(*args, **kwargs), args, kwargs)
+
+    def _stage(self, real: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+               traced: bool = False) -> Any:
+        if not self._memscope_session.active:
+            return real
+        from memscope import aot  # the ahead-of-time path, only when used
+
+        call = aot.abstract_call(args, kwargs)
+        return aot.Stage(real, self, call, traced=real if traced else None)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # pytest: the user's frames only
         try:

@@ -58,7 +58,7 @@ def function_report(entry: Entry) -> FunctionReport:
         donate_argnames=entry.spec.donate_argnames,
         error=entry.error, variants=variants,
         advice=_advice(inputs, memory, entry.variants), setting=entry.setting,
-        findings=findings, measured=entry.measured,
+        findings=findings, measured=entry.measured, library=entry.library,
         devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None))

@@ -325,6 +325,9 @@ class FunctionReport:
     processes: tuple[int, ...] = ()
     #: what holds the memory (XLA's buffer assignment); ``None`` when unavailable
     buffers: BufferBreakdown | None = None
+    #: the installed package that jitted this function (``optax``), not the user's
+    #: code: its figures are reported, with no advice the user could not apply
+    library: str | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""

@@ -10,8 +10,10 @@ Unknown is ``None`` (``null`` in JSON), never a fake zero.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import shlex
 import types
 import typing
@@ -711,14 +713,28 @@ def load_report(path: str) -> Report:
 
 
 def save_report(report: Report, path: str) -> None:
-    """Write ``report`` as JSON to ``path``.
+    """Write ``report`` as JSON to ``path``, whole or not at all (see :func:`write_whole`).
 
     Raises:
         ReportFormatError: the file cannot be written.
     """
+    write_whole(path, report.to_json() + "\n")
+
+
+def write_whole(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a file beside it, renamed into place, so
+    that a process ended mid-write (``os._exit``, SIGKILL) leaves the old file
+    as it was, never half of the new one.
+
+    Raises:
+        ReportFormatError: the file cannot be written.
+    """
+    partial = f"{path}.{os.getpid()}.partial"
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(report.to_json())
-            f.write("\n")
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(partial, path)
     except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(partial)
         raise ReportFormatError(f"cannot write {path}: {e.strerror}") from None

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from memscope.errors import MemscopeError, ReportFormatError
-from memscope.report import Report
+from memscope.errors import MemscopeError
+from memscope.report import Report, write_whole
 from memscope.runner import Target
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -132,10 +132,10 @@ def write_html(report: Report, path: str) -> None:
     Raises:
         ReportFormatError: the file cannot be written.
     """
+    import io
+
     from memscope.render.html import render_html  # only when asked for
 
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            render_html(report, f)
-    except OSError as e:
-        raise ReportFormatError(f"cannot write {path}: {e.strerror}") from None
+    text = io.StringIO()
+    render_html(report, text)
+    write_whole(path, text.getvalue())

@@ -161,13 +161,20 @@ def leaf_key(x: Any) -> tuple[Any, ...]:
     dynamic leaf. The abstract value carries the canonical dtype (a float64 numpy
     array is float32 with x64 off) and the weak type of Python scalars."""
     if isinstance(x, jax.Array):
-        return ("array", jax.typeof(x), _compat.sharding_key(x.sharding, x.ndim))
+        return ("array", jax.typeof(x), _placement(x.sharding, x.ndim))
     if isinstance(x, np.ndarray | np.generic):
         return ("numpy", jax.typeof(x), None)
     try:
         return (type(x), jax.typeof(x), None)
     except Exception:  # not a JAX type: JAX will say so at the call
         return (type(x), None, None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _placement(sharding: Any, ndim: int) -> Any:
+    # Arrays share a handful of sharding objects; each is looked at once, not
+    # at every call of every leaf.
+    return _compat.sharding_key(sharding, ndim)
 
 
 def leaf_text(key: tuple[Any, ...]) -> str:

@@ -283,3 +283,29 @@ def test_memscope_frames_are_not_in_the_user_s_tracebacks(tmp_path: Path) -> Non
     plain, measured = both(path)
     assert plain.returncode == 0, plain.stderr
     assert (measured.returncode, measured.stdout) == (0, plain.stdout)
+
+
+class _Terminal:
+    """A file that says it is a terminal, as a console checks."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("value", "coloured"), [("", True), ("1", False), (None, True)])
+def test_only_a_non_empty_no_color_turns_colour_off(monkeypatch: pytest.MonkeyPatch,
+                                                    value: str | None, coloured: bool) -> None:
+    from memscope.render.terminal import make_console
+
+    if value is None:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    else:
+        monkeypatch.setenv("NO_COLOR", value)
+    console = make_console(_Terminal(), width=80)  # type: ignore[arg-type]
+    assert (console.color_system is not None) == coloured

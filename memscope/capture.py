@@ -627,7 +627,8 @@ def _arguments(fun: Any, spec: _compat.JitSpec, args: tuple[Any, ...],
         leaves = jax.tree_util.tree_leaves(value)
         result.append(Argument(position=position, name=name, by_name=by_name,
                                leaves=tuple(range(start, start + len(leaves))),
-                               has_arrays=any(isinstance(x, jax.Array | np.ndarray)
+                               has_arrays=any(isinstance(x, jax.Array | np.ndarray
+                                                         | jax.ShapeDtypeStruct)
                                               for x in leaves)))
         start += len(leaves)
 

@@ -164,6 +164,11 @@ def leaf_key(x: Any) -> tuple[Any, ...]:
         return ("array", jax.typeof(x), _placement(x.sharding, x.ndim))
     if isinstance(x, np.ndarray | np.generic):
         return ("numpy", jax.typeof(x), None)
+    if isinstance(x, jax.ShapeDtypeStruct):  # an ahead-of-time call's stand-in for an array
+        sharding = x.sharding
+        return ("array", jax.typeof(x),
+                None if not isinstance(sharding, jax.sharding.Sharding)
+                else _placement(sharding, len(x.shape)))
     try:
         return (type(x), jax.typeof(x), None)
     except Exception:  # not a JAX type: JAX will say so at the call

@@ -154,7 +154,7 @@ def test_calls_through_an_ahead_of_time_compiled_object_are_captured():
     assert x.is_deleted() and y.is_deleted()
     (entry,) = session.entries
     truth = compiled.memory_analysis()
-    assert entry.calls == 2
+    assert (entry.calls, entry.signature) == (2, "(float32[64,64])")
     assert entry.facts.memory.alias_bytes == truth.alias_size_in_bytes > 0
     assert entry.facts.memory.temp_bytes == truth.temp_size_in_bytes
     fn = function_report(entry)
@@ -177,3 +177,16 @@ def test_library_jits_are_marked_and_get_no_advice():
 @pytest.mark.parametrize("fun", [tile, functools.partial(tile, k=2)])
 def test_the_user_s_own_functions_are_not_library(fun):
     assert library(fun) is None
+
+
+def test_ahead_of_time_from_shapes_alone_reads_the_program_compiled():
+    shape = jax.ShapeDtypeStruct((8, 16), jnp.float32)
+    with capture(advise=True) as session:
+        compiled = jax.jit(lambda x: jnp.tanh(x) @ x.T).trace(shape).lower().compile()
+        compiled(jnp.ones((8, 16)))
+    (entry,) = session.entries
+    truth = compiled.memory_analysis()
+    assert entry.signature == "(float32[8,16])"
+    assert entry.facts.memory.output_bytes == truth.output_size_in_bytes
+    assert entry.facts.memory.temp_bytes == truth.temp_size_in_bytes
+    assert [v.name for v in entry.variants][:2] == ["none", "all"]

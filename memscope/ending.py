@@ -170,11 +170,13 @@ def _die_by(signum: int) -> None:
 
 @contextlib.contextmanager
 def _handling(handlers: dict[int, Callable[[int, Any], None]]) -> Iterator[None]:
-    """Install ``handlers`` for the block (only the main thread can)."""
+    """Install ``handlers`` for the block (only the main thread can). A signal the
+    process was started ignoring stays ignored, as python leaves it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    saved = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()
+             if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         yield
     finally:

@@ -309,3 +309,31 @@ def test_only_a_non_empty_no_color_turns_colour_off(monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv("NO_COLOR", value)
     console = make_console(_Terminal(), width=80)  # type: ignore[arg-type]
     assert (console.color_system is not None) == coloured
+
+
+def test_an_uncaught_error_prints_python_s_own_traceback(tmp_path: Path) -> None:
+    path = script(tmp_path, JITTED + """\
+        def f(x):
+            return x @ x
+        g = jax.jit(f)
+        g(jnp.ones((2, 3)))
+    """)
+    plain, measured = both(path)
+    assert plain.returncode == 1 and "Traceback" in plain.stderr
+    assert (measured.returncode, measured.stderr) == (plain.returncode, plain.stderr)
+
+
+def test_a_sigterm_the_process_was_started_ignoring_stays_ignored(tmp_path: Path) -> None:
+    path = script(tmp_path, JITTED + """\
+        import os, signal
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("still here")
+    """)
+    ignoring = [sys.executable, "-c", "import os, signal, sys; "
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"]
+    plain = subprocess.run([*ignoring, sys.executable, str(path)], env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    measured = subprocess.run([*ignoring, MEMSCOPE, "run", "-q", str(path)], env=ENV,
+                              capture_output=True, text=True, timeout=300)
+    assert (plain.returncode, plain.stdout) == (0, "still here\n")
+    assert (measured.returncode, measured.stdout) == (0, plain.stdout)

@@ -93,8 +93,8 @@ def measure(command: list[str]) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--functions", type=int, default=2000)
-    parser.add_argument("--leaves", type=int, default=200,
-                        help="input leaves per function (2000 x 200 gives about 200 MB)")
+    parser.add_argument("--leaves", type=int, default=55,
+                        help="input leaves per function (2000 x 55 give about 200 MB)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "big.json")

@@ -22,7 +22,7 @@ FULL = {
     "bench_variants.py": ["--layers", "8", "--repeat", "3"],
     "bench_scaling.py": ["--sizes", "1,10,100,1000"],
     "bench_buffers.py": [],
-    "bench_load.py": ["--functions", "2000", "--leaves", "200"],
+    "bench_load.py": ["--functions", "2000", "--leaves", "55"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],

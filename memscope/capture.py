@@ -308,10 +308,13 @@ class MeasuredJit:
                                        else "argnames")
         shown = named_after if named_after is not None else fun
         self._memscope_name, self._memscope_source = definition(shown)
-        self._memscope_key = keys.function_key(fun)
         self._memscope_framework = wrappers.framework(fun)
-        self._memscope_library = (None if self._memscope_framework is not None
-                                  else library(shown))
+        try:  # making the user's jit object must never fail for memscope's sake
+            self._memscope_key: Any = keys.function_key(fun)
+            self._memscope_library = (None if self._memscope_framework is not None
+                                      else library(shown))
+        except Exception:
+            self._memscope_key, self._memscope_library = object(), None
         self._memscope_seen: dict[Any, Entry] = {}
 
     def __getattr__(self, name: str) -> Any:

@@ -622,29 +622,36 @@ def _build_decoder(tp: Any, signed: bool) -> Decoder:
 
 def _dataclass_decoder(tp: Any) -> Decoder:
     hints = typing.get_type_hints(tp)
-    fields = [(f.name, f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING)
-              for f in dataclasses.fields(tp)]
+    fields = dataclasses.fields(tp)
     # Filled in on first use: a dataclass may refer to itself through its fields.
-    decoders: list[tuple[str, bool, Decoder]] = []
+    decoders: list[tuple[str, Any, Decoder]] = []
 
     def decode(value: Any) -> Any:
         if not isinstance(value, dict):
             raise _Invalid("expected an object")
         if not decoders:
-            decoders.extend((name, required, _decoder(hints[name], name in _SIGNED_FIELDS))
-                            for name, required in fields)
-        kwargs = {}
-        for name, required, decoder in decoders:
+            decoders.extend((f.name, f, _decoder(hints[f.name], f.name in _SIGNED_FIELDS))
+                            for f in fields)
+        attributes = {}
+        for name, f, decoder in decoders:
             if name in value:
                 try:
-                    kwargs[name] = decoder(value[name])
+                    attributes[name] = decoder(value[name])
                 except _Invalid as e:
                     e.path.append(f".{name}")
                     raise
-            elif required:
+            elif f.default is not dataclasses.MISSING:
+                attributes[name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                attributes[name] = f.default_factory()
+            else:
                 raise _Invalid(f"missing field {name!r}")
-        return tp(**kwargs)
+        # Every field is decoded and checked above; filling the instance directly
+        # skips the frozen dataclass's per-field __setattr__ (the report classes
+        # define no __post_init__).
+        obj = object.__new__(tp)
+        obj.__dict__.update(attributes)
+        return obj
     return decode
 
 

@@ -190,3 +190,32 @@ def test_ahead_of_time_from_shapes_alone_reads_the_program_compiled():
     assert entry.facts.memory.output_bytes == truth.output_size_in_bytes
     assert entry.facts.memory.temp_bytes == truth.temp_size_in_bytes
     assert [v.name for v in entry.variants][:2] == ["none", "all"]
+
+
+def test_two_runs_with_a_static_self_compare_function_by_function(tmp_path):
+    import subprocess
+
+    from memscope.report import load_report
+    from tests.test_endings import ENV
+    from tests.test_samples import MEMSCOPE
+
+    script = tmp_path / "model.py"
+    script.write_text(
+        "import functools, jax, jax.numpy as jnp\n"
+        "class Model:\n"
+        "    @functools.partial(jax.jit, static_argnums=0)\n"
+        "    def apply(self, x):\n"
+        "        return x * 2\n"
+        "Model().apply(jnp.ones(4))\n")
+    for name in ("a.json", "b.json"):
+        done = subprocess.run([MEMSCOPE, "run", "-q", "-o", str(tmp_path / name), str(script)],
+                              env=ENV, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    first, second = (load_report(str(tmp_path / n)) for n in ("a.json", "b.json"))
+    assert [f.signature for f in first.functions] == ["(float32[4], #0=<Model>)"]
+    assert [f.signature for f in second.functions] == [f.signature for f in first.functions]
+    done = subprocess.run([MEMSCOPE, "check", "--report", str(tmp_path / "b.json"),
+                           "--baseline", str(tmp_path / "a.json")], env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "new" not in done.stdout.lower() and "vanished" not in done.stdout.lower()

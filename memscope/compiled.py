@@ -48,7 +48,14 @@ def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
     """
     traced = jitted.trace(*args, **kwargs)
     lowered = traced.lower()
-    compiled = lowered.compile()
+    return read_stages(traced, lowered, lowered.compile(), shardings=shardings)
+
+
+def read_stages(traced: Any, lowered: Any, compiled: Any, *,
+                shardings: Sequence[Any] = ()) -> CompiledFacts:
+    """Read one compiled program from its three stages (``jax.stages``): the
+    executable ``compiled``, the ``lowered`` module it came from, and the
+    ``traced`` call that names its arguments."""
     stats = compiled.memory_analysis()
     module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
     buffers, error = read_buffers(stats, module)

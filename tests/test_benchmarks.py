@@ -63,3 +63,12 @@ def test_scaling_benchmark_prints_one_row_per_size():
     rows = [line.split() for line in out.splitlines()[1:]]
     assert [row[0] for row in rows] == ["1", "2"]
     assert all(float(value) > 0 for row in rows for value in row[1:4])
+
+
+def test_load_benchmark_prints_one_row_per_step():
+    out = _bench("bench_load.py", "--functions", "3", "--leaves", "2")
+    rows = {line[:26].strip(): line[26:].split() for line in out.splitlines()[2:]}
+    assert set(rows) == {"json.loads", "load_report", "memscope show",
+                         "memscope check --report"}
+    assert rows["json.loads"][1] == "1.00"
+    assert all(float(value) > 0 for row in rows.values() for value in row)

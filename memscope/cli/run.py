@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-import sys
+from typing import TextIO
 
 import click
 
 from memscope.analysis import run_and_report
 from memscope.cli._common import (
     buffers_option,
-    check_writable,
     html_option,
     misplaced_hint,
     module_option,
     nothing_called,
     output_option,
+    output_paths,
     stop_after_option,
     write_html,
 )
+from memscope.ending import Guard
 from memscope.errors import EXIT_USAGE
 from memscope.render.buffers import render_buffers
 from memscope.render.terminal import render_report
-from memscope.report import save_report
+from memscope.report import Report, save_report
 from memscope.runner import Target, check_target
 
 
@@ -51,22 +52,28 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     """
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
-    if output is not None:
-        check_writable(output)
-    if html is not None:
-        check_writable(html, "--html")
-    report = run_and_report(what, advise=not no_advice, stop_after=stop_after)
+    paths = output_paths(what, output=output, html=html)
+    guard = ctx.with_resource(Guard())
+
+    def deliver(report: Report) -> None:
+        if paths["output"] is not None:
+            save_report(report, paths["output"])
+        if paths["html"] is not None:
+            write_html(report, paths["html"])
+        if not quiet:
+            guard.write(lambda out: _render(report, out, buffers))
+
+    report = run_and_report(what, advise=not no_advice, stop_after=stop_after, guard=guard,
+                            deliver=deliver)
     assert report.run is not None
-    if output is not None:
-        save_report(report, output)
-    if html is not None:
-        write_html(report, html)
-    if not quiet:
-        render_report(report, sys.stdout)
-        if buffers:
-            render_buffers(report, sys.stdout)
     if not report.functions:
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")
         click.echo(nothing_called(target, report.run.outcome, hint), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
     ctx.exit(report.run.exit_code)
+
+
+def _render(report: Report, out: TextIO, buffers: bool) -> None:
+    render_report(report, out)
+    if buffers:
+        render_buffers(report, out)

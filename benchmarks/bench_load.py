@@ -1,93 +1,119 @@
-"""How long loading a large saved report takes, against reading its JSON alone.
+"""How long reading a large saved report takes, next to parsing its JSON alone.
 
-A real report of one transformer training step (``analyze()`` with the advice,
-so every leaf has its fate in the function and in each variant) is copied into
-``--functions`` functions and saved; then, side by side in one run, the time and
-peak Python memory of ``json.loads`` of that file and of ``load_report`` (what
-``memscope show``, ``diff`` and ``check`` start with) are printed, with their
-ratio.
+Generates a report of N functions with L input leaves each (every leaf with a
+variant of its own, as `memscope run` writes with the advisor on), saves it,
+then times, each in a fresh interpreter: ``json.loads`` of the file (the floor),
+``load_report`` (JSON plus decoding and checking every field), and the
+commands ``memscope show`` and ``memscope check --report`` on it; and reports
+each one's peak resident memory next to the file's size.
 
-    python benchmarks/bench_load.py [--functions 2000] [--layers 2]
+Run:  python benchmarks/bench_load.py [--functions N] [--leaves L]
 
-No figure is asserted by the test suite; tests/test_benchmarks.py runs it tiny.
+A runnable script, not a test: no timing is asserted anywhere.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
-import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
 
-import jax
-from _models import train_step, transformer_step_args
+from memscope.report import (  # noqa: E402
+    Device,
+    Environment,
+    FunctionReport,
+    InputBuffer,
+    Memory,
+    OutputBuffer,
+    Report,
+    RunInfo,
+    Variant,
+    save_report,
+)
 
-from memscope.analysis import analyze, environment
-from memscope.report import Report, load_report
+BODIES = {
+    "json.loads": "import json, sys; json.loads(open(sys.argv[1]).read())",
+    "load_report": "import sys; from memscope.report import load_report; "
+                   "load_report(sys.argv[1])",
+}
 
 
-def large_report(functions: int, layers: int) -> Report:
-    """One analyzed training step, as ``functions`` functions of one report."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "donate all" leaves the batch unusable
-        fn = analyze(jax.jit(train_step), *transformer_step_args(layers, 32), advise="full")
-    copies = tuple(dataclasses.replace(fn, name=f"{fn.name}_{i}") for i in range(functions))
-    return Report(memscope_version="bench", environment=environment(), run=None,
-                  functions=copies)
+def make_report(functions: int, leaves: int) -> Report:
+    def inputs(i: int) -> tuple[InputBuffer, ...]:
+        return tuple(InputBuffer(path=f"params['layer_{i}']['w_{j}']", shape=(64, 64),
+                                 dtype="float32", bytes=16384, donated=j % 2 == 0,
+                                 fate="aliased" if j % 2 == 0 else "not_donated",
+                                 output=f"result[{j}]" if j % 2 == 0 else None,
+                                 parameter=j, sharding="cpu:0")
+                     for j in range(leaves))
+
+    def outputs() -> tuple[OutputBuffer, ...]:
+        return tuple(OutputBuffer(path=f"result[{j}]", shape=(64, 64), dtype="float32",
+                                  bytes=16384, fate="reuses_input", input=f"arg{j}")
+                     for j in range(leaves))
+
+    memory = Memory(argument_bytes=leaves * 16384, output_bytes=leaves * 16384,
+                    alias_bytes=0, temp_bytes=4096, peak_bytes=leaves * 32768 + 4096)
+    fns = tuple(
+        FunctionReport(name=f"step_{i}", source=f"train.py:{i + 1}", calls=3,
+                       signature=f"(float32[64,64] x {leaves})", memory=memory,
+                       inputs=inputs(i), outputs=outputs(),
+                       variants=(Variant(name="all", setting="donate_argnums=(0,)",
+                                         memory=memory, inputs=inputs(i),
+                                         outputs=outputs()),))
+        for i in range(functions))
+    return Report(memscope_version="bench", run=RunInfo("train.py", (), "completed", 0),
+                  environment=Environment(jax="0", jaxlib="0", backend="cpu",
+                                          devices=(Device(0, "cpu", "cpu"),)),
+                  functions=fns)
 
 
-def timed(load: Callable[[], Any]) -> tuple[float, int]:
-    """Seconds of one ``load()``, and peak bytes of Python memory of another (timed
-    apart: tracing every allocation slows the load several times)."""
+def measure(command: list[str]) -> tuple[float, int]:
+    """Seconds and peak resident bytes of a fresh interpreter running ``command``."""
     start = time.perf_counter()
-    result = load()
-    seconds = time.perf_counter() - start
-    del result
-    tracemalloc.start()
-    result = load()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    del result
-    return seconds, peak
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    _, status, usage = os.wait4(child.pid, 0)
+    elapsed = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    assert child.stderr is not None
+    error = child.stderr.read().decode()
+    if child.returncode != 0:
+        print(f"{command[-2:]} exited {child.returncode}: {error.strip()[-300:]}")
+    return elapsed, usage.ru_maxrss * 1024
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--functions", type=int, default=2000)
-    parser.add_argument("--layers", type=int, default=2)
-    args = parser.parse_args()
-    report = large_report(args.functions, args.layers)
-    leaves = sum(len(f.inputs) + len(f.outputs) for f in report.functions)
+    parser.add_argument("--leaves", type=int, default=55,
+                        help="input leaves per function (2000 x 55 give about 200 MB)")
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "report.json")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(report.to_json(indent=None))
+        path = os.path.join(folder, "big.json")
+        save_report(make_report(args.functions, args.leaves), path)
         size = os.path.getsize(path)
-        del report
-
-        def read_json() -> Any:
-            with open(path, encoding="utf-8") as f:
-                return json.load(f)
-
-        json_s, json_peak = timed(read_json)
-        load_s, load_peak = timed(lambda: load_report(path))
-    print(f"report: {args.functions} functions, {leaves} leaves, {size / 2**20:.1f} MiB of JSON")
-    print(f"json.load      {json_s:8.2f} s  peak {json_peak / 2**20:8.1f} MiB")
-    print(f"load_report    {load_s:8.2f} s  peak {load_peak / 2**20:8.1f} MiB")
-    print(f"ratio load_report / json.load: time {load_s / json_s:.2f}, "
-          f"memory {load_peak / json_peak:.2f}")
+        print(f"report: {args.functions} functions x {args.leaves} leaves, "
+              f"{size / 2**20:.1f} MiB of JSON")
+        rows = {name: measure([sys.executable, "-c", body, path])
+                for name, body in BODIES.items()}
+        memscope = [sys.executable, "-m", "memscope"]
+        rows["memscope show"] = measure([*memscope, "show", path])
+        rows["memscope check --report"] = measure(
+            [*memscope, "check", "--report", path, "--baseline", path])
+        floor = rows["json.loads"][0]
+        print(f"{'step':<26}{'s':>9}{'x json.loads':>14}{'peak RSS / file':>17}")
+        for name, (seconds, rss) in rows.items():
+            print(f"{name:<26}{seconds:>9.2f}{seconds / floor:>14.2f}{rss / size:>17.2f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -23,7 +23,7 @@ FULL = {
     "bench_scaling.py": ["--sizes", "1,10,100,1000"],
     "bench_buffers.py": [],
     "bench_real.py": [],
-    "bench_load.py": ["--functions", "2000"],
+    "bench_load.py": ["--functions", "2000", "--leaves", "55"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],
@@ -33,7 +33,7 @@ QUICK = {
     "bench_buffers.py": ["--layers", "2", "--width", "8", "--repeat", "1"],
     "bench_real.py": ["--steps", "2", "--layers", "1", "--width", "32",
                       "--compile-layers", "1"],
-    "bench_load.py": ["--functions", "2", "--layers", "1"],
+    "bench_load.py": ["--functions", "3", "--leaves", "2"],
 }
 
 

@@ -429,3 +429,18 @@ def jit_spec(jitted: Any) -> JitSpec:
         token=token,
     )
 
+
+
+def sharding_key(sharding: Any, ndim: int) -> Any:
+    """A hashable key equal for shardings JAX treats as the same placement.
+
+    ``NamedSharding(mesh, P())`` and ``NamedSharding(mesh, P(None))`` differ as
+    objects but are one placement: JAX compiles one executable for both. This is
+    what ``Sharding.is_equivalent_to`` compares (the HLO sharding, the device
+    list and the memory kind), as one key.
+    """
+    try:
+        return (sharding._to_xla_hlo_sharding(ndim), sharding._internal_device_list,
+                sharding.memory_kind)
+    except Exception:  # a sharding kind without these: its own equality
+        return sharding

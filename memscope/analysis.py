@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
@@ -20,6 +20,7 @@ from memscope.capture import (
     capture,
     display_path,
 )
+from memscope.ending import EXIT_TERMINATED, Guard
 from memscope.errors import MemscopeError
 from memscope.fates import classify
 from memscope.report import (
@@ -35,7 +36,7 @@ from memscope.report import (
     Runtime,
     Variant,
 )
-from memscope.runner import Target, run_target
+from memscope.runner import RunResult, Target, run_target
 from memscope.version import __version__
 
 
@@ -58,7 +59,7 @@ def function_report(entry: Entry) -> FunctionReport:
         donate_argnames=entry.spec.donate_argnames,
         error=entry.error, variants=variants,
         advice=_advice(inputs, memory, entry.variants), setting=entry.setting,
-        findings=findings, measured=entry.measured,
+        findings=findings, measured=entry.measured, library=entry.library,
         devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None))
@@ -116,19 +117,50 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
 
 def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                    request: VariantRequest | None = None,
-                   stop_after: int | None = None) -> Report:
+                   stop_after: int | None = None, guard: Guard | None = None,
+                   deliver: Callable[[Report], None] | None = None) -> Report:
     """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
 
     ``advise``, ``request`` and ``stop_after`` are :func:`capture`'s. Never raises
     for the target: how it ended (and its exit code) is in ``report.run``, and
-    whatever was captured before is reported.
+    whatever was captured before is reported. ``deliver`` (writing the report
+    where the user asked) gets the report however the run ends: at its end,
+    with SIGINT and SIGTERM held until it returns, or at a SIGTERM during the
+    run, after which the process ends by SIGTERM as it would under python.
+
+    Raises:
+        SystemExit: in a child process the target forked, with the child's exit
+            status: only the process that started the run reports.
     """
+    if guard is None:
+        with Guard() as own:
+            return run_and_report(target, advise=advise, request=request,
+                                  stop_after=stop_after, guard=own, deliver=deliver)
+
+    def run_info(result: RunResult) -> RunInfo:
+        return RunInfo(target=target.name, argv=target.args, outcome=result.outcome,
+                       exit_code=result.exit_code, module=target.module,
+                       error=result.error)
+
     with capture(advise=advise, request=request, stop_after=stop_after) as session:
-        result = run_target(target, on_finish=session.finish)
-    return build_report(session.entries, RunInfo(
-        target=target.name, argv=target.args, outcome=result.outcome,
-        exit_code=result.exit_code, module=target.module, error=result.error),
-        session.runtime())
+        def terminated() -> None:
+            session.finish()
+            report = build_report(session.entries, run_info(RunResult(
+                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime())
+            if deliver is not None:
+                deliver(report)
+
+        with guard.terminated_by(terminated):
+            result = run_target(target, on_finish=session.finish)
+    if not guard.owns_the_report():
+        raise SystemExit(result.exit_code)
+    if session.stopped:  # even where the target caught TargetStopped and went on
+        result = RunResult("stopped", 0)
+    with guard.deferred_signals():
+        report = build_report(session.entries, run_info(result), session.runtime())
+        if deliver is not None:
+            deliver(report)
+    return report
 
 
 def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,

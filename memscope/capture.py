@@ -14,11 +14,13 @@ the call that passes them.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import inspect
 import linecache
 import os
+import sysconfig
 import threading
 import time
 import types
@@ -29,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat, advice, wrappers
+from memscope import _compat, advice, keys, wrappers
 from memscope.advice import AdviceLevel, advice_level
 from memscope.compiled import (
     CompiledFacts,
@@ -132,6 +134,8 @@ class Entry:
     #: the first call's buffers, as integers
     observation: Observation | None = None
     measured: MeasuredMemory | None = None
+    #: the installed package that defines the function, when it is not the user's
+    library: str | None = None
 
     @property
     def setting(self) -> str | None:
@@ -168,6 +172,11 @@ class Session:
         self._waited: float | None = None
         self.variant_compiles = 0
         self.variants_reused = 0
+
+    @property
+    def stopped(self) -> bool:
+        """True once ``stop_after`` calls ran and the target was told to end."""
+        return self.stop_after is not None and self.calls >= self.stop_after
 
     def device_memory(self) -> tuple[int, int] | None:
         """(bytes in use, peak bytes in use) of the busiest local device, or ``None``
@@ -367,13 +376,22 @@ class MeasuredJit:
                                        else "argnames")
         shown = named_after if named_after is not None else fun
         self._memscope_name, self._memscope_source = definition(shown)
-        self._memscope_code = getattr(inspect.unwrap(_base_function(shown)), "__code__", None)
         self._memscope_framework = wrappers.framework(fun)
+        try:  # making the user's jit object must never fail for memscope's sake
+            self._memscope_key: Any = keys.function_key(fun)
+            self._memscope_library = (None if self._memscope_framework is not None
+                                      else library(shown))
+        except Exception:
+            self._memscope_key, self._memscope_library = object(), None
         self._memscope_seen: dict[Any, Entry] = {}
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not set on the wrapper: the jit object's methods.
-        return getattr(self.__dict__["_memscope_jitted"], name)
+        try:
+            jitted = self.__dict__["_memscope_jitted"]
+        except KeyError:  # mid-construction (copy, pickle): nothing to forward to yet
+            raise AttributeError(name) from None
+        return getattr(jitted, name)
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         # A jitted function stored on a class binds like a method, as jax.jit's does.
@@ -382,7 +400,51 @@ class MeasuredJit:
     def __repr__(self) -> str:
         return repr(self._memscope_jitted)
 
+    def __copy__(self) -> MeasuredJit:
+        return self._like(copy.copy(self._memscope_jitted))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MeasuredJit:
+        return self._like(copy.deepcopy(self._memscope_jitted, memo))
+
+    def __reduce__(self) -> Any:
+        # Pickled as the jit object it stands for: where that pickles, this does,
+        # and where it does not, the error is the same.
+        return _as_is, (self._memscope_jitted,)
+
+    def _like(self, jitted: Any) -> MeasuredJit:
+        """A stand-in for a copy of the jit object, recording into the same session."""
+        twin = object.__new__(MeasuredJit)
+        twin.__dict__.update(self.__dict__, _memscope_jitted=jitted, _memscope_seen={})
+        return twin
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        """``jitted.trace``: JAX's ``Traced``, in a stand-in whose compiled calls count."""
+        return self._stage(self._memscope_jitted.trace(*args, **kwargs), args, kwargs,
+                           traced=True)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """``jitted.lower``: JAX's ``Lowered``, in a stand-in whose compiled calls count."""
+        return self._stage(self._memscope_jitted.lower(*args, **kwargs), args, kwargs)
+
+    def _stage(self, real: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+               traced: bool = False) -> Any:
+        if not self._memscope_session.active:
+            return real
+        from memscope import aot  # the ahead-of-time path, only when used
+
+        call = aot.abstract_call(args, kwargs)
+        return aot.Stage(real, self, call, traced=real if traced else None)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # pytest: the user's frames only
+        try:
+            return self._measured_call(args, kwargs)
+        except BaseException as e:
+            # The user's traceback shows their call, not memscope's frames.
+            e.with_traceback(_without_own_frames(e.__traceback__))
+            raise
+
+    def _measured_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         jitted = self._memscope_jitted
         if not self._memscope_session.active or not _compat.is_top_level_call():
             return jitted(*args, **kwargs)
@@ -405,7 +467,7 @@ class MeasuredJit:
     def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> tuple[Any, Entry]:
         session = self._memscope_session
-        session_key = (self._memscope_code or id(self), self._memscope_spec.token, key)
+        session_key = (self._memscope_key, self._memscope_spec.token, key)
         entry = session.lookup(session_key)
         if entry is not None:  # the same function jitted again alike: already read
             out = self._memscope_jitted(*args, **kwargs)
@@ -422,7 +484,13 @@ class MeasuredJit:
             inputs_deleted=tuple(x.is_deleted() if isinstance(x, jax.Array) else None
                                  for x in leaves),
             outputs_after=tuple(_addresses(y) for y in jax.tree_util.tree_leaves(out)))
-        entry = self._entry(key, args, kwargs, out)
+        try:
+            entry = self._entry(key, args, kwargs, out)
+        except Exception as e:  # the user's call succeeded; memscope must not fail it
+            entry = Entry(name=self._memscope_name, source=self._memscope_source,
+                          signature="(?)", spec=self._memscope_spec,
+                          error=f"could not describe the call: {type(e).__name__}: {e}")
+        entry.library = self._memscope_library
         entry.warnings, entry.observation = tuple(lowering_warnings), observation
         if memory_before is not None and memory_after is not None:
             entry.measured = MeasuredMemory(memory_before[0], *memory_after)
@@ -451,7 +519,8 @@ class MeasuredJit:
                 facts = wrappers.renamed(entry.wrapper,
                                          read_handles(handles, shardings=shardings))
                 session.publish(lambda: setattr(entry, "facts", facts))
-                if facts is not None and (session.advice != "off" or session.request):
+                if facts is not None and (session.advice != "off" or session.request) \
+                        and entry.library is None:
                     variants = self._variants(entry, facts, handles.traced, shardings)
                     session.publish(lambda: setattr(entry, "variants", variants))
         except Exception as e:  # never let the measurement break the program
@@ -654,19 +723,21 @@ class MeasuredJit:
 
     def _call_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                   ) -> tuple[Any, list[Any]]:
+        """What JAX keys this call's executable on (see :mod:`memscope.keys`), and
+        the call's flat dynamic leaves."""
         spec = self._memscope_spec
         positional: tuple[Any, ...] = ()
         named: tuple[Any, ...] = ()
         if spec.static_argnums or spec.static_argnames:
             n = len(args)
             positions = {i % n for i in spec.static_argnums if -n <= i < n}
-            positional = tuple((i, args[i]) for i in sorted(positions))
-            named = tuple(sorted((k, v) for k, v in kwargs.items()
+            positional = tuple((i, keys.StaticKey(args[i])) for i in sorted(positions))
+            named = tuple(sorted((k, keys.StaticKey(v)) for k, v in kwargs.items()
                                  if k in spec.static_argnames))
             args = tuple(a for i, a in enumerate(args) if i not in positions)
             kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
         leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-        key = (positional, named, treedef, tuple(_leaf_key(x) for x in leaves))
+        key = (positional, named, treedef, tuple(keys.leaf_key(x) for x in leaves))
         hash(key)
         return key, leaves
 
@@ -686,7 +757,8 @@ def _arguments(fun: Any, spec: _compat.JitSpec, args: tuple[Any, ...],
         leaves = jax.tree_util.tree_leaves(value)
         result.append(Argument(position=position, name=name, by_name=by_name,
                                leaves=tuple(range(start, start + len(leaves))),
-                               has_arrays=any(isinstance(x, jax.Array | np.ndarray)
+                               has_arrays=any(isinstance(x, jax.Array | np.ndarray
+                                                         | jax.ShapeDtypeStruct)
                                               for x in leaves)))
         start += len(leaves)
 
@@ -729,23 +801,58 @@ def _addresses(x: Any) -> Addresses:
         return None
 
 
-def _leaf_key(x: Any) -> tuple[Any, Any, Any, Any]:
-    """(kind, shape, dtype, extra): what JAX's dispatch distinguishes for one leaf."""
-    if isinstance(x, jax.Array):
-        return ("array", x.shape, x.dtype, (getattr(x, "weak_type", False), x.sharding))
-    if isinstance(x, np.ndarray | np.generic):
-        return ("numpy", x.shape, x.dtype, None)
-    return (type(x), getattr(x, "shape", None), getattr(x, "dtype", None), None)
-
-
 def _signature_text(key: Any) -> str:
-    """``(float32[4,8], int32[], #1=3, lr=0.1)``: what distinguishes one signature."""
+    """``(float32[4,8], int, #1=3, lr=0.1)``: what distinguishes one signature, in
+    names that are the same in every run (no memory addresses)."""
     positional, named, _, leaf_keys = key
-    parts = [kind.__name__ if shape is None else f"{dtype}[{','.join(map(str, shape))}]"
-             for kind, shape, dtype, _ in leaf_keys]
-    parts += [f"#{i}={v!r}" for i, v in positional]
-    parts += [f"{k}={v!r}" for k, v in named]
+    parts = [keys.leaf_text(k) for k in leaf_keys]
+    parts += [f"#{i}={static.name()}" for i, static in positional]
+    parts += [f"{k}={static.name()}" for k, static in named]
     return f"({', '.join(parts)})"
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+_OWN_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` less memscope's own frames (python shows none of its machinery either)."""
+    kept = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
+            kept.append(tb)
+        tb = tb.tb_next
+    result = None
+    for entry in reversed(kept):
+        result = types.TracebackType(result, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return result
+
+
+def _installed_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[k]) for k in ("purelib", "platlib", "stdlib")
+             if k in paths}
+    return tuple(sorted((r + os.sep for r in roots), key=len, reverse=True))
+
+
+_INSTALLED = _installed_roots()
+
+
+def library(fun: Any) -> str | None:
+    """The installed package (``optax``) that defines ``fun``; ``None`` for the
+    user's own code. Its jits are the library's: reported, never given advice
+    the user cannot apply."""
+    code = getattr(inspect.unwrap(_base_function(fun)), "__code__", None)
+    if code is None:
+        return None
+    path = os.path.realpath(code.co_filename)
+    for root in _INSTALLED:
+        if path.startswith(root):
+            return path[len(root):].split(os.sep)[0].removesuffix(".py")
+    return None
 
 
 def _base_function(fun: Any) -> Any:

@@ -70,13 +70,20 @@ def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = ()) -> 
     ``shardings`` holds each flat dynamic input's ``jax.sharding.Sharding``
     (``None`` for a non-array).
     """
-    compiled = handles.compiled
+    return read_stages(handles.traced, handles.lowered, handles.compiled,
+                       shardings=shardings)
+
+
+def read_stages(traced: Any, lowered: Any, compiled: Any, *,
+                shardings: Sequence[Any] = ()) -> CompiledFacts:
+    """Read one compiled program from its three stages (``jax.stages``): the
+    executable ``compiled``, the ``lowered`` module it came from, and the
+    ``traced`` call that names its arguments."""
     stats = compiled.memory_analysis()
     module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
     buffers, error = read_buffers(stats, module)
     return CompiledFacts(memory=memory_figures(stats),
-                         program=_program(handles.traced, handles.lowered, compiled,
-                                          shardings, module),
+                         program=_program(traced, lowered, compiled, shardings, module),
                          buffers=buffers, buffers_error=error)
 
 

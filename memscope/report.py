@@ -10,8 +10,10 @@ Unknown is ``None`` (``null`` in JSON), never a fake zero.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import shlex
 import types
 import typing
@@ -327,6 +329,9 @@ class FunctionReport:
     processes: tuple[int, ...] = ()
     #: what holds the memory (XLA's buffer assignment); ``None`` when unavailable
     buffers: BufferBreakdown | None = None
+    #: the installed package that jitted this function (``optax``), not the user's
+    #: code: its figures are reported, with no advice the user could not apply
+    library: str | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""
@@ -514,7 +519,14 @@ class Report:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ReportFormatError(f"not valid JSON ({e.msg} at line {e.lineno})") from None
-        return cls.from_dict(data)
+        except RecursionError:
+            raise ReportFormatError("not a memscope report (nested too deeply)") from None
+        except ValueError as e:  # an integer longer than python reads (4300 digits)
+            raise ReportFormatError(f"not a memscope report ({e})") from None
+        try:
+            return cls.from_dict(data)
+        except RecursionError:
+            raise ReportFormatError("not a memscope report (nested too deeply)") from None
 
     def peak_rule_texts(self) -> tuple[str, ...]:
         """The distinct ``peak_rule_text`` of the functions, in order: what the
@@ -562,39 +574,159 @@ def _with_peak_rule(report: Report, old: set[int]) -> Report:
     return dataclasses.replace(report, functions=functions)
 
 
+#: Integers a report may hold: what fits in a signed 64-bit integer, as in XLA.
+INT_RANGE = (-2**63, 2**63 - 1)
+#: The only integer fields that may be negative; every size, count, index,
+#: shape and step is at least 0.
+_SIGNED_FIELDS = frozenset({"exit_code", "donate_argnums"})
+
+Decoder = typing.Callable[[Any], Any]
+_DECODERS: dict[tuple[Any, bool], Decoder] = {}
+
+
+class _Invalid(Exception):
+    """A value that does not fit its field; ``path`` grows as it travels up."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path: list[str] = []
+
+
 def _decode(tp: Any, value: Any, where: str) -> Any:
     """Decode JSON ``value`` as type ``tp``; errors name the offending field."""
+    try:
+        return _decoder(tp)(value)
+    except _Invalid as e:
+        raise ReportFormatError(f"{where}{''.join(reversed(e.path))}: {e.message}") from None
+
+
+def _decoder(tp: Any, signed: bool = False) -> Decoder:
+    """The decoder of type ``tp``, built once per type: reading a large report
+    walks its data, not Python's type hints, once per object."""
+    key = (tp, signed)
+    found = _DECODERS.get(key)
+    if found is None:
+        found = _DECODERS[key] = _build_decoder(tp, signed)
+    return found
+
+
+def _build_decoder(tp: Any, signed: bool) -> Decoder:
     origin = get_origin(tp)
     if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ReportFormatError(f"{where}: expected an object")
-        hints = typing.get_type_hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in value:
-                kwargs[f.name] = _decode(hints[f.name], value[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ReportFormatError(f"{where}: missing field {f.name!r}")
-        return tp(**kwargs)  # type: ignore[operator]
+        return _dataclass_decoder(tp)
     if origin in (types.UnionType, typing.Union):
-        options = get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        (inner,) = (o for o in options if o is not type(None))
-        return _decode(inner, value, where)
+        (inner_type,) = (o for o in get_args(tp) if o is not type(None))
+        inner = _decoder(inner_type, signed)
+        return lambda value: None if value is None else inner(value)
     if origin is tuple:
-        if not isinstance(value, list):
-            raise ReportFormatError(f"{where}: expected a list")
-        (item, _) = get_args(tp)
-        return tuple(_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+        return _tuple_decoder(get_args(tp), signed)
     if origin is Literal:
-        if value not in get_args(tp):
-            raise ReportFormatError(f"{where}: {value!r} is not one of {list(get_args(tp))}")
+        allowed = get_args(tp)
+
+        def literal(value: Any) -> Any:
+            if not isinstance(value, str | int) or value not in allowed:
+                raise _Invalid(f"{_shown(value)} is not one of {list(allowed)}")
+            return value
+        return literal
+    if tp is int:
+        low = INT_RANGE[0] if signed else 0
+
+        def integer(value: Any) -> Any:
+            if type(value) is not int:
+                raise _Invalid(f"expected int, got {type(value).__name__}")
+            if not low <= value <= INT_RANGE[1]:
+                bound = "a signed 64-bit integer" if signed else "0 to 2**63-1"
+                raise _Invalid(f"{_shown(value)} is out of range (expected {bound})")
+            return value
+        return integer
+
+    def plain(value: Any) -> Any:
+        if type(value) is not tp:
+            raise _Invalid(f"expected {tp.__name__}, got {type(value).__name__}")
         return value
-    ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
-    if not ok:
-        raise ReportFormatError(f"{where}: expected {tp.__name__}, got {type(value).__name__}")
-    return value
+    return plain
+
+
+def _dataclass_decoder(tp: Any) -> Decoder:
+    hints = typing.get_type_hints(tp)
+    fields = dataclasses.fields(tp)
+    # Filled in on first use: a dataclass may refer to itself through its fields.
+    decoders: list[tuple[str, Any, Decoder]] = []
+
+    def decode(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _Invalid("expected an object")
+        if not decoders:
+            decoders.extend((f.name, f, _decoder(hints[f.name], f.name in _SIGNED_FIELDS))
+                            for f in fields)
+        attributes = {}
+        for name, f, decoder in decoders:
+            if name in value:
+                try:
+                    attributes[name] = decoder(value[name])
+                except _Invalid as e:
+                    e.path.append(f".{name}")
+                    raise
+            elif f.default is not dataclasses.MISSING:
+                attributes[name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                attributes[name] = f.default_factory()
+            else:
+                raise _Invalid(f"missing field {name!r}")
+        # Every field is decoded and checked above; filling the instance directly
+        # skips the frozen dataclass's per-field __setattr__ (the report classes
+        # define no __post_init__).
+        obj = object.__new__(tp)
+        obj.__dict__.update(attributes)
+        return obj
+    return decode
+
+
+def _tuple_decoder(args: tuple[Any, ...], signed: bool) -> Decoder:
+    if len(args) == 2 and args[1] is Ellipsis:
+        item = _decoder(args[0], signed)
+
+        def variable(value: Any) -> Any:
+            if not isinstance(value, list):
+                raise _Invalid("expected a list")
+            try:
+                return tuple([item(v) for v in value])
+            except _Invalid as e:
+                e.path.append(f"[{_failing(item, value)}]")
+                raise
+        return variable
+    items = [_decoder(a, signed) for a in args]
+
+    def fixed(value: Any) -> Any:
+        if not isinstance(value, list) or len(value) != len(items):
+            raise _Invalid(f"expected a list of {len(items)} items")
+        try:
+            return tuple([d(v) for d, v in zip(items, value, strict=True)])
+        except _Invalid as e:
+            e.path.append(f"[{next(i for i, (d, v) in enumerate(zip(items, value, strict=True)) if _fails(d, v))}]")
+            raise
+    return fixed
+
+
+def _fails(decoder: Decoder, value: Any) -> bool:
+    try:
+        decoder(value)
+    except _Invalid:
+        return True
+    return False
+
+
+def _failing(decoder: Decoder, values: list[Any]) -> int:
+    """The index of the first item ``decoder`` rejects (looked for only on error)."""
+    return next(i for i, v in enumerate(values) if _fails(decoder, v))
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message, cut short (an integer of 400 digits)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 \
+        else f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_report(path: str) -> Report:
@@ -616,14 +748,28 @@ def load_report(path: str) -> Report:
 
 
 def save_report(report: Report, path: str) -> None:
-    """Write ``report`` as JSON to ``path``.
+    """Write ``report`` as JSON to ``path``, whole or not at all (see :func:`write_whole`).
 
     Raises:
         ReportFormatError: the file cannot be written.
     """
+    write_whole(path, report.to_json() + "\n")
+
+
+def write_whole(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a file beside it, renamed into place, so
+    that a process ended mid-write (``os._exit``, SIGKILL) leaves the old file
+    as it was, never half of the new one.
+
+    Raises:
+        ReportFormatError: the file cannot be written.
+    """
+    partial = f"{path}.{os.getpid()}.partial"
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(report.to_json())
-            f.write("\n")
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(partial, path)
     except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(partial)
         raise ReportFormatError(f"cannot write {path}: {e.strerror}") from None

@@ -10,14 +10,19 @@ captured can still be reported.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import importlib.machinery
 import importlib.util
 import os
 import runpy
 import sys
+import threading
 import traceback
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_RAISED, TargetError, TargetStopped
 from memscope.report import Outcome
@@ -77,38 +82,103 @@ def check_target(target: Target) -> None:
 def _check_module(name: str) -> None:
     try:
         with _main_sys_path(Target(name, module=True)):
-            spec = importlib.util.find_spec(name)
+            _main_spec(name)
     except (ImportError, ValueError) as e:
         raise TargetError(f"cannot run module {name!r}: {e}") from None
-    if spec is None:
-        raise TargetError(f"cannot run module {name!r}: no module named {name!r}")
 
 
 def run_target(target: Target, *, on_finish: Callable[[], None] | None = None) -> RunResult:
     """Run ``target`` as ``__main__`` and say how it ended; never raises for it.
 
-    ``on_finish`` is called once the target's code has ended, while what it
-    left behind still exists: the namespace a script ends with (``python``
-    keeps it until exit), or the frames of the exception that ended it.
+    ``on_finish`` is called once the target's code has ended and its
+    non-daemon threads have too (python waits for them before it exits), while
+    what it left behind still exists: the ``__main__`` namespace a script ends
+    with, or the frames of the exception that ended it.
     """
     with _as_main(target):
         try:
-            if target.module:
-                namespace = runpy.run_module(target.name, run_name="__main__",
-                                             alter_sys=True)
-            else:
-                namespace = runpy.run_path(target.name, run_name="__main__")
+            try:
+                _run(target)
+            finally:
+                _flush(sys.stdout)
         except BaseException as e:
             result = _ended_by(e)
-            if on_finish is not None:
-                on_finish()  # ``e`` still holds the target's frames
-            return result
-        finally:
-            sys.stdout.flush()
+        else:
+            result = RunResult("completed", 0)
+        result = _wait_for_threads(result)
         if on_finish is not None:
             on_finish()
-        del namespace
-    return RunResult("completed", 0)
+    return result
+
+
+def _run(target: Target) -> None:
+    """Execute the target's code in a fresh ``__main__`` module set up as python 3.11
+    does: ``__file__`` absolute, ``__loader__``, ``__spec__`` (``None`` for a script),
+    ``__cached__``, and the module itself in ``sys.modules["__main__"]``."""
+    if target.module:
+        spec = _main_spec(target.name)
+        assert spec.loader is not None and spec.origin is not None
+        code = spec.loader.get_code(spec.name)  # type: ignore[attr-defined]
+        sys.argv[0] = spec.origin
+        module = _fresh_main(__file__=spec.origin, __cached__=spec.cached,
+                             __loader__=spec.loader, __package__=spec.parent,
+                             __spec__=spec)
+    elif os.path.isdir(target.name):
+        # A folder runs its __main__.py through the import system, as python does.
+        runpy.run_path(target.name, run_name="__main__")
+        return
+    else:
+        path = os.path.abspath(target.name)
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+        module = _fresh_main(__file__=path, __cached__=None,
+                             __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+                             __package__=None, __spec__=None)
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
+
+
+def _fresh_main(**attributes: Any) -> types.ModuleType:
+    module = types.ModuleType("__main__")
+    module.__dict__.update(attributes, __builtins__=builtins)
+    return module
+
+
+def _main_spec(name: str) -> importlib.machinery.ModuleSpec:
+    """The spec of what ``python -m name`` runs: the module, or a package's ``__main__``."""
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.submodule_search_locations is not None:
+        spec = importlib.util.find_spec(f"{name}.__main__")
+    if spec is None or spec.loader is None or spec.origin is None:
+        raise ImportError(f"No module named {name!r} to run")
+    return spec
+
+
+def _wait_for_threads(result: RunResult) -> RunResult:
+    """Wait for the target's non-daemon threads, as python does before it exits,
+    so the calls they make after the main script ended are counted too.
+
+    Idle ``concurrent.futures`` workers are left alone: python ends those through
+    an exit hook of its own, which must not run while memscope still works.
+    """
+    current = threading.current_thread()
+    while True:
+        waiting = [t for t in threading.enumerate()
+                   if t is not current and t.is_alive() and not t.daemon
+                   and not t.name.startswith(("memscope", "ThreadPoolExecutor"))]
+        if not waiting:
+            return result
+        try:
+            for thread in waiting:
+                thread.join()
+        except KeyboardInterrupt as e:
+            return _ended_by(e)
+
+
+def _flush(stream: Any) -> None:
+    # The target may have closed or replaced sys.stdout; that is its business.
+    with contextlib.suppress(Exception):
+        stream.flush()
 
 
 def _ended_by(e: BaseException) -> RunResult:
@@ -122,18 +192,35 @@ def _ended_by(e: BaseException) -> RunResult:
     return RunResult("failed", EXIT_TARGET_RAISED, _one_line(e))
 
 
+def exit_status(code: int) -> int:
+    """The process exit status python gives ``sys.exit(code)`` on POSIX: the C ``long``
+    value (-1 when it does not fit) cut to its low 8 bits (256 -> 0, -1 -> 255)."""
+    if not -2**63 <= code < 2**63:
+        code = -1
+    return code & 0xFF
+
+
 def _exit_result(code: object) -> RunResult:
     # The same rules as the interpreter's for SystemExit.
     if code is None:
         return RunResult("completed", 0)
     if isinstance(code, int):  # bools included, as python treats them
-        return RunResult("completed" if code == 0 else "failed", code)
-    print(code, file=sys.stderr)
-    return RunResult("failed", 1, f"SystemExit: {code}")
+        status = exit_status(int(code))
+        return RunResult("completed" if status == 0 else "failed", status)
+    with contextlib.suppress(Exception):
+        print(code, file=sys.stderr)
+    return RunResult("failed", 1, f"SystemExit: {_text(code)}")
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:  # a __str__ that raises: python prints nothing useful either
+        return f"<{type(value).__name__}>"
 
 
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
+    text = _text(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
@@ -146,8 +233,9 @@ def _print_traceback(e: BaseException) -> None:
                               or tb.tb_frame.f_code.co_filename == runpy.__file__
                               or "<frozen runpy>" in tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    sys.stdout.flush()
-    traceback.print_exception(type(e), e, tb, file=sys.stderr)
+    _flush(sys.stdout)
+    with contextlib.suppress(Exception):  # a closed or replaced sys.stderr
+        traceback.print_exception(type(e), e, tb, file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -170,10 +258,12 @@ def _main_sys_path(target: Target) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _as_main(target: Target) -> Iterator[None]:
-    saved_argv = sys.argv
-    sys.argv = [target.name, *target.args]  # for -m, runpy sets argv[0] to the file
+    saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
+    sys.argv = [target.name, *target.args]  # for -m, argv[0] becomes the file
     try:
         with _main_sys_path(target):
             yield
     finally:
         sys.argv = saved_argv
+        if saved_main is not None:  # in-process callers (tests) get theirs back
+            sys.modules["__main__"] = saved_main

@@ -50,6 +50,7 @@ class Worker:
         self._idle = threading.Condition()
         self._pending = 0
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
         self._compiler: ThreadPoolExecutor | None = None
         self._started: list[threading.Thread] = []
         #: set by :meth:`cancel`: jobs not yet started are skipped
@@ -97,6 +98,9 @@ class Worker:
         """
         start = time.perf_counter()
         self.draining = True
+        if os.getpid() != self._pid:  # a child the program forked: no thread runs here
+            self.cancel()
+            return 0.0
         try:
             with self._idle:
                 while self._pending:

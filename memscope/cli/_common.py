@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from memscope.errors import MemscopeError, ReportFormatError
-from memscope.report import Report
+from memscope.errors import MemscopeError
+from memscope.report import Report, write_whole
+from memscope.runner import Target
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,7 +38,8 @@ def check_writable(path: str, option: str = "--output") -> None:
     """Fail before the run, so a long training run is not lost to a typo.
 
     Raises:
-        MemscopeError: the path is empty, a folder, or in a missing or read-only folder.
+        MemscopeError: the path is empty, a folder, an existing file that cannot be
+            written, or in a missing or read-only folder.
     """
     folder = os.path.dirname(os.path.abspath(path))
     if not path:
@@ -45,8 +48,49 @@ def check_writable(path: str, option: str = "--output") -> None:
         raise MemscopeError(f"cannot write the report to {path}: it is a folder")
     if not os.path.isdir(folder):
         raise MemscopeError(f"cannot write the report to {path}: no folder {folder}")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise MemscopeError(f"cannot write the report to {path}: the file is not writable")
     if not os.access(folder, os.W_OK):
         raise MemscopeError(f"cannot write the report to {path}: {folder} is not writable")
+
+
+def output_paths(target: Target | None, **given: str | None) -> dict[str, str | None]:
+    """Each output path checked and made absolute before the target runs (which may
+    change the working directory); keys are option names (``output``, ``html``).
+
+    Raises:
+        MemscopeError: as :func:`check_writable`; a path that is the target's own
+            file; two options naming the same file.
+    """
+    script = _target_file(target)
+    resolved: dict[str, str | None] = {}
+    for name, path in given.items():
+        option = f"--{name.replace('_', '-')}"
+        if path is None:
+            resolved[name] = None
+            continue
+        check_writable(path, option)
+        full = os.path.abspath(path)
+        if script is not None and os.path.realpath(full) == script:
+            raise MemscopeError(f"cannot write the report to {path}: it is the script "
+                                "to run; give another file")
+        if os.path.realpath(full) in {os.path.realpath(p) for p in resolved.values() if p}:
+            raise MemscopeError(f"{option} {path} names a file another option writes too")
+        resolved[name] = full
+    return resolved
+
+
+def _target_file(target: Target | None) -> str | None:
+    if target is None:
+        return None
+    if target.module:
+        try:
+            spec = importlib.util.find_spec(target.name)
+        except (ImportError, ValueError):
+            return None
+        origin = spec.origin if spec is not None else None
+        return os.path.realpath(origin) if origin else None
+    return os.path.realpath(target.name)
 
 
 def nothing_called(target: str, outcome: str, hint: str = "") -> str:
@@ -88,10 +132,10 @@ def write_html(report: Report, path: str) -> None:
     Raises:
         ReportFormatError: the file cannot be written.
     """
+    import io
+
     from memscope.render.html import render_html  # only when asked for
 
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            render_html(report, f)
-    except OSError as e:
-        raise ReportFormatError(f"cannot write {path}: {e.strerror}") from None
+    text = io.StringIO()
+    render_html(report, text)
+    write_whole(path, text.getvalue())

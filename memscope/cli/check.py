@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import sys
+from functools import partial
 from typing import IO
 
 import click
@@ -11,8 +11,9 @@ import click
 from memscope.analysis import run_and_report
 from memscope.check import check as check_report
 from memscope.check import target_failure
-from memscope.cli._common import check_writable, misplaced_hint, module_option, output_option
+from memscope.cli._common import misplaced_hint, module_option, output_option, output_paths
 from memscope.config import load_config, with_options
+from memscope.ending import Guard
 from memscope.errors import EXIT_REGRESSION, EXIT_TARGET_FAILED, MemscopeError
 from memscope.render.check import render_check
 from memscope.render.github import render_check_annotations
@@ -72,13 +73,23 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         raise MemscopeError("nothing to check against: give --baseline FILE.json, or budgets "
                             "in [tool.memscope.functions.NAME] of pyproject.toml or --config"
                              + misplaced)
-    for path in (output, junit_xml, baseline if update_baseline else None):
-        if path is not None:
-            check_writable(path)
+    what = None if target is None else Target(target, tuple(args), module=as_module)
+    if what is not None:
+        check_target(what)
+    paths = output_paths(what, output=output, junit_xml=junit_xml,
+                         baseline=baseline if update_baseline else None)
+    output, junit_xml = paths["output"], paths["junit_xml"]
+    written_baseline = paths["baseline"]
 
-    report = _current_report(target, args, as_module, report_file)
-    if output is not None:
-        save_report(report, output)
+    guard = ctx.with_resource(Guard())
+    if what is None:
+        assert report_file is not None
+        report = load_report(report_file)
+        if output is not None:
+            save_report(report, output)
+    else:
+        report = run_and_report(what, guard=guard, deliver=None if output is None
+                                else partial(save_report, path=output))
     failure = target_failure(report)
     if failure is not None:
         click.echo(f"memscope: {failure}; nothing was checked{misplaced}", err=True)
@@ -87,19 +98,20 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         raise MemscopeError(f"{target or report_file} called no jitted function; "
                             "nothing to check")
     if update_baseline:
-        assert baseline is not None
-        save_report(report, baseline)
+        assert baseline is not None and written_baseline is not None
+        save_report(report, written_baseline)
         count = len(report.functions)
-        click.echo(f"memscope: wrote the baseline {baseline} "
-                   f"({count} function{'s' if count != 1 else ''})")
+        guard.write(lambda out: print(f"memscope: wrote the baseline {baseline} "
+                                      f"({count} function{'s' if count != 1 else ''})",
+                                      file=out))
         ctx.exit(0)
 
     result = check_report(report, base, config, strict_env=strict_env,
                           baseline_source=baseline)
     if output_format == "markdown":
-        render_check_markdown(result, sys.stdout)
+        guard.write(lambda out: render_check_markdown(result, out))
     else:
-        render_check(result, sys.stdout)
+        guard.write(lambda out: render_check(result, out))
     if junit_xml is not None:
         with _open(junit_xml, "w") as f:
             render_check_junit(result, f)
@@ -108,18 +120,8 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         with _open(summary, "a") as f:
             render_check_markdown(result, f)
     if os.environ.get("GITHUB_ACTIONS"):
-        render_check_annotations(result, sys.stdout)
+        guard.write(lambda out: render_check_annotations(result, out))
     ctx.exit(EXIT_REGRESSION if result.failed else 0)
-
-
-def _current_report(target: str | None, args: tuple[str, ...], as_module: bool,
-                    report_file: str | None) -> Report:
-    if report_file is not None:
-        return load_report(report_file)
-    assert target is not None
-    what = Target(target, tuple(args), module=as_module)
-    check_target(what)
-    return run_and_report(what)
 
 
 def _open(path: str, mode: str) -> IO[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import click
@@ -11,16 +12,17 @@ import click
 from memscope.analysis import run_and_report
 from memscope.capture import VariantRequest
 from memscope.cli._common import (
-    check_writable,
     misplaced_hint,
     module_option,
     nothing_called,
     output_option,
+    output_paths,
     stop_after_option,
 )
 from memscope.compare import FunctionDiff, compare_reports, compare_variant
 from memscope.config import load_config
 from memscope.donation import parse_spec
+from memscope.ending import Guard
 from memscope.errors import EXIT_USAGE, MemscopeError
 from memscope.render.diff import render_diff
 from memscope.report import FunctionReport, load_report, save_report
@@ -70,12 +72,11 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
     request = VariantRequest(parse_spec(spec), frozenset(functions) or None)
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
-    if output is not None:
-        check_writable(output)
-    report = run_and_report(what, request=request, stop_after=stop_after)
+    saved = output_paths(what, output=output)["output"]
+    guard = ctx.with_resource(Guard())
+    report = run_and_report(what, request=request, stop_after=stop_after, guard=guard,
+                            deliver=None if saved is None else partial(save_report, path=saved))
     assert report.run is not None
-    if output is not None:
-        save_report(report, output)
     if not report.functions:
         click.echo(nothing_called(target, report.run.outcome,
                                   misplaced_hint(ctx, args, "memscope diff --donate 0 train.py --lr 3e-4")), err=True)
@@ -84,8 +85,8 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
     diffs = [compare_variant(fn, v) for fn in chosen
              if (v := fn.variant("requested")) is not None]
     shown = [d for d in diffs if not (only_changed and d.verdict == "same")]
-    render_diff(f"{target}: as written vs --donate {spec}", shown, sys.stdout,
-                before="as written", after=f"--donate {spec}")
+    guard.write(lambda out: render_diff(f"{target}: as written vs --donate {spec}", shown,
+                                        out, before="as written", after=f"--donate {spec}"))
     failed = [d for d in diffs if d.verdict == "error"]
     if failed:
         raise MemscopeError(f"{failed[0].name}: {failed[0].error}")

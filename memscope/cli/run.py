@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+from typing import TextIO
 
 import click
 
@@ -10,17 +10,18 @@ from memscope.advice import ADVICE_LEVELS, AdviceLevel
 from memscope.analysis import run_and_report
 from memscope.cli._common import (
     buffers_option,
-    check_writable,
     html_option,
     misplaced_hint,
     module_option,
     nothing_called,
     output_option,
+    output_paths,
     stop_after_option,
     write_html,
 )
+from memscope.ending import Guard
 from memscope.errors import EXIT_USAGE
-from memscope.report import save_report
+from memscope.report import Report, save_report
 from memscope.runner import Target, check_target
 
 
@@ -58,28 +59,34 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
                                "give one of them")
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
-    if output is not None:
-        check_writable(output)
-    if html is not None:
-        check_writable(html, "--html")
     level: AdviceLevel = "off" if no_advice else advice or "advised"
-    report = run_and_report(what, advise=level, stop_after=stop_after)
-    assert report.run is not None
-    if output is not None:
-        save_report(report, output)
-    if html is not None:
-        write_html(report, html)
-    if not quiet:
-        # Imported once the program has ended: rich takes a few tenths of a second
-        # to import, which would delay the program's start.
-        from memscope.render.buffers import render_buffers
-        from memscope.render.terminal import render_report
+    paths = output_paths(what, output=output, html=html)
+    guard = ctx.with_resource(Guard())
 
-        render_report(report, sys.stdout)
-        if buffers:
-            render_buffers(report, sys.stdout)
+    def deliver(report: Report) -> None:
+        if paths["output"] is not None:
+            save_report(report, paths["output"])
+        if paths["html"] is not None:
+            write_html(report, paths["html"])
+        if not quiet:
+            guard.write(lambda out: _render(report, out, buffers))
+
+    report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
+                            deliver=deliver)
+    assert report.run is not None
     if not report.functions:
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")
         click.echo(nothing_called(target, report.run.outcome, hint), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
     ctx.exit(report.run.exit_code)
+
+
+def _render(report: Report, out: TextIO, buffers: bool) -> None:
+    # Imported once the program has ended: rich takes a few tenths of a second to
+    # import, which would delay the program's start.
+    from memscope.render.buffers import render_buffers
+    from memscope.render.terminal import render_report
+
+    render_report(report, out)
+    if buffers:
+        render_buffers(report, out)

@@ -42,7 +42,8 @@ def make_console(file: IO[str], *, width: int | None = None,
                  plain: bool | None = None) -> Console:
     """A console on ``file``; ``plain`` defaults to "not a terminal, or NO_COLOR set"."""
     if plain is None:
-        plain = not file.isatty() or "NO_COLOR" in os.environ
+        # no-color.org: only a non-empty NO_COLOR turns colour off
+        plain = not file.isatty() or bool(os.environ.get("NO_COLOR"))
     if width is None and not file.isatty() and "COLUMNS" not in os.environ:
         width = PIPE_WIDTH  # logs do not wrap; rich's 80 would fold every path
     return Console(file=file, width=width, force_terminal=not plain,

@@ -1,0 +1,151 @@
+"""Calls through JAX's ahead-of-time stages: ``jitted.lower(x).compile()(x)``.
+
+A jit object made under :func:`memscope.capture.capture` hands out stand-ins for
+its ``Traced``, ``Lowered`` and ``Compiled`` stages. They forward everything to
+JAX's own (``isinstance`` included); the ``Compiled`` one also counts its
+top-level calls, and reads its executable at the first: the very program the
+user compiled and runs. Nothing of the arguments is kept but their shapes,
+dtypes and shardings (and static arguments, while the stage itself lives).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.compiled import CompiledHandles
+from memscope.observed import Observation
+
+
+class Stage:
+    """A transparent stand-in for one of JAX's stages, made by a measured jit."""
+
+    def __init__(self, real: Any, origin: Any, call: tuple[tuple[Any, ...], dict[str, Any]],
+                 traced: Any = None) -> None:
+        self._memscope_real = real
+        self._memscope_origin = origin
+        self._memscope_call = call  # (args, kwargs) with arrays as ShapeDtypeStructs
+        self._memscope_traced = traced
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(stage, jax.stages.Compiled) holds
+        return type(self._memscope_real)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            real = self.__dict__["_memscope_real"]
+        except KeyError:
+            raise AttributeError(name) from None
+        return getattr(real, name)
+
+    def __repr__(self) -> str:
+        return repr(self._memscope_real)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._memscope_real(*args, **kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """``Traced.lower``: a stand-in for the ``Lowered`` it gives."""
+        lowered = self._memscope_real.lower(*args, **kwargs)
+        return Stage(lowered, self._memscope_origin, self._memscope_call,
+                     traced=self._memscope_real)
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        """``Lowered.compile``: a measured stand-in for the ``Compiled`` it gives."""
+        compiled = self._memscope_real.compile(*args, **kwargs)
+        return Compiled(compiled, self._memscope_origin, self._memscope_call,
+                        traced=self._memscope_traced, lowered=self._memscope_real)
+
+
+class Compiled(Stage):
+    """A ``jax.stages.Compiled`` whose top-level calls are counted under its own entry."""
+
+    def __init__(self, real: Any, origin: Any, call: tuple[tuple[Any, ...], dict[str, Any]],
+                 *, traced: Any, lowered: Any) -> None:
+        super().__init__(real, origin, call, traced)
+        self._memscope_lowered = lowered
+        self._memscope_entry: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        origin = self._memscope_origin
+        session = origin._memscope_session
+        real = self._memscope_real
+        if not session.active or not _compat.is_top_level_call():
+            return real(*args, **kwargs)
+        entry = self._memscope_entry
+        if entry is None:
+            try:
+                return self._first_call(args, kwargs)
+            except BaseException as e:
+                e.with_traceback(_user_frames(e.__traceback__))
+                raise
+        out = real(*args, **kwargs)
+        entry.calls += 1
+        session.sample(entry.name)
+        session.count_call()
+        return out
+
+    def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from memscope.capture import Entry, _addresses
+
+        origin = self._memscope_origin
+        session = origin._memscope_session
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        before = [_addresses(x) for x in leaves]
+        out = self._memscope_real(*args, **kwargs)
+        observation = Observation(
+            inputs_before=tuple(before),
+            inputs_deleted=tuple(x.is_deleted() if isinstance(x, jax.Array) else None
+                                 for x in leaves),
+            outputs_after=tuple(_addresses(y) for y in jax.tree_util.tree_leaves(out)))
+        call_args, call_kwargs = self._memscope_call
+        try:
+            entry = origin._entry(origin._call_key(call_args, call_kwargs)[0],
+                                  call_args, call_kwargs, out)
+        except Exception as e:
+            entry = Entry(name=origin._memscope_name, source=origin._memscope_source,
+                          signature="(?)", spec=origin._memscope_spec,
+                          error=f"could not describe the call: {type(e).__name__}: {e}")
+        entry.observation = observation
+        entry.library = origin._memscope_library
+        shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
+        handles = None
+        try:
+            traced = self._memscope_traced
+            if traced is None:
+                traced = origin._memscope_jitted.trace(*call_args, **call_kwargs)
+            handles = CompiledHandles(traced, self._memscope_lowered, self._memscope_real)
+        except Exception as e:  # never let the measurement break the program
+            entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        entry.calls = 1
+        self._memscope_entry = session.add(("aot", id(self)), entry)
+        if handles is not None and self._memscope_entry is entry:
+            # The read and the variants, off the program's path (memscope.worker).
+            session.defer(functools.partial(origin._analyse, entry, handles, shardings,
+                                            _compat.config_snapshot()))
+        session.sample(entry.name)
+        session.count_call()
+        return out
+
+
+def abstract_call(args: tuple[Any, ...], kwargs: dict[str, Any]
+                  ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` with each array as a ``ShapeDtypeStruct`` (shape, dtype,
+    sharding, weak type): enough to trace the call again, keeping no array alive."""
+    def abstract(x: Any) -> Any:
+        if isinstance(x, jax.Array):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
+                                        weak_type=getattr(x, "weak_type", False))
+        return x
+
+    return jax.tree_util.tree_map(abstract, (args, kwargs))
+
+
+def _user_frames(tb: Any) -> Any:
+    from memscope.capture import _without_own_frames
+
+    return _without_own_frames(tb)

@@ -1,0 +1,191 @@
+"""What makes two jitted calls the same program, as JAX itself decides it.
+
+JAX caches its executables per function object (its code, what it closes over,
+a ``functools.partial``'s arguments), per static argument (by ``==`` and
+``hash``), and per abstract value of each dynamic leaf (shape, canonical dtype,
+weak type, sharding). memscope keys its entries on the same things, so two
+programs are never merged into one entry and one executable is never split in
+two. Nothing here keeps the user's objects alive: objects are held by weak
+reference, or by value when they are plain immutable values.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+import types
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+import jax
+import numpy as np
+
+from memscope import _compat
+
+#: Values compared by value inside keys: immutable, and cheap to keep.
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), enum.Enum, types.CodeType)
+#: Longest name shown for one static argument.
+MAX_STATIC_NAME = 80
+
+
+class _Weak:
+    """An object in a key, by identity, without keeping it alive.
+
+    Once the object is gone, its key equals nothing: a new object born at the
+    same address is another program.
+    """
+
+    __slots__ = ("__weakref__", "_hash", "_ref")
+
+    def __init__(self, value: Any) -> None:
+        self._ref = weakref.ref(value)
+        self._hash = id(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Weak):
+            return NotImplemented
+        value = self._ref()
+        return value is not None and value is other._ref()
+
+
+class _Unique:
+    """An object that can be neither kept nor watched: equal only to itself."""
+
+    __slots__ = ()
+
+
+def value_key(value: Any) -> Hashable:
+    """``value`` by value when it is plain and immutable, else by (weak) identity."""
+    if isinstance(value, _PLAIN):
+        return (type(value), value)
+    if type(value) in (tuple, frozenset):
+        return (type(value), tuple(value_key(v) for v in value))
+    try:
+        return _Weak(value)
+    except TypeError:  # not weakly referenceable (a list, a dict): never merged
+        return _Unique()
+
+
+def function_key(fun: Any) -> Hashable:
+    """The program a function stands for: its code, closure, defaults and partial
+    arguments (``make(k)``'s closures with different ``k`` are different programs)."""
+    if isinstance(fun, functools.partial):
+        return ("partial", function_key(fun.func), value_key(fun.args),
+                tuple(sorted((k, value_key(v)) for k, v in fun.keywords.items())))
+    if isinstance(fun, types.MethodType):
+        return ("method", function_key(fun.__func__), value_key(fun.__self__))
+    if isinstance(fun, types.FunctionType):
+        cells = []
+        for cell in fun.__closure__ or ():
+            try:
+                cells.append(value_key(cell.cell_contents))
+            except ValueError:  # an empty cell
+                cells.append(None)
+        return ("function", fun.__code__, value_key(fun.__defaults__),
+                value_key(tuple(sorted((fun.__kwdefaults__ or {}).items()))),
+                tuple(cells))
+    return ("object", value_key(fun))
+
+
+class StaticKey:
+    """A static argument in a key: equal as JAX compares static arguments
+    (``==`` and ``hash``), held weakly where the object allows it."""
+
+    __slots__ = ("_hash", "_ref", "_value")
+
+    def __init__(self, value: Any) -> None:
+        self._hash = hash(value)
+        self._value: Any = None
+        self._ref: weakref.ref[Any] | None = None
+        try:
+            self._ref = weakref.ref(value)
+        except TypeError:  # ints, strings, tuples: small, and compared by value
+            self._value = value
+
+    def _get(self) -> tuple[bool, Any]:
+        if self._ref is None:
+            return True, self._value
+        value = self._ref()
+        return value is not None, value
+
+    def name(self) -> str:
+        """The argument's :func:`static_name` (``<gone>`` once it was freed)."""
+        alive, value = self._get()
+        return static_name(value) if alive else "<gone>"
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StaticKey) or self._hash != other._hash:
+            return False
+        alive, mine = self._get()
+        other_alive, theirs = other._get()
+        if not (alive and other_alive):
+            return False
+        try:
+            return mine is theirs or bool(mine == theirs)
+        except Exception:
+            return False
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
+
+
+def static_name(value: Any) -> str:
+    """A stable name for a static argument, the same in every run: its ``repr``
+    without memory addresses (``<Model>`` for ``<__main__.Model object at 0x7f..>``),
+    or ``<TypeName>`` when ``repr`` raises; at most :data:`MAX_STATIC_NAME` characters."""
+    kind = type(value)
+    if kind.__repr__ is object.__repr__:
+        return f"<{kind.__qualname__}>"
+    try:
+        text = repr(value)
+    except Exception:  # the user's __repr__ must not break the user's call
+        return f"<{kind.__qualname__}>"
+    if not isinstance(text, str):
+        return f"<{kind.__qualname__}>"
+    text = _ADDRESS.sub("", text)
+    if len(text) > MAX_STATIC_NAME:
+        text = text[:MAX_STATIC_NAME - 1] + "…"
+    return text
+
+
+def leaf_key(x: Any) -> tuple[Any, ...]:
+    """(kind, abstract value, placement): what JAX's dispatch distinguishes for one
+    dynamic leaf. The abstract value carries the canonical dtype (a float64 numpy
+    array is float32 with x64 off) and the weak type of Python scalars."""
+    if isinstance(x, jax.Array):
+        return ("array", jax.typeof(x), _placement(x.sharding, x.ndim))
+    if isinstance(x, np.ndarray | np.generic):
+        return ("numpy", jax.typeof(x), None)
+    if isinstance(x, jax.ShapeDtypeStruct):  # an ahead-of-time call's stand-in for an array
+        sharding = x.sharding
+        return ("array", jax.typeof(x),
+                None if not isinstance(sharding, jax.sharding.Sharding)
+                else _placement(sharding, len(x.shape)))
+    try:
+        return (type(x), jax.typeof(x), None)
+    except Exception:  # not a JAX type: JAX will say so at the call
+        return (type(x), None, None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _placement(sharding: Any, ndim: int) -> Any:
+    # Arrays share a handful of sharding objects; each is looked at once, not
+    # at every call of every leaf.
+    return _compat.sharding_key(sharding, ndim)
+
+
+def leaf_text(key: tuple[Any, ...]) -> str:
+    """``float32[4,8]`` for an array leaf (its canonical dtype), the type's name for a
+    Python scalar."""
+    kind, aval, _ = key
+    if kind in ("array", "numpy") and aval is not None:
+        return f"{aval.dtype}[{','.join(map(str, aval.shape))}]"
+    return kind.__name__ if isinstance(kind, type) else str(kind)

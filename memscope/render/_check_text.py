@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memscope.check import CheckResult, EnvDifference
+from memscope.check import CheckResult, EnvDifference, FunctionVerdict
 
 
 def against(result: CheckResult, code: str = "") -> str:
@@ -25,3 +25,13 @@ def environment_note(result: CheckResult) -> str:
 
 def differences(diffs: tuple[EnvDifference, ...]) -> str:
     return "; ".join(f"{d.field} {d.baseline} -> {d.now}" for d in diffs)
+
+
+def function_label(fn: FunctionVerdict) -> str:
+    """``train_step (params: 4 arrays, 8.5 KiB; x: float32[8])``: the name and its
+    signature in parentheses (a recorded ``(...)`` signature brings its own)."""
+    sig = fn.shown_signature
+    if not sig:
+        return fn.name
+    return f"{fn.name} {sig}" if sig.startswith("(") else f"{fn.name} ({sig})"
+

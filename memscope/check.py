@@ -22,7 +22,13 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from memscope.report import Environment, FunctionReport, InputBuffer, Report
-from memscope.summary import MAX_LISTED, bounded, bounded_leaves, short_signature
+from memscope.summary import (
+    MAX_LISTED,
+    bounded,
+    bounded_leaves,
+    parenthesized,
+    short_signature,
+)
 from memscope.units import format_bytes, format_change
 
 Figure = Literal["peak", "temp", "io"]
@@ -251,7 +257,8 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
         if then is not None:
             changed = signature_changes(then, now)
             if changed:
-                notes.append(f"paired with its baseline signature {short_signature(then)}; "
+                notes.append("paired with its baseline signature "
+                             f"{parenthesized(short_signature(then))}; "
                              f"its signature changed: {'; '.join(changed)}")
             found, said = judge(then, now, config.tolerances)
             problems += found

@@ -12,7 +12,7 @@ from typing import Literal
 
 from memscope.check import Tolerances, judge, pair_functions, signature_changes
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
-from memscope.summary import argument_of, bounded_leaves, short_signature
+from memscope.summary import argument_of, bounded_leaves, parenthesized, short_signature
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
 
@@ -140,7 +140,7 @@ def _diff(before: FunctionReport, after: FunctionReport, before_setting: str | N
     problems, notes = judge(before, after, tolerances or Tolerances())
     changed = signature_changes(before, after)
     if changed:
-        notes.insert(0, f"paired with the old signature {short_signature(before)}; its "
+        notes.insert(0, f"paired with the old signature {parenthesized(short_signature(before))}; its "
                         f"signature changed: {'; '.join(changed)}")
     return FunctionDiff(after.name, after.source, after.signature,
                         _verdict(figures, leaves, problems),

@@ -486,6 +486,12 @@ def short_signature(fn: FunctionReport) -> str:
     return signature_text(argument_signatures(fn))
 
 
+def parenthesized(signature: str) -> str:
+    """A signature in parentheses, as a name is followed by it: a recorded ``(...)``
+    signature brings its own."""
+    return signature if signature.startswith("(") else f"({signature})"
+
+
 def differences(fn: FunctionReport, others: Sequence[FunctionReport]) -> str | None:
     """What sets ``fn`` apart from the other signatures of the same function: the
     leaves whose dtype and shape differ (a bounded list), and static arguments."""

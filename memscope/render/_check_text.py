@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memscope.check import CheckResult, EnvDifference, FunctionVerdict
+from memscope.summary import parenthesized
 
 
 def against(result: CheckResult, code: str = "") -> str:
@@ -31,7 +32,5 @@ def function_label(fn: FunctionVerdict) -> str:
     """``train_step (params: 4 arrays, 8.5 KiB; x: float32[8])``: the name and its
     signature in parentheses (a recorded ``(...)`` signature brings its own)."""
     sig = fn.shown_signature
-    if not sig:
-        return fn.name
-    return f"{fn.name} {sig}" if sig.startswith("(") else f"{fn.name} ({sig})"
+    return f"{fn.name} {parenthesized(sig)}" if sig else fn.name
 

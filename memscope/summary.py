@@ -49,8 +49,7 @@ TERMS: dict[str, str] = {
     "reuses_input": "written into the named donated input's buffer",
     "copy_of_input": "a copy of a non-donated input, returned unchanged (a whole extra buffer)",
     "new": "a fresh buffer",
-    "candidate": "not donated, but an output of the same shape and dtype could reuse its "
-                 "buffer if it were",
+    "candidate": "not donated, yet an output of its shape and dtype could reuse it",
     "confirmed": "at the first call an output landed at the donated input's buffer address",
     "not_reused": "at the first call no output landed at the donated input's buffer address",
     "deleted": "the call deleted the donated input (reading it again raises an error)",

@@ -290,11 +290,9 @@ Donation variants (each compiled and measured)
     not_donated: not donated: the buffer stays allocated for the caller
     reuses_input: written into the named donated input's buffer
     new: a fresh buffer
-    candidate: not donated, but an output of the same shape and dtype could
-      reuse its buffer if it were
+    candidate: not donated, yet an output of its shape and dtype could reuse it
 
-Every leaf with its fate and reason: --leaves [PATTERN] (and --fate FATE) on
-memscope run or show; everything: the JSON report (-o FILE.json).
+Every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o FILE.json
 """
 
 

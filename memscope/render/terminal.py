@@ -124,10 +124,9 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         if leaves is not None and not (s.small and leaves == LeafFilter()):
             _leaf_detail(out, fn, leaves)
     out.line()
-    out.para("Every leaf with its fate and reason: --leaves [PATTERN] (and --fate FATE) on "
-             "memscope run or show; everything: the JSON report (-o FILE.json)."
-             if leaves is None else
-             "Everything, every figure and leaf: the JSON report (-o FILE.json).", style="dim")
+    out.para("Every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o FILE.json"
+             if leaves is None else "Everything, every figure and leaf: -o FILE.json",
+             style="dim")
 
 
 def _header(out: Lines, report: Report) -> None:
@@ -352,8 +351,7 @@ def _notes(fn: FunctionReport) -> list[str]:
                      f"peak so far {format_bytes(mm.peak_bytes_in_use)} (compiled peak "
                      f"{format_bytes(fn.memory.peak_bytes if fn.memory else None)})")
     m = fn.memory
-    if m is not None and m.peak_is_computed and m.peak_rule_text:
-        notes.append(f"* {visible(m.peak_rule_text)}.")
+    # The peak's rule (the "*" of the figures) is said once, under the figures table.
     if m is not None and m.host.any_nonzero():
         h = m.host
         notes.append(f"host memory: argument {format_bytes(h.argument_bytes)}, "

@@ -64,7 +64,8 @@ def test_default_output_answers_first_and_is_bounded(transformer):
     assert f"jit train_step with {a.setting}" in answer
     assert (f"peak {format_bytes(a.peak_before)} -> {format_bytes(a.peak_after)}") in answer
     # the peak each function holds, and what is wrong, come before any table
-    assert f"train_step: peak {format_bytes(fn.memory.peak_bytes)} per device" in answer
+    assert (f"train_step ({fn.source}): peak {format_bytes(fn.memory.peak_bytes)} per device"
+            in answer)
     candidates = sum(b.candidate for b in fn.inputs)
     assert f"warning: {candidates} leaves" in answer
     # one line per argument and subtree, not per leaf

@@ -233,7 +233,7 @@ target: train.py --steps 3
 run:    completed (exit code 0)
 jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
 
-train_step: peak 90.0 KiB per device (train.py:40, 12 calls)
+train_step (train.py:40): peak 90.0 KiB per device
   warning: 27 leaves, 20.8 KiB, not donated, but an output of the same shape and
       dtype could reuse the buffer (candidates): opt_state[0].count,
       opt_state[0].mu['embed'], opt_state[0].mu['layers'][0]['b'] and 24 more

@@ -130,12 +130,12 @@ target: train.py --lr 3e-4
 run:    failed (exit code 3)
 jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
 
-train_step: peak 4.0 MiB per device (train.py:12, 20 calls)
+train_step (train.py:12): peak 4.0 MiB per device
   problem: 1 leaf, 4.0 KiB, donated but unusable: no output can take the buffer,
       so it stays allocated: x
   note: 1 leaf, 4 B, never read, so dropped from the compiled program (pruned):
       step
-eval_step: peak n/a per device (n/a, 1 call)
+eval_step (n/a): peak n/a per device
   problem: memscope could not read it: could not read the compiled program: boom
 
 Compiled functions (bytes per device)

@@ -150,11 +150,10 @@ def _header(out: Lines, report: Report) -> None:
 def _answer(out: Lines, summary: ReportSummary) -> None:
     """Per function: its peak, what is wrong, and what to change."""
     for s in summary.functions:
-        calls = f"{s.calls} call{'s' if s.calls != 1 else ''}"
         where = visible(s.source or "n/a")
         variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
-        out.para(f"{visible(s.name)}: peak {format_bytes(s.peak)} per device "
-                 f"({where}, {calls}{variant})", "    ")
+        out.para(f"{visible(s.name)} ({where}{variant}): peak {format_bytes(s.peak)} per "
+                 "device", "    ")
         for f in s.findings:
             _finding(out, f)
         if s.advice is not None:
@@ -215,13 +214,9 @@ def _runtime(report: Report) -> list[str]:
                          f"{format_bytes(s.bytes_in_use):>10}  peak "
                          f"{format_bytes(s.peak_bytes_in_use):>10}")
     live = rt.live_arrays
-    if live is not None:
-        largest = "; ".join(f"{a.dtype}{_shape(a.shape)} {format_bytes(a.bytes)}"
-                            + (f" on {visible(a.sharding)}" if a.sharding else "")
-                            for a in live.largest[:3])
+    if live is not None:  # the largest of them are in the JSON report
         lines.append(f"Live arrays when the target ended: {live.count}, "
-                     f"{format_bytes(live.total_bytes)}"
-                     + (f"; largest: {largest}" if largest else ""))
+                     f"{format_bytes(live.total_bytes)}")
     return lines
 
 

@@ -23,6 +23,7 @@ FULL = {
     "bench_scaling.py": ["--sizes", "1,10,100,1000"],
     "bench_buffers.py": [],
     "bench_load.py": ["--functions", "2000", "--leaves", "55"],
+    "bench_reports.py": ["--sizes", "405,1000,5000,20000"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],
@@ -31,6 +32,7 @@ QUICK = {
     "bench_scaling.py": ["--sizes", "1,2", "--calls", "1"],
     "bench_buffers.py": ["--layers", "2", "--width", "8", "--repeat", "1"],
     "bench_load.py": ["--functions", "3", "--leaves", "2"],
+    "bench_reports.py": ["--sizes", "50", "--repeat", "1"],
 }
 
 

@@ -24,6 +24,7 @@ FULL = {
     "bench_buffers.py": [],
     "bench_real.py": [],
     "bench_load.py": ["--functions", "2000", "--leaves", "55"],
+    "bench_reports.py": ["--sizes", "405,1000,5000,20000"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],
@@ -34,6 +35,7 @@ QUICK = {
     "bench_real.py": ["--steps", "2", "--layers", "1", "--width", "32",
                       "--compile-layers", "1"],
     "bench_load.py": ["--functions", "3", "--leaves", "2"],
+    "bench_reports.py": ["--sizes", "50", "--repeat", "1"],
 }
 
 

@@ -22,6 +22,13 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from memscope.report import Environment, FunctionReport, InputBuffer, Report
+from memscope.summary import (
+    MAX_LISTED,
+    bounded,
+    bounded_leaves,
+    parenthesized,
+    short_signature,
+)
 from memscope.units import format_bytes, format_change
 
 Figure = Literal["peak", "temp", "io"]
@@ -161,10 +168,17 @@ class FunctionVerdict:
     baseline_signature: str | None = None
     #: what changed in the signature, one line per argument leaf
     signature_change: tuple[str, ...] = ()
+    #: the signature abbreviated per argument, as every renderer shows it
+    short_signature: str | None = None
 
     @property
     def failed(self) -> bool:
         return self.status in FAILING
+
+    @property
+    def shown_signature(self) -> str | None:
+        """The signature to show: abbreviated where known, else as recorded."""
+        return self.short_signature or self.signature
 
     @property
     def file(self) -> str | None:
@@ -243,7 +257,8 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
         if then is not None:
             changed = signature_changes(then, now)
             if changed:
-                notes.append(f"paired with its baseline signature {then.signature}; "
+                notes.append("paired with its baseline signature "
+                             f"{parenthesized(short_signature(then))}; "
                              f"its signature changed: {'; '.join(changed)}")
             found, said = judge(then, now, config.tolerances)
             problems += found
@@ -259,10 +274,11 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
             now.name, now.signature, now.source, status, _figures(then, now),
             tuple(problems), tuple(notes),
             baseline_signature=then.signature if changed and then else None,
-            signature_change=changed))
+            signature_change=changed, short_signature=short_signature(now)))
     for then in pairing.vanished:
         verdicts.append(FunctionVerdict(then.name, then.signature, then.source, "vanished",
-                                        _figures(then, None)))
+                                        _figures(then, None),
+                                        short_signature=short_signature(then)))
     called = {fn.name for fn in current.functions}
     where = config.source or "the config"
     for name in budgets:
@@ -501,13 +517,15 @@ def judge(then: FunctionReport, now: FunctionReport, tolerances: Tolerances = To
                          f"{change.figure}=PCT gates it)")
     gained = gained_unusable(then.inputs, now.inputs)
     if gained:
-        problems.append("gained an unusable donation: " + ", ".join(_leaf(b) for b in gained)
-                        + (" is" if len(gained) == 1 else " are")
-                        + " donated but no output can take the buffer")
+        what = (" is" if len(gained) == 1 else " are") + " donated but no output can take the buffer"
+        problems.append(f"gained an unusable donation: {leaves_text(gained)}{what}"
+                        if len(gained) <= MAX_LISTED else
+                        f"gained an unusable donation: {len(gained)} leaves{what}: "
+                        + leaves_text(gained))
     for fate, paths in lost_aliases(then.inputs, now.inputs).items():
         now_text = "no longer an argument leaf" if fate == "gone" else f"now {fate}"
         what = "leaf lost its alias" if len(paths) == 1 else "leaves lost their alias"
-        problems.append(f"{len(paths)} {what} ({now_text}): {', '.join(paths)}")
+        problems.append(f"{len(paths)} {what} ({now_text}): {bounded_leaves(paths)}")
     return problems, notes
 
 
@@ -547,15 +565,20 @@ def budget_problems(fn: FunctionReport, budget: Budget) -> list[str]:
         unusable = [b for b in fn.inputs if b.fate == "unusable"]
         if unusable:
             problems.append("has an unusable donation (forbid_unusable_donation): "
-                            + ", ".join(_leaf(b) for b in unusable))
+                            + leaves_text(unusable))
     for prefix in budget.require_aliased:
         leaves = [b for b in fn.inputs if leaf_under(b.path, prefix)]
         if not leaves:
             problems.append(f"require_aliased {prefix!r}: no argument leaf is {prefix} "
                             "or under it")
-        others = [f"{b.path} is {b.fate}" for b in leaves if b.fate != "aliased"]
-        if others:
-            problems.append(f"require_aliased {prefix!r}: " + ", ".join(others))
+        others = [b for b in leaves if b.fate != "aliased"]
+        listed = bounded([f"{b.path} is {b.fate}" for b in others])
+        if others and len(others) <= MAX_LISTED:
+            problems.append(f"require_aliased {prefix!r}: {listed}")
+        elif others:
+            fates = ", ".join(f"{n} {fate}" for fate, n in _fate_counts(others).items())
+            problems.append(f"require_aliased {prefix!r}: {len(others)} of {len(leaves)} "
+                            f"leaves are not aliased ({fates}): {listed}")
     return problems
 
 
@@ -597,7 +620,7 @@ def limit_problems(functions: Sequence[FunctionReport], limit: int, *,
     for fn in functions:
         if function is not None and fn.name != function:
             continue
-        where = f"{fn.name} ({fn.source or 'n/a'}, signature {fn.signature})"
+        where = f"{fn.name} ({fn.source or 'n/a'}, signature {short_signature(fn)})"
         peak = figure_value(fn, "peak")
         if peak is None:
             problems.append(f"{where}: peak unknown ({fn.error or 'n/a'}), so the "
@@ -607,8 +630,7 @@ def limit_problems(functions: Sequence[FunctionReport], limit: int, *,
                             f"{format_bytes(limit)}; largest buffers: {largest_buffers(fn)}")
         unusable = [b for b in fn.inputs if b.fate == "unusable"]
         if forbid_unusable_donation and unusable:
-            problems.append(f"{where}: unusable donation: "
-                            + ", ".join(_leaf(b) for b in unusable))
+            problems.append(f"{where}: unusable donation: " + leaves_text(unusable))
     return problems
 
 
@@ -632,6 +654,22 @@ def largest_buffers(fn: FunctionReport, count: int = 3) -> str:
     buffers.sort(key=lambda b: -b[0])
     return ", ".join(f"{path} {format_bytes(size)} ({kind}, {fate})"
                      for size, path, kind, fate in buffers[:count]) or "none"
+
+
+def leaves_text(leaves: Sequence[InputBuffer]) -> str:
+    """A handful of leaves with their avals and sizes, or, for more, counted by argument
+    with a few named: a failure message stays short however many leaves fail."""
+    if len(leaves) <= MAX_LISTED:
+        return ", ".join(_leaf(b) for b in leaves)
+    total = format_bytes(sum(b.bytes for b in leaves))
+    return f"{len(leaves)} leaves, {total}: {bounded_leaves([b.path for b in leaves])}"
+
+
+def _fate_counts(leaves: Sequence[InputBuffer]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for b in leaves:
+        counts[b.fate] += 1
+    return dict(counts)
 
 
 def _leaf(b: InputBuffer) -> str:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from memscope.check import Tolerances, judge, pair_functions, signature_changes
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
+from memscope.summary import argument_of, bounded_leaves, parenthesized, short_signature
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
 
@@ -41,6 +42,19 @@ class LeafChange:
 
 
 @dataclass(frozen=True)
+class ChangeGroup:
+    """Leaves of one argument (or result) whose fate changes the same way: a count,
+    a few named, the rest in ``FunctionDiff.leaves``."""
+
+    kind: Literal["input", "output"]
+    argument: str
+    before: str
+    after: str
+    leaves: int
+    examples: str
+
+
+@dataclass(frozen=True)
 class FunctionDiff:
     """One function compared before and after (a donation variant, or a newer report)."""
 
@@ -56,6 +70,28 @@ class FunctionDiff:
     #: why it is ``worse``, and what else was noticed (``memscope check``'s lines)
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    #: the signature abbreviated per argument
+    short_signature: str | None = None
+
+    @property
+    def groups(self) -> tuple[ChangeGroup, ...]:
+        """The changed leaves grouped by argument and by the fates before and after."""
+        return change_groups(self.leaves)
+
+
+def change_groups(leaves: Sequence[LeafChange]) -> tuple[ChangeGroup, ...]:
+    """``leaves`` by (kind, argument, fate before, fate after), in order of appearance;
+    a fate's partner is left out, so that 100 leaves aliased each to its own output
+    are one group."""
+    def fate(text: str | None) -> str:
+        return "(absent)" if text is None else text.split(" ")[0]
+
+    grouped: dict[tuple[Literal["input", "output"], str, str, str], list[str]] = {}
+    for leaf in leaves:
+        key = (leaf.kind, argument_of(leaf.path), fate(leaf.before), fate(leaf.after))
+        grouped.setdefault(key, []).append(leaf.path)
+    return tuple(ChangeGroup(kind, arg, before, after, len(paths), bounded_leaves(paths))
+                 for (kind, arg, before, after), paths in grouped.items())
 
 
 def compare_variant(fn: FunctionReport, variant: Variant,
@@ -63,7 +99,8 @@ def compare_variant(fn: FunctionReport, variant: Variant,
     """``fn`` as written against ``variant``, both as compiled."""
     if variant.error is not None or variant.memory is None:
         return FunctionDiff(fn.name, fn.source, fn.signature, "error",
-                            fn.setting, variant.setting, error=variant.error)
+                            fn.setting, variant.setting, error=variant.error,
+                            short_signature=short_signature(fn))
     after = FunctionReport(fn.name, fn.source, fn.calls, fn.signature, variant.memory,
                            variant.inputs, variant.outputs)
     return _diff(fn, after, fn.setting, variant.setting, tolerances)
@@ -82,11 +119,14 @@ def compare_reports(old: Report, new: Report, tolerances: Tolerances | None = No
         elif id(fn) in pairing.unpaired:
             diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "worse",
                                       after_setting=fn.setting,
-                                      problems=(pairing.unpaired[id(fn)],)))
+                                      problems=(pairing.unpaired[id(fn)],),
+                                      short_signature=short_signature(fn)))
         else:
             diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "new",
-                                      after_setting=fn.setting))
-    diffs += [FunctionDiff(fn.name, fn.source, fn.signature, "gone", before_setting=fn.setting)
+                                      after_setting=fn.setting,
+                                      short_signature=short_signature(fn)))
+    diffs += [FunctionDiff(fn.name, fn.source, fn.signature, "gone", before_setting=fn.setting,
+                           short_signature=short_signature(fn))
               for fn in pairing.vanished]
     return tuple(diffs)
 
@@ -100,12 +140,13 @@ def _diff(before: FunctionReport, after: FunctionReport, before_setting: str | N
     problems, notes = judge(before, after, tolerances or Tolerances())
     changed = signature_changes(before, after)
     if changed:
-        notes.insert(0, f"paired with the old signature {before.signature}; its signature "
-                        f"changed: {'; '.join(changed)}")
+        notes.insert(0, f"paired with the old signature {parenthesized(short_signature(before))}; its "
+                        f"signature changed: {'; '.join(changed)}")
     return FunctionDiff(after.name, after.source, after.signature,
                         _verdict(figures, leaves, problems),
                         before_setting, after_setting, figures, leaves,
-                        problems=tuple(problems), notes=tuple(notes))
+                        problems=tuple(problems), notes=tuple(notes),
+                        short_signature=short_signature(after))
 
 
 def _fate(b: InputBuffer | OutputBuffer) -> str:

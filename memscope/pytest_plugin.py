@@ -36,6 +36,8 @@ import pytest
 
 from memscope.check import limit_problems
 from memscope.errors import MemscopeError
+from memscope.render.text import visible
+from memscope.summary import bounded
 from memscope.units import format_bytes, parse_size
 
 if TYPE_CHECKING:
@@ -173,7 +175,7 @@ def _enforce(spec: _Limit, reports: list[FunctionReport]) -> None:
     if spec.function is not None and spec.function not in called:
         pytest.fail(f"{MARKER}: this test called no jitted function named "
                     f"{spec.function!r} that memscope could see (it saw: "
-                    f"{', '.join(called) or 'none'})", pytrace=False)
+                    f"{visible(bounded(called)) or 'none'})", pytrace=False)
     if not reports:
         pytest.fail(f"{MARKER}: this test called no jitted function that memscope could "
                     "see. memscope sees jax.jit functions made while the test runs and those "
@@ -182,5 +184,5 @@ def _enforce(spec: _Limit, reports: list[FunctionReport]) -> None:
     problems = limit_problems(reports, spec.limit, function=spec.function,
                               forbid_unusable_donation=spec.forbid_unusable_donation)
     if problems:
-        pytest.fail(f"{MARKER}({format_bytes(spec.limit)}): " + "\n".join(problems),
-                    pytrace=False)
+        pytest.fail(f"{MARKER}({format_bytes(spec.limit)}): "
+                    + "\n".join(visible(p) for p in problems), pytrace=False)

@@ -87,3 +87,13 @@ def test_load_benchmark_prints_one_row_per_step():
                          "memscope check --report"}
     assert rows["json.loads"][1] == "1.00"
     assert all(float(value) > 0 for row in rows.values() for value in row)
+
+
+def test_reports_benchmark_prints_one_row_per_size():
+    out = _bench("bench_reports.py", "--sizes", "200,1000", "--repeat", "1")
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["200", "998"]
+    # the default output does not grow with the leaf count
+    assert rows[0][1] == rows[1][1]
+    assert all(float(value) > 0 for row in rows for value in row[2:6])
+

@@ -143,11 +143,13 @@ def test_saved_report_junit_summary_and_annotations(project: Path, baseline: str
     text = summary.read_text(encoding="utf-8")
     assert text.startswith("earlier step\n### memscope check: FAIL\n")
     annotations = [line for line in result.stdout.splitlines() if line.startswith("::")]
+    inputs = load_report(str(current)).functions[0].inputs
+    state = format_bytes(sum(b.bytes for b in inputs if b.path.startswith("params")))
     assert annotations == [
         f"::error file={script},line=18,title=memscope check%3A train_step::train_step "
-        + load_report(str(current)).functions[0].signature
-        + ": 4 leaves lost their alias (now not_donated): momentum[0]['b'], momentum[0]['w'], "
-          "momentum[1]['b'], momentum[1]['w']"]
+        f"(params: 4 arrays, {state}; momentum: 4 arrays, {state}; x: float32[128,32]; "
+        "y: float32[128,1]; lr=0.01): 4 leaves lost their alias (now not_donated): "
+        "momentum[0]['b'], momentum[0]['w'], momentum[1]['b'], momentum[1]['w']"]
     xml = junit.read_text(encoding="utf-8")
     assert '<testsuites tests="1" failures="1"' in xml
     assert 'classname="memscope.train_step"' in xml

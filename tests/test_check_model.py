@@ -14,6 +14,7 @@ from memscope.check import (
     FigureChange,
     Tolerance,
     Tolerances,
+    budget_problems,
     check,
     environment_differences,
     limit_problems,
@@ -363,13 +364,13 @@ def test_limit_problems_names_function_peak_and_largest_buffers() -> None:
                                    "params"),))
     small = fn("eval_step", peak=KiB)
     assert limit_problems([big, small], 2 * MiB) == [
-        "train_step (train.py:18, signature (float32[128])): peak 3.0 MiB exceeds the limit "
-        "2.0 MiB; largest buffers: x 2.0 MiB (input, not_donated), params 1.0 MiB "
+        "train_step (train.py:18, signature params: float32[128]; x: float32[128]): peak "
+        "3.0 MiB exceeds the limit 2.0 MiB; largest buffers: x 2.0 MiB (input, not_donated), params 1.0 MiB "
         "(input, aliased), result[0] 1.0 MiB (output, reuses_input)"]
     assert limit_problems([big, small], 2 * MiB, function="eval_step") == []
     unusable = fn(inputs=(buf("y", "unusable"),))
     assert limit_problems([unusable], GiB, forbid_unusable_donation=True) == [
-        "train_step (train.py:18, signature (float32[128])): unusable donation: "
+        "train_step (train.py:18, signature y: float32[128]): unusable donation: "
         "y (float32[128], 512 B)"]
 
 
@@ -474,3 +475,17 @@ def test_command_line_tolerances_override_the_config() -> None:
         with_options(config, ["peek=5%"], [])
     with pytest.raises(MemscopeError, match="--max-increase-bytes: not a size: '16 MiBs'"):
         with_options(config, [], ["16 MiBs"])
+
+
+def test_failure_messages_stay_short_at_any_leaf_count() -> None:
+    many = tuple(buf(f"state['layer_{i}']['w']", "unusable") for i in range(300))
+    (problem,) = limit_problems([fn(inputs=many)], GiB, forbid_unusable_donation=True)
+    assert problem.endswith(
+        "unusable donation: 300 leaves, 150.0 KiB: "
+        "state['layer_0']['w'], state['layer_1']['w'], state['layer_2']['w'] and 297 more")
+    assert len(problem) < 300
+    budget = Budget("train_step", require_aliased=("state",), forbid_unusable_donation=True)
+    problems = budget_problems(fn(inputs=many), budget)
+    assert all(len(p) < 300 for p in problems), problems
+    assert "300 of 300 leaves are not aliased (300 unusable)" in problems[1]
+

@@ -43,7 +43,8 @@ def test_a_function_is_followed_when_its_batch_grows() -> None:
     assert v.baseline_signature == "(float32[256], float32[32,256])"
     assert v.signature_change == ("x: float32[32,256] -> float32[512,256]",)
     assert v.problems[0].startswith("peak grew by +2.9 KiB (+300.0%) to 3.9 KiB")
-    assert v.notes == ("paired with its baseline signature (float32[256], float32[32,256]); "
+    # the baseline's signature abbreviated per argument (in full: v.baseline_signature)
+    assert v.notes == ("paired with its baseline signature (w: float32[256]; x: float32[32,256]); "
                        "its signature changed: x: float32[32,256] -> float32[512,256]",)
     assert result.summary == "FAIL: 1 of 1 checked function failed (sgd_step)"
     (d,) = compare_reports(base, now)

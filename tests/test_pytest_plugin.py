@@ -52,7 +52,7 @@ def test_marker_fails_a_test_over_the_limit_naming_function_peak_and_buffers(
     """)
     result.assert_outcomes(passed=1, failed=1)
     # the failure is the one line, without a traceback
-    assert ("limit_device_memory(1.0 MiB): outer (test_inner.py:6, signature (float32[1024])): "
+    assert ("limit_device_memory(1.0 MiB): outer (test_inner.py:6, signature x: float32[1024]): "
             "peak 4.0 MiB exceeds the limit 1.0 MiB; largest buffers: result 4.0 MiB "
             "(output, new), x 4.0 KiB (input, not_donated)") in result.stdout.lines
     result.stdout.fnmatch_lines(["FAILED test_inner.py::test_over*"])
@@ -101,7 +101,7 @@ def test_marker_forbids_unusable_donation(pytester: pytest.Pytester) -> None:
     """)
     result.assert_outcomes(passed=1, failed=1)
     assert ("limit_device_memory(1.0 GiB): <lambda> (test_inner.py:14, signature "
-            "(float32[4], float32[3])): unusable donation: b (float32[3], 12 B)"
+            "a: float32[4]; b: float32[3]): unusable donation: b (float32[3], 12 B)"
             ) in result.stdout.lines
 
 

@@ -139,7 +139,10 @@ def test_html_is_self_contained_and_escapes_user_strings():
     evil = dataclasses.replace(report.functions[0], name="<script>alert(1)</script>")
     text = _html(dataclasses.replace(report, functions=(evil, report.functions[1])))
     assert text.startswith("<!DOCTYPE html>")
-    assert "<script" not in text.lower()
+    # one script, memscope's own, and it holds none of the report's text
+    assert text.lower().count("<script") == 1
+    script = text[text.index("<script>"):text.index("</script>")]
+    assert "train_step" not in script and "alert" not in script
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.I)
     assert "http://" not in text and "https://" not in text
@@ -254,3 +257,147 @@ def test_html_renders_in_headless_chromium(tmp_path):
     assert len(data) > 20_000, len(data)  # a blank page compresses to a few KiB
     if os.environ.get("MEMSCOPE_KEEP_SCREENSHOT"):
         shutil.copy(shot, os.environ["MEMSCOPE_KEEP_SCREENSHOT"])
+
+
+# ------------------------------------------------------- browser, driven --
+
+CHROMEDRIVER = shutil.which("chromedriver")
+try:
+    import selenium  # noqa: F401
+    SELENIUM = True
+except ImportError:
+    SELENIUM = False
+
+needs_driven_browser = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None or not SELENIUM,
+    reason="driving the HTML report needs chromium, chromedriver (apt: chromium "
+           "chromium-driver, as .ci/run installs) and selenium (the test extra)")
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium under Selenium, with a fresh profile and no network use."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+                "--window-size=1280,1600"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def leaf_rows(view) -> list:
+    from selenium.webdriver.common.by import By
+
+    return view.find_elements(By.CSS_SELECTOR, "table.leaves tbody tr")
+
+
+def page_rows(driver, view) -> list[tuple[str, int, str, bool]]:
+    """(path, bytes, fate, shown) of every row of the leaf table, in the page's order."""
+    return [tuple(r) for r in driver.execute_script(
+        "return Array.prototype.map.call(arguments[0].querySelectorAll("
+        "'table.leaves tbody tr'), function (r) { return [r.dataset.path, "
+        "Number(r.dataset.bytes), r.dataset.fate, !r.hidden]; });", view)]
+
+
+def drive_leaf_table(driver, view, shots: Path, name: str) -> list[tuple[str, int, str]]:
+    """Sort by size both ways, filter by fate and path text, show every match; returns
+    the rows in the page's first order. Only the first ``data-limit`` matches are laid
+    out until the button asks for every one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    limit = int(view.get_attribute("data-limit"))
+    first = [r[:3] for r in page_rows(driver, view)]
+
+    def check_shown(matching: list[tuple[str, int, str]]) -> None:
+        rows = page_rows(driver, view)
+        shown = [r[:3] for r in rows if r[3]]
+        assert shown == [r for r in (r[:3] for r in rows) if r in matching][:limit]
+        assert view.find_element(By.CSS_SELECTOR, ".shown").text == str(len(matching))
+
+    size = view.find_element(By.CSS_SELECTOR, 'th[data-sort="bytes"] button')
+    size.click()
+    rows = [r[:3] for r in page_rows(driver, view)]
+    assert [b for _, b, _ in rows] == sorted((b for _, b, _ in first), reverse=True)
+    assert sorted(rows) == sorted(first)
+    check_shown(first)
+    size.click()
+    assert [r[1] for r in page_rows(driver, view)] == sorted(b for _, b, _ in first)
+    fate = first[-1][2]
+    Select(view.find_element(By.CSS_SELECTOR, ".fate-filter")).select_by_value(fate)
+    check_shown([r for r in first if r[2] == fate])
+    text = first[-1][0][-12:]
+    box = view.find_element(By.CSS_SELECTOR, ".path-filter")
+    box.send_keys(text)
+    matching = [r for r in first if r[2] == fate and text.lower() in r[0].lower()]
+    assert matching
+    check_shown(matching)
+    driver.execute_script("arguments[0].scrollIntoView()", view)
+    shot = shots / f"{name}.png"
+    assert driver.save_screenshot(str(shot))
+    assert shot.read_bytes().startswith(b"\x89PNG")
+    box.clear()
+    Select(view.find_element(By.CSS_SELECTOR, ".fate-filter")).select_by_value("")
+    check_shown(first)
+    more = view.find_element(By.CSS_SELECTOR, "button.more")
+    assert more.is_displayed() == (len(first) > limit)
+    if len(first) > limit:
+        more.click()
+        assert all(r[3] for r in page_rows(driver, view))
+    return first
+
+
+def many_leaves_report(leaves: int = 5000, functions: int = 4) -> Report:
+    """``functions`` functions (so their sections start closed), the first with ``leaves``."""
+    from memscope.report import InputBuffer, OutputBuffer
+
+    report = sample_report()
+    fates = ("aliased", "not_donated", "pruned", "unusable", "donor")
+    inputs = tuple(InputBuffer(f"params['block_{i // 10}']['w{i % 10}']", (i % 97 + 1,),
+                               "float32", 4 * (i % 97 + 1), i % 5 != 1, fates[i % 5])  # type: ignore[arg-type]
+                   for i in range(leaves))
+    outputs = tuple(OutputBuffer(f"result[{i}]", (i + 1,), "float32", 4 * (i + 1), "new")
+                    for i in range(leaves // 10))
+    big = dataclasses.replace(report.functions[0], inputs=inputs, outputs=outputs,
+                              name="big_step")
+    others = tuple(dataclasses.replace(report.functions[0], name=f"step_{k}")
+                   for k in range(functions - 1))
+    return dataclasses.replace(report, functions=(big, *others))
+
+
+@pytest.mark.browser
+@needs_driven_browser
+def test_html_leaf_table_sorts_filters_and_expands_at_5000_leaves(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    report = many_leaves_report()
+    page = tmp_path / "report.html"
+    page.write_text(_html(report), encoding="utf-8")
+    browser.get(page.as_uri())
+    shots = tmp_path
+    browser.save_screenshot(str(shots / "first-screen.png"))
+    # the answer comes before any section, and with 4 functions each section is closed
+    answer = browser.find_element(By.ID, "answer")
+    assert answer.is_displayed() and "big_step" in answer.text
+    section = browser.find_element(By.ID, "fn0")
+    assert section.get_attribute("open") is None
+    view = section.find_element(By.CSS_SELECTOR, ".leafview")
+    assert not view.is_displayed()
+    section.find_element(By.TAG_NAME, "summary").click()
+    assert section.get_attribute("open") is not None and view.is_displayed()
+    first = drive_leaf_table(browser, view, shots, "big-step-filtered")
+    fn = report.functions[0]
+    assert len(first) == len(fn.inputs) + len(fn.outputs)
+    assert [p for p, _, _ in first] == [b.path for b in (*fn.inputs, *fn.outputs)]
+    if os.environ.get("MEMSCOPE_KEEP_SCREENSHOT"):
+        shutil.copy(shots / "big-step-filtered.png", os.environ["MEMSCOPE_KEEP_SCREENSHOT"])

@@ -130,30 +130,32 @@ target: train.py --lr 3e-4
 run:    failed (exit code 3)
 jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
 
+train_step (train.py:12): peak 4.0 MiB per device
+  problem: 1 leaf, 4.0 KiB, donated but unusable: no output can take the buffer,
+      so it stays allocated: x
+  note: 1 leaf, 4 B, never read, so dropped from the compiled program (pruned):
+      step
+eval_step (n/a): peak n/a per device
+  problem: memscope could not read it: could not read the compiled program: boom
+
 Compiled functions (bytes per device)
-+------------------------------------------------------------------------------+
-| function / source | calls | argument |  output |   alias |    temp |    peak |
-|-------------------+-------+----------+---------+---------+---------+---------|
-| train_step        |    20 |  4.0 MiB | 4.0 MiB | 4.0 MiB | 2.0 KiB | 4.0 MiB |
-| train.py:12       |       |          |         |         |         |         |
-| eval_step         |     1 |      n/a |     n/a |     n/a |     n/a |     n/a |
-| n/a               |       |          |         |         |         |         |
-+------------------------------------------------------------------------------+
++---------------------------------------------------------------+
+| function   | argument |  output |   alias |    temp |    peak |
+|------------+----------+---------+---------+---------+---------|
+| train_step |  4.0 MiB | 4.0 MiB | 4.0 MiB | 2.0 KiB | 4.0 MiB |
+| eval_step  |      n/a |     n/a |     n/a |     n/a |     n/a |
++---------------------------------------------------------------+
 
 train_step  train.py:12  20 calls
-signature (float32[1024,1024], float32[1024])
-+------------------------------------------------------------------------------+
-| buffer  | shape       | dtype   |    size | donated | fate         | partner |
-|---------+-------------+---------+---------+---------+--------------+---------|
-| params[ | (1024,1024) | float32 | 4.0 MiB | yes     | aliased      | result[ |
-| 'w']    |             |         |         |         |              | 0]['w'] |
-| x       | (1024,)     | float32 | 4.0 KiB | yes     | unusable     |         |
-| step    | ()          | int32   |     4 B | no      | pruned       |         |
-|---------+-------------+---------+---------+---------+--------------+---------|
-| result[ | (1024,1024) | float32 | 4.0 MiB |         | reuses_input | params[ |
-| 0]['w'] |             |         |         |         |              | 'w']    |
-| result[ | ()          | float32 |     4 B |         | new          |         |
-| 1]      |             |         |         |         |              |         |
+  signature: params: {w: float32[1024,1024]}; x: float32[1024]; step: int32[]
+    leaf            shape        dtype       size  donated  fate          partner
+    params['w']     (1024,1024)  float32  4.0 MiB  yes      aliased       result[0]['w']
+    x               (1024,)      float32  4.0 KiB  yes      unusable
+    step            ()           int32        4 B  no       pruned
+    result[0]['w']  (1024,1024)  float32  4.0 MiB           reuses_input  params['w']
+    result[1]       ()           float32      4 B           new
+  JAX warned: Some donated buffers were not usable: float32[1024]. That is: x.
+  terms:
 """
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from memscope.errors import MemscopeError
+from memscope.render.text import visible
 from memscope.version import __version__
 
 #: Each subcommand's module, imported when that subcommand runs (or help lists
@@ -33,7 +34,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except MemscopeError as e:
-            click.echo(f"memscope: error: {e}", err=True)
+            click.echo(f"memscope: error: {visible(str(e))}", err=True)
             ctx.exit(e.exit_code)
 
 

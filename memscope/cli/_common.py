@@ -10,7 +10,9 @@ from typing import Any, TypeVar
 import click
 
 from memscope.errors import MemscopeError
-from memscope.report import Report, write_whole
+from memscope.render.terminal import LeafFilter
+from memscope.render.text import visible
+from memscope.report import INPUT_FATES, OUTPUT_FATES, Report, write_whole
 from memscope.runner import Target
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -95,7 +97,8 @@ def _target_file(target: Target | None) -> str | None:
 
 def nothing_called(target: str, outcome: str, hint: str = "") -> str:
     ended = "" if outcome in ("completed", "stopped") else f" before it {outcome}"
-    return f"memscope: {target} called no jitted function{ended}; nothing to report{hint}"
+    return visible(f"memscope: {target} called no jitted function{ended}; nothing to "
+                   f"report{hint}")
 
 
 def misplaced_hint(ctx: click.Context, args: tuple[str, ...], example: str) -> str:
@@ -118,6 +121,32 @@ def buffers_option(f: F) -> F:
                         help="Also show what holds the memory: the largest temporary "
                              "buffers with their op and source line, per line totals, "
                              "and memory over program order where XLA records it.")(f)
+
+
+#: What --fate accepts: every input and output fate, and ``candidate``.
+LEAF_FATES = (*INPUT_FATES, *OUTPUT_FATES, "candidate")
+
+
+def leaves_options(f: F) -> F:
+    """``--leaves``, ``--path PATTERN`` and ``--fate FATE``: every leaf, on request."""
+    f = click.option("--fate", type=click.Choice(LEAF_FATES), metavar="FATE",
+                     help="With --leaves: only leaves with this fate (or 'candidate'); "
+                          "implies --leaves. One of: " + ", ".join(LEAF_FATES) + ".")(f)
+    f = click.option("--path", "path_pattern", metavar="PATTERN",
+                     help="With --leaves: only leaves under this path or matching this "
+                          "glob (opt_state, \"params['layers']*\", '*bias'); implies "
+                          "--leaves.")(f)
+    return click.option("--leaves", is_flag=True,
+                        help="Also list every leaf of each function, whole, with its shape, "
+                             "size, fate, partner and reason (the default output groups "
+                             "them).")(f)
+
+
+def leaf_filter(leaves: bool, path_pattern: str | None, fate: str | None) -> LeafFilter | None:
+    """What to list leaf by leaf; ``None`` for the grouped view only."""
+    if not (leaves or path_pattern is not None or fate is not None):
+        return None
+    return LeafFilter(path_pattern, fate)
 
 
 def html_option(f: F) -> F:

@@ -19,6 +19,7 @@ from memscope.render.check import render_check
 from memscope.render.github import render_check_annotations
 from memscope.render.junit import render_check_junit
 from memscope.render.markdown import render_check_markdown
+from memscope.render.text import visible
 from memscope.report import Report, load_report, save_report
 from memscope.runner import Target, check_target
 
@@ -92,7 +93,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
                                 else partial(save_report, path=output))
     failure = target_failure(report)
     if failure is not None:
-        click.echo(f"memscope: {failure}; nothing was checked{misplaced}", err=True)
+        click.echo(visible(f"memscope: {failure}; nothing was checked{misplaced}"), err=True)
         ctx.exit(EXIT_TARGET_FAILED)
     if not report.functions:
         raise MemscopeError(f"{target or report_file} called no jitted function; "
@@ -101,8 +102,8 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         assert baseline is not None and written_baseline is not None
         save_report(report, written_baseline)
         count = len(report.functions)
-        guard.write(lambda out: print(f"memscope: wrote the baseline {baseline} "
-                                      f"({count} function{'s' if count != 1 else ''})",
+        guard.write(lambda out: print(visible(f"memscope: wrote the baseline {baseline} "
+                                              f"({count} function{'s' if count != 1 else ''})"),
                                       file=out))
         ctx.exit(0)
 

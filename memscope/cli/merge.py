@@ -6,6 +6,7 @@ import click
 
 from memscope.cli._common import check_writable
 from memscope.merge import merge_reports
+from memscope.render.text import visible
 from memscope.report import load_report, save_report
 
 
@@ -22,4 +23,4 @@ def merge(output: str, reports: tuple[str, ...]) -> None:
     save_report(merged, output)
     processes = len(merged.merged_from)
     click.echo(f"memscope: merged {processes} processes, {len(merged.functions)} "
-               f"function{'s' if len(merged.functions) != 1 else ''}, into {output}")
+               f"function{'s' if len(merged.functions) != 1 else ''}, into {visible(output)}")

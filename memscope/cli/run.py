@@ -11,6 +11,8 @@ from memscope.analysis import run_and_report
 from memscope.cli._common import (
     buffers_option,
     html_option,
+    leaf_filter,
+    leaves_options,
     misplaced_hint,
     module_option,
     nothing_called,
@@ -21,6 +23,8 @@ from memscope.cli._common import (
 )
 from memscope.ending import Guard
 from memscope.errors import EXIT_USAGE
+from memscope.render.buffers import render_buffers
+from memscope.render.terminal import LeafFilter, render_report
 from memscope.report import Report, save_report
 from memscope.runner import Target, check_target
 
@@ -40,15 +44,21 @@ from memscope.runner import Target, check_target
 @stop_after_option
 @buffers_option
 @html_option
+@leaves_options
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
-        advice: AdviceLevel | None, no_advice: bool, stop_after: int | None, buffers: bool, html: str | None,
+        advice: AdviceLevel | None, no_advice: bool, stop_after: int | None, buffers: bool,
+        html: str | None, leaves: bool, path_pattern: str | None, fate: str | None,
         target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) as python would, then report
     every jitted function it called: memory figures, the fate of each buffer, and
     what other donations would change (each compiled and measured).
+
+    The output answers first (per function: peak, what is wrong, what to change
+    and the peak it was measured to save), then one line per argument and
+    subtree; --leaves lists every leaf.
 
     Everything after SCRIPT goes to the script untouched, options included.
     The exit code is the script's own (1 if it raised, 130 if interrupted, 0 if
@@ -62,6 +72,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     level: AdviceLevel = "off" if no_advice else advice or "advised"
     paths = output_paths(what, output=output, html=html)
     guard = ctx.with_resource(Guard())
+    which = leaf_filter(leaves, path_pattern, fate)
 
     def deliver(report: Report) -> None:
         if paths["output"] is not None:
@@ -69,7 +80,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         if paths["html"] is not None:
             write_html(report, paths["html"])
         if not quiet:
-            guard.write(lambda out: _render(report, out, buffers))
+            guard.write(lambda out: _render(report, out, buffers, which))
 
     report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
                             deliver=deliver)
@@ -81,12 +92,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     ctx.exit(report.run.exit_code)
 
 
-def _render(report: Report, out: TextIO, buffers: bool) -> None:
-    # Imported once the program has ended: rich takes a few tenths of a second to
-    # import, which would delay the program's start.
-    from memscope.render.buffers import render_buffers
-    from memscope.render.terminal import render_report
-
-    render_report(report, out)
+def _render(report: Report, out: TextIO, buffers: bool, which: LeafFilter | None) -> None:
+    render_report(report, out, leaves=which)
     if buffers:
         render_buffers(report, out)

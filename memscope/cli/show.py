@@ -6,7 +6,14 @@ import sys
 
 import click
 
-from memscope.cli._common import buffers_option, check_writable, html_option, write_html
+from memscope.cli._common import (
+    buffers_option,
+    check_writable,
+    html_option,
+    leaf_filter,
+    leaves_options,
+    write_html,
+)
 from memscope.render.buffers import render_buffers
 from memscope.render.terminal import render_report
 from memscope.report import load_report
@@ -15,14 +22,16 @@ from memscope.report import load_report
 @click.command()
 @buffers_option
 @html_option
+@leaves_options
 @click.argument("report_file", metavar="REPORT.json")
-def show(buffers: bool, html: str | None, report_file: str) -> None:
+def show(buffers: bool, html: str | None, leaves: bool, path_pattern: str | None,
+         fate: str | None, report_file: str) -> None:
     """Render a report saved with `memscope run -o REPORT.json`."""
     if html is not None:
         check_writable(html, "--html")
     report = load_report(report_file)
     if html is not None:
         write_html(report, html)
-    render_report(report, sys.stdout)
+    render_report(report, sys.stdout, leaves=leaf_filter(leaves, path_pattern, fate))
     if buffers:
         render_buffers(report, sys.stdout)

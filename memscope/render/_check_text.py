@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from memscope.check import CheckResult, EnvDifference
+from memscope.check import CheckResult, EnvDifference, FunctionVerdict
+from memscope.summary import parenthesized
 
 
 def against(result: CheckResult, code: str = "") -> str:
@@ -25,3 +26,11 @@ def environment_note(result: CheckResult) -> str:
 
 def differences(diffs: tuple[EnvDifference, ...]) -> str:
     return "; ".join(f"{d.field} {d.baseline} -> {d.now}" for d in diffs)
+
+
+def function_label(fn: FunctionVerdict) -> str:
+    """``train_step (params: 4 arrays, 8.5 KiB; x: float32[8])``: the name and its
+    signature in parentheses (a recorded ``(...)`` signature brings its own)."""
+    sig = fn.shown_signature
+    return f"{fn.name} {parenthesized(sig)}" if sig else fn.name
+

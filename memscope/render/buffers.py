@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memscope.render.terminal import make_console
+from memscope.render.text import visible
 from memscope.report import BufferBreakdown, FunctionReport, Report
 from memscope.units import format_bytes
 
@@ -35,12 +36,13 @@ def render_buffers(report: Report, file: IO[str], *, width: int | None = None,
 
 
 def buffers_section(console: Console, fn: FunctionReport, table_box: box.Box) -> None:
-    console.print(Text.assemble(("What holds the memory: ", "bold"), (fn.name, "bold"),
-                                f"  {fn.source or 'n/a'}"))
+    console.print(Text.assemble(("What holds the memory: ", "bold"), (visible(fn.name), "bold"),
+                                f"  {visible(fn.source or 'n/a')}"))
     b = fn.buffers
     if b is None:
         why = fn.error or "this report has no buffer assignment (jaxlib gave none)"
-        console.print(Text(f"buffer assignment: n/a ({why})", style="dim"), overflow="fold")
+        console.print(Text(f"buffer assignment: n/a ({visible(why)})", style="dim"),
+                      overflow="fold")
         return
     console.print(_allocations_line(b), overflow="fold")
     if b.temp_buffers:
@@ -70,7 +72,8 @@ def _temp_table(b: BufferBreakdown, table_box: box.Box) -> Table:
     table.add_column("size", justify="right", no_wrap=True)
     table.add_column("instruction", overflow="fold")
     for t in shown:
-        table.add_row(t.source or "n/a", t.op, t.shape, format_bytes(t.bytes), t.instruction)
+        table.add_row(visible(t.source or "n/a"), t.op, t.shape, format_bytes(t.bytes),
+                      t.instruction)
     return table
 
 
@@ -82,7 +85,7 @@ def _source_table(b: BufferBreakdown, table_box: box.Box) -> Table:
     table.add_column("buffers", justify="right", no_wrap=True)
     table.add_column("ops", overflow="fold")
     for line in b.by_source[:TERMINAL_ROWS]:
-        table.add_row(line.source or "n/a", format_bytes(line.bytes), str(line.buffers),
+        table.add_row(visible(line.source or "n/a"), format_bytes(line.bytes), str(line.buffers),
                       ", ".join(line.ops))
     return table
 

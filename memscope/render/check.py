@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import IO
 
-from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from memscope.check import CheckResult, FunctionVerdict
 from memscope.render import STATUS_LABELS
 from memscope.render._check_text import against, environment_note
-from memscope.render.terminal import make_console
+from memscope.render.terminal import Lines, make_console
+from memscope.render.text import shorten, visible
 from memscope.units import format_bytes, format_change
 
 STATUS_STYLES = {"pass": "green", "fail": "bold red", "not_called": "bold red",
@@ -22,32 +21,33 @@ STATUS_STYLES = {"pass": "green", "fail": "bold red", "not_called": "bold red",
 def render_check(result: CheckResult, file: IO[str], *, width: int | None = None,
                  plain: bool | None = None) -> None:
     """Write the check table, each failing function's reasons, and the summary line."""
-    console = make_console(file, width=width, plain=plain)
-    console.print(Text(f"memscope check against {against(result)}", style="bold"))
+    out = Lines(make_console(file, width=width, plain=plain))
+    out.para(f"memscope check against {visible(against(result))}", "  ", style="bold")
     if result.environment:
         style = "bold red" if result.environment_failed else "yellow"
-        console.print(Text(environment_note(result), style=style), overflow="fold")
-    console.print(_table(result, box.ASCII if console.no_color else box.ROUNDED))
+        out.para(visible(environment_note(result)), "  ", style=style)
+    out.table(_table(result, out))
     for fn in result.functions:
         if fn.problems or fn.notes:
-            console.print()
-            _details(console, fn)
-    console.print()
+            out.line()
+            _details(out, fn)
+    out.line()
     style = "bold red" if result.failed else "bold green"
-    console.print(Text(result.summary, style=style), overflow="fold")
+    out.para(visible(result.summary), "  ", style=style)
 
 
-def _table(result: CheckResult, table_box: box.Box) -> Table:
-    table = Table(title="Peak bytes per device", box=table_box, title_justify="left")
-    table.add_column("function", overflow="fold")
+def _table(result: CheckResult, out: Lines) -> Table:
+    table = Table(title="Peak bytes per device", box=out.box, title_justify="left")
+    table.add_column("function", no_wrap=True)
     for name in ("baseline", "now", "change"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
+    room = max(12, out.width - 58)  # what the figures leave (the whole: below, and JSON)
     for fn in result.functions:
         peak = fn.figure("peak") if fn.figures else None
-        label = Text(fn.name)
-        if fn.signature:
-            label.append(f"\n{fn.signature}", "dim")
+        label = Text(shorten(visible(fn.name), room))
+        if fn.shown_signature:
+            label.append(f"\n{shorten(visible(fn.shown_signature), room)}", "dim")
         table.add_row(
             label, format_bytes(peak.baseline) if peak else "n/a",
             format_bytes(peak.now) if peak else "n/a",
@@ -56,18 +56,14 @@ def _table(result: CheckResult, table_box: box.Box) -> Table:
     return table
 
 
-def _details(console: Console, fn: FunctionVerdict) -> None:
-    heading = Text(fn.name, "bold")
-    for part in (fn.signature, fn.source):
+def _details(out: Lines, fn: FunctionVerdict) -> None:
+    heading = visible(fn.name)
+    for part in (fn.shown_signature, fn.source):
         if part:
-            heading.append(f"  {part}")
-    console.print(heading, overflow="fold")
-    # A grid, so that a long reason wraps under itself, not under its label.
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
+            heading += f"  {visible(part)}"
+    out.para(heading, "    ", style="bold")
+    # Each reason wraps under itself, not under its label, between words only.
     for problem in fn.problems:
-        grid.add_row(Text("  FAIL", "bold red"), problem)
+        out.labelled("FAIL", "bold red", visible(problem), "       ")
     for note in fn.notes:
-        grid.add_row("  note", note)
-    console.print(grid)
+        out.labelled("note", "", visible(note), "       ")

@@ -10,8 +10,12 @@ from rich.table import Table
 from rich.text import Text
 
 from memscope.compare import FunctionDiff
-from memscope.render.terminal import make_console
+from memscope.render.terminal import Lines, make_console
+from memscope.render.text import visible
 from memscope.units import format_bytes, format_change
+
+#: Up to this many changed leaves are listed one by one; more are grouped.
+MAX_LEAF_ROWS = 16
 
 VERDICT_STYLES = {"worse": "bold red", "better": "green", "changed": "yellow",
                   "same": "dim", "new": "cyan", "gone": "magenta", "error": "bold red"}
@@ -21,31 +25,36 @@ def render_diff(title: str, diffs: Sequence[FunctionDiff], file: IO[str], *,
                 before: str = "before", after: str = "after",
                 width: int | None = None, plain: bool | None = None) -> None:
     """One section per function: the settings, the figures, the fates that change."""
-    console = make_console(file, width=width, plain=plain)
-    table_box = box.ASCII if console.no_color else box.ROUNDED
-    console.print(Text(title, style="bold"), overflow="fold")
+    out = Lines(make_console(file, width=width, plain=plain))
+    console = out.console
+    table_box = out.box
+    out.para(visible(title), "  ", style="bold")
     if not diffs:
-        console.print("Nothing to compare.")
+        out.line("Nothing to compare.")
     for d in diffs:
-        console.print()
-        console.print(Text.assemble((d.name, "bold"), f"  {d.source or 'n/a'}  ",
-                                    (d.verdict, VERDICT_STYLES[d.verdict])), overflow="fold")
-        console.print(Text(f"signature {d.signature}", style="dim"), overflow="fold")
+        out.line()
+        console.print(Text.assemble((visible(d.name), "bold"),
+                                    f"  {visible(d.source or 'n/a')}  ",
+                                    (d.verdict, VERDICT_STYLES[d.verdict])), soft_wrap=True)
+        out.para(f"signature: {visible(d.short_signature or d.signature)}", "    ", "  ",
+                 style="dim")
         if d.before_setting is not None or d.after_setting is not None:
-            console.print(f"  {before}: {d.before_setting or 'n/a'}", overflow="fold")
-            console.print(f"  {after}: {d.after_setting or 'n/a'}", overflow="fold")
+            out.para(f"{before}: {visible(d.before_setting or 'n/a')}", "    ", "  ")
+            out.para(f"{after}: {visible(d.after_setting or 'n/a')}", "    ", "  ")
         if d.error:
-            console.print(Text(d.error, style="red"), overflow="fold")
+            out.para(visible(d.error), "  ", "  ", style="red")
         for problem in d.problems:
-            console.print(Text(f"  worse: {problem}", style="red"), overflow="fold")
+            out.labelled("worse:", "red", visible(problem), "    ")
         for note in d.notes:
-            console.print(Text(f"  note: {note}", style="dim"), overflow="fold")
+            out.labelled("note:", "dim", visible(note), "    ")
         if d.figures:
-            console.print(_figures(d, table_box, before, after))
-        if d.leaves:
-            console.print(_leaves(d, table_box, before, after))
+            out.table(_figures(d, table_box, before, after))
+        if len(d.leaves) > MAX_LEAF_ROWS:
+            _groups(out, d, before, after)
+        elif d.leaves:
+            out.table(_leaves(d, table_box, before, after))
         elif d.figures:
-            console.print("No buffer changes its fate.")
+            out.line("No buffer changes its fate.")
 
 
 def _figures(d: FunctionDiff, table_box: box.Box, before: str, after: str) -> Table:
@@ -61,11 +70,21 @@ def _figures(d: FunctionDiff, table_box: box.Box, before: str, after: str) -> Ta
     return table
 
 
+def _groups(out: Lines, d: FunctionDiff, before: str, after: str) -> None:
+    out.para(f"{len(d.leaves)} buffers change their fate ({before} -> {after}), by argument "
+             "(each leaf: the JSON report, -o):", "  ")
+    for g in d.groups:
+        noun = "leaf" if g.leaves == 1 else "leaves"
+        out.para(f"{g.kind} {visible(g.argument)}: {g.leaves} {noun} {g.before} -> {g.after}: "
+                 f"{visible(g.examples)}", "      ", "  ")
+
+
 def _leaves(d: FunctionDiff, table_box: box.Box, before: str, after: str) -> Table:
     table = Table(title="Buffers whose fate changes", box=table_box, title_justify="left")
     table.add_column("buffer", overflow="fold")
     table.add_column(before, overflow="fold")
     table.add_column(after, overflow="fold")
     for leaf in d.leaves:
-        table.add_row(leaf.path, leaf.before or "(absent)", leaf.after or "(absent)")
+        table.add_row(visible(leaf.path), visible(leaf.before or "(absent)"),
+                      visible(leaf.after or "(absent)"))
     return table

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import IO
 
 from memscope.check import CheckResult
-from memscope.render._check_text import environment_note
+from memscope.render._check_text import environment_note, function_label
+from memscope.render.text import visible
 
 #: GitHub shows at most 10 error annotations per step; memscope writes no more.
 MAX_ANNOTATIONS = 10
@@ -28,16 +29,18 @@ def render_check_annotations(result: CheckResult, file: IO[str]) -> None:
             props.append(f"file={_property(fn.file)}")
         if fn.line is not None:
             props.append(f"line={fn.line}")
-        props.append(f"title={_property(f'memscope check: {fn.name}')}")
-        name = f"{fn.name} {fn.signature}" if fn.signature else fn.name
-        message = f"{name}: " + "\n".join(fn.problems)
+        props.append(f"title={_property(visible(f'memscope check: {fn.name}'))}")
+        name = function_label(fn)
+        message = f"{visible(name)}: " + "\n".join(visible(p) for p in fn.problems)
         lines.append(f"::error {','.join(props)}::{_data(message)}")
     for line in lines[:MAX_ANNOTATIONS]:
         file.write(line + "\n")
 
 
 def _data(text: str) -> str:
-    # The escapes of GitHub's toolkit (core/command.ts escapeData).
+    # The escapes of GitHub's toolkit (core/command.ts escapeData); the message's own
+    # line breaks are meant, any other control character is shown.
+    text = "\n".join(visible(line) for line in text.split("\n"))
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 

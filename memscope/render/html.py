@@ -1,5 +1,12 @@
-"""The report as one self-contained HTML file: inline CSS and SVG, no script, no
-network. Every string from the report is escaped."""
+"""The report as one self-contained HTML file: inline style and script, no network.
+
+The answer first (per function: peak, findings, advice), then one collapsible
+section per function with its leaves by argument, the merged reasons, the
+donation variants, the terms it uses, and a table of every leaf that sorts by
+size and filters by fate and path text in the page. Every string from the report
+is shown literally (control characters escaped, then HTML-escaped); the script
+holds no report data, it only reads the table it is given.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,22 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import IO
 
-from memscope.report import BufferBreakdown, FunctionReport, Memory, Report
+from memscope.render.text import visible
+from memscope.report import (
+    BufferBreakdown,
+    FunctionReport,
+    InputBuffer,
+    Memory,
+    OutputBuffer,
+    Report,
+)
+from memscope.summary import (
+    FunctionSummary,
+    LeafGroup,
+    ReportSummary,
+    leaf_reason,
+    summarize,
+)
 from memscope.units import format_bytes
 
 _CSS = """
@@ -18,10 +40,73 @@ border-top:2px solid #dde3ea;padding-top:14px}h3{font-size:15px;margin:18px 0 6p
 .meta,.dim{color:#5b6673}.warn{color:#8a5a00}code{font-size:12.5px}
 table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}
 th,td{border:1px solid #dde3ea;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f3f6f9}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f3f6f9}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .fate-aliased,.fate-reuses_input{color:#16794a}.fate-donor{color:#0f6c85}
 .fate-unusable{color:#b3261e;font-weight:600}.fate-copy_of_input{color:#8a5a00}
 .fate-pruned{color:#8a96a3}svg{display:block;margin:6px 0}
+.answer{margin:6px 0 14px}.answer ul{margin:4px 0;padding-left:22px}
+li.problem{color:#b3261e}li.warning{color:#8a5a00}li.info{color:#5b6673}
+.advice{background:#f6f0fa;border-left:4px solid #8e44ad;padding:6px 10px;margin:6px 0}
+details.fn{border:1px solid #dde3ea;border-radius:6px;margin:14px 0;padding:0 14px}
+details.fn>summary{cursor:pointer;padding:10px 0;font-size:16px}
+details.fn[open]>summary{border-bottom:1px solid #dde3ea;margin-bottom:8px}
+td.d1{padding-left:26px}dl.terms dt{font-weight:600;float:left;clear:left;margin-right:6px}
+dl.terms dd{margin:0 0 2px}.controls{margin:6px 0}.controls input{width:280px}
+table.leaves th button{font:inherit;border:0;background:none;cursor:pointer;padding:0}
+table.leaves td.reason{max-width:560px;color:#3a4450;font-size:12px}
+"""
+
+#: The leaf table's sorting and filtering. It holds no report data: it reads the
+#: rows' data attributes, so nothing from the report ever runs as script.
+_SCRIPT = """
+document.querySelectorAll('.leafview').forEach(function (view) {
+  var table = view.querySelector('table.leaves'), body = table.tBodies[0];
+  var text = view.querySelector('.path-filter');
+  var fate = view.querySelector('.fate-filter');
+  var shown = view.querySelector('.shown'), more = view.querySelector('.more');
+  var limit = Number(view.dataset.limit), all = false;
+  // Keys are read once: reading data attributes in every comparison is slow.
+  var keys = Array.prototype.map.call(body.rows, function (r) {
+    return {row: r, bytes: Number(r.dataset.bytes), path: r.dataset.path,
+            low: r.dataset.path.toLowerCase(), fate: r.dataset.fate,
+            candidate: r.dataset.candidate === '1'};
+  });
+  // Only the first rows that match are laid out: a table of thousands of rows
+  // takes seconds to lay out, a few hundred take a moment.
+  function apply() {
+    var q = text.value.toLowerCase(), f = fate.value, n = 0;
+    for (var i = 0; i < keys.length; i++) {
+      var k = keys[i];
+      var ok = (!f || k.fate === f || (f === 'candidate' && k.candidate)) &&
+               (!q || k.low.indexOf(q) >= 0);
+      if (ok) n++;
+      k.row.hidden = !ok || (!all && n > limit);
+    }
+    shown.textContent = String(n);
+    more.hidden = all || n <= limit;
+  }
+  text.addEventListener('input', apply);
+  fate.addEventListener('change', apply);
+  more.addEventListener('click', function () { all = true; apply(); });
+  view.querySelectorAll('th[data-sort]').forEach(function (th) {
+    th.querySelector('button').addEventListener('click', function () {
+      var key = th.dataset.sort, down = th.getAttribute('aria-sort') !== 'descending';
+      view.querySelectorAll('th[data-sort]').forEach(function (o) {
+        o.setAttribute('aria-sort', 'none'); });
+      th.setAttribute('aria-sort', down ? 'descending' : 'ascending');
+      keys.sort(function (x, y) {
+        var a = x[key], b = y[key];
+        var c = key === 'bytes' ? a - b : (a < b ? -1 : a > b ? 1 : 0);
+        return down ? -c : c;
+      });
+      table.removeChild(body);  // reorder off the page, then put it back once
+      keys.forEach(function (k) { body.appendChild(k.row); });
+      apply();
+      table.appendChild(body);
+    });
+  });
+  apply();
+});
 """
 
 #: Colours of the figures in each function's chart.
@@ -30,6 +115,15 @@ FIGURE_COLOURS = (("argument", "argument_bytes", "#4e79a7"),
                   ("alias", "alias_bytes", "#b07aa1"),
                   ("temp", "temp_bytes", "#f28e2b"),
                   ("peak", "peak_bytes", "#e15759"))
+#: With at most this many functions, each section starts open.
+OPEN_SECTIONS = 3
+#: Rows of a leaf table laid out at once (the rest: a button away, and in JSON).
+LEAF_ROWS = 500
+
+
+def _t(text: str | None) -> str:
+    """User or program text, shown literally: control characters escaped, then HTML."""
+    return escape(visible(text if text is not None else "n/a"))
 
 
 def render_html(report: Report, file: IO[str]) -> None:
@@ -38,15 +132,18 @@ def render_html(report: Report, file: IO[str]) -> None:
     if report.run is not None:
         title += f": {report.run.target}"
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>{escape(title)}</h1>", *_header(report)]
+             f"<title>{_t(title)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>{_t(title)}</h1>", *_header(report)]
     if not report.functions:
         parts.append("<p>No jitted function was called.</p>")
     else:
-        parts.append(_summary(report))
-        for i, fn in enumerate(report.functions):
-            parts.extend(_function(fn, i))
-    parts.append("</body></html>")
+        summary = summarize(report)
+        parts.extend(_answer(summary))
+        parts.append(_figures_table(report))
+        opened = len(report.functions) <= OPEN_SECTIONS
+        for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
+            parts.extend(_function(fn, s, i, opened))
+    parts.append(f"<script>{_SCRIPT}</script></body></html>")
     file.write("\n".join(parts))
     file.write("\n")
 
@@ -55,12 +152,12 @@ def _header(report: Report) -> list[str]:
     env = report.environment
     out = []
     if report.run is not None:
-        out.append(f'<p class="meta">target <code>{escape(report.run.command)}</code>; '
-                   f"run {escape(report.run.ending)}</p>")
+        out.append(f'<p class="meta">target <code>{_t(report.run.command)}</code>; '
+                   f"run {_t(report.run.ending)}</p>")
     kinds = ", ".join(sorted({d.kind for d in env.devices}))
-    out.append(f'<p class="meta">jax {escape(env.jax)}, jaxlib {escape(env.jaxlib)}, '
-               f"backend {escape(env.backend)}, {len(env.devices)} device(s) "
-               f"({escape(kinds)}); memscope {escape(report.memscope_version)}. "
+    out.append(f'<p class="meta">jax {_t(env.jax)}, jaxlib {_t(env.jaxlib)}, '
+               f"backend {_t(env.backend)}, {len(env.devices)} device(s) "
+               f"({_t(kinds)}); memscope {_t(report.memscope_version)}. "
                "Bytes are per device.</p>")
     return out
 
@@ -77,33 +174,72 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]],
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _summary(report: Report) -> str:
+def _answer(summary: ReportSummary) -> list[str]:
+    """Per function: its peak, what is wrong, and what to change, before any table."""
+    out = ['<section id="answer"><h2>What to look at</h2>']
+    for i, s in enumerate(summary.functions):
+        calls = f"{s.calls} call{'s' if s.calls != 1 else ''}"
+        which = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
+        out.append(f'<div class="answer"><b><a href="#fn{i}">{_t(s.name)}</a></b>: peak '
+                   f"{_t(format_bytes(s.peak))} per device ({_t(s.source)}, {calls}{which})")
+        items = [f'<li class="{f.severity}">{_t(f.text)}'
+                 + (f": <code>{_t(f.leaves)}</code>" if f.leaves else "") + "</li>"
+                 for f in s.findings]
+        if items:
+            out.append(f"<ul>{''.join(items)}</ul>")
+        if s.advice is not None:
+            a = s.advice
+            out.append(f'<p class="advice"><b>Advice:</b> <code>{_t(a.headline)}</code>: '
+                       f'{_t(a.saving)}. <span class="dim">{_t(a.caveat)}</span></p>')
+        elif not s.findings:
+            out.append("<p>Nothing to change: no unusable, unused or missed donation, "
+                       "no copy.</p>")
+        out.append("</div>")
+    out.append("</section>")
+    return out
+
+
+def _figures_table(report: Report) -> str:
     rows = []
     for i, fn in enumerate(report.functions):
         m = fn.memory
         figures = [getattr(m, attr) if m else None for _, attr, _ in FIGURE_COLOURS]
-        rows.append([f'<a href="#fn{i}">{escape(fn.name)}</a>',
-                     escape(fn.source or "n/a"), str(fn.calls),
-                     *(escape(format_bytes(f)) for f in figures)])
-    rules = "".join(f'<p class="dim">{escape(t)}</p>' for t in report.peak_rule_texts())
+        rows.append([f'<a href="#fn{i}">{_t(fn.name)}</a>', _t(fn.source), str(fn.calls),
+                     *(_t(format_bytes(f)) for f in figures)])
+    rules = "".join(f'<p class="dim">{_t(t)}</p>' for t in report.peak_rule_texts())
     return "<h3>Compiled functions</h3>" + _table(
         ["function", "source", "calls", *(n for n, _, _ in FIGURE_COLOURS)], rows,
         numeric=range(2, 8)) + rules
 
 
-def _function(fn: FunctionReport, i: int) -> list[str]:
+def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> list[str]:
     calls = f"{fn.calls} call{'s' if fn.calls != 1 else ''}"
-    out = [f'<h2 id="fn{i}">{escape(fn.name)}</h2>',
-           f'<p class="meta"><code>{escape(fn.source or "n/a")}</code>, {calls}, '
-           f"signature <code>{escape(fn.signature)}</code>; donation "
-           f"<code>{escape(fn.setting or 'n/a')}</code></p>"]
+    problems = f", {s.problems} problem{'s' if s.problems != 1 else ''}" if s.problems else ""
+    out = [f'<details class="fn" id="fn{i}"{" open" if opened else ""}><summary>'
+           f"<b>{_t(fn.name)}</b> peak {_t(format_bytes(s.peak))}{problems}</summary>",
+           f'<p class="meta"><code>{_t(fn.source)}</code>, {calls}; donation as written '
+           f"<code>{_t(fn.setting)}</code></p>",
+           f"<p>Signature{_variant_of(s)}: <code>{_t(s.signature)}</code></p>",
+           f"<details><summary>full signature</summary><code>{_t(fn.signature)}</code>"
+           "</details>"]
+    if s.differs:
+        out.append(f"<p>Differs from its other signatures in: <code>{_t(s.differs)}</code></p>")
     if fn.error:
-        out.append(f'<p class="warn">{escape(fn.error)}</p>')
+        out.append(f'<p class="warn">{_t(fn.error)}</p>')
     if fn.memory is not None:
         out.append(_figures_chart(fn.memory, fn.name))
-    out.extend(_fates(fn))
+    out.extend(_groups(s))
+    out.extend(_reasons(fn, s))
+    out.extend(_variants(s))
+    out.extend(_terms(s))
+    out.extend(_leaf_table(fn))
     out.extend(_buffers(fn))
+    out.append("</details>")
     return out
+
+
+def _variant_of(s: FunctionSummary) -> str:
+    return f" {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
 
 
 def _figures_chart(m: Memory, name: str) -> str:
@@ -119,40 +255,130 @@ def _figures_chart(m: Memory, name: str) -> str:
             f'<text x="0" y="{y + 16}" font-size="12">{label}</text>'
             f'<rect x="{label_w}" y="{y + 4}" width="{width}" height="16" fill="{colour}"/>'
             f'<text x="{label_w + width + 6}" y="{y + 16}" font-size="12">'
-            f"{escape(format_bytes(value))}</text>")
+            f"{_t(format_bytes(value))}</text>")
     height = len(values) * row + 4
-    return (f'<svg class="figures" role="img" aria-label="memory figures of {escape(name)}" '
+    return (f'<svg class="figures" role="img" aria-label="memory figures of {_t(name)}" '
             f'width="{label_w + bar_w + 90}" height="{height}">{"".join(rows)}</svg>')
 
 
-def _fates(fn: FunctionReport) -> list[str]:
-    if not fn.inputs and not fn.outputs:
-        return []
+def _fates_text(g: LeafGroup) -> str:
+    parts = []
+    for f in g.fates:
+        text = f'<span class="fate-{_t(f.fate)}">{_t(f.fate)}</span> {f.leaves}'
+        if f.candidates:
+            text += (" (candidates)" if f.candidates == f.leaves > 1 else " (candidate)"
+                     if f.candidates == f.leaves else f" ({f.candidates} candidates)")
+        parts.append(text)
+    text = ", ".join(parts)
+    if g.observed:
+        text += "; at run time: " + ", ".join(f"{n} {_t(label)}" for label, n in g.observed)
+    return text
 
-    def fate(f: str) -> str:
-        return f'<span class="fate-{escape(f)}">{escape(f)}</span>'
 
-    rows = [[escape(b.path), escape(_shape(b.shape)), escape(b.dtype),
-             escape(format_bytes(b.bytes)), "yes" if b.donated else "no", fate(b.fate),
-             escape(b.output or ("candidate" if b.candidate else ""))] for b in fn.inputs]
-    rows += [[escape(o.path), escape(_shape(o.shape)), escape(o.dtype),
-              escape(format_bytes(o.bytes)), "", fate(o.fate), escape(o.input or "")]
-             for o in fn.outputs]
-    out = ["<h3>Buffers and their fates</h3>",
-           _table(["buffer", "shape", "dtype", "size", "donated", "fate", "partner"], rows,
-                  numeric=[3])]
-    out += [f'<p class="warn">JAX warned: {escape(w.strip().splitlines()[0])}</p>'
-            for w in fn.warnings if w.strip()]
-    out += [f"<p><b>{escape(b.path)}</b> ({escape(b.fate)}): {escape(b.reason)}</p>"
-            for b in fn.inputs if b.reason]
-    if fn.advice is not None:
-        a = fn.advice
-        out.append(f"<p><b>Advice:</b> jit {escape(fn.name)} with "
-                   f"<code>{escape(a.setting)}</code> (adds {escape(', '.join(a.add))}); "
-                   f"peak {escape(format_bytes(a.peak_before))} &rarr; "
-                   f"{escape(format_bytes(a.peak_after))} (measured). "
-                   f'<span class="dim">{escape(a.caveat)}</span></p>')
+def _groups(s: FunctionSummary) -> list[str]:
+    out = []
+    for title, count, size, groups in (("Inputs", s.input_leaves, s.input_bytes, s.inputs),
+                                       ("Outputs", s.output_leaves, s.output_bytes, s.outputs)):
+        if not groups:
+            continue
+        rows = [[f'<span class="d{g.depth}">{_t(g.path)}</span>', str(g.leaves),
+                 _t(format_bytes(g.bytes)), _fates_text(g)] for g in groups]
+        out.append(f"<h3>{title} by argument: {count} leaves, {_t(format_bytes(size))}</h3>")
+        out.append(_table(["argument / subtree", "leaves", "size", "fates"], rows,
+                          numeric=[1, 2]).replace('<td><span class="d1">',
+                                                  '<td class="d1"><span class="d1">'))
     return out
+
+
+def _reasons(fn: FunctionReport, s: FunctionSummary) -> list[str]:
+    out = [f'<p class="warn">JAX warned: {_t(w.strip().splitlines()[0])}</p>'
+           for w in fn.warnings if w.strip()]
+    if not s.reasons:
+        return out
+    items = []
+    for r in s.reasons:
+        noun = "leaf" if r.leaves == 1 else "leaves"
+        example = (_t(r.example) if r.leaves == 1 else
+                   f"for example <code>{_t(r.example_path)}</code>: {_t(r.example)}")
+        items.append(f"<li><code>{_t(r.group)}</code> ({r.leaves} {noun}, "
+                     f"{_t(r.fate)}, {_t(format_bytes(r.bytes))}): {example}</li>")
+    return [*out, "<h3>Why (identical reasons merged; each leaf's own: the leaf table)</h3>",
+            f"<ul>{''.join(items)}</ul>"]
+
+
+def _variants(s: FunctionSummary) -> list[str]:
+    if not s.variants:
+        return []
+    headers = ["", "as written", *(_t(v.title) for v in s.variants)]
+    rows = [[label, _t(format_bytes(getattr(s.memory, attr, None) if s.memory else None)),
+             *(_t(format_bytes(getattr(v.memory, attr) if v.memory else None))
+               for v in s.variants)] for label, attr, _ in FIGURE_COLOURS]
+    rows.append(["unusable", str(s.unusable),
+                 *("n/a" if v.unusable is None else str(v.unusable) for v in s.variants)])
+    settings = [f"<li>as written: <code>{_t(s.setting)}</code></li>"]
+    for v in s.variants:
+        extra = " (as written, not compiled again)" if v.same_as_written else ""
+        if v.unusable_leaves:
+            extra += f"; unusable: <code>{_t(v.unusable_leaves)}</code>"
+        if v.error:
+            extra += f' <span class="warn">({_t(v.error)})</span>'
+        settings.append(f"<li>{_t(v.title)}: <code>{_t(v.setting)}</code>{extra}</li>")
+    return ["<h3>Donation variants (each compiled and measured)</h3>",
+            _table(headers, rows, numeric=range(1, len(headers))),
+            f"<ul>{''.join(settings)}</ul>"]
+
+
+def _terms(s: FunctionSummary) -> list[str]:
+    if not s.terms:
+        return []
+    items = "".join(f"<dt>{_t(term)}</dt><dd>{_t(meaning)}</dd>"
+                    for term, meaning in s.terms)
+    return [f'<h3>Terms</h3><dl class="terms">{items}</dl>']
+
+
+def _leaf_table(fn: FunctionReport) -> list[str]:
+    leaves: list[InputBuffer | OutputBuffer] = [*fn.inputs, *fn.outputs]
+    if not leaves:
+        return []
+    fates: list[str] = list(dict.fromkeys(b.fate for b in leaves))
+    if any(b.candidate for b in fn.inputs):
+        fates.append("candidate")
+    options = "".join(f'<option value="{_t(f)}">{_t(f)}</option>' for f in fates)
+    rows = [_leaf_row(b) for b in leaves]
+    head = ('<tr><th data-sort="path" aria-sort="none"><button type="button">leaf</button></th>'
+            "<th>kind</th><th>shape</th><th>dtype</th>"
+            '<th data-sort="bytes" aria-sort="none"><button type="button">size</button></th>'
+            '<th data-sort="fate" aria-sort="none"><button type="button">fate</button></th>'
+            "<th>partner</th><th>at run time</th><th>reason</th></tr>")
+    return [f"<h3>Every leaf ({len(leaves)})</h3>",
+            f'<div class="leafview" data-limit="{LEAF_ROWS}"><p class="controls">'
+            '<input type="search" class="path-filter" placeholder="filter by path text" '
+            'aria-label="filter leaves by path"> <select class="fate-filter" '
+            f'aria-label="filter leaves by fate"><option value="">every fate</option>{options}'
+            f'</select> <span class="shown">{len(leaves)}</span> of {len(leaves)} match; '
+            "click leaf, size or fate to sort "
+            f'<button type="button" class="more" hidden>show every match (the first '
+            f"{LEAF_ROWS} are shown)</button></p>",
+            f'<table class="leaves"><thead>{head}</thead><tbody>{"".join(rows)}</tbody>'
+            "</table></div>"]
+
+
+def _leaf_row(b: InputBuffer | OutputBuffer) -> str:
+    if isinstance(b, InputBuffer):
+        kind, partner = "input", b.output or ("candidate" if b.candidate else "")
+        state = "" if b.deleted is None else (", deleted" if b.deleted else ", alive")
+        observed = "" if b.observed in (None, "n/a") else f"{b.observed}{state}"
+        reason, candidate = leaf_reason(b) or "", "1" if b.candidate else "0"
+    else:
+        kind, partner, observed, reason, candidate = "output", b.input or "", "", "", "0"
+    path = _t(b.path)
+    return (f'<tr data-path="{path}" data-bytes="{b.bytes}" data-fate="{_t(b.fate)}" '
+            f'data-candidate="{candidate}"><td><code>{path}</code></td><td>{kind}</td>'
+            f"<td>{_t(_shape(b.shape))}</td><td>{_t(b.dtype)}</td>"
+            f'<td class="n">{_t(format_bytes(b.bytes))}</td>'
+            f'<td class="fate-{_t(b.fate)}">{_t(b.fate)}</td>'
+            f"<td><code>{_t(partner)}</code></td><td>{_t(observed)}</td>"
+            f'<td class="reason">{_t(reason)}</td></tr>')
 
 
 def _buffers(fn: FunctionReport) -> list[str]:
@@ -162,29 +388,29 @@ def _buffers(fn: FunctionReport) -> list[str]:
                 "report)</p>"]
     out = ["<h3>What holds the memory</h3>",
            _table(["allocation kind", "count", "size"],
-                  [[escape(g.kind), str(g.count), escape(format_bytes(g.bytes))]
+                  [[_t(g.kind), str(g.count), _t(format_bytes(g.bytes))]
                    for g in b.allocations], numeric=[1, 2])]
     if b.reconciled:
-        out.append(f"<p>Temporary allocations: {escape(format_bytes(b.temp_bytes))}, "
+        out.append(f"<p>Temporary allocations: {_t(format_bytes(b.temp_bytes))}, "
                    "equal to XLA's temp figure.</p>")
     else:
         out.append(f'<p class="warn">Temporary allocations: '
-                   f"{escape(format_bytes(b.temp_bytes))}. "
-                   f"{escape(b.reconcile_note or '')}</p>")
+                   f"{_t(format_bytes(b.temp_bytes))}. "
+                   f"{_t(b.reconcile_note or '')}</p>")
     if b.temp_buffers:
-        more = (f" ({b.more_buffers} more, {escape(format_bytes(b.more_bytes))}, not listed)"
+        more = (f" ({b.more_buffers} more, {_t(format_bytes(b.more_bytes))}, not listed)"
                 if b.more_buffers else "")
         out.append(f"<h3>Largest temporary buffers{more}</h3>")
         out.append(_table(
             ["source", "op", "shape", "size", "instruction", "offset"],
-            [[escape(t.source or "n/a"), escape(t.op), escape(t.shape),
-              escape(format_bytes(t.bytes)), escape(t.instruction), str(t.offset)]
+            [[_t(t.source or "n/a"), _t(t.op), _t(t.shape),
+              _t(format_bytes(t.bytes)), _t(t.instruction), str(t.offset)]
              for t in b.temp_buffers], numeric=[3, 5]))
         out.append("<h3>Temporary buffers by source line</h3>")
         out.append(_table(
             ["source", "size", "buffers", "ops"],
-            [[escape(line.source or "n/a"), escape(format_bytes(line.bytes)),
-              str(line.buffers), escape(", ".join(line.ops))] for line in b.by_source],
+            [[_t(line.source or "n/a"), _t(format_bytes(line.bytes)),
+              str(line.buffers), _t(", ".join(line.ops))] for line in b.by_source],
             numeric=[1, 2]))
         out.append('<p class="dim">Buffers reuse memory over program order, so per-line '
                    "sums can exceed the allocation.</p>")
@@ -195,18 +421,18 @@ def _buffers(fn: FunctionReport) -> list[str]:
 def _timeline(fn: FunctionReport, b: BufferBreakdown) -> list[str]:
     out = ["<h3>Memory over program order</h3>"]
     if b.timeline is None:
-        return [*out, f'<p class="dim">n/a: {escape(b.timeline_note or "unknown")}</p>']
+        return [*out, f'<p class="dim">n/a: {_t(b.timeline_note or "unknown")}</p>']
     out.append(_timeline_chart(b.timeline, fn.name))
-    peak = f"Replayed peak {escape(format_bytes(b.replayed_peak))}"
+    peak = f"Replayed peak {_t(format_bytes(b.replayed_peak))}"
     if fn.memory is not None and fn.memory.xla_peak_bytes is not None:
-        peak += f"; XLA's peak {escape(format_bytes(fn.memory.xla_peak_bytes))}"
+        peak += f"; XLA's peak {_t(format_bytes(fn.memory.xla_peak_bytes))}"
     out.append(f"<p>{peak}.</p>")
     if b.timeline_note:
-        out.append(f'<p class="warn">{escape(b.timeline_note)}</p>')
+        out.append(f'<p class="warn">{_t(b.timeline_note)}</p>')
     if b.live_at_peak:
         out.append(_table(["live at the peak: source", "op", "shape", "size"],
-                          [[escape(t.source or "n/a"), escape(t.op), escape(t.shape),
-                            escape(format_bytes(t.bytes))] for t in b.live_at_peak],
+                          [[_t(t.source or "n/a"), _t(t.op), _t(t.shape),
+                            _t(format_bytes(t.bytes))] for t in b.live_at_peak],
                           numeric=[3]))
     return out
 
@@ -219,11 +445,11 @@ def _timeline_chart(points: Sequence[tuple[int, int]], name: str) -> str:
                       f"{height - 20 - size / top * (height - 40):.1f}"
                       for step, size in points)
     return (f'<svg class="timeline" role="img" aria-label="memory over program order of '
-            f'{escape(name)}" width="{width + 10}" height="{height}">'
+            f'{_t(name)}" width="{width + 10}" height="{height}">'
             f'<line x1="{pad}" y1="{height - 20}" x2="{width}" y2="{height - 20}" '
             f'stroke="#8a96a3"/>'
             f'<polyline points="{coords}" fill="none" stroke="#e15759" stroke-width="1.5"/>'
-            f'<text x="0" y="14" font-size="11">{escape(format_bytes(top))}</text>'
+            f'<text x="0" y="14" font-size="11">{_t(format_bytes(top))}</text>'
             f'<text x="{pad}" y="{height - 4}" font-size="11">step 0</text>'
             f'<text x="{width - 60}" y="{height - 4}" font-size="11">step {last}</text>'
             "</svg>")

@@ -6,7 +6,8 @@ import xml.etree.ElementTree as ET
 from typing import IO
 
 from memscope.check import CheckResult, FunctionVerdict
-from memscope.render._check_text import differences
+from memscope.render._check_text import differences, function_label
+from memscope.render.text import visible
 
 _SKIPPED = {"new": "new: not in the baseline", "vanished": "vanished: in the baseline only",
             "unchecked": "unchecked: no baseline and no budget"}
@@ -17,7 +18,8 @@ def render_check_junit(result: CheckResult, file: IO[str]) -> None:
     cases = [_case(fn) for fn in result.functions]
     if result.environment:
         env = ET.Element("testcase", classname="memscope.environment", name="environment")
-        text = "the environment differs from the baseline's: " + differences(result.environment)
+        text = visible("the environment differs from the baseline's: "
+                       + differences(result.environment))
         if result.environment_failed:
             ET.SubElement(env, "failure", message=text, type="environment").text = text
         else:
@@ -37,18 +39,20 @@ def render_check_junit(result: CheckResult, file: IO[str]) -> None:
 
 
 def _case(fn: FunctionVerdict) -> ET.Element:
-    name = f"{fn.name} {fn.signature}" if fn.signature else fn.name
-    attrs = {"classname": f"memscope.{fn.name}", "name": name}
+    # XML 1.0 cannot hold control characters at all: visible() writes them as escapes.
+    name = visible(function_label(fn))
+    attrs = {"classname": f"memscope.{visible(fn.name)}", "name": name}
     if fn.file is not None:
-        attrs["file"] = fn.file
+        attrs["file"] = visible(fn.file)
     if fn.line is not None:
         attrs["line"] = str(fn.line)
     case = ET.Element("testcase", attrs)
     if fn.failed:
-        failure = ET.SubElement(case, "failure", message=fn.problems[0], type=fn.status)
-        failure.text = "\n".join(fn.problems)
+        failure = ET.SubElement(case, "failure", message=visible(fn.problems[0]),
+                                type=fn.status)
+        failure.text = "\n".join(visible(p) for p in fn.problems)
     elif fn.status in _SKIPPED:
         ET.SubElement(case, "skipped", message=_SKIPPED[fn.status])
     if fn.notes:
-        ET.SubElement(case, "system-out").text = "\n".join(fn.notes)
+        ET.SubElement(case, "system-out").text = "\n".join(visible(n) for n in fn.notes)
     return case

@@ -1,12 +1,21 @@
-"""The terminal view of a report, with rich.
+"""The terminal view of a report, with rich: the answer first, one line per group.
+
+First what a reader came for: per function its peak, what is wrong and what to
+change with the measured saving. Then the figures, and per function its leaves
+grouped by argument and subtree, identical reasons merged, the donation variants
+and the terms it used. Every leaf, with its own reason, only with ``leaves``
+(``--leaves`` on the command line) and in the JSON report.
 
 Colour and box drawing on a terminal; plain ASCII with no escape codes when the
-file is not a terminal or ``NO_COLOR`` is set, so logs and CI output read well.
+file is not a terminal or ``NO_COLOR`` is set. Lines break between words only, so
+a path, a number or a size is never split and stays greppable in a log. Nothing
+from the report is read as markup, and control characters are shown escaped.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import IO
 
 from rich import box
@@ -14,33 +23,43 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memscope.render.text import shorten, visible, wrap
 from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report
-from memscope.units import format_bytes, format_change
+from memscope.summary import (
+    FIGURES_SHOWN,
+    Finding,
+    FunctionSummary,
+    LeafGroup,
+    ReportSummary,
+    bounded_leaves,
+    leaf_reason,
+    select_leaves,
+    summarize,
+)
+from memscope.units import format_bytes
 
 #: Width when writing to a pipe or file and COLUMNS is not set.
 PIPE_WIDTH = 120
+#: The widest a group's path is shown in its line (the whole path: --leaves, JSON).
+GROUP_PATH_WIDTH = 36
 
-FATE_STYLES = {
-    "aliased": "green", "reuses_input": "green", "donor": "cyan",
-    "unusable": "bold red", "copy_of_input": "yellow", "pruned": "dim",
-    "not_donated": "", "new": "",
-}
+SEVERITY_STYLES = {"problem": "bold red", "warning": "yellow", "info": "dim"}
 
-FATE_MEANINGS = {
-    "aliased": "donated, and the named output is written into its buffer",
-    "donor": "donated without a fixed output; XLA may reuse it (partner shown if it did)",
-    "unusable": "donated, but no output could take its buffer: it stays allocated",
-    "pruned": "never read by the computation, so dropped from the compiled program",
-    "not_donated": "not donated: the buffer stays allocated for the caller",
-    "reuses_input": "written into the named donated input's buffer",
-    "copy_of_input": "a copy of a non-donated input, returned unchanged",
-    "new": "a fresh buffer",
-}
+
+@dataclass(frozen=True)
+class LeafFilter:
+    """Which leaves ``--leaves`` lists: those under or matching ``pattern``, with ``fate``."""
+
+    pattern: str | None = None
+    fate: str | None = None
 
 
 def make_console(file: IO[str], *, width: int | None = None,
                  plain: bool | None = None) -> Console:
-    """A console on ``file``; ``plain`` defaults to "not a terminal, or NO_COLOR set"."""
+    """A console on ``file``; ``plain`` defaults to "not a terminal, or NO_COLOR set".
+
+    It never reads markup: ``[bold]`` in a path or an argument prints as typed.
+    """
     if plain is None:
         # no-color.org: only a non-empty NO_COLOR turns colour off
         plain = not file.isatty() or bool(os.environ.get("NO_COLOR"))
@@ -48,67 +67,128 @@ def make_console(file: IO[str], *, width: int | None = None,
         width = PIPE_WIDTH  # logs do not wrap; rich's 80 would fold every path
     return Console(file=file, width=width, force_terminal=not plain,
                    no_color=plain, color_system=None if plain else "auto",
-                   highlight=False, emoji=False, soft_wrap=False)
+                   highlight=False, emoji=False, markup=False, soft_wrap=False)
+
+
+class Lines:
+    """Lines onto a console, wrapped between words at its width, never by rich."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.width = console.width
+        self.box = box.ASCII if console.no_color else box.ROUNDED
+
+    def line(self, text: str | Text = "", style: str = "") -> None:
+        self.console.print(Text(text, style) if isinstance(text, str) else text,
+                           soft_wrap=True)
+
+    def para(self, text: str, indent: str = "", first: str = "", style: str = "") -> None:
+        for ln in wrap(text, self.width, indent, first):
+            self.line(ln, style)
+
+    def labelled(self, label: str, style: str, text: str, indent: str) -> None:
+        """``  label: text`` with the label styled, wrapped under ``indent``."""
+        lines = wrap(f"{label} {text}", self.width, indent, "  ")
+        self.console.print(Text.assemble("  ", (label, style), lines[0][len(label) + 2:]),
+                           soft_wrap=True)
+        for ln in lines[1:]:
+            self.line(ln)
+
+    def table(self, table: Table, title: str = "") -> None:
+        # The title on a line of its own: rich would wrap it to the table's width.
+        if title:
+            self.line(title, "italic")
+        self.console.print(table)
 
 
 def render_report(report: Report, file: IO[str], *, width: int | None = None,
-                  plain: bool | None = None) -> None:
-    """Write the summary table, then each function's buffer table and notes."""
-    console = make_console(file, width=width, plain=plain)
-    table_box = box.ASCII if console.no_color else box.ROUNDED
-    _header(console, report)
+                  plain: bool | None = None, leaves: LeafFilter | None = None) -> None:
+    """Write the answer, the figures, each function's groups, and with ``leaves`` its leaves."""
+    out = Lines(make_console(file, width=width, plain=plain))
+    _header(out, report)
     if not report.functions:
-        console.print("No jitted function was called.")
+        out.line("No jitted function was called.")
         return
-    console.print(_summary_table(report, table_box))
+    summary = summarize(report)
+    _answer(out, summary)
+    out.line()
+    out.table(_figures_table(summary, out), "Compiled functions (bytes per device)")
     for text in report.peak_rule_texts():
-        console.print(Text(text, style="dim"), overflow="fold")
+        out.para(visible(text), "  ", style="dim")
     if report.runtime is not None:
-        for line in _runtime(report):
-            console.print(line, overflow="fold")
-    fates = set()
-    for fn in report.functions:
-        console.print()
-        _function_section(console, fn, table_box)
-        fates |= {b.fate for b in fn.inputs} | {b.fate for b in fn.outputs}
-    console.print()
-    for fate, meaning in FATE_MEANINGS.items():
-        if fate in fates:
-            console.print(Text.assemble((f"{fate}", FATE_STYLES[fate]), f": {meaning}"))
+        for text in _runtime(report):
+            out.para(text, "  ")
+    for fn, s in zip(report.functions, summary.functions, strict=True):
+        out.line()
+        _function_section(out, fn, s)
+        if leaves is not None and not (s.small and leaves == LeafFilter()):
+            _leaf_detail(out, fn, leaves)
+    out.line()
+    out.para("Every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o FILE.json"
+             if leaves is None else "Everything, every figure and leaf: -o FILE.json",
+             style="dim")
 
 
-def _header(console: Console, report: Report) -> None:
+def _header(out: Lines, report: Report) -> None:
     env = report.environment
-    kinds = sorted({d.kind for d in env.devices})
+    kinds = sorted({visible(d.kind) for d in env.devices})
     devices = f"{len(env.devices)} device{'s' if len(env.devices) != 1 else ''}"
-    console.print(Text("memscope report", style="bold"))
+    out.line("memscope report", "bold")
     if report.run is not None:
-        console.print(f"target: {report.run.command}")
-        console.print(f"run:    {report.run.ending}")
-    console.print(f"jax {env.jax}, jaxlib {env.jaxlib}, backend {env.backend}, "
-                  f"{devices} ({', '.join(kinds)})")
+        out.para(f"target: {visible(report.run.command)}", "        ")
+        out.para(f"run:    {visible(report.run.ending)}", "        ")
+    out.para(f"jax {visible(env.jax)}, jaxlib {visible(env.jaxlib)}, backend "
+             f"{visible(env.backend)}, {devices} ({', '.join(kinds)})")
     if report.merged_from:
-        parts = ", ".join(f"{p.process_index} ({p.file}"
+        parts = ", ".join(f"{p.process_index} ({visible(p.file)}"
                           + (f", {p.run.outcome}" if p.run else "") + ")"
                           for p in report.merged_from)
-        console.print(f"merged from {len(report.merged_from)} processes: {parts}",
-                      overflow="fold")
-    console.print()
+        out.para(f"merged from {len(report.merged_from)} processes: {parts}", "  ")
+    out.line()
 
 
-def _summary_table(report: Report, table_box: box.Box) -> Table:
-    table = Table(title="Compiled functions (bytes per device)", box=table_box,
-                  title_justify="left")
-    table.add_column("function / source", overflow="fold")
-    for name in ("calls", "argument", "output", "alias", "temp", "peak"):
+def _answer(out: Lines, summary: ReportSummary) -> None:
+    """Per function: its peak, what is wrong, and what to change."""
+    for s in summary.functions:
+        where = visible(s.source or "n/a")
+        variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
+        out.para(f"{visible(s.name)} ({where}{variant}): peak {format_bytes(s.peak)} per "
+                 "device", "    ")
+        for f in s.findings:
+            _finding(out, f)
+        if s.advice is not None:
+            a = s.advice
+            out.labelled("Advice:", "bold magenta", f"{visible(a.headline)}: {a.saving}.",
+                         "    ")
+        if not s.findings and s.advice is None:
+            out.line("  nothing to change: no unusable, unused or missed donation, no copy",
+                     "green")
+
+
+def _finding(out: Lines, f: Finding) -> None:
+    label = {"problem": "problem:", "warning": "warning:", "info": "note:"}[f.severity]
+    text = visible(f.text) + (f": {visible(f.leaves)}" if f.leaves else "")
+    out.labelled(label, SEVERITY_STYLES[f.severity], text, "      ")
+
+
+def _figures_table(summary: ReportSummary, out: Lines) -> Table:
+    table = Table(box=out.box)
+    # The calls are in the answer above: the name gets their room.
+    table.add_column("function", no_wrap=True)
+    for name, _ in FIGURES_SHOWN:
         table.add_column(name, justify="right", no_wrap=True)
-    for fn in report.functions:
-        m = fn.memory
-        figures = ((m.argument_bytes, m.output_bytes, m.alias_bytes, m.temp_bytes,
-                    m.peak_bytes) if m else (None,) * 5)
-        peak = format_bytes(figures[4]) + ("*" if m and m.peak_is_computed else "")
-        where = Text.assemble(fn.name, "\n", (fn.source or "n/a", "dim"))
-        table.add_row(where, str(fn.calls), *(format_bytes(f) for f in figures[:4]), peak)
+    rows = []
+    for s in summary.functions:
+        m = s.memory
+        peak = _figure(m, "peak_bytes") + ("*" if m and m.peak_is_computed else "")
+        rows.append([*(_figure(m, attr) for _, attr in FIGURES_SHOWN[:-1]), peak])
+    # What the figures leave for the name: each column and its 3 characters of border.
+    titles = [label for label, _ in FIGURES_SHOWN]
+    used = sum(max(len(t), *(len(r[i]) for r in rows)) + 3 for i, t in enumerate(titles))
+    room = max(10, out.width - used - 4)
+    for s, row in zip(summary.functions, rows, strict=True):
+        which = f" {s.variant_of[0]}/{s.variant_of[1]}" if s.variant_of else ""
+        table.add_row(shorten(visible(s.name), room - len(which)) + which, *row)
     return table
 
 
@@ -116,225 +196,227 @@ def _summary_table(report: Report, table_box: box.Box) -> Table:
 TIMELINE_ROWS = 12
 
 
-def _runtime(report: Report) -> list[Text]:
+def _runtime(report: Report) -> list[str]:
     rt = report.runtime
     assert rt is not None
     lines = []
     if rt.device_memory is None:
-        lines.append(Text(f"Device memory over the run: unavailable ({rt.device_memory_note})."))
+        lines.append(f"Device memory over the run: unavailable "
+                     f"({visible(rt.device_memory_note or 'n/a')}).")
     elif rt.device_memory:
         samples = rt.device_memory
         cut = " (cut: later calls not sampled)" if rt.timeline_truncated else ""
-        lines.append(Text(f"Device memory over the run (busiest device, after each call, "
-                          f"{len(samples)} samples{cut}):"))
+        lines.append(f"Device memory over the run (busiest device, after each call, "
+                     f"{len(samples)} samples{cut}):")
         step = max(1, -(-len(samples) // TIMELINE_ROWS))
         for s in [*samples[::step], *([samples[-1]] if (len(samples) - 1) % step else [])]:
-            lines.append(Text(f"  call {s.call:>6}  {s.function:<24} in use "
-                              f"{format_bytes(s.bytes_in_use):>10}  peak "
-                              f"{format_bytes(s.peak_bytes_in_use):>10}"))
+            lines.append(f"  call {s.call:>6}  {visible(s.function):<24} in use "
+                         f"{format_bytes(s.bytes_in_use):>10}  peak "
+                         f"{format_bytes(s.peak_bytes_in_use):>10}")
     live = rt.live_arrays
-    if live is not None:
-        largest = "; ".join(f"{a.dtype}{_shape(a.shape)} {format_bytes(a.bytes)}"
-                            + (f" on {a.sharding}" if a.sharding else "")
-                            for a in live.largest[:3])
-        lines.append(Text(f"Live arrays when the target ended: {live.count}, "
-                          f"{format_bytes(live.total_bytes)}"
-                          + (f"; largest: {largest}" if largest else "")))
+    if live is not None:  # the largest of them are in the JSON report
+        lines.append(f"Live arrays when the target ended: {live.count}, "
+                     f"{format_bytes(live.total_bytes)}")
     return lines
 
 
-def _function_section(console: Console, fn: FunctionReport, table_box: box.Box) -> None:
+def _function_section(out: Lines, fn: FunctionReport, s: FunctionSummary) -> None:
     calls = f"{fn.calls} call{'s' if fn.calls != 1 else ''}"
     where = f"  processes {', '.join(map(str, fn.processes))}" if fn.processes else ""
-    console.print(Text.assemble((fn.name, "bold"), f"  {fn.source or 'n/a'}  {calls}{where}"))
-    console.print(Text(f"signature {fn.signature}", style="dim"), overflow="fold")
+    out.console.print(Text.assemble((visible(fn.name), "bold"),
+                                    f"  {visible(fn.source or 'n/a')}  {calls}{where}"),
+                      soft_wrap=True)
+    which = f" {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
+    out.para(f"signature{which}: {visible(s.signature)}", "    ", "  ")
+    if s.differs:
+        out.para(f"differs from its other signatures in: {visible(s.differs)}", "    ", "  ")
     if fn.error:
-        console.print(Text(fn.error, style="red"))
+        out.para(visible(fn.error), "  ", "  ", style="red")
         return
     if fn.devices and fn.devices > 1 and fn.memory and fn.memory.peak_bytes is not None:
         peak = fn.memory.peak_bytes
-        console.print(f"runs on {fn.devices} devices; the figures are per device: peak "
-                      f"{format_bytes(peak)} each, {format_bytes(peak * fn.devices)} in all")
-    console.print(_buffer_table(fn, table_box))
-    if _sharded(fn):
-        console.print(_sharding_table(fn, table_box))
+        out.para(f"runs on {fn.devices} devices; the figures are per device: peak "
+                 f"{format_bytes(peak)} each, {format_bytes(peak * fn.devices)} in all",
+                 "    ", "  ")
+    if s.small:
+        _leaf_detail(out, fn, LeafFilter(), heading=False)
+    else:
+        _groups(out, "inputs", s.input_leaves, s.input_bytes, s.inputs)
+        _groups(out, "outputs", s.output_leaves, s.output_bytes, s.outputs)
+    if s.reasons and not s.small:
+        out.line("  why (identical reasons merged; each leaf's own: --leaves):")
+        for r in s.reasons:
+            noun = "leaf" if r.leaves == 1 else "leaves"
+            head = (f"{visible(r.group)} ({r.leaves} {noun}, {r.fate}, "
+                    f"{format_bytes(r.bytes)}): ")
+            example = (visible(r.example) if r.leaves == 1 else
+                       f"for example {visible(r.example_path)}: {visible(r.example)}")
+            out.para(head + example, "      ", "    ")
     for note in _notes(fn):
-        console.print(note, overflow="fold")
-    if fn.variants:
-        console.print(_variants_table(fn, table_box))
-        for line in _variant_settings(fn):
-            console.print(line, overflow="fold")
-    for line in _advice(fn):
-        console.print(line, overflow="fold")
+        out.para(note, "      ", "  ")
+    if s.variants:
+        out.table(_variants_table(s, out), "Donation variants (each compiled and measured)")
+        _variant_settings(out, s)
+    if s.terms:
+        out.line("  terms:", "dim")
+        for term, meaning in s.terms:
+            out.para(f"{term}: {meaning}", "      ", "    ", style="dim")
 
 
-def _buffers(fn: FunctionReport) -> list[InputBuffer | OutputBuffer]:
-    return [*fn.inputs, *fn.outputs]
+def _groups(out: Lines, title: str, count: int, size: int, groups: tuple[LeafGroup, ...]
+            ) -> None:
+    if not groups:
+        return
+    out.line(f"  {title}: {count} {'leaf' if count == 1 else 'leaves'}, {format_bytes(size)}")
+    width = min(GROUP_PATH_WIDTH, max(2 * g.depth + len(visible(g.path)) for g in groups))
+    for g in groups:
+        name = ("  " * g.depth + shorten(visible(g.path), width - 2 * g.depth)).ljust(width)
+        noun = "leaf" if g.leaves == 1 else "leaves"
+        head = f"    {name}  {g.leaves:>4} {noun:<6}  {format_bytes(g.bytes):>9}  "
+        out.para(_fates_text(g), " " * len(head), head)
 
 
-def _sharded(fn: FunctionReport) -> bool:
-    return any(b.device_bytes is not None and b.device_bytes != b.bytes for b in _buffers(fn))
+def _fates_text(g: LeafGroup) -> str:
+    parts = []
+    for f in g.fates:
+        text = f"{f.fate} {f.leaves}"
+        if f.candidates:
+            text += (" (candidates)" if f.candidates == f.leaves > 1 else " (candidate)"
+                     if f.candidates == f.leaves else f" ({f.candidates} candidates)")
+        parts.append(text)
+    text = ", ".join(parts)
+    if g.observed:
+        text += "; at run time: " + ", ".join(f"{n} {label}" for label, n in g.observed)
+    return text
 
 
-def _sharding_table(fn: FunctionReport, table_box: box.Box) -> Table:
-    table = Table(title="Each buffer on one device", box=table_box, title_justify="left")
-    table.add_column("buffer", overflow="fold")
-    table.add_column("shard shape", no_wrap=True)
-    table.add_column("per device", justify="right", no_wrap=True)
-    table.add_column("sharding", overflow="fold")
-    for b in _buffers(fn):
-        table.add_row(b.path, _shape(b.shard_shape) if b.shard_shape is not None else "n/a",
-                      format_bytes(b.device_bytes), b.sharding or "n/a")
-    return table
-
-
-def _buffer_table(fn: FunctionReport, table_box: box.Box) -> Table:
-    at_run_time = any(b.observed not in (None, "n/a") for b in fn.inputs)
-    table = Table(box=table_box)
-    table.add_column("buffer", overflow="fold")
-    for name in ("shape", "dtype"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("donated", no_wrap=True)
-    table.add_column("fate", no_wrap=True)
-    table.add_column("partner", overflow="fold")
-    if at_run_time:
-        table.add_column("at run time", no_wrap=True)
-
-    for b in fn.inputs:
-        partner = b.output or ("candidate" if b.candidate else "")
-        table.add_row(b.path, _shape(b.shape), b.dtype, format_bytes(b.bytes),
-                      "yes" if b.donated else "no", Text(b.fate, FATE_STYLES[b.fate]),
-                      Text(partner, "magenta" if b.candidate else ""),
-                      *([_observed(b)] if at_run_time else []))
-    if fn.inputs and fn.outputs:
-        table.add_section()
-    for o in fn.outputs:
-        table.add_row(o.path, _shape(o.shape), o.dtype, format_bytes(o.bytes),
-                      "", Text(o.fate, FATE_STYLES[o.fate]), o.input or "")
-    return table
-
-
-#: Column titles of the variants, in the order they are shown.
-VARIANT_TITLES = {"none": "no donation", "all": "donate all", "advised": "advised",
-                  "requested": "requested"}
-FIGURES = (("argument", "argument_bytes"), ("output", "output_bytes"),
-           ("alias", "alias_bytes"), ("temp", "temp_bytes"), ("peak", "peak_bytes"))
-
-
-def _variants_table(fn: FunctionReport, table_box: box.Box) -> Table:
-    variants = sorted(fn.variants, key=lambda v: list(VARIANT_TITLES).index(v.name))
-    title = "Donation variants (each compiled and measured)"
-    # One variant (the default advice) makes a narrow table: keep its title on one line.
-    table = Table(title=title, box=table_box, title_justify="left", min_width=len(title))
+def _variants_table(s: FunctionSummary, out: Lines) -> Table:
+    table = Table(box=out.box)
     table.add_column("", no_wrap=True)
     table.add_column("as written", justify="right", no_wrap=True)
-    for v in variants:
-        table.add_column(VARIANT_TITLES[v.name], justify="right", no_wrap=True)
-    for label, attr in FIGURES:
-        table.add_row(label, _figure(fn.memory, attr),
-                      *(_figure(v.memory, attr) for v in variants))
-    table.add_row("unusable", str(len(_unusable(fn.inputs))),
-                  *("n/a" if v.memory is None else str(len(_unusable(v.inputs)))
-                    for v in variants))
+    for v in s.variants:
+        table.add_column(v.title, justify="right", no_wrap=True)
+    for label, attr in FIGURES_SHOWN:
+        table.add_row(label, _figure(s.memory, attr),
+                      *(_figure(v.memory, attr) for v in s.variants))
+    table.add_row("unusable", str(s.unusable),
+                  *("n/a" if v.unusable is None else str(v.unusable) for v in s.variants))
     return table
 
 
-def _variant_settings(fn: FunctionReport) -> list[Text]:
-    variants = sorted(fn.variants, key=lambda v: list(VARIANT_TITLES).index(v.name))
-    rows: list[tuple[str, str, str, str | None]] = [
-        ("as written", fn.setting or "n/a", "", None)]
-    for v in variants:
-        extra = " (as written, not compiled again)" if v.same_as_written else ""
-        unusable = _unusable(v.inputs)
-        if unusable:
-            extra += f"; unusable: {', '.join(unusable)}"
-        rows.append((VARIANT_TITLES[v.name], v.setting, extra, v.error))
+def _variant_settings(out: Lines, s: FunctionSummary) -> None:
+    rows: list[tuple[str, str, str | None]] = [("as written", visible(s.setting or "n/a"), None)]
+    for v in s.variants:
+        text = visible(v.setting)
+        if v.same_as_written:
+            text += " (as written, not compiled again)"
+        if v.unusable_leaves:
+            text += f"; unusable: {visible(v.unusable_leaves)}"
+        rows.append((v.title, text, v.error))
     width = max(len(title) for title, *_ in rows) + 2
-    lines = []
-    for title, setting, extra, error in rows:
-        line = Text(f"  {title + ':':<{width}}{setting}{extra}")
+    for title, text, error in rows:
+        lines = wrap(text, out.width, " " * (width + 2), f"  {title + ':':<{width}}")
+        for ln in lines:
+            out.line(ln)
         if error:
-            line.append(f" ({error})", "red")
-        lines.append(line)
-    return lines
+            out.para(f"({visible(error)})", " " * (width + 2), " " * (width + 2), style="red")
 
 
 def _figure(memory: Memory | None, attr: str) -> str:
     return format_bytes(getattr(memory, attr) if memory is not None else None)
 
 
-def _unusable(inputs: tuple[InputBuffer, ...]) -> list[str]:
-    return [b.path for b in inputs if b.fate == "unusable"]
-
-
-def _advice(fn: FunctionReport) -> list[Text]:
-    a = fn.advice
-    if a is None:
-        return []
-    count = sum(b.candidate for b in fn.inputs)
-    peak = f"peak {format_bytes(a.peak_before)} -> {format_bytes(a.peak_after)}"
-    if a.peak_before is not None and a.peak_after is not None:
-        peak += f" ({format_change(a.peak_after - a.peak_before)}, measured)"
-    return [
-        Text.assemble(("Advice: ", "bold magenta"), f"jit {fn.name} with ",
-                      (a.setting, "bold"), f" (adds {', '.join(a.add)})."),
-        Text(f"  {count} candidate {'leaves' if count != 1 else 'leaf'}, "
-             f"{format_bytes(a.candidate_bytes)}; {peak}."),
-        Text(f"  {a.caveat}", style="dim"),
-    ]
-
-
-def _observed(b: InputBuffer) -> Text:
-    if b.observed in (None, "n/a"):
-        return Text("")
-    state = "" if b.deleted is None else (", deleted" if b.deleted else ", alive")
-    return Text(f"{b.observed}{state}", "green" if b.observed == "confirmed" else "")
-
-
 def _shape(shape: tuple[int, ...]) -> str:
     return f"({','.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
 
 
-def _notes(fn: FunctionReport) -> list[Text]:
+def _notes(fn: FunctionReport) -> list[str]:
     notes = []
     warned = [b.path for b in fn.inputs if b.in_warning]
     for text in fn.warnings:
-        first = text.strip().splitlines()[0]
-        line = Text.assemble(("JAX warned: ", "yellow"), first)
-        if warned and "not usable" in first:
-            line.append(f" That is: {', '.join(warned)}.")
-        notes.append(line)
-    for b in fn.inputs:
-        if b.reason is not None:
-            notes.append(Text.assemble((f"{b.path}", "bold"), f" ({b.fate}): {b.reason}"))
-        elif b.fate == "unusable" and not b.in_warning:
-            notes.append(_unusable_note(b))
-        elif b.fate == "donor":
-            used = (f"XLA reused it for {b.output}." if b.output else
-                    "XLA did not use it, so it stays allocated.")
-            notes.append(Text(f"{b.path} was offered to XLA as an optional donor "
-                              f"(no output of its shape and dtype was left); {used}"))
-    for finding in fn.findings:
-        notes.append(Text.assemble(("Run time disagrees: ", "bold red"), finding))
+        lines = text.strip().splitlines()
+        if lines:
+            that = (f" That is: {visible(bounded_leaves(warned))}."
+                    if warned and "not usable" in lines[0] else "")
+            notes.append(f"JAX warned: {visible(lines[0])}{that}")
     if fn.measured is not None:
         mm = fn.measured
-        notes.append(Text(f"device memory at the first call: {format_bytes(mm.bytes_in_use_before)} "
-                          f"in use before, {format_bytes(mm.bytes_in_use_after)} after; process "
-                          f"peak so far {format_bytes(mm.peak_bytes_in_use)} (compiled peak "
-                          f"{format_bytes(fn.memory.peak_bytes if fn.memory else None)})"))
+        notes.append(f"device memory at the first call: {format_bytes(mm.bytes_in_use_before)} "
+                     f"in use before, {format_bytes(mm.bytes_in_use_after)} after; process "
+                     f"peak so far {format_bytes(mm.peak_bytes_in_use)} (compiled peak "
+                     f"{format_bytes(fn.memory.peak_bytes if fn.memory else None)})")
     m = fn.memory
-    if m is not None and m.peak_is_computed and m.peak_rule_text:
-        notes.append(Text(f"* {m.peak_rule_text}."))
+    # The peak's rule (the "*" of the figures) is said once, under the figures table.
     if m is not None and m.host.any_nonzero():
         h = m.host
-        notes.append(Text(f"host memory: argument {format_bytes(h.argument_bytes)}, "
-                          f"output {format_bytes(h.output_bytes)}, "
-                          f"alias {format_bytes(h.alias_bytes)}, "
-                          f"temp {format_bytes(h.temp_bytes)}"))
+        notes.append(f"host memory: argument {format_bytes(h.argument_bytes)}, "
+                     f"output {format_bytes(h.output_bytes)}, "
+                     f"alias {format_bytes(h.alias_bytes)}, "
+                     f"temp {format_bytes(h.temp_bytes)}")
     return notes
 
 
-def _unusable_note(b: InputBuffer) -> Text:
-    return Text(f"{b.path} was donated but no output could take its buffer "
-                "(JAX did not warn in this run: the function was lowered before).")
+# --- every leaf, on request ----------------------------------------------------------
+
+
+def _leaf_detail(out: Lines, fn: FunctionReport, which: LeafFilter,
+                 heading: bool = True) -> None:
+    inputs, outputs = select_leaves(fn, which.pattern, which.fate)
+    chosen = []
+    if which.pattern is not None:
+        chosen.append(f"under or matching {visible(which.pattern)}")
+    if which.fate is not None:
+        chosen.append(f"fate {visible(which.fate)}")
+    scope = f" ({', '.join(chosen)})" if chosen else ""
+    if heading:
+        out.line()
+        out.para(f"leaves of {visible(fn.name)}{scope}: {len(inputs)} of {len(fn.inputs)} "
+                 f"inputs, {len(outputs)} of {len(fn.outputs)} outputs", "    ", "  ",
+                 style="bold")
+    at_run_time = any(b.observed not in (None, "n/a") for b in inputs)
+    header = ["leaf", "shape", "dtype", "size", "donated", "fate", "partner"]
+    if at_run_time:
+        header.append("at run time")
+    rows = [_input_row(b, at_run_time) for b in inputs]
+    rows += [[visible(o.path), _shape(o.shape), o.dtype, format_bytes(o.bytes), "",
+              o.fate, visible(o.input or ""), *([""] if at_run_time else [])] for o in outputs]
+    if rows:
+        _columns(out, header, rows, right={3})
+    both: list[InputBuffer | OutputBuffer] = [*inputs, *outputs]
+    sharded = [b for b in both
+               if b.device_bytes is not None and b.device_bytes != b.bytes]
+    if sharded:
+        out.line("  each sharded leaf on one device:")
+        _columns(out, ["leaf", "shard shape", "per device", "sharding"],
+                 [[visible(b.path),
+                   _shape(b.shard_shape) if b.shard_shape is not None else "n/a",
+                   format_bytes(b.device_bytes), visible(b.sharding or "n/a")]
+                  for b in sharded], right={2})
+    for b in inputs:
+        reason = leaf_reason(b)
+        if reason is not None:
+            out.para(f"{visible(b.path)} ({b.fate}): {visible(reason)}", "      ", "    ")
+
+
+def _input_row(b: InputBuffer, at_run_time: bool) -> list[str]:
+    partner = b.output or ("candidate" if b.candidate else "")
+    row = [visible(b.path), _shape(b.shape), b.dtype, format_bytes(b.bytes),
+           "yes" if b.donated else "no", b.fate, visible(partner)]
+    if at_run_time:
+        state = "" if b.deleted is None else (", deleted" if b.deleted else ", alive")
+        row.append("" if b.observed in (None, "n/a") else f"{b.observed}{state}")
+    return row
+
+
+def _columns(out: Lines, header: list[str], rows: list[list[str]], right: set[int]) -> None:
+    """Aligned columns, every cell whole: a list, one line per leaf, never wrapped."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "    " + "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                                  for i, (c, w) in enumerate(zip(cells, widths, strict=True)
+                                                             )).rstrip()
+    out.line(line(header), "dim")
+    for r in rows:
+        out.line(line(r))
+

@@ -1,0 +1,69 @@
+"""Text as the renderers write it: user data shown literally, lines wrapped between
+words only.
+
+Every piece of user or program data a renderer prints (arguments, error messages,
+paths, function names, device kinds, file names) goes through :func:`visible`
+first: control characters and escape sequences become visible escapes, so a
+terminal never acts on them and a log keeps one record per line. The terminal
+console never reads markup (``[bold]`` prints as typed); HTML, markdown, JUnit and
+GitHub annotations add their own escaping on top of this one.
+
+No rich here, so the pytest plugin and the command line use it too.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+#: A size (``39.5 MiB``) is one word: a line never breaks inside it.
+_SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|PiB)\b")
+_GLUE = "\u00a0"
+
+
+def visible(text: str) -> str:
+    """``text`` with every control or format character (ESC, NUL, newline, bidi
+    overrides) written as an escape: ``"a\\x1b[31m"`` -> ``"a\\\\x1b[31m"``."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif unicodedata.category(ch) in ("Zs",):
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
+
+
+def wrap(text: str, width: int, indent: str = "", first: str | None = None) -> list[str]:
+    """``text`` broken into lines of at most ``width`` between words only; a word
+    (a path, a number, a size) longer than a line gets a line of its own, whole.
+    Lines start with ``first`` (default ``indent``), then ``indent``."""
+    glued = _SIZE.sub(lambda m: f"{m.group(1)}{_GLUE}{m.group(2)}", text)
+    words = glued.split(" ")
+    lines: list[str] = []
+    line = first if first is not None else indent
+    empty = True
+    for word in words:
+        if not empty and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line, empty = indent, True
+        line += word if empty else f" {word}"
+        empty = False
+    lines.append(line)
+    return [ln.replace(_GLUE, " ") for ln in lines]
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut in the middle to ``limit`` characters with ``...`` (whole if it fits)."""
+    if len(text) <= limit or limit < 8:
+        return text
+    keep = limit - 3
+    return f"{text[:keep - keep // 2]}...{text[-(keep // 2):]}"

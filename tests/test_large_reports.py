@@ -1,0 +1,162 @@
+"""Reports at a real size: the installed command on sample_programs/transformer_adam.py
+(an 8-layer transformer with optax Adam, 405 input leaves), read as a user reads it
+in a log: the answer first and bounded, every leaf whole on request, nothing split.
+And user text (arguments, error messages) printed literally."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memscope.report import load_report
+from memscope.summary import summarize
+from memscope.units import format_bytes
+from tests.test_render_buffers import (
+    browser,  # noqa: F401  (a fixture)
+    drive_leaf_table,
+    needs_driven_browser,
+)
+from tests.test_samples import MEMSCOPE, ROOT
+
+UNIT = re.compile(r"^\s*(B|KiB|MiB|GiB|TiB)\b")
+
+
+def _memscope(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    # Piped, as in CI: plain text at the width COLUMNS says.
+    env = {**os.environ, "COLUMNS": "80"}
+    return subprocess.run([MEMSCOPE, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def transformer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("transformer")
+    run = _memscope("run", "-o", str(folder / "r.json"), "--html", str(folder / "r.html"),
+                    "sample_programs/transformer_adam.py", "--steps", "2")
+    assert run.returncode == 0, run.stderr
+    leaves = _memscope("show", "--leaves", str(folder / "r.json"))
+    assert leaves.returncode == 0, leaves.stderr
+    return folder, run.stdout, leaves.stdout
+
+
+def _report_lines(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    return lines[lines.index("memscope report"):]  # the script prints its own lines first
+
+
+def test_default_output_answers_first_and_is_bounded(transformer):
+    folder, stdout, _ = transformer
+    report = load_report(str(folder / "r.json"))
+    (fn,) = report.functions
+    assert len(fn.inputs) == 405  # the real size this test is about
+    lines = _report_lines(stdout)
+    assert len(lines) <= 80 * len(report.functions), len(lines)
+    advice = next(i for i, line in enumerate(lines) if line.lstrip().startswith("Advice:"))
+    assert advice < 30, lines[:advice + 1]
+    answer = " ".join(" ".join(lines[:advice + 4]).split())
+    a = fn.advice
+    assert a is not None
+    assert f"jit train_step with {a.setting}" in answer
+    assert (f"peak {format_bytes(a.peak_before)} -> {format_bytes(a.peak_after)}") in answer
+    # the peak each function holds, and what is wrong, come before any table
+    assert (f"train_step ({fn.source}): peak {format_bytes(fn.memory.peak_bytes)} per device"
+            in answer)
+    candidates = sum(b.candidate for b in fn.inputs)
+    assert f"warning: {candidates} leaves" in answer
+    # one line per argument and subtree, not per leaf
+    for group in summarize(report).functions[0].inputs:
+        assert any(line.split()[:1] == [group.path] for line in lines), group.path
+    text = "\n".join(lines)
+    named = [b.path for b in (*fn.inputs, *fn.outputs) if b.path in text]
+    assert len(named) <= 20, named
+
+
+def test_nothing_is_split_across_lines(transformer):
+    _, stdout, leaves = transformer
+    for text in (stdout, leaves):
+        for line in _report_lines(text):
+            if line.startswith(("|", "+")):
+                continue  # the figures tables: numbers only, each cell whole
+            assert line.count("[") == line.count("]"), line
+            assert not UNIT.match(line), line
+
+
+def test_every_leaf_appears_whole_in_leaves_and_json(transformer):
+    folder, _, leaves = transformer
+    report = load_report(str(folder / "r.json"))
+    (fn,) = report.functions
+    first_words = {line.split()[0] for line in leaves.splitlines() if line.strip()}
+    for b in (*fn.inputs, *fn.outputs):
+        assert b.path in first_words, b.path
+    data = json.loads((folder / "r.json").read_text())
+    assert [b["path"] for b in data["functions"][0]["inputs"]] == [b.path for b in fn.inputs]
+    assert len(data["functions"][0]["outputs"]) == len(fn.outputs) == 404
+
+
+def test_html_puts_the_advice_first_and_holds_every_leaf(transformer):
+    folder, _, _ = transformer
+    page = (folder / "r.html").read_text(encoding="utf-8")
+    assert page.index('class="advice"') < page.index("<table")
+    assert page.count('<details class="fn"') == 1
+    report = load_report(str(folder / "r.json"))
+    (fn,) = report.functions
+    assert page.count("<tr data-path=") == len(fn.inputs) + len(fn.outputs)
+    assert "Donation variants" in page and "<dl class=\"terms\">" in page
+
+
+@pytest.mark.browser
+@needs_driven_browser
+def test_html_of_the_transformer_in_a_browser(transformer, browser, tmp_path):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    folder, _, _ = transformer
+    browser.get((folder / "r.html").as_uri())
+    first_screen = browser.find_element(By.CSS_SELECTOR, ".advice")
+    assert first_screen.location["y"] < 1000  # on the first screen
+    assert browser.save_screenshot(str(tmp_path / "transformer-first.png"))
+    view = browser.find_element(By.CSS_SELECTOR, "#fn0 .leafview")
+    rows = drive_leaf_table(browser, view, tmp_path, "transformer-filtered")
+    assert len(rows) == 405 + 404
+
+
+# --- user text, literally ------------------------------------------------------------
+
+SCRIPT = """\
+import sys
+import jax
+import jax.numpy as jnp
+
+@jax.jit
+def step(x):
+    return x * 2
+
+step(jnp.ones(3))
+print("args:", sys.argv[1:])
+raise KeyError("[bold]missing[/bold] \\x1b[31m")
+"""
+
+
+def test_arguments_and_errors_print_verbatim(tmp_path):
+    (tmp_path / "prog.py").write_text(SCRIPT)
+    result = _memscope("run", "-o", "r.json", "prog.py", "tags=[a,b]", "[bold]x[/bold]",
+                       cwd=tmp_path)
+    assert result.returncode == 1, result.stderr  # the script's own exit code
+    assert "args: ['tags=[a,b]', '[bold]x[/bold]']" in result.stdout
+    expected = ["target: prog.py 'tags=[a,b]' '[bold]x[/bold]'",
+                "run:    failed (exit code 1): KeyError: '[bold]missing[/bold] \\x1b[31m'"]
+    lines = result.stdout.splitlines()
+    for line in expected:
+        assert line in lines, result.stdout
+    assert "\x1b" not in result.stdout
+    shown = _memscope("show", "r.json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert all(line in shown.stdout.splitlines() for line in expected)
+    page = _memscope("show", "--html", "r.html", "r.json", cwd=tmp_path)
+    assert page.returncode == 0
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "[bold]x[/bold]" in html and "\x1b" not in html and "\\x1b[31m" in html

@@ -1,0 +1,392 @@
+"""The summary (what every renderer shows first) and the terminal view built on it:
+pure functions on hand-built reports, exact text at COLUMNS=80, every leaf whole
+with --leaves, user text shown literally."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from memscope.advice import annotate
+from memscope.render.terminal import LeafFilter, render_report
+from memscope.render.text import shorten, visible, wrap
+from memscope.report import (
+    Advice,
+    Device,
+    Environment,
+    FunctionReport,
+    InputBuffer,
+    Memory,
+    OutputBuffer,
+    Report,
+    RunInfo,
+    Variant,
+    save_report,
+)
+from memscope.summary import (
+    argument_signatures,
+    bounded,
+    bounded_leaves,
+    common_prefix,
+    differences,
+    leaf_groups,
+    path_matches,
+    path_steps,
+    reason_groups,
+    static_arguments,
+    summarize,
+)
+from tests.test_cli_errors import invoke
+
+KiB = 1024
+
+
+def _param_paths(root: str, layers: int) -> list[tuple[str, tuple[int, ...]]]:
+    leaves = [(f"{root}['embed']", (64, 16))]
+    for i in range(layers):
+        leaves += [(f"{root}['layers'][{i}]['b']", (16,)), (f"{root}['layers'][{i}]['w']", (16, 16))]
+    return leaves
+
+
+def _in(path: str, shape: tuple[int, ...], *, donated: bool, fate: str, output: str | None = None,
+        dtype: str = "float32") -> InputBuffer:
+    size = 4 * max(1, int.__mul__(*shape) if len(shape) == 2 else (shape[0] if shape else 1))
+    return InputBuffer(path, shape, dtype, size, donated, fate, output)  # type: ignore[arg-type]
+
+
+def _out(path: str, shape: tuple[int, ...], fate: str, source: str | None = None,
+         dtype: str = "float32") -> OutputBuffer:
+    size = 4 * max(1, int.__mul__(*shape) if len(shape) == 2 else (shape[0] if shape else 1))
+    return OutputBuffer(path, shape, dtype, size, fate, source)  # type: ignore[arg-type]
+
+
+def model_step(layers: int = 6) -> FunctionReport:
+    """A training step: params donated and aliased, Adam's state not donated, a batch."""
+    params = _param_paths("params", layers)
+    inputs = [_in(p, s, donated=True, fate="aliased", output=f"result[1]{p[6:]}")
+              for p, s in params]
+    inputs.append(_in("opt_state[0].count", (), donated=False, fate="not_donated", dtype="int32"))
+    for moment in ("mu", "nu"):
+        inputs += [_in(f"opt_state[0].{moment}{p[6:]}", s, donated=False, fate="not_donated")
+                   for p, s in params]
+    inputs += [_in("batch['x']", (8, 64), donated=False, fate="not_donated"),
+               _in("batch['y']", (8,), donated=False, fate="not_donated", dtype="int32")]
+    outputs = [_out("result[0]", (), "new")]
+    outputs += [_out(f"result[1]{p[6:]}", s, "reuses_input", p) for p, s in params]
+    outputs.append(_out("result[2][0].count", (), "new", dtype="int32"))
+    for moment in ("mu", "nu"):
+        outputs += [_out(f"result[2][0].{moment}{p[6:]}", s, "new") for p, s in params]
+    annotated = annotate(inputs, outputs)
+    state = [b for b in annotated if b.candidate]
+    advice = Advice('donate_argnames=("params", "opt_state")', ("opt_state",),
+                    sum(b.bytes for b in state), 90 * KiB, 60 * KiB,
+                    "Donate only arguments the program does not read after the call.")
+    variant = Variant("all", 'donate_argnames=("params", "opt_state", "batch")',
+                      Memory(peak_bytes=62 * KiB, argument_bytes=60 * KiB),
+                      inputs=tuple(dataclasses.replace(b, fate="unusable")
+                                   for b in annotated if b.path.startswith("batch")))
+    return FunctionReport(
+        name="train_step", source="train.py:40", calls=12,
+        signature="(" + ", ".join(f"{b.dtype}[{','.join(map(str, b.shape))}]"
+                                  for b in annotated) + ", lr=0.001)",
+        memory=Memory(argument_bytes=60 * KiB, output_bytes=60 * KiB, alias_bytes=20 * KiB,
+                      temp_bytes=10 * KiB, peak_bytes=90 * KiB),
+        inputs=annotated, outputs=tuple(outputs), donate_argnames=("params",),
+        setting='donate_argnames=("params",)', advice=advice, variants=(variant,))
+
+
+def model_report(*functions: FunctionReport, argv: tuple[str, ...] = ("--steps", "3")
+                 ) -> Report:
+    return Report(
+        memscope_version="0.1.0",
+        environment=Environment(jax="0.10.2", jaxlib="0.10.2", backend="cpu",
+                                devices=(Device(0, "cpu", "cpu"),)),
+        run=RunInfo(target="train.py", argv=argv, outcome="completed", exit_code=0),
+        functions=functions or (model_step(),))
+
+
+def render(report: Report, width: int = 80, leaves: LeafFilter | None = None) -> list[str]:
+    out = io.StringIO()
+    render_report(report, out, width=width, plain=True, leaves=leaves)
+    return [line.rstrip() for line in out.getvalue().splitlines()]
+
+
+# --- the pure summary ----------------------------------------------------------------
+
+
+def test_path_steps_and_prefixes():
+    assert path_steps("opt_state[0].mu['w']") == ("opt_state", "[0]", ".mu", "['w']")
+    assert path_steps("x") == ("x",)
+    assert path_steps("a['k]]'][1]") == ("a", "['k]]']", "[1]")
+    assert common_prefix(["p['a'][0]", "p['a'][1]"]) == "p['a']"
+    assert path_matches("params['layers'][3]['w']", "params['layers']")
+    assert not path_matches("params2['w']", "params")
+    assert path_matches("params['layers'][3]['w']", "*['w']")
+    assert path_matches("opt_state[0].mu['embed']", "opt_state[0].mu['e*")
+
+
+def test_groups_follow_arguments_then_subtrees():
+    fn = model_step()
+    groups = leaf_groups(fn.inputs, {b.path for b in fn.inputs if b.candidate})
+    rows = [(g.depth, g.path, g.leaves, [(f.fate, f.leaves, f.candidates) for f in g.fates])
+            for g in groups]
+    assert rows == [
+        (0, "params", 13, [("aliased", 13, 0)]),
+        (1, "params['embed']", 1, [("aliased", 1, 0)]),
+        (1, "params['layers']", 12, [("aliased", 12, 0)]),
+        (0, "opt_state", 27, [("not_donated", 27, 27)]),
+        # the single-child opt_state[0] is passed through to its parts
+        (1, "opt_state[0].count", 1, [("not_donated", 1, 1)]),
+        (1, "opt_state[0].mu", 13, [("not_donated", 13, 13)]),
+        (1, "opt_state[0].nu", 13, [("not_donated", 13, 13)]),
+        (0, "batch", 2, [("not_donated", 2, 0)]),
+    ]
+    assert sum(g.bytes for g in groups if g.depth == 0) == sum(b.bytes for b in fn.inputs)
+
+
+def test_identical_reasons_merge_with_a_count_per_argument():
+    fn = model_step()
+    groups = reason_groups(fn)
+    assert [(g.group, g.fate, g.leaves) for g in groups] == [
+        ("opt_state[0]", "not_donated", 27)]
+    (g,) = groups
+    assert g.bytes == sum(b.bytes for b in fn.inputs if b.path.startswith("opt_state"))
+    own = next(b for b in fn.inputs if b.path == g.example_path)
+    assert g.example == own.reason
+
+
+def test_bounded_lists_end_with_a_count():
+    assert bounded(["a", "b"], 5) == "a, b"
+    assert bounded([str(i) for i in range(8)], 3) == "0, 1, 2 and 5 more"
+    paths = [f"p[{i}]" for i in range(7)] + ["q"]
+    assert bounded_leaves(paths) == "7 in p, 1 in q; e.g. p[0], p[1], p[2] and 5 more"
+
+
+def test_signature_per_argument_and_statics():
+    fn = model_step()
+    assert [(a.name, a.text) for a in argument_signatures(fn)] == [
+        ("params", "13 arrays, 10.4 KiB"), ("opt_state", "27 arrays, 20.8 KiB"),
+        ("batch", "{x: float32[8,64], y: int32[8]}"), ("lr", "0.001")]
+    assert summarize(model_report()).functions[0].signature == (
+        "params: 13 arrays, 10.4 KiB; opt_state: 27 arrays, 20.8 KiB; "
+        "batch: {x: float32[8,64], y: int32[8]}; lr=0.001")
+    assert static_arguments("(float32[2], #1=(1, 2), lr=0.1, name='a,b')") == [
+        ("#1", "(1, 2)"), ("lr", "0.1"), ("name", "'a,b'")]
+
+
+def test_what_differs_between_signatures():
+    small, big = model_step(2), model_step(3)
+    assert differences(small, [big]) == "no params['layers'][2]['b'], no params['layers'][2]['w'], " \
+        "no opt_state[0].mu['layers'][2]['b'], no opt_state[0].mu['layers'][2]['w'], " \
+        "no opt_state[0].nu['layers'][2]['b'] and 1 more"
+    wide = dataclasses.replace(small, inputs=tuple(
+        dataclasses.replace(b, shape=(16, 64)) if b.path == "batch['x']" else b
+        for b in small.inputs))
+    assert differences(wide, [small]) == "batch['x'] float32[16,64]"
+    s = summarize(model_report(small, wide)).functions
+    assert (s[0].variant_of, s[1].variant_of) == ((1, 2), (2, 2))
+    assert any("compiled for 2 signatures" in f.text for f in s[0].findings)
+    lines = render(model_report(small, wide))
+    assert "| train_step 1/2 | 60.0 KiB | 60.0 KiB | 20.0 KiB | 10.0 KiB | 90.0 KiB |" in lines
+    assert "  signature 2 of 2: params: 5 arrays, 6.1 KiB; opt_state: 11 arrays, 12.3 KiB;" \
+        in lines
+    assert "  differs from its other signatures in: batch['x'] float32[16,64]" in lines
+
+
+def test_findings_come_worst_first():
+    fn = model_step()
+    broken = dataclasses.replace(fn, findings=("params['embed'] was not reused",),
+                                 inputs=(*fn.inputs[:-1], dataclasses.replace(
+                                     fn.inputs[-1], donated=True, fate="unusable")))
+    kinds = [f.text.split(",")[0] if f.severity != "problem" else f.text[:20]
+             for f in summarize(model_report(broken)).functions[0].findings]
+    assert kinds == ["run time disagrees w", "1 leaf, 32 B, donate", "27 leaves"]
+
+
+# --- text helpers --------------------------------------------------------------------
+
+
+def test_visible_escapes_control_characters_only():
+    assert visible("params['w'] [bold]x[/bold] é") == "params['w'] [bold]x[/bold] é"
+    assert visible("a\x1b[31mred\nnext\t\x00\u202e") == "a\\x1b[31mred\\nnext\\t\\x00\\u202e"
+
+
+def test_wrap_breaks_between_words_only():
+    text = "peak 39.5 MiB -> 19.8 MiB for params['layers'][0]['attn']['wk']['kernel'] ok"
+    lines = wrap(text, 20, "  ")
+    assert " ".join(line.strip() for line in lines) == text
+    assert "params['layers'][0]['attn']['wk']['kernel']" in [line.strip() for line in lines]
+    assert all(not re.match(r"\s*(B|KiB|MiB)\b", line) for line in lines)
+    assert shorten("sample_programs/transformer_adam.py:87", 20) == "sample_pr...am.py:87"
+
+
+# --- the terminal, exactly -----------------------------------------------------------
+
+EXPECTED_80 = """\
+memscope report
+target: train.py --steps 3
+run:    completed (exit code 0)
+jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
+
+train_step (train.py:40): peak 90.0 KiB per device
+  warning: 27 leaves, 20.8 KiB, not donated, but an output of the same shape and
+      dtype could reuse the buffer (candidates): opt_state[0].count,
+      opt_state[0].mu['embed'], opt_state[0].mu['layers'][0]['b'] and 24 more
+  Advice: jit train_step with donate_argnames=("params", "opt_state") (adds
+    opt_state): 27 candidate leaves, 20.8 KiB; peak 90.0 KiB -> 60.0 KiB
+    (-30.0 KiB, measured).
+
+Compiled functions (bytes per device)
++-------------------------------------------------------------------+
+| function   | argument |   output |    alias |     temp |     peak |
+|------------+----------+----------+----------+----------+----------|
+| train_step | 60.0 KiB | 60.0 KiB | 20.0 KiB | 10.0 KiB | 90.0 KiB |
++-------------------------------------------------------------------+
+
+train_step  train.py:40  12 calls
+  signature: params: 13 arrays, 10.4 KiB; opt_state: 27 arrays, 20.8 KiB; batch:
+    {x: float32[8,64], y: int32[8]}; lr=0.001
+  inputs: 42 leaves, 33.2 KiB
+    params                  13 leaves   10.4 KiB  aliased 13
+      params['embed']        1 leaf      4.0 KiB  aliased 1
+      params['layers']      12 leaves    6.4 KiB  aliased 12
+    opt_state               27 leaves   20.8 KiB  not_donated 27 (candidates)
+      opt_state[0].count     1 leaf          4 B  not_donated 1 (candidate)
+      opt_state[0].mu       13 leaves   10.4 KiB  not_donated 13 (candidates)
+      opt_state[0].nu       13 leaves   10.4 KiB  not_donated 13 (candidates)
+    batch                    2 leaves    2.0 KiB  not_donated 2
+  outputs: 41 leaves, 31.1 KiB
+    result         41 leaves   31.1 KiB  new 28, reuses_input 13
+      result[0]     1 leaf          4 B  new 1
+      result[1]    13 leaves   10.4 KiB  reuses_input 13
+      result[2]    27 leaves   20.8 KiB  new 27
+  why (identical reasons merged; each leaf's own: --leaves):
+    opt_state[0] (27 leaves, not_donated, 20.8 KiB): for example
+      opt_state[0].mu['embed']: result[2][0].mu['embed'] has the same shape and
+      dtype and is a new buffer; donating opt_state[0].mu['embed'] lets
+      result[2][0].mu['embed'] reuse its buffer and saves 4.0 KiB, if the caller
+      does not read opt_state[0].mu['embed'] after the call.
+Donation variants (each compiled and measured)
++------------------------------------+
+|          | as written | donate all |
+|----------+------------+------------|
+| argument |   60.0 KiB |   60.0 KiB |
+| output   |   60.0 KiB |        n/a |
+| alias    |   20.0 KiB |        n/a |
+| temp     |   10.0 KiB |        n/a |
+| peak     |   90.0 KiB |   62.0 KiB |
+| unusable |          0 |          2 |
++------------------------------------+
+  as written: donate_argnames=("params",)
+  donate all: donate_argnames=("params", "opt_state", "batch"); unusable:
+              batch['x'], batch['y']
+  terms:
+    aliased: donated, and the named output is written into its buffer
+    not_donated: not donated: the buffer stays allocated for the caller
+    reuses_input: written into the named donated input's buffer
+    new: a fresh buffer
+    candidate: not donated, yet an output of its shape and dtype could reuse it
+
+Every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o FILE.json
+"""
+
+
+def test_terminal_at_80_columns_answers_first_and_groups_leaves():
+    lines = render(model_report())
+    assert "\n".join(lines) + "\n" == EXPECTED_80
+
+
+def test_leaves_lists_every_leaf_whole_and_filters():
+    report = model_report()
+    fn = report.functions[0]
+    lines = render(report, width=40, leaves=LeafFilter())
+    rows = [line.split() for line in lines]
+    for b in (*fn.inputs, *fn.outputs):
+        assert any(row and row[0] == b.path for row in rows), b.path
+    for line in lines:  # nothing split: every bracket opened on a line closes on it
+        assert line.count("[") == line.count("]"), line
+    chosen = render(report, leaves=LeafFilter("opt_state[0].mu['layers'][1]", "candidate"))
+    detail = chosen[next(i for i, ln in enumerate(chosen) if "leaves of" in ln):]
+    listed = [ln.split()[0] for ln in detail
+              if ln.startswith("    opt_state") and re.match(r"\((\d|\))", ln.split()[1])]
+    assert listed == ["opt_state[0].mu['layers'][1]['b']", "opt_state[0].mu['layers'][1]['w']"]
+    assert "leaves of train_step (under or matching opt_state[0].mu['layers'][1], fate " \
+           "candidate): 2 of 42 inputs, 0 of 41 outputs" in " ".join(" ".join(chosen).split())
+
+
+def test_a_small_function_is_shown_leaf_by_leaf():
+    small = model_step(0)
+    small = dataclasses.replace(small, inputs=small.inputs[:3], outputs=small.outputs[:3])
+    lines = render(model_report(small))
+    assert "    params['embed']           (64,16)  float32  4.0 KiB  yes      aliased       " \
+           "result[1]['embed']" in lines
+    assert not any(line.startswith("  inputs:") for line in lines)
+
+
+def test_user_text_is_printed_literally():
+    argv = ("tags=[a,b]", "[bold]x[/bold]", "data.paths=[/data/a,/data/b]")
+    fn = dataclasses.replace(model_step(1), name="step[red]\x1b[2J", source="a[b].py:3",
+                             error="ValueError: bad [shape] \x07")
+    report = dataclasses.replace(model_report(fn, argv=argv), run=RunInfo(
+        "train.py", argv, "failed", 1, error="KeyError: '[bold]missing[/bold]'"))
+    text = "\n".join(render(report, width=200))
+    assert "target: train.py 'tags=[a,b]' '[bold]x[/bold]' 'data.paths=[/data/a,/data/b]'" in text
+    assert "run:    failed (exit code 1): KeyError: '[bold]missing[/bold]'" in text
+    assert "step[red]\\x1b[2J  a[b].py:3" in text
+    assert "ValueError: bad [shape] \\x07" in text
+    assert "\x1b" not in text and "\x07" not in text
+
+
+# --- the command line ----------------------------------------------------------------
+
+
+def test_show_leaves_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    saved = tmp_path / "r.json"
+    report = model_report()
+    save_report(report, str(saved))
+    plain = invoke("show", str(saved))
+    assert plain.exit_code == 0, plain.output
+    assert plain.stdout.splitlines() == EXPECTED_80.splitlines()
+    every = invoke("show", "--leaves", str(saved))
+    for b in report.functions[0].inputs:
+        assert f"    {b.path}  " in every.stdout
+    picked = invoke("show", "--path", "*['w']", "--fate", "aliased", str(saved))
+    assert "6 of 42 inputs, 0 of 41 outputs" in " ".join(picked.stdout.split())
+    data = json.loads(saved.read_text())
+    assert {b["path"] for b in data["functions"][0]["inputs"]} == {
+        b.path for b in report.functions[0].inputs}
+    bad = invoke("show", "--fate", "eaten", str(saved))
+    assert bad.exit_code == 2 and "'eaten' is not one of" in bad.stderr
+
+
+def test_diff_groups_many_changed_leaves_by_argument_and_fates():
+    from memscope.compare import FunctionDiff, LeafChange
+    from memscope.render.diff import render_diff
+
+    changes = tuple(LeafChange("input", f"opt_state[0].mu['layers'][{i}]['w']", "not_donated",
+                               f"aliased result[1][0].mu['layers'][{i}]['w']") for i in range(30))
+    changes += (LeafChange("input", "batch['x']", "not_donated", "unusable"),)
+    d = FunctionDiff("train_step", "train.py:40", "(...)", "better", "a", "b", leaves=changes,
+                     short_signature="opt_state: 30 arrays, 120.0 KiB")
+    assert [(g.kind, g.argument, g.before, g.after, g.leaves) for g in d.groups] == [
+        ("input", "opt_state", "not_donated", "aliased", 30),
+        ("input", "batch", "not_donated", "unusable", 1)]
+    out = io.StringIO()
+    render_diff("memscope diff", [d], out, width=80, plain=True)
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert lines[-6:] == [
+        "31 buffers change their fate (before -> after), by argument (each leaf: the JSON",
+        "  report, -o):",
+        "  input opt_state: 30 leaves not_donated -> aliased:",
+        "      opt_state[0].mu['layers'][0]['w'], opt_state[0].mu['layers'][1]['w'],",
+        "      opt_state[0].mu['layers'][2]['w'] and 27 more",
+        "  input batch: 1 leaf not_donated -> unusable: batch['x']"]
+    text = "\n".join(lines)
+    assert "input batch: 1 leaf not_donated -> unusable: batch['x']" in text
+    assert "signature: opt_state: 30 arrays, 120.0 KiB" in text

@@ -55,7 +55,8 @@ def variant_times(layers: int, width: int) -> tuple[float, float, float]:
     for workers in (1, len(masks)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "donate all" leaves x unusable
-            pending = [lower_variant(jitted, step_args, {}, m) for m in masks]
+            traced = jitted.trace(*step_args)
+            pending = [lower_variant(traced, m) for m in masks]
         start = time.perf_counter()
         results = compile_variants(pending, workers=workers)
         timings.append(time.perf_counter() - start)

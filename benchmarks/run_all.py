@@ -22,6 +22,7 @@ FULL = {
     "bench_variants.py": ["--layers", "8", "--repeat", "3"],
     "bench_scaling.py": ["--sizes", "1,10,100,1000"],
     "bench_buffers.py": [],
+    "bench_real.py": [],
     "bench_load.py": ["--functions", "2000", "--leaves", "55"],
     "bench_reports.py": ["--sizes", "405,1000,5000,20000"],
 }
@@ -31,6 +32,8 @@ QUICK = {
     "bench_variants.py": ["--layers", "1", "--width", "32", "--repeat", "1"],
     "bench_scaling.py": ["--sizes", "1,2", "--calls", "1"],
     "bench_buffers.py": ["--layers", "2", "--width", "8", "--repeat", "1"],
+    "bench_real.py": ["--steps", "2", "--layers", "1", "--width", "32",
+                      "--compile-layers", "1"],
     "bench_load.py": ["--functions", "3", "--leaves", "2"],
     "bench_reports.py": ["--sizes", "50", "--repeat", "1"],
 }

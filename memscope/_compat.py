@@ -155,6 +155,57 @@ def lowering_warnings() -> Iterator[_WarningsProxy]:
         _mlir.warnings = proxy._real
 
 
+ConfigSnapshot = tuple[tuple[Any, Any], ...]
+
+#: JAX's per-thread settings: every option (``State``) and the mesh and device
+#: contexts (plain ``Config`` objects of the same kind, outside ``config_states``).
+_THREAD_SETTINGS = tuple({id(c): c for c in (
+    *_config.config_states.values(),
+    *(v for v in vars(_config).values() if isinstance(v, _config.config_ext.Config)),
+)}.values())
+
+
+def config_snapshot() -> ConfigSnapshot:
+    """Every JAX setting as the calling thread sees it.
+
+    JAX keeps ``with jax.enable_x64(...)`` and ``with jax.sharding.use_mesh(...)``
+    settings per thread, and its lowering reads them; memscope's worker lowers a
+    call's variants under the values the call itself ran with
+    (:func:`applied_config`).
+    """
+    return tuple((setting, setting.value) for setting in _THREAD_SETTINGS)
+
+
+@contextlib.contextmanager
+def applied_config(snapshot: ConfigSnapshot) -> Iterator[None]:
+    """Set, for this thread only, each value of ``snapshot`` that differs here."""
+    with contextlib.ExitStack() as stack:
+        for setting, value in snapshot:
+            if not _same(setting.value, value):
+                stack.enter_context(_thread_local(setting, value))
+        yield
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:  # values without a plain equality (arrays)
+        return False
+
+
+@contextlib.contextmanager
+def _thread_local(setting: Any, value: Any) -> Iterator[None]:
+    if isinstance(setting, _config.State):  # runs the option's own hooks too
+        with _config.StateContextManager(setting, value):
+            yield
+        return
+    previous = setting.swap_local(value)
+    try:
+        yield
+    finally:
+        setting.set_local(previous)
+
+
 def backends_initialized() -> bool:
     """True once JAX has started its backends (asking for devices starts them)."""
     return bool(_xla_bridge.backends_are_initialized())

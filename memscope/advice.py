@@ -14,7 +14,9 @@ import math
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
+from memscope.errors import MemscopeError
 from memscope.report import InputBuffer, OutputBuffer
 from memscope.units import format_bytes
 
@@ -22,6 +24,25 @@ CAVEAT = ("Donate only arguments the program does not read after the call: a don
           "array is deleted by the call.")
 
 Aval = tuple[tuple[int, ...], str]
+
+#: Which donation variants a run compiles: none; the advised donation only (the
+#: advice line with its measured peak); or also "no donation" and "donate all".
+AdviceLevel = Literal["off", "advised", "full"]
+ADVICE_LEVELS: tuple[AdviceLevel, ...] = get_args(AdviceLevel)
+
+
+def advice_level(advise: bool | str) -> AdviceLevel:
+    """``advise`` as a level: ``True`` is ``"full"``, ``False`` is ``"off"``.
+
+    Raises:
+        MemscopeError: a string that is not one of :data:`ADVICE_LEVELS`.
+    """
+    if advise is True or advise is False:
+        return "full" if advise else "off"
+    for level in ADVICE_LEVELS:
+        if advise == level:
+            return level
+    raise MemscopeError(f"advice must be one of {', '.join(ADVICE_LEVELS)}; got {advise!r}")
 
 
 def _local_shape(b: InputBuffer | OutputBuffer) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from memscope import _compat, advice, observed
+from memscope.advice import AdviceLevel
 from memscope.buffers import breakdown
 from memscope.capture import (
     Entry,
@@ -66,10 +67,12 @@ def function_report(entry: Entry) -> FunctionReport:
 
 def _variant(v: VariantFacts) -> Variant:
     if v.facts is None:
-        return Variant(name=v.name, setting=v.setting, memory=None, error=v.error)
+        return Variant(name=v.name, setting=v.setting, memory=None, error=v.error,
+                       same_as=v.same_as)
     inputs, outputs = classify(v.facts.program, v.warnings)
     return Variant(name=v.name, setting=v.setting, memory=v.facts.memory, inputs=inputs,
-                   outputs=outputs, warnings=v.warnings, same_as_written=v.same_as_written)
+                   outputs=outputs, warnings=v.warnings, same_as_written=v.same_as_written,
+                   same_as=v.same_as)
 
 
 def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,
@@ -112,7 +115,7 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
                   functions=tuple(function_report(e) for e in entries), runtime=runtime)
 
 
-def run_and_report(target: Target, *, advise: bool = False,
+def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                    request: VariantRequest | None = None,
                    stop_after: int | None = None, guard: Guard | None = None,
                    deliver: Callable[[Report], None] | None = None) -> Report:
@@ -160,15 +163,18 @@ def run_and_report(target: Target, *, advise: bool = False,
     return report
 
 
-def analyze(jitted: Any, *args: Any, advise: bool = True, **kwargs: Any) -> FunctionReport:
+def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
+            **kwargs: Any) -> FunctionReport:
     """Call ``jitted(*args, **kwargs)`` once and report what XLA compiled for it.
 
     ``jitted`` is any ``jax.jit`` object. The call is a real one: donated
     arguments are donated (and deleted) as without memscope, and the result is
     discarded. JAX's donation warnings are recorded only if this call is the one
-    that lowers the function. With ``advise`` (the default) the function is
-    also compiled with no donation, with every array argument donated and with
-    the advisor's donation, for ``variants`` and ``advice``. A jit object made
+    that lowers the function. With ``advise`` (the default, ``"full"``) the
+    function is also compiled with no donation, with every array argument
+    donated and with the advisor's donation, for ``variants`` and ``advice``
+    (``"advised"``: the advisor's only; ``False``/``"off"``: none); each distinct
+    donation is compiled once, and before this returns. A jit object made
     outside :func:`capture` does not tell how its donation was spelled, so the
     advice names arguments (``donate_argnames``) wherever they have names.
 

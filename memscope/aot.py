@@ -10,12 +10,13 @@ dtypes and shardings (and static arguments, while the stage itself lives).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 
 from memscope import _compat
-from memscope.compiled import read_stages
+from memscope.compiled import CompiledHandles
 from memscope.observed import Observation
 
 
@@ -112,20 +113,20 @@ class Compiled(Stage):
         entry.observation = observation
         entry.library = origin._memscope_library
         shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
+        handles = None
         try:
             traced = self._memscope_traced
             if traced is None:
                 traced = origin._memscope_jitted.trace(*call_args, **call_kwargs)
-            entry.facts = read_stages(traced, self._memscope_lowered, self._memscope_real,
-                                      shardings=shardings)
+            handles = CompiledHandles(traced, self._memscope_lowered, self._memscope_real)
         except Exception as e:  # never let the measurement break the program
             entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
-        if entry.facts is not None and (session.advise or session.request) \
-                and entry.library is None:
-            entry.variants = origin._variants(entry, entry.facts, call_args, call_kwargs,
-                                              shardings)
         entry.calls = 1
         self._memscope_entry = session.add(("aot", id(self)), entry)
+        if handles is not None and self._memscope_entry is entry:
+            # The read and the variants, off the program's path (memscope.worker).
+            session.defer(functools.partial(origin._analyse, entry, handles, shardings,
+                                            _compat.config_snapshot()))
         session.sample(entry.name)
         session.count_call()
         return out

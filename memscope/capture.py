@@ -22,6 +22,7 @@ import linecache
 import os
 import sysconfig
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,13 +32,16 @@ import jax
 import numpy as np
 
 from memscope import _compat, advice, keys, wrappers
+from memscope.advice import AdviceLevel, advice_level
 from memscope.compiled import (
     CompiledFacts,
+    CompiledHandles,
     LoweredVariant,
     compile_variants,
     describe_sharding,
     lower_variant,
-    read_compiled,
+    read_handles,
+    take_compiled,
 )
 from memscope.donation import (
     Argument,
@@ -60,9 +64,11 @@ from memscope.report import (
     LiveArrays,
     MeasuredMemory,
     MemorySample,
+    Overhead,
     Runtime,
     VariantName,
 )
+from memscope.worker import Worker
 
 # memscope's own frames are never the user's source line (see _compat).
 _compat.exclude_from_source_info(os.path.dirname(os.path.abspath(__file__)))
@@ -99,6 +105,8 @@ class VariantFacts:
     added: tuple[str, ...] = ()
     #: what the setting does beyond the donation asked for (a wrapper's limits)
     note: str | None = None
+    #: the variant planned before this one with the same donation (one compile)
+    same_as: VariantName | None = None
 
 
 @dataclass
@@ -142,12 +150,12 @@ class Entry:
 class Session:
     """The entries of one capture, in the order their first call happened."""
 
-    def __init__(self, proxy: Any, *, advise: bool = False,
+    def __init__(self, proxy: Any, *, advise: bool | AdviceLevel = False,
                  request: VariantRequest | None = None,
                  stop_after: int | None = None) -> None:
         self.entries: list[Entry] = []
         self.active = True
-        self.advise = advise
+        self.advice: AdviceLevel = advice_level(advise)
         self.request = request
         self.stop_after = stop_after
         self.calls = 0
@@ -159,6 +167,11 @@ class Session:
         self._truncated = False
         self._live: LiveArrays | None = None
         self._finished = False
+        #: memscope's work off the program's path (see :mod:`memscope.worker`)
+        self.worker = Worker()
+        self._waited: float | None = None
+        self.variant_compiles = 0
+        self.variants_reused = 0
 
     @property
     def stopped(self) -> bool:
@@ -212,13 +225,63 @@ class Session:
 
     def runtime(self) -> Runtime:
         """What the run showed of device memory and live arrays, frozen."""
+        overhead = self.overhead()
         if self._stats_available:
             return Runtime(device_memory=tuple(self._samples),
-                           timeline_truncated=self._truncated, live_arrays=self._live)
+                           timeline_truncated=self._truncated, live_arrays=self._live,
+                           overhead=overhead)
         note = ("no jitted call ran" if self._stats_available is None else
                 f"{jax.default_backend()} keeps no device memory statistics: "
                 "Device.memory_stats() is None")
-        return Runtime(device_memory_note=note, live_arrays=self._live)
+        return Runtime(device_memory_note=note, live_arrays=self._live, overhead=overhead)
+
+    def defer(self, job: Callable[[], None]) -> None:
+        """Run ``job`` off the program's path, before the capture ends."""
+        self.worker.submit(job)
+
+    def wait(self) -> None:
+        """Wait for the deferred work: the program has ended, the report needs it.
+
+        Ctrl-C while waiting drops the work not done yet: its entries say so in
+        ``error``, and the report is built from the rest.
+        """
+        if self._waited is not None:
+            return
+        start = time.perf_counter()
+        try:
+            self._waited = self.worker.wait() if self.worker.started else 0.0
+        except KeyboardInterrupt:
+            self._waited = time.perf_counter() - start
+            with self._lock:  # after the cancel: no result is published any more
+                for entry in self.entries:
+                    if entry.facts is None and entry.error is None:
+                        entry.error = ("not read: memscope's analysis was interrupted "
+                                       "after the program ended")
+        finally:
+            self.worker.close()
+
+    def publish(self, apply: Callable[[], None]) -> None:
+        """Apply deferred results to the entries, unless the wait was abandoned
+        (the report may then be being built from them)."""
+        with self._lock:
+            if not self.worker.cancelled:
+                apply()
+
+    def count_variants(self, *, compiled: int, reused: int) -> None:
+        """Count the variants compiled, and those answered without a compile."""
+        with self._lock:
+            self.variant_compiles += compiled
+            self.variants_reused += reused
+
+    def overhead(self) -> Overhead | None:
+        """What memscope's own work cost; ``None`` before :meth:`wait`."""
+        if self._waited is None:
+            return None
+        return Overhead(analysis_seconds=self.worker.busy_seconds,
+                        after_exit_seconds=self._waited,
+                        host_bytes=self.worker.largest_growth,
+                        variant_compiles=self.variant_compiles,
+                        variants_reused=self.variants_reused)
 
     def count_call(self) -> None:
         """Count one top-level jitted call; end the target once ``stop_after`` ran.
@@ -249,18 +312,21 @@ class Session:
 
 
 @contextlib.contextmanager
-def capture(*, advise: bool = False, request: VariantRequest | None = None,
+def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
             stop_after: int | None = None) -> Iterator[Session]:
     """Record every jitted function called inside the block.
 
-    ``advise`` also compiles each signature with no donation, with every array
-    argument donated, and with the advisor's donation (one XLA compile each,
-    right after the call's first run). ``request`` compiles the donation a
-    ``memscope diff`` asked for. ``stop_after`` ends the block's code with
+    ``advise`` also compiles each signature with other donations: ``"advised"``
+    the advisor's donation, ``"full"`` (or ``True``) also no donation and every
+    array argument donated; ``"off"`` (or ``False``) none. Each distinct
+    donation is one XLA compile, made in memscope's worker thread while the
+    program goes on. ``request`` compiles the donation a ``memscope diff`` asked
+    for. ``stop_after`` ends the block's code with
     :class:`~memscope.errors.TargetStopped` once that many jitted calls ran.
 
-    Jit objects made inside the block stay usable after it; they just stop
-    recording.
+    Reading the compiled programs and the variants' compiles finish before the
+    block exits. Jit objects made inside the block stay usable after it; they
+    just stop recording.
     """
     if stop_after is not None and stop_after < 1:
         raise MemscopeError(f"stop_after must be at least 1, got {stop_after}")
@@ -283,6 +349,8 @@ def capture(*, advise: bool = False, request: VariantRequest | None = None,
         finally:
             session.active = False
             session.finish()
+            # Before the warnings proxy goes: the variants' lowerings record through it.
+            session.wait()
 
 
 class MeasuredJit:
@@ -427,18 +495,37 @@ class MeasuredJit:
         if memory_before is not None and memory_after is not None:
             entry.measured = MeasuredMemory(memory_before[0], *memory_after)
         shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
-        try:
-            entry.facts = wrappers.renamed(entry.wrapper, read_compiled(
-                self._memscope_jitted, args, kwargs, shardings=shardings))
+        handles = None
+        try:  # cache hits: what must be read while the call's arguments are at hand
+            handles = take_compiled(self._memscope_jitted, args, kwargs)
         except Exception as e:  # never let the measurement break the program
             entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
-        if entry.facts is not None and (session.advise or session.request) \
-                and entry.library is None:
-            entry.variants = self._variants(entry, entry.facts, args, kwargs, shardings)
+        mine = entry
         entry = session.add(session_key, entry)
+        if handles is not None and entry is mine:
+            session.defer(functools.partial(self._analyse, entry, handles, shardings,
+                                            _compat.config_snapshot()))
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out, entry
+
+    def _analyse(self, entry: Entry, handles: CompiledHandles, shardings: list[Any],
+                 settings: _compat.ConfigSnapshot) -> None:
+        """Read the compiled program, then compile the variants (in the worker
+        thread, under the JAX settings the call ran with)."""
+        session = self._memscope_session
+        try:
+            with _compat.applied_config(settings):
+                facts = wrappers.renamed(entry.wrapper,
+                                         read_handles(handles, shardings=shardings))
+                session.publish(lambda: setattr(entry, "facts", facts))
+                if facts is not None and (session.advice != "off" or session.request) \
+                        and entry.library is None:
+                    variants = self._variants(entry, facts, handles.traced, shardings)
+                    session.publish(lambda: setattr(entry, "variants", variants))
+        except Exception as e:  # never let the measurement break the program
+            error = f"could not read the compiled program: {type(e).__name__}: {e}"
+            session.publish(lambda: setattr(entry, "error", error))
 
     def _entry(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                out: Any) -> Entry:
@@ -469,24 +556,81 @@ class MeasuredJit:
                      arguments=(wrapped.arguments if wrapped.arguments is not None
                                 else jax_arguments()))
 
-    def _variants(self, entry: Entry, facts: CompiledFacts, args: tuple[Any, ...],
-                  kwargs: dict[str, Any], shardings: list[Any]
-                  ) -> list[VariantFacts]:
-        """Compile the donation variants the session asks for (one compile each)."""
+    def _variants(self, entry: Entry, facts: CompiledFacts, traced: Any,
+                  shardings: list[Any]) -> list[VariantFacts]:
+        """Compile the donation variants the session asks for: one compile per
+        donation that is neither the program's own nor an earlier variant's."""
+        arguments = entry.arguments
+        if sum(len(a.leaves) for a in arguments) != len(facts.program.inputs):
+            return [VariantFacts("none", "n/a", None, error="the call's arguments do not "
+                                 "line up with the compiled program's; no variants")]
+        plan, done, note = self._plan(entry, facts)
+        session = self._memscope_session
+        pending: list[tuple[VariantFacts, LoweredVariant]] = []
+        first: dict[tuple[bool, ...], VariantName] = {}
+        shared: list[VariantFacts] = []
+        for name, donation in plan:
+            if session.worker.cancelled:
+                return []  # the report is being built without them
+            ready, mask = self._describe(entry, facts, name, donation)
+            if mask == facts.program.donated:
+                done.append(ready)
+            elif mask in first:
+                shared.append(replace(ready, same_as=first[mask]))
+            else:
+                first[mask] = name
+                lowered, ready = self._lower_variant(ready, mask, traced)
+                if lowered is None:
+                    done.append(ready)
+                else:
+                    pending.append((ready, lowered))
+        done += self._compile(entry, pending, shardings)
+        by_name = {v.name: v for v in done}
+        done += [replace(v, facts=by_name[v.same_as].facts, warnings=by_name[v.same_as].warnings,
+                         error=by_name[v.same_as].error)
+                 for v in shared if v.same_as is not None]
+        session.count_variants(compiled=len(pending), reused=sum(
+            v.same_as_written or v.same_as is not None for v in done))
+        order = [name for name, _ in plan]
+        done.sort(key=lambda v: order.index(v.name) if v.name in order else -1)
+        done = [replace(v, note=note) if v.name == "advised" else v for v in done]
+        return self._consistent_advice(entry, facts, done, traced, shardings)
+
+    def _compile(self, entry: Entry, pending: list[tuple[VariantFacts, LoweredVariant]],
+                 shardings: list[Any]) -> list[VariantFacts]:
+        """Compile the lowered variants: one at a time at the lowest priority while
+        the program runs; side by side at the usual priority once it has ended and
+        the report waits for them."""
+        session = self._memscope_session
+        ended = session.worker.draining
+        results = compile_variants([lowered for _, lowered in pending], shardings=shardings,
+                                   workers=None if ended else 1,
+                                   pool=None if ended else session.worker.compiler,
+                                   settings=_compat.config_snapshot())
+        done = []
+        for (ready, _), result in zip(pending, results, strict=True):
+            if isinstance(result, Exception):
+                done.append(replace(ready, error=f"could not compile with {ready.setting}: "
+                                                 f"{type(result).__name__}: {result}"))
+            else:
+                done.append(replace(ready, facts=wrappers.renamed(entry.wrapper, result)))
+        return done
+
+    def _plan(self, entry: Entry, facts: CompiledFacts
+              ) -> tuple[list[tuple[VariantName, Donation]], list[VariantFacts], str | None]:
+        """The donations to measure, the variants already answered (a request that
+        cannot be applied), and the note on the advised setting."""
         session = self._memscope_session
         arguments = entry.arguments
-        num_leaves = len(facts.program.inputs)
         plan: list[tuple[VariantName, Donation]] = []
         done: list[VariantFacts] = []
         note = None
-        if sum(len(a.leaves) for a in arguments) != num_leaves:
-            return [VariantFacts("none", "n/a", None, error="the call's arguments do not "
-                                 "line up with the compiled program's; no variants")]
-        if session.advise:
+        if session.advice == "full":
             plan += [("none", donate_none()), ("all", donate_all(arguments))]
+        if session.advice != "off":
             inputs, outputs = classify(facts.program, entry.warnings)
             chosen = advice.candidates(inputs, outputs)
-            if chosen:
+            if chosen:  # no candidate: the advice is known without a compile
                 written = as_written(arguments, facts.program.donated)
                 wanted = advised(arguments, written, chosen)
                 fix = wanted.closest(arguments, entry.style)
@@ -504,28 +648,10 @@ class MeasuredJit:
                     static={*entry.spec.static_argnums, *entry.spec.static_argnames})))
             except MemscopeError as e:
                 done.append(VariantFacts("requested", request.spec.text, None, error=str(e)))
-        pending: list[tuple[VariantFacts, LoweredVariant]] = []
-        for name, donation in plan:
-            ready, lowered = self._lower_variant(entry, facts, name, donation, args, kwargs)
-            if lowered is None:
-                done.append(ready)
-            else:
-                pending.append((ready, lowered))
-        results = compile_variants([lowered for _, lowered in pending], shardings=shardings)
-        for (ready, _), result in zip(pending, results, strict=True):
-            if isinstance(result, Exception):
-                done.append(replace(ready, error=f"could not compile with {ready.setting}: "
-                                                 f"{type(result).__name__}: {result}"))
-            else:
-                done.append(replace(ready, facts=wrappers.renamed(entry.wrapper, result)))
-        order = [name for name, _ in plan]
-        done.sort(key=lambda v: order.index(v.name) if v.name in order else -1)
-        done = [replace(v, note=note) if v.name == "advised" else v for v in done]
-        return self._consistent_advice(entry, facts, done, args, kwargs, shardings)
+        return plan, done, note
 
     def _consistent_advice(self, entry: Entry, facts: CompiledFacts,
-                           variants: list[VariantFacts], args: tuple[Any, ...],
-                           kwargs: dict[str, Any], shardings: list[Any]
+                           variants: list[VariantFacts], traced: Any, shardings: list[Any]
                            ) -> list[VariantFacts]:
         """The variants, the advised one never donating an argument that its own
         compile shows ``unusable``: such arguments are left out and the rest
@@ -561,38 +687,39 @@ class MeasuredJit:
                    f" leaves {leaves} unusable (no output can take the buffer).")
         if refix.arguments == written.arguments:
             return [v for v in variants if v.name != "advised"]
-        ready, lowered = self._lower_variant(entry, facts, "advised", refix, args, kwargs)
+        ready, refix_mask = self._describe(entry, facts, "advised", refix)
+        lowered, ready = self._lower_variant(ready, refix_mask, traced)
         if lowered is not None:
-            (result,) = compile_variants([lowered], shardings=shardings)
-            ready = (replace(ready, error=f"could not compile with {ready.setting}: "
-                                          f"{type(result).__name__}: {result}")
-                     if isinstance(result, Exception) else
-                     replace(ready, facts=wrappers.renamed(entry.wrapper, result)))
+            (ready,) = self._compile(entry, [(ready, lowered)], shardings)
+            self._memscope_session.count_variants(compiled=1, reused=0)
         wider = wider_note(refix, rest, arguments, style)
         variants[at] = replace(ready, note=f"{dropped} {wider}" if wider else dropped)
-        return self._consistent_advice(entry, facts, variants, args, kwargs, shardings)
+        return self._consistent_advice(entry, facts, variants, traced, shardings)
 
-    def _lower_variant(self, entry: Entry, facts: CompiledFacts, name: VariantName,
-                       donation: Donation, args: tuple[Any, ...], kwargs: dict[str, Any]
-                       ) -> tuple[VariantFacts, LoweredVariant | None]:
-        """The variant's record, and its lowering when it needs a compile of its own."""
-        mask = donation.leaf_mask(entry.arguments, len(facts.program.inputs))
+    def _describe(self, entry: Entry, facts: CompiledFacts, name: VariantName,
+                  donation: Donation) -> tuple[VariantFacts, tuple[bool, ...]]:
+        """The variant's record, and the flat leaves its donation donates."""
+        mask = tuple(donation.leaf_mask(entry.arguments, len(facts.program.inputs)))
         setting = donation.setting(entry.arguments, entry.style)
         written = as_written(entry.arguments, facts.program.donated)
         added = tuple(entry.arguments[i].label
                       for i in sorted(donation.arguments - written.arguments))
         if mask == facts.program.donated:
             return VariantFacts(name, setting, facts, entry.warnings, same_as_written=True,
-                                added=added), None
+                                added=added), mask
+        return VariantFacts(name, setting, None, added=added), mask
+
+    def _lower_variant(self, ready: VariantFacts, mask: tuple[bool, ...],
+                       traced: Any) -> tuple[LoweredVariant | None, VariantFacts]:
+        """The variant lowered (``None`` if it could not be) and its record."""
         # JAX's warnings for a program the user never runs are not the user's.
         with self._memscope_session.recording_warnings(emit=False) as lowering_warnings:
             try:
-                lowered = lower_variant(self._memscope_jitted, args, kwargs, mask)
+                lowered = lower_variant(traced, mask)
             except Exception as e:
-                return VariantFacts(name, setting, None, added=added,
-                                    error=f"could not lower with {setting}: "
-                                          f"{type(e).__name__}: {e}"), None
-        return VariantFacts(name, setting, None, tuple(lowering_warnings), added=added), lowered
+                return None, replace(ready, error=f"could not lower with {ready.setting}: "
+                                                  f"{type(e).__name__}: {e}")
+        return lowered, replace(ready, warnings=tuple(lowering_warnings))
 
     def _call_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                   ) -> tuple[Any, list[Any]]:

@@ -9,9 +9,10 @@ executable JAX runs and never compiles a second time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,17 +39,39 @@ class CompiledReadError(RuntimeError):
     """The compiled program does not line up with the call as expected."""
 
 
-def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
-                  shardings: Sequence[Any] = ()) -> CompiledFacts:
-    """Lower and compile ``jitted`` for ``args`` (cache hits after a real call).
+@dataclass(frozen=True)
+class CompiledHandles:
+    """JAX's own stages of one call, taken from its caches during the call.
 
-    ``args`` may hold arrays the call just donated: only their shapes, dtypes
-    and shardings are read. ``shardings`` holds each flat dynamic input's
-    ``jax.sharding.Sharding`` (``None`` for a non-array).
+    They hold avals, the jaxpr and the executable JAX runs, never the call's
+    arrays; :func:`read_handles` reads them later, off the program's path.
+    """
+
+    traced: Any
+    lowered: Any
+    compiled: Any
+
+
+def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> CompiledHandles:
+    """Trace, lower and compile ``jitted`` for ``args``: cache hits after a real call.
+
+    This is the part that needs the call's arguments and the calling thread's
+    JAX settings (a few milliseconds); ``args`` may hold arrays the call just
+    donated, as only their shapes, dtypes and shardings are read.
     """
     traced = jitted.trace(*args, **kwargs)
     lowered = traced.lower()
-    return read_stages(traced, lowered, lowered.compile(), shardings=shardings)
+    return CompiledHandles(traced, lowered, lowered.compile())
+
+
+def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = ()) -> CompiledFacts:
+    """Read the memory figures and buffer facts of the executable in ``handles``.
+
+    ``shardings`` holds each flat dynamic input's ``jax.sharding.Sharding``
+    (``None`` for a non-array).
+    """
+    return read_stages(handles.traced, handles.lowered, handles.compiled,
+                       shardings=shardings)
 
 
 def read_stages(traced: Any, lowered: Any, compiled: Any, *,
@@ -62,6 +85,13 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     return CompiledFacts(memory=memory_figures(stats),
                          program=_program(traced, lowered, compiled, shardings, module),
                          buffers=buffers, buffers_error=error)
+
+
+def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
+                  shardings: Sequence[Any] = ()) -> CompiledFacts:
+    """Lower and compile ``jitted`` for ``args`` (cache hits after a real call) and
+    read it: :func:`take_compiled`, then :func:`read_handles`, at once."""
+    return read_handles(take_compiled(jitted, args, kwargs), shardings=shardings)
 
 
 def read_buffers(stats: Any, module: Any) -> tuple[BufferAssignment | None, str | None]:
@@ -84,41 +114,64 @@ class LoweredVariant:
     lowered: Any
 
 
-def lower_variant(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
-                  donated: Sequence[bool]) -> LoweredVariant:
-    """Lower ``jitted`` for ``args`` as if it donated the flat leaves in ``donated``.
+def lower_variant(traced: Any, donated: Sequence[bool]) -> LoweredVariant:
+    """Lower ``traced`` (a call's ``jax.stages.Traced``) as if it donated the flat
+    leaves in ``donated``.
 
     The jaxpr is JAX's cached trace of the call: the function is not traced
     again. JAX's donation warnings for the variant are raised here, as usual;
     the caller decides what to do with them.
     """
-    traced = _compat.with_donation(jitted.trace(*args, **kwargs), tuple(donated))
-    return LoweredVariant(traced, traced.lower())
+    variant = _compat.with_donation(traced, tuple(donated))
+    return LoweredVariant(variant, variant.lower())
 
 
 def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[Any] = (),
-                     workers: int | None = None) -> list[CompiledFacts | Exception]:
+                     workers: int | None = None, pool: Executor | None = None,
+                     settings: _compat.ConfigSnapshot = ()
+                     ) -> list[CompiledFacts | Exception]:
     """Compile lowered variants and read them; one real XLA compile each.
 
     These are programs the user's code never runs, and nothing of them is kept
     in JAX's caches. A variant that fails gives its exception in its place.
     They compile side by side, ``workers`` at a time (default: one per core),
     as XLA compiles outside the GIL: benchmarks/bench_variants.py measured
-    this faster than one after the other (docs/performance.md).
+    this faster than one after the other (docs/performance.md). ``pool`` (at
+    least ``workers`` threads) runs the compiles themselves, and only them: the
+    reading, Python that holds the GIL, stays on the calling thread. The
+    compiles run under the JAX ``settings`` given (see
+    :func:`memscope._compat.config_snapshot`).
     """
-    def compile_one(v: LoweredVariant) -> CompiledFacts | Exception:
+    def compile_one(v: LoweredVariant) -> Any:
         try:
-            compiled = _compat.compile_uncached(v.lowered)
-            return CompiledFacts(memory=memory_figures(compiled.memory_analysis()),
-                                 program=_program(v.traced, v.lowered, compiled, shardings))
+            with _compat.applied_config(settings):
+                return _compat.compile_uncached(v.lowered)
         except Exception as e:  # reported with the variant; the program is unaffected
             return e
 
+    def read_one(v: LoweredVariant, compiled: Any) -> CompiledFacts | Exception:
+        if isinstance(compiled, Exception):
+            return compiled
+        try:
+            return CompiledFacts(memory=memory_figures(compiled.memory_analysis()),
+                                 program=_program(v.traced, v.lowered, compiled, shardings))
+        except Exception as e:
+            return e
+
     workers = min(len(variants), workers or os.cpu_count() or 1)
-    if workers <= 1:
-        return [compile_one(v) for v in variants]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memscope") as pool:
-        return list(pool.map(compile_one, variants))
+    if pool is None and workers <= 1:
+        return [read_one(v, compile_one(v)) for v in variants]
+    results: list[CompiledFacts | Exception] = []
+    with contextlib.ExitStack() as stack:
+        if pool is None:
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=workers,
+                                                          thread_name_prefix="memscope"))
+        for start in range(0, len(variants), max(workers, 1)):
+            batch = variants[start:start + workers]
+            compiled = [f.result() for f in [pool.submit(compile_one, v) for v in batch]]
+            results += [read_one(v, c) for v, c in zip(batch, compiled, strict=True)]
+            del compiled  # each executable goes once read
+    return results
 
 
 def memory_figures(stats: Any) -> Memory:

@@ -190,6 +190,8 @@ class Variant:
     warnings: tuple[str, ...] = ()
     same_as_written: bool = False
     error: str | None = None
+    #: another variant with the very same donation, whose one compile this shares
+    same_as: VariantName | None = None
 
 
 @dataclass(frozen=True)
@@ -436,6 +438,32 @@ class Runtime:
     device_memory_note: str | None = None
     timeline_truncated: bool = False
     live_arrays: LiveArrays | None = None
+    #: what memscope's own work cost the run
+    overhead: Overhead | None = None
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """What memscope's own work cost the run it measured.
+
+    Reading compiled programs and compiling donation variants run in a worker
+    thread beside the program; the report waits for what is left of it once the
+    program has ended (``after_exit_seconds``). ``host_bytes`` is memscope's own
+    host memory at its largest: the largest growth of the process's resident
+    memory over one piece of that work (reading one signature's compiled program
+    and compiling its variants), taken before memscope hands the free memory back
+    to the system; what the program's own threads allocated meanwhile counts
+    too. ``None`` where the system does not say, or when there was no such work.
+    """
+
+    analysis_seconds: float
+    after_exit_seconds: float
+    host_bytes: int | None
+    #: XLA compiles of donation variants memscope made
+    variant_compiles: int
+    #: variants answered without a compile of their own: the program as written,
+    #: or another variant with the same donation
+    variants_reused: int
 
 
 @dataclass(frozen=True)

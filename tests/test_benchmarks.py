@@ -65,6 +65,21 @@ def test_scaling_benchmark_prints_one_row_per_size():
     assert all(float(value) > 0 for row in rows for value in row[1:4])
 
 
+def test_real_sized_benchmark_prints_python_and_memscope_side_by_side():
+    out = _bench("bench_real.py", "--only", "training", "--steps", "2", "--layers", "1",
+                 "--width", "32")
+    lines = out.splitlines()
+    assert re.match(r"^training: --steps 2 --layers 1 --width 32; \d+ input leaves", lines[0])
+    assert lines[1].split()[:3] == ["command", "wall", "s"]
+    rows = {line[:26].strip(): line[26:].split() for line in lines[2:]}
+    assert list(rows) == ["python", "memscope run --no-advice", "memscope run"]
+    assert rows["python"][1] == "1.00" and rows["python"][3] == "0.00"
+    # the advice adds one compile (the advised donation); --no-advice adds none
+    compiles = {name: int(row[6]) for name, row in rows.items()}
+    assert compiles["memscope run"] == compiles["python"] + 1
+    assert compiles["memscope run --no-advice"] == compiles["python"]
+
+
 def test_load_benchmark_prints_one_row_per_step():
     out = _bench("bench_load.py", "--functions", "3", "--leaves", "2")
     rows = {line[:26].strip(): line[26:].split() for line in out.splitlines()[2:]}

@@ -6,6 +6,7 @@ from typing import TextIO
 
 import click
 
+from memscope.advice import ADVICE_LEVELS, AdviceLevel
 from memscope.analysis import run_and_report
 from memscope.cli._common import (
     buffers_option,
@@ -32,9 +33,14 @@ from memscope.runner import Target, check_target
 @module_option
 @output_option
 @click.option("-q", "--quiet", is_flag=True, help="Do not print the report.")
+@click.option("--advice", type=click.Choice(ADVICE_LEVELS), default=None,
+              help="Which donations to compile and measure besides the program's own, "
+                   "in memscope's worker thread while the program runs: 'advised' "
+                   "(the default) the advisor's donation, for the advice line and its "
+                   "peak; 'full' also no donation and donate all; 'off' none.")
 @click.option("--no-advice", is_flag=True,
-              help="Skip the donation advisor and its compiles (no donation, donate "
-                   "all, advised): only what the program itself compiled is read.")
+              help="The same as --advice off: only what the program itself compiled "
+                   "is read.")
 @stop_after_option
 @buffers_option
 @html_option
@@ -43,8 +49,8 @@ from memscope.runner import Target, check_target
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
-        no_advice: bool, stop_after: int | None, buffers: bool, html: str | None,
-        leaves: bool, path_pattern: str | None, fate: str | None,
+        advice: AdviceLevel | None, no_advice: bool, stop_after: int | None, buffers: bool,
+        html: str | None, leaves: bool, path_pattern: str | None, fate: str | None,
         target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) as python would, then report
     every jitted function it called: memory figures, the fate of each buffer, and
@@ -58,8 +64,12 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     The exit code is the script's own (1 if it raised, 130 if interrupted, 0 if
     --stop-after ended it).
     """
+    if no_advice and advice not in (None, "off"):
+        raise click.UsageError(f"--no-advice and --advice {advice} contradict each other; "
+                               "give one of them")
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
+    level: AdviceLevel = "off" if no_advice else advice or "advised"
     paths = output_paths(what, output=output, html=html)
     guard = ctx.with_resource(Guard())
     which = leaf_filter(leaves, path_pattern, fate)
@@ -72,7 +82,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         if not quiet:
             guard.write(lambda out: _render(report, out, buffers, which))
 
-    report = run_and_report(what, advise=not no_advice, stop_after=stop_after, guard=guard,
+    report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
                             deliver=deliver)
     assert report.run is not None
     if not report.functions:

@@ -159,6 +159,8 @@ class Session:
         self._truncated = False
         self._live: LiveArrays | None = None
         self._finished = False
+        #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
+        self.uncaptured_pmaps = 0
 
     @property
     def stopped(self) -> bool:
@@ -264,6 +266,9 @@ def capture(*, advise: bool = False, request: VariantRequest | None = None,
     """
     if stop_after is not None and stop_after < 1:
         raise MemscopeError(f"stop_after must be at least 1, got {stop_after}")
+    unsupported = _compat.support_problem()
+    if unsupported is not None and not _compat.unsupported_allowed():
+        raise MemscopeError(unsupported)
     with _compat.lowering_warnings() as proxy:
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after)
 
@@ -277,8 +282,11 @@ def capture(*, advise: bool = False, request: VariantRequest | None = None,
                 return jitted
             return MeasuredJit(jitted, fun, session, options, named_after=user)
 
+        def uncaptured_pmap() -> None:
+            session.uncaptured_pmaps += 1
+
         try:
-            with _compat.patched_make_jit(wrap):
+            with _compat.patched_make_jit(wrap), _compat.pmap_outside_jit(uncaptured_pmap):
                 yield session
         finally:
             session.active = False

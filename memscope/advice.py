@@ -99,12 +99,13 @@ def _replay_jax(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], 
 
 
 def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
-             same_size_donors: bool = True) -> tuple[InputBuffer, ...]:
+             same_size_donors: bool) -> tuple[InputBuffer, ...]:
     """Every input with ``candidate`` set and, where a fate needs one, a ``reason``.
 
     Each reason says why the leaf ended as it did and what to change.
     ``same_size_donors`` says whether the JAX that lowered the program has
-    ``_set_up_aliases``' element-count pass (0.8 and later).
+    ``_set_up_aliases``' element-count pass (0.8 and later): pass
+    ``memscope._compat.SAME_SIZE_DONORS``.
     """
     pairing = _replay_jax(inputs, outputs, same_size_donors=same_size_donors)
     chosen = candidates(inputs, outputs)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import pytest
 
 from memscope import capture as capture_module
+from memscope._compat import SAME_SIZE_DONORS
 from memscope.analysis import function_report, run_and_report
 from memscope.capture import capture
 from memscope.observed import Observation, check
@@ -51,7 +52,10 @@ def test_same_output_and_same_live_arrays_with_and_without_memscope(tmp_path, pr
     stdout, live_bytes = _plain(program)
     assert measured.stdout == stdout
     live = load_report(str(out)).runtime.live_arrays
-    assert live.total_bytes == live_bytes > 0
+    assert live.total_bytes == live_bytes
+    # Every sample but transformer_adam.py keeps its state in module globals
+    # (that one's lives in main()), so 0 would be a misreading.
+    assert live_bytes > 0 or program == "transformer_adam.py"
 
 
 def _live_bytes_at_end(script: Path, *, measured: bool) -> int:
@@ -91,7 +95,9 @@ def test_aliased_leaves_are_confirmed_and_unused_donors_stay_alive():
     by_path = {b.path: b for b in fn.inputs}
     aliased = [b for b in fn.inputs if b.fate == "aliased"]
     assert aliased and all((b.observed, b.deleted) == ("confirmed", True) for b in aliased)
-    assert by_path["x"].fate == "donor" and by_path["x"].output is None
+    # From JAX 0.8 the batch is a donor (element count); before, unusable.
+    x_fate = "donor" if SAME_SIZE_DONORS else "unusable"
+    assert by_path["x"].fate == x_fate and by_path["x"].output is None
     assert (by_path["x"].observed, by_path["x"].deleted) == ("not_reused", False)
     assert (by_path["y"].fate, by_path["y"].observed, by_path["y"].deleted) == (
         "unusable", "not_reused", False)

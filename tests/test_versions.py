@@ -114,7 +114,7 @@ def test_an_unreadable_program_is_said_loudly_and_fails_strict(tmp_path, unreada
             "are missing from the report")
     assert plain.exit_code == 0  # the target's own exit code, as without --strict
     assert line in plain.stderr.splitlines()
-    assert "could not read the compiled program of train_step" in plain.stdout
+    assert "could not read the compiled program: AttributeError" in plain.stdout
     report = json.loads((tmp_path / "r.json").read_text())
     (fn,) = report["functions"]
     assert fn["memory"] is None and "OpAttributeMap" in fn["error"]

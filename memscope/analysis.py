@@ -127,8 +127,7 @@ def run_notes(uncaptured_pmaps: int = 0) -> tuple[str, ...]:
                      f"{'s' if uncaptured_pmaps != 1 else ''} outside jax.jit, which "
                      f"memscope cannot read on JAX {_compat.JAX_VERSION} "
                      "(jax_pmap_shmap_merge is off): they are not in this report; set "
-                     "jax.config.update('jax_pmap_shmap_merge', True) or use JAX 0.8+ "
-                     "to see them")
+                     "jax.config.update('jax_pmap_shmap_merge', True) to see them")
     return tuple(notes)
 
 

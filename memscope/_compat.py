@@ -74,7 +74,6 @@ def _series_text(s: tuple[int, int]) -> str:
 
 
 _JAX_SERIES = series(JAX_VERSION) or (0, 0)
-_JAXLIB_SERIES = series(JAXLIB_VERSION) or (0, 0)
 
 #: JAX 0.8 added a second pass to ``mlir._set_up_aliases``: a donated argument
 #: left unmatched is offered to XLA as a buffer donor when an unmatched output
@@ -124,8 +123,7 @@ def pmap_user_function(fun: Any) -> Callable[..., Any] | None:
     ``lu.WrappedFun``'s ``call_wrapped`` (in ``jax._src.shard_map``).
     """
     inner = getattr(fun, "__wrapped__", None)
-    module = getattr(inner, "__module__", None)
-    if module == "jax._src.pmap":
+    if getattr(inner, "__module__", None) == "jax._src.pmap":
         for cell in getattr(inner, "__closure__", None) or ():
             try:
                 value = cell.cell_contents

@@ -157,6 +157,7 @@ def test_before_jax_0_8_pmap_programs_are_said_to_be_missing():
 
 @jax_before((0, 8), "the jax_pmap_shmap_merge flag being off by default")
 def test_before_jax_0_8_pmap_is_reported_with_jax_pmap_shmap_merge():
+    before = jax.config.jax_pmap_shmap_merge
     jax.config.update("jax_pmap_shmap_merge", True)
     try:
         with capture() as session:
@@ -165,7 +166,7 @@ def test_before_jax_0_8_pmap_is_reported_with_jax_pmap_shmap_merge():
 
             jax.pmap(step, axis_name="i", donate_argnums=0)(jnp.ones((8, 4)), jnp.ones((8, 4)))
     finally:
-        jax.config.update("jax_pmap_shmap_merge", False)
+        jax.config.update("jax_pmap_shmap_merge", before)
     assert session.uncaptured_pmaps == 0
     (fn,) = [function_report(e) for e in session.entries]
     assert fn.name == "step" and fn.devices == 8

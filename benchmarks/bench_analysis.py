@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax
 from _models import train_step, transformer_step_args
 
-from memscope import advice
+from memscope import _compat, advice
 from memscope.buffers import breakdown
 from memscope.capture import display_path
 from memscope.compiled import read_compiled
@@ -47,7 +47,7 @@ def analyze_once(layers: int, width: int) -> tuple[float, float, int]:
     start = time.perf_counter()
     facts = read_compiled(jitted, step_args, {}, shardings=shardings)
     inputs, outputs = classify(facts.program)
-    inputs = advice.annotate(inputs, outputs)
+    inputs = advice.annotate(inputs, outputs, same_size_donors=_compat.SAME_SIZE_DONORS)
     buffers = breakdown(facts.buffers, facts.memory, display_path) if facts.buffers else None
     analysis_s = time.perf_counter() - start
     assert buffers is not None and len(inputs) == len(jax.tree_util.tree_leaves(step_args))

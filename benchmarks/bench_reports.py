@@ -67,7 +67,8 @@ def make_report(leaves: int) -> Report:
                         signature="(" + ", ".join(f"{b.dtype}{list(b.shape)}" for b in inputs) + ")",
                         memory=Memory(argument_bytes=1, output_bytes=1, alias_bytes=1,
                                       temp_bytes=1, peak_bytes=1),
-                        inputs=annotate(inputs, outputs), outputs=tuple(outputs))
+                        inputs=annotate(inputs, outputs, same_size_donors=True),
+                        outputs=tuple(outputs))
     return Report("0.1.0", Environment("0.10.2", "0.10.2", "cpu", (Device(0, "cpu", "cpu"),)),
                   RunInfo("train.py", (), "completed", 0), (fn,))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from jax._src import linear_util as _linear_util
 from jax._src import pjit as _pjit
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.interpreters import mlir as _mlir
+from jax._src.interpreters import pxla as _pxla
 from jax._src.lib.mlir import ir as _ir
 
 JAX_VERSION: str = jax.__version__
@@ -29,6 +31,61 @@ JAXLIB_VERSION: str = getattr(jaxlib, "__version__", None) or jaxlib.version.__v
 
 #: Packages whose own jitted helpers are JAX internals, not the user's functions.
 JAX_PACKAGES = ("jax", "jaxlib")
+
+
+# --------------------------------------------------------------- versions --
+
+#: The JAX (and jaxlib) series memscope is tested on, oldest first; the same
+#: range as the ``jax>=0.7,<0.11`` requirement in pyproject.toml.
+SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 7), (0, 8), (0, 9), (0, 10))
+#: Set to 1 to run on a JAX outside the range anyway (figures unverified).
+ALLOW_UNSUPPORTED_ENV = "MEMSCOPE_ALLOW_UNSUPPORTED_JAX"
+
+
+def series(version: str) -> tuple[int, int] | None:
+    """``(0, 8)`` for ``"0.8.3"`` or ``"0.8.0.dev20251001"``; ``None`` if unreadable."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def support_problem(jax_version: str | None = None,
+                    jaxlib_version: str | None = None) -> str | None:
+    """Why memscope does not support this JAX installation (or the versions
+    given), as one line; else ``None``."""
+    jax_version = JAX_VERSION if jax_version is None else jax_version
+    jaxlib_version = JAXLIB_VERSION if jaxlib_version is None else jaxlib_version
+    supported = f"{_series_text(SUPPORTED_SERIES[0])} to {_series_text(SUPPORTED_SERIES[-1])}"
+    for name, version in (("JAX", jax_version), ("jaxlib", jaxlib_version)):
+        if series(version) not in SUPPORTED_SERIES:
+            return (f"{name} {version} is not supported: memscope supports JAX and jaxlib "
+                    f"{supported} (jax>=0.7,<0.11); run it in an environment with one of "
+                    f"those (this one was not changed), or set {ALLOW_UNSUPPORTED_ENV}=1 "
+                    "to try anyway with unverified figures")
+    return None
+
+
+def unsupported_allowed() -> bool:
+    """True when the user asked to run on an unsupported JAX anyway."""
+    return os.environ.get(ALLOW_UNSUPPORTED_ENV, "") not in ("", "0")
+
+
+def _series_text(s: tuple[int, int]) -> str:
+    return f"{s[0]}.{s[1]}"
+
+
+_JAX_SERIES = series(JAX_VERSION) or (0, 0)
+
+#: JAX 0.8 added a second pass to ``mlir._set_up_aliases``: a donated argument
+#: left unmatched is offered to XLA as a buffer donor when an unmatched output
+#: has its element count. On 0.7 such an argument is "not usable".
+SAME_SIZE_DONORS: bool = _JAX_SERIES >= (0, 8)
+#: JAX 0.8 made ``Traced(meta_tys_flat, params, in_tree, out_tree, consts)``; 0.7
+#: has ``Traced(lfg, params, in_tree, out_tree, num_consts)``.
+_TRACED_META_TYS: bool = _JAX_SERIES >= (0, 8)
+#: From JAX 0.8, ``jax.pmap`` is a ``jax.jit`` of ``shard_map`` (``jax_pmap_shmap_merge``
+#: on by default; JAX 0.10 removed the flag); on 0.7 it compiles outside
+#: ``jax.jit`` unless that flag is set.
+PMAP_THROUGH_JIT_DEFAULT: bool = _JAX_SERIES >= (0, 8)
 
 
 # ---------------------------------------------------------------- capture --
@@ -60,20 +117,24 @@ def patched_make_jit(wrap: Callable[[Any, Callable[..., Any], dict[str, Any]], A
 def pmap_user_function(fun: Any) -> Callable[..., Any] | None:
     """The user's function behind a jit that ``jax.pmap`` made, else ``None``.
 
-    In this JAX, ``pmap`` jits ``shard_map(_fun)``, where ``_fun`` (in
+    From JAX 0.8, ``pmap`` jits ``shard_map(_fun)``, where ``_fun`` (in
     ``jax._src.pmap``) closes over the user's function as a ``lu.WrappedFun``.
+    JAX 0.7 with ``jax_pmap_shmap_merge`` set jits ``shard_map`` of the
+    ``lu.WrappedFun``'s ``call_wrapped`` (in ``jax._src.shard_map``).
     """
     inner = getattr(fun, "__wrapped__", None)
-    if getattr(inner, "__module__", None) != "jax._src.pmap":
+    if getattr(inner, "__module__", None) == "jax._src.pmap":
+        for cell in getattr(inner, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, _linear_util.WrappedFun):
+                return _innermost(value)
         return None
-    for cell in getattr(inner, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if isinstance(value, _linear_util.WrappedFun):
-            user: Callable[..., Any] = value.f
-            return user
+    owner = getattr(inner, "__self__", None)  # 0.7: a bound WrappedFun.call_wrapped
+    if isinstance(owner, _linear_util.WrappedFun):
+        return _innermost(owner)
     return None
 
 
@@ -96,6 +157,45 @@ def exclude_from_source_info(folder: str) -> None:
 
 _excluded: set[str] = set()
 _exclusion_lock = threading.Lock()
+
+
+def _innermost(wrapped: Any) -> Callable[..., Any]:
+    user: Callable[..., Any] = wrapped.f
+    return user
+
+
+def pmap_captured() -> bool:
+    """True when ``jax.pmap`` runs through ``jax.jit`` here, so memscope sees it
+    (see :data:`PMAP_THROUGH_JIT_DEFAULT`)."""
+    flag = getattr(_config, "pmap_shmap_merge", None)  # gone in JAX 0.10: always
+    return True if flag is None else bool(flag.value)
+
+
+@contextlib.contextmanager
+def pmap_outside_jit(compiled: Callable[[], None]) -> Iterator[None]:
+    """Call ``compiled()`` each time ``jax.pmap`` compiles outside ``jax.jit``.
+
+    That is JAX 0.7's default (``jax_pmap_shmap_merge`` off): its pmap path
+    looks up ``pxla.xla_pmap_impl_lazy`` at each cache miss, once per new
+    signature. memscope cannot read those programs; it can say they ran.
+    JAX 0.10 has no such path (pmap always goes through ``jax.jit``).
+    """
+    pxla: Any = _pxla  # the attribute exists in JAX 0.7 to 0.9 only
+    original = getattr(pxla, "xla_pmap_impl_lazy", None)
+    if original is None:
+        yield
+        return
+
+    def lazy(*args: Any, **kwargs: Any) -> Any:
+        if not pmap_captured():
+            compiled()
+        return original(*args, **kwargs)
+
+    pxla.xla_pmap_impl_lazy = lazy
+    try:
+        yield
+    finally:
+        pxla.xla_pmap_impl_lazy = original
 
 
 def is_top_level_call() -> bool:
@@ -281,6 +381,12 @@ class MainSignature:
     results: tuple[dict[str, AttrValue], ...]
 
 
+def _attribute(attrs: Any, name: str) -> Any:
+    # ``OpAttributeMap.get`` exists only from jaxlib 0.9; ``in`` and ``[]`` work
+    # on every supported jaxlib.
+    return attrs[name] if name in attrs else None  # noqa: SIM401 (no .get before 0.9)
+
+
 def main_signature(lowered: Any) -> MainSignature:
     """Read the argument and result attributes of ``main`` from the StableHLO module."""
     module = lowered.compiler_ir("stablehlo")
@@ -293,8 +399,8 @@ def main_signature(lowered: Any) -> MainSignature:
             ftype = _ir.FunctionType(_ir.TypeAttr(op.attributes["function_type"]).value)
             attrs = op.attributes
             return MainSignature(
-                args=_attr_dicts(attrs.get("arg_attrs"), len(ftype.inputs)),
-                results=_attr_dicts(attrs.get("res_attrs"), len(ftype.results)),
+                args=_attr_dicts(_attribute(attrs, "arg_attrs"), len(ftype.inputs)),
+                results=_attr_dicts(_attribute(attrs, "res_attrs"), len(ftype.results)),
             )
     raise LookupError("the lowered module has no main function")
 
@@ -320,8 +426,13 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     own = _core.ClosedJaxpr(jaxpr.jaxpr, jaxpr.consts)
     new_params = dict(params, jaxpr=own,
                       donated_invars=(*params["donated_invars"][:extra], *donated))
-    return type(traced)(traced._meta_tys_flat, new_params, traced._in_tree,
-                        traced.out_tree, traced._consts)
+    if _TRACED_META_TYS:
+        return type(traced)(traced._meta_tys_flat, new_params, traced._in_tree,
+                            traced.out_tree, traced._consts)
+    # JAX 0.7: the lowering function (with the call's arguments bound) comes
+    # first, and lowering passes it the params, so the new ones take effect.
+    return type(traced)(traced._lfg, new_params, traced._in_tree, traced._out_tree,
+                        traced._num_consts)
 
 
 def compile_uncached(lowered: Any) -> Any:
@@ -352,9 +463,21 @@ def buffer_assignment_bytes(stats: Any) -> bytes | None:
 
 
 def peak_memory_bytes(stats: Any) -> int | None:
-    """XLA's own peak, where this jaxlib reports one (newer ones do)."""
+    """XLA's own peak, where this jaxlib reports one (every supported jaxlib
+    does; jaxlib 0.6 and older do not, and a backend may leave it out)."""
     peak = getattr(stats, "peak_memory_in_bytes", None)
     return None if peak is None else int(peak)
+
+
+def partition_spec_text(spec: Any) -> str:
+    """A ``PartitionSpec`` as JAX 0.9 and later print it: ``P('data', None)``.
+
+    JAX 0.7 and 0.8 print ``PartitionSpec('data', None)``; one spelling keeps
+    reports (and ``memscope diff`` across versions) comparable.
+    """
+    text = str(spec)
+    old = "PartitionSpec("
+    return f"P({text[len(old):]}" if text.startswith(old) else text
 
 
 # ------------------------------------------------------------- signatures --

@@ -7,7 +7,7 @@ arguments and the wrapper's donation setting. It never imports a framework:
 it looks in ``sys.modules`` for what the user's program already imported, so
 memscope runs without the frameworks installed. Each function says which
 framework internals it relies on, so a framework upgrade is a review of this
-file (checked against equinox 0.13 and flax 0.12).
+file (checked against equinox 0.13 and flax 0.12.0 to 0.12.8).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ Framework = Literal["equinox", "nnx"]
 
 _EQX_JIT = "equinox._jit"
 _NNX_COMPILATION = "flax.nnx.transforms.compilation"
-_NNX_GRAPH = "flax.nnx.graphlib"
+#: Flax's graph module: ``flax.nnx.graphlib`` in later 0.12 releases (with
+#: ``flax.nnx.graph`` re-exporting it); flax 0.12.0 (the Flax that resolves
+#: with JAX 0.7) has only ``flax.nnx.graph``.
+_NNX_GRAPHS = ("flax.nnx.graphlib", "flax.nnx.graph")
 _NNX_EXTRACT = "flax.nnx.extract"
 #: How far up the stack the wrapper's own frame may be from memscope's hook.
 _MAX_FRAMES = 16
@@ -158,7 +161,7 @@ def nnx_state_paths(tree: Any) -> list[list[str] | None]:
     """
     import jax
 
-    graph = sys.modules.get(_NNX_GRAPH)
+    graph = next((sys.modules[name] for name in _NNX_GRAPHS if name in sys.modules), None)
     if graph is None:
         return []
     found = [x for x in jax.tree_util.tree_leaves(tree, is_leaf=is_nnx_node_states)

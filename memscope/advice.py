@@ -2,9 +2,10 @@
 
 No JAX here. The explanations replay the rule JAX applies while lowering
 (``mlir._set_up_aliases``): outputs, in order, each take the first donated
-argument left with the same shape and dtype as a fixed alias; donated arguments
-still left then take an unmatched output with the same element count, as an
-optional buffer donor XLA may or may not use; whatever is left is "not usable".
+argument left with the same shape and dtype as a fixed alias; from JAX 0.8,
+donated arguments still left then take an unmatched output with the same element
+count, as an optional buffer donor XLA may or may not use (JAX 0.7 has no such
+pass); whatever is left is "not usable".
 Replaying it tells *why* a leaf ended where the compiled program says it did.
 """
 
@@ -92,7 +93,8 @@ class _Pairing:
     same_size: dict[int, int]   # donated input -> output JAX would offer it to as a donor
 
 
-def _replay_jax(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]) -> _Pairing:
+def _replay_jax(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
+                same_size_donors: bool = True) -> _Pairing:
     donated = [i for i, b in enumerate(inputs) if b.donated and b.fate != "pruned"]
     by_aval: dict[Aval, deque[int]] = defaultdict(deque)
     for i in donated:
@@ -102,6 +104,8 @@ def _replay_jax(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]) 
         queue = by_aval.get(_aval(o))
         if queue:
             same_aval[queue.popleft()] = j
+    if not same_size_donors:
+        return _Pairing(same_aval, {})
     taken = set(same_aval.values())
     by_size: dict[int, deque[int]] = defaultdict(deque)
     for j, o in enumerate(outputs):
@@ -115,13 +119,16 @@ def _replay_jax(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]) 
     return _Pairing(same_aval, same_size)
 
 
-def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]
-             ) -> tuple[InputBuffer, ...]:
+def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
+             same_size_donors: bool) -> tuple[InputBuffer, ...]:
     """Every input with ``candidate`` set and, where a fate needs one, a ``reason``.
 
     Each reason says why the leaf ended as it did and what to change.
+    ``same_size_donors`` says whether the JAX that lowered the program has
+    ``_set_up_aliases``' element-count pass (0.8 and later): pass
+    ``memscope._compat.SAME_SIZE_DONORS``.
     """
-    pairing = _replay_jax(inputs, outputs)
+    pairing = _replay_jax(inputs, outputs, same_size_donors=same_size_donors)
     chosen = candidates(inputs, outputs)
     result = []
     for i, b in enumerate(inputs):
@@ -129,7 +136,8 @@ def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]
         if b.fate == "donor":
             reason = _donor_reason(b, i, pairing, outputs)
         elif b.fate == "unusable":
-            reason = _unusable_reason(b, i, pairing, inputs, outputs)
+            reason = _unusable_reason(b, i, pairing, inputs, outputs,
+                                      same_size_donors=same_size_donors)
         elif i in chosen:
             o = outputs[chosen[i]]
             what = "a copy of it" if o.fate == "copy_of_input" else "a new buffer"
@@ -171,7 +179,8 @@ def _donor_reason(b: InputBuffer, i: int, pairing: _Pairing,
 
 
 def _unusable_reason(b: InputBuffer, i: int, pairing: _Pairing,
-                     inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]) -> str:
+                     inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
+                     same_size_donors: bool = True) -> str:
     aval = _aval(b)
     same = [j for j, o in enumerate(outputs) if _aval(o) == aval]
     if i in pairing.same_aval or i in pairing.same_size:
@@ -197,6 +206,11 @@ def _unusable_reason(b: InputBuffer, i: int, pairing: _Pairing,
                 f"only as many {_aval_text(b)} arguments as the function returns.")
     size = math.prod(_local_shape(b))
     same_size = [o.path for o in outputs if math.prod(_local_shape(o)) == size]
+    if same_size and not same_size_donors:
+        return (f"No output is {_aval_text(b)}. {', '.join(same_size)} "
+                f"{'has' if len(same_size) == 1 else 'have'} its {size} elements, but this "
+                "JAX (before 0.8) pairs donations only by shape and dtype. Stop donating "
+                f"{b.path}, or return its updated value.")
     if same_size:
         return (f"No output is {_aval_text(b)}, and the outputs with its {size} elements "
                 f"({', '.join(same_size)}) are taken by other donated arguments. Stop "

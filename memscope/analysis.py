@@ -47,7 +47,8 @@ def function_report(entry: Entry) -> FunctionReport:
     findings: tuple[str, ...] = ()
     if entry.facts is not None:
         inputs, outputs = classify(entry.facts.program, entry.warnings)
-        inputs = advice.annotate(inputs, outputs)
+        inputs = advice.annotate(inputs, outputs,
+                                 same_size_donors=_compat.SAME_SIZE_DONORS)
         if entry.observation is not None:
             inputs, findings = observed.check(inputs, outputs, entry.observation)
     memory = entry.facts.memory if entry.facts is not None else None
@@ -109,10 +110,28 @@ def environment() -> Environment:
 
 
 def build_report(entries: Iterable[Entry], run: RunInfo | None,
-                 runtime: Runtime | None = None) -> Report:
-    """The report of captured ``entries``; ``runtime`` is ``session.runtime()``."""
+                 runtime: Runtime | None = None, *, uncaptured_pmaps: int = 0) -> Report:
+    """The report of captured ``entries``; ``runtime`` is ``session.runtime()``,
+    ``uncaptured_pmaps`` is ``session.uncaptured_pmaps``."""
     return Report(memscope_version=__version__, environment=environment(), run=run,
-                  functions=tuple(function_report(e) for e in entries), runtime=runtime)
+                  functions=tuple(function_report(e) for e in entries), runtime=runtime,
+                  notes=run_notes(uncaptured_pmaps))
+
+
+def run_notes(uncaptured_pmaps: int = 0) -> tuple[str, ...]:
+    """What the report cannot show on this JAX, one line each."""
+    notes = []
+    unsupported = _compat.support_problem()
+    if unsupported is not None:
+        notes.append(f"{unsupported.split(':')[0]}: the figures are unverified "
+                     f"({_compat.ALLOW_UNSUPPORTED_ENV} is set)")
+    if uncaptured_pmaps:
+        notes.append(f"jax.pmap compiled {uncaptured_pmaps} program"
+                     f"{'s' if uncaptured_pmaps != 1 else ''} outside jax.jit, which "
+                     f"memscope cannot read on JAX {_compat.JAX_VERSION} "
+                     "(jax_pmap_shmap_merge is off): they are not in this report; set "
+                     "jax.config.update('jax_pmap_shmap_merge', True) to see them")
+    return tuple(notes)
 
 
 def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
@@ -146,7 +165,8 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
         def terminated() -> None:
             session.finish()
             report = build_report(session.entries, run_info(RunResult(
-                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime())
+                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime(),
+                uncaptured_pmaps=session.uncaptured_pmaps)
             if deliver is not None:
                 deliver(report)
 
@@ -157,7 +177,8 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
     if session.stopped:  # even where the target caught TargetStopped and went on
         result = RunResult("stopped", 0)
     with guard.deferred_signals():
-        report = build_report(session.entries, run_info(result), session.runtime())
+        report = build_report(session.entries, run_info(result), session.runtime(),
+                              uncaptured_pmaps=session.uncaptured_pmaps)
         if deliver is not None:
             deliver(report)
     return report

@@ -172,6 +172,8 @@ class Session:
         self._waited: float | None = None
         self.variant_compiles = 0
         self.variants_reused = 0
+        #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
+        self.uncaptured_pmaps = 0
 
     @property
     def stopped(self) -> bool:
@@ -330,6 +332,9 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     """
     if stop_after is not None and stop_after < 1:
         raise MemscopeError(f"stop_after must be at least 1, got {stop_after}")
+    unsupported = _compat.support_problem()
+    if unsupported is not None and not _compat.unsupported_allowed():
+        raise MemscopeError(unsupported)
     with _compat.lowering_warnings() as proxy:
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after)
 
@@ -343,8 +348,11 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
                 return jitted
             return MeasuredJit(jitted, fun, session, options, named_after=user)
 
+        def uncaptured_pmap() -> None:
+            session.uncaptured_pmaps += 1
+
         try:
-            with _compat.patched_make_jit(wrap):
+            with _compat.patched_make_jit(wrap), _compat.pmap_outside_jit(uncaptured_pmap):
                 yield session
         finally:
             session.active = False

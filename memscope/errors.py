@@ -6,7 +6,11 @@ Exit codes (documented in docs/cli.md):
 * 1: the target raised an uncaught exception;
 * 2: memscope could not do what was asked: a missing or unreadable target,
   a syntax error, an unknown module, a corrupt report, a target that called
-  no jitted function, a malformed config or size;
+  no jitted function, a malformed config or size, a JAX outside the supported
+  range (0.7 to 0.10; nothing is run);
+* 4 (:data:`EXIT_UNREADABLE`): ``memscope run --strict`` and ``memscope check``
+  could not read the compiled program of a function (the target itself
+  succeeded);
 * 130: the run was interrupted (Ctrl-C).
 
 ``memscope check`` has its own: 0 pass, 1 a regression or broken budget
@@ -20,6 +24,7 @@ EXIT_TARGET_RAISED = 1
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_TARGET_FAILED = 3
+EXIT_UNREADABLE = 4
 EXIT_INTERRUPTED = 130
 
 

@@ -485,6 +485,13 @@ class Report:
     runtime: Runtime | None = None
     #: for ``memscope merge``: the per-process reports this one combines
     merged_from: tuple[ProcessPart, ...] = ()
+    #: what memscope could not see or verify in this run, one line each (an
+    #: unsupported JAX, pmap programs JAX compiled outside jax.jit)
+    notes: tuple[str, ...] = ()
+
+    def unreadable(self) -> tuple[FunctionReport, ...]:
+        """The functions whose compiled program memscope could not read (``error``)."""
+        return tuple(fn for fn in self.functions if fn.error is not None and fn.memory is None)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

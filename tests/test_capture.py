@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from memscope.capture import capture
+from tests.versions import jax_since
 
 
 def _names(session):
@@ -35,10 +36,6 @@ def test_every_jit_spelling_is_captured(tmp_path, monkeypatch):
         def plain(x):
             return x + 2
 
-        @jax.jit(donate_argnames=("x",))
-        def factory(x):
-            return x + 3
-
         @functools.partial(jax.jit, static_argnums=(1,))
         def partial_static(x, n):
             return x * n
@@ -50,7 +47,6 @@ def test_every_jit_spelling_is_captured(tmp_path, monkeypatch):
         somelib = importlib.import_module("somelib")
         decorated(x)
         jax.jit(plain, donate_argnums=0)(jnp.ones(4))
-        factory(jnp.ones(4))
         partial_static(x, 2)
         partial_static(x, 2)
         partial_static(x, 5)
@@ -58,11 +54,23 @@ def test_every_jit_spelling_is_captured(tmp_path, monkeypatch):
         somelib.lib_step(x)
     sys.modules.pop("somelib", None)
     assert _names(session) == [
-        ("decorated", 1), ("plain", 1), ("factory", 1), ("partial_static", 2),
+        ("decorated", 1), ("plain", 1), ("partial_static", 2),
         ("partial_static", 1), ("imported", 1), ("lib_step", 1)]
     assert [e.signature for e in session.entries if e.name == "partial_static"] == [
         "(float32[4], #1=2)", "(float32[4], #1=5)"]
-    assert session.entries[2].facts.program.donated == (True,)
+    assert session.entries[1].facts.program.donated == (True,)
+
+
+@jax_since((0, 8), "jax.jit(**options) as a decorator factory")
+def test_the_decorator_factory_spelling_is_captured():
+    with capture() as session:
+        @jax.jit(donate_argnames=("x",))
+        def factory(x):
+            return x + 3
+
+        factory(jnp.ones(4))
+    assert _names(session) == [("factory", 1)]
+    assert session.entries[0].facts.program.donated == (True,)
 
 
 def test_calls_made_while_tracing_are_not_entries():

@@ -103,7 +103,7 @@ def test_candidates_prefer_the_input_an_output_copies():
     inputs = (_in("a", (4,), "not_donated", False), _in("frozen", (4,), "not_donated", False))
     outputs = (_out("result[0]", (4,), "copy_of_input", "frozen"),)
     assert candidates(inputs, outputs) == {1: 0}
-    (a, frozen) = annotate(inputs, outputs)
+    (a, frozen) = annotate(inputs, outputs, same_size_donors=True)
     assert not a.candidate and frozen.candidate
     assert frozen.reason.startswith("result[0] has the same shape and dtype and is a copy of it")
 
@@ -119,7 +119,7 @@ def test_donor_left_to_xla_by_unconstrained_output_sharding():
     # Same shape and dtype, yet a donor: JAX leaves the alias to XLA when the
     # output's sharding is left to the compiler (multi-device programs).
     inputs = (_in("w", (8,), "donor", output="result[0]"),)
-    (w,) = annotate(inputs, (_out("result[0]", (8,), "reuses_input", "w"),))
+    (w,) = annotate(inputs, (_out("result[0]", (8,), "reuses_input", "w"),), same_size_donors=True)
     assert w.reason.startswith("JAX matched it with result[0] (same shape and dtype) but left "
                                "the alias to XLA")
     assert "XLA used it for result[0]. Nothing to change" in w.reason
@@ -127,15 +127,25 @@ def test_donor_left_to_xla_by_unconstrained_output_sharding():
 
 def test_unused_donor_of_another_dtype_says_what_to_return():
     inputs = (_in("x", (8,), "donor"),)
-    (x,) = annotate(inputs, (_out("result[0]", (8,), dtype="bfloat16"),))
+    (x,) = annotate(inputs, (_out("result[0]", (8,), dtype="bfloat16"),), same_size_donors=True)
     assert "result[0] (bfloat16[8]) has the same element count" in x.reason
     assert x.reason.endswith("XLA did not use it, so it stays allocated. Return a float32[8] "
                              "output that can reuse it, or stop donating x.")
 
 
+def test_before_jax_0_8_an_element_count_match_is_unusable_and_says_why():
+    # JAX 0.7's _set_up_aliases pairs by shape and dtype only: x is unusable.
+    inputs = (_in("x", (8,), "unusable"),)
+    (x,) = annotate(inputs, (_out("result[0]", (8,), dtype="bfloat16"),),
+                    same_size_donors=False)
+    assert x.reason == ("No output is float32[8]. result[0] has its 8 elements, but this JAX "
+                        "(before 0.8) pairs donations only by shape and dtype. Stop donating "
+                        "x, or return its updated value.")
+
+
 def test_unusable_with_a_matching_output_means_memory_kinds_differ():
     inputs = (_in("x", (8,), "unusable"),)
-    (x,) = annotate(inputs, (_out("result[0]", (8,)),))
+    (x,) = annotate(inputs, (_out("result[0]", (8,)),), same_size_donors=True)
     assert "their memory kinds differ" in x.reason
     assert x.reason.endswith("or stop donating x.")
 
@@ -145,6 +155,6 @@ def test_unusable_whose_element_count_matches_taken_outputs():
               _in("b", (8,), "donor", dtype="int32"), _in("c", (8,), "unusable", dtype="int8"))
     outputs = (_out("result[0]", (8,), "reuses_input", "a"), _out("result[1]", (8,),
                                                                   dtype="bfloat16"))
-    *_, c = annotate(inputs, outputs)
+    *_, c = annotate(inputs, outputs, same_size_donors=True)
     assert c.reason.startswith("No output is int8[8], and the outputs with its 8 elements "
                                "(result[0], result[1]) are taken by other donated arguments.")

@@ -10,6 +10,7 @@ import pytest
 from jax.experimental import io_callback
 
 from tests.truth import assert_matches_runtime, fates, run_and_report
+from tests.versions import NO_SAME_SIZE_DONORS, SAME_SIZE_DONORS
 
 NOT_USABLE = "ignore:Some donated buffers were not usable"
 
@@ -39,7 +40,7 @@ def test_aliased_not_donated_pruned_with_static_and_keyword_arguments():
     assert [b.parameter for b in report.inputs] == [0, 1, 2, 3, None]
 
 
-def test_donor_used_donor_unused_and_unusable():
+def _donor_candidates():
     def make():
         def f(a, b, c, d):
             # a: same shape and dtype as result[0] -> fixed alias.
@@ -49,7 +50,25 @@ def test_donor_used_donor_unused_and_unusable():
             return a * 2, (b + 1).astype(jnp.bfloat16), c.sum(), (d * 3).astype(jnp.int32)
         return jax.jit(f, donate_argnums=(0, 1, 2, 3))
 
-    args = (jnp.ones((4, 8)), jnp.ones((16,)), jnp.ones((3,)), jnp.ones((8,)))
+    return make, (jnp.ones((4, 8)), jnp.ones((16,)), jnp.ones((3,)), jnp.ones((8,)))
+
+
+@NO_SAME_SIZE_DONORS
+def test_before_jax_0_8_only_shape_and_dtype_pair_a_donation():
+    make, args = _donor_candidates()
+    with pytest.warns(UserWarning, match=r"not usable: float32\[16\], float32\[3\], "
+                                         r"float32\[8\]"):
+        report, inputs, pointers, out = run_and_report(make, *args)
+    assert_matches_runtime(report, inputs, pointers, out)
+    got = fates(report)
+    assert got["a"] == ("aliased", "result[0]")
+    assert {got[p] for p in "bcd"} == {("unusable", None)}
+    assert all(b.in_warning for b in report.inputs if b.path in "bcd")
+
+
+@SAME_SIZE_DONORS
+def test_donor_used_donor_unused_and_unusable():
+    make, args = _donor_candidates()
     with pytest.warns(UserWarning, match=r"not usable: float32\[3\]"):
         report, inputs, pointers, out = run_and_report(make, *args)
     assert_matches_runtime(report, inputs, pointers, out)

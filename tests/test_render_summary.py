@@ -81,7 +81,7 @@ def model_step(layers: int = 6) -> FunctionReport:
     outputs.append(_out("result[2][0].count", (), "new", dtype="int32"))
     for moment in ("mu", "nu"):
         outputs += [_out(f"result[2][0].{moment}{p[6:]}", s, "new") for p, s in params]
-    annotated = annotate(inputs, outputs)
+    annotated = annotate(inputs, outputs, same_size_donors=True)
     state = [b for b in annotated if b.candidate]
     advice = Advice('donate_argnames=("params", "opt_state")', ("opt_state",),
                     sum(b.bytes for b in state), 90 * KiB, 60 * KiB,

@@ -8,10 +8,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memscope.report import load_report
+from tests.versions import NO_SAME_SIZE_DONORS, SAME_SIZE_DONORS
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_programs"
@@ -90,19 +92,37 @@ def test_donated(tmp_path):
     assert {p for p, _ in pairs} == {b.parameter for b in fn.inputs if b.fate == "aliased"}
 
 
-def test_unusable_donation(tmp_path):
+def _unusable_donation(tmp_path: Path) -> tuple[Any, Any]:
     result = _run("run", "-o", str(tmp_path / "r.json"),
                   "sample_programs/unusable_donation.py", "--steps", "2")
     assert result.returncode == 0, result.stderr
+    (fn,) = load_report(str(tmp_path / "r.json")).functions
+    assert all(_fates(fn)[p][0] == "aliased" for p in _state_paths("params"))
+    return result, fn
+
+
+@SAME_SIZE_DONORS
+def test_unusable_donation(tmp_path):
+    result, fn = _unusable_donation(tmp_path)
     # JAX's own warning still reaches the user, and memscope names the leaf.
     assert "Some donated buffers were not usable: float32[128,1]" in result.stderr
     assert "That is: y." in result.stdout
-    (fn,) = load_report(str(tmp_path / "r.json")).functions
     fates = _fates(fn)
     assert fates["y"] == ("unusable", None)
     assert fates["x"][0] == "donor"
     assert [b.path for b in fn.inputs if b.in_warning] == ["y"]
-    assert all(fates[p][0] == "aliased" for p in _state_paths("params"))
+
+
+@NO_SAME_SIZE_DONORS
+def test_unusable_donation_before_jax_0_8(tmp_path):
+    result, fn = _unusable_donation(tmp_path)
+    # No element-count pass: the float32 batch has no bfloat16 output to be a donor for.
+    assert ("Some donated buffers were not usable: float32[128,32], float32[128,1]"
+            in result.stderr)
+    assert "That is: x, y." in result.stdout
+    fates = _fates(fn)
+    assert fates["x"] == fates["y"] == ("unusable", None)
+    assert [b.path for b in fn.inputs if b.in_warning] == ["x", "y"]
 
 
 def test_passthrough_copy(tmp_path):

@@ -18,7 +18,8 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from memscope.analysis import analyze, function_report, run_and_report
+from memscope._compat import SAME_SIZE_DONORS
+from memscope.analysis import analyze, build_report, function_report, run_and_report
 from memscope.capture import capture
 from memscope.errors import ReportFormatError
 from memscope.merge import merge_reports
@@ -28,6 +29,7 @@ from tests.test_cli_errors import cli_error, invoke
 from tests.test_samples import MEMSCOPE, SAMPLES
 from tests.truth import assert_matches_runtime, expected_peak, fates
 from tests.truth import run_and_report as run_truth
+from tests.versions import JAX_SERIES, jax_before, jax_since
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
 
@@ -78,7 +80,7 @@ def test_unconstrained_outputs_make_donors_and_the_reason_says_so():
     assert b.fate == "donor"
     from memscope.advice import annotate
 
-    (b,) = annotate(report.inputs, report.outputs)
+    (b,) = annotate(report.inputs, report.outputs, same_size_donors=SAME_SIZE_DONORS)
     assert b.reason.startswith("JAX matched it with result (same shape and dtype) but left "
                                "the alias to XLA, because that output's sharding is left to "
                                "the compiler")
@@ -87,7 +89,7 @@ def test_unconstrained_outputs_make_donors_and_the_reason_says_so():
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
 def test_a_donation_sharded_unlike_its_output_is_unusable_and_says_why():
-    mesh = jax.make_mesh((8,), ("data",))
+    mesh = auto_mesh("data")
     w = jax.device_put(jnp.ones((16, 4)), NamedSharding(mesh, P("data")))
     f = jax.jit(lambda w: w * 2, donate_argnums=0, out_shardings=NamedSharding(mesh, P()))
     report = analyze(f, w)
@@ -113,6 +115,7 @@ def test_sharded_sample_programs(sample, fate):
         assert (w.shard_shape, w.device_bytes) == ((32, 8), w.bytes // 8)
 
 
+@jax_since((0, 8), "jax.pmap as a jax.jit of shard_map (jax_pmap_shmap_merge on)")
 def test_pmap_is_reported_under_the_users_function():
     with capture() as session:
         def step(w, x):
@@ -125,13 +128,50 @@ def test_pmap_is_reported_under_the_users_function():
     assert {r.name for r in reports} == {"step"}
     sharded = reports[-1]
     assert sharded.devices == 8
-    assert sharded.inputs[0].fate == "aliased"
+    # JAX 0.8's pmap jits shard_map without out_shardings, so JAX leaves the
+    # alias to XLA; from 0.9 it passes pmap's output shardings (jax/_src/pmap.py).
+    assert sharded.inputs[0].fate == ("donor" if JAX_SERIES < (0, 9) else "aliased")
     assert (sharded.inputs[0].observed, sharded.inputs[0].deleted) == ("confirmed", True)
     # The first call passed a one-device array: pmap copied it onto the mesh, so the
     # donated copy, not the caller's array, was reused. memscope says so.
     first = reports[0]
     assert first.inputs[0].deleted is False
     assert any("did not land there" in f for f in first.findings)
+
+
+@jax_before((0, 8), "jax.pmap compiling outside jax.jit by default")
+def test_before_jax_0_8_pmap_programs_are_said_to_be_missing():
+    def step(w, x):
+        return w - 0.1 * jax.lax.pmean(x, "i"), x.sum()
+
+    with capture() as session:
+        p = jax.pmap(step, axis_name="i")
+        p(jnp.ones((8, 4)), jnp.ones((8, 4)))
+        p(jnp.ones((8, 4)), jnp.ones((8, 4)))  # the same signature: compiled once
+        p(jnp.ones((8, 2)), jnp.ones((8, 2)))
+    assert session.entries == []
+    report = build_report(session.entries, None, uncaptured_pmaps=session.uncaptured_pmaps)
+    assert report.notes == (
+        "jax.pmap compiled 2 programs outside jax.jit, which memscope cannot read on JAX "
+        f"{jax.__version__} (jax_pmap_shmap_merge is off): they are not in this report; "
+        "set jax.config.update('jax_pmap_shmap_merge', True) to see them",)
+
+
+@jax_before((0, 8), "the jax_pmap_shmap_merge flag being off by default")
+def test_before_jax_0_8_pmap_is_reported_with_jax_pmap_shmap_merge():
+    before = jax.config.jax_pmap_shmap_merge
+    jax.config.update("jax_pmap_shmap_merge", True)
+    try:
+        with capture() as session:
+            def step(w, x):
+                return w - 0.1 * jax.lax.pmean(x, "i"), x.sum()
+
+            jax.pmap(step, axis_name="i", donate_argnums=0)(jnp.ones((8, 4)), jnp.ones((8, 4)))
+    finally:
+        jax.config.update("jax_pmap_shmap_merge", before)
+    assert session.uncaptured_pmaps == 0
+    (fn,) = [function_report(e) for e in session.entries]
+    assert fn.name == "step" and fn.devices == 8
 
 
 def _free_port() -> int:

@@ -74,6 +74,17 @@ def test_nnx_jit_spelling_keeps_the_users_keywords():
 # ------------------------------------------------------------------ helpers --
 
 
+def _installed(*names: str) -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in names)
+
+
+# The frameworks are test extras ([test] in pyproject.toml); memscope runs without them.
+needs_equinox = pytest.mark.skipif(not _installed("equinox", "optax"),
+                                   reason="needs equinox and optax (pip install -e '.[test]')")
+needs_flax = pytest.mark.skipif(not _installed("flax", "optax"),
+                                reason="needs flax and optax (pip install -e '.[test]')")
+
+
 def _sample(name: str) -> Any:
     """Import a sample program as a fresh module (its jits are made now, so made
     inside a capture when called inside one); its ``main`` does not run."""
@@ -139,13 +150,14 @@ def _equinox_inputs(m: Any) -> tuple[Any, ...]:
 
 def _equinox_step(donate: str) -> tuple[Any, tuple[Any, ...]]:
     """The Equinox sample's step, jitted anew with ``donate``, and its inputs."""
-    eqx = pytest.importorskip("equinox")
+    import equinox as eqx
+
     m = _sample("equinox_train")
     return eqx.filter_jit(m.train_step.__wrapped__, donate=donate), _equinox_inputs(m)
 
 
+@needs_equinox
 def test_equinox_sample_every_leaf_named_and_fated_as_jax_compiled_it():
-    pytest.importorskip("equinox")
     with capture(advise=False) as session:
         m = _sample("equinox_train")
         args = _equinox_inputs(m)
@@ -174,6 +186,7 @@ def test_equinox_sample_every_leaf_named_and_fated_as_jax_compiled_it():
             assert _pointer(flat_out[b.output]) == pointer, b.path
 
 
+@needs_equinox
 def test_equinox_unusable_is_reported_though_donate_all_silences_the_warning():
     def calls(*, measured: bool, donate: str) -> tuple[list[str], Any]:
         with warnings.catch_warnings(record=True) as seen:
@@ -203,6 +216,7 @@ def test_equinox_unusable_is_reported_though_donate_all_silences_the_warning():
     assert fn.setting == 'eqx.filter_jit(donate="warn")'
 
 
+@needs_equinox
 def test_equinox_advice_is_written_in_filter_jit_terms_and_measures_that_setting():
     with capture(advise=True) as session:
         step, args = _equinox_step("none")
@@ -227,6 +241,7 @@ def test_equinox_advice_is_written_in_filter_jit_terms_and_measures_that_setting
     assert advised.memory.temp_bytes == stats.temp_size_in_bytes
 
 
+@needs_equinox
 def test_equinox_all_except_first_keeps_the_first_argument():
     with capture(advise=True) as session:
         step, args = _equinox_step("all-except-first")
@@ -251,7 +266,6 @@ NNX_OPTIMIZER = (["optimizer.opt_state[0].count"]
 def _flax_step(jit: dict[str, Any] | None = None) -> tuple[Any, Any, Any, tuple[Any, ...]]:
     """The Flax sample's step (jitted anew with ``jit`` keywords when given) and
     its inputs."""
-    pytest.importorskip("flax")
     from flax import nnx
 
     m = _sample("flax_train")
@@ -262,8 +276,8 @@ def _flax_step(jit: dict[str, Any] | None = None) -> tuple[Any, Any, Any, tuple[
     return nnx, m, step, (model, optimizer, x, y)
 
 
+@needs_flax
 def test_flax_sample_every_leaf_named_and_fated_as_jax_compiled_it():
-    pytest.importorskip("flax")
     with capture(advise=False) as session:
         nnx, _, step, args = _flax_step()
         aliases = _alias_map(step.lower(*args).lowered)
@@ -287,6 +301,7 @@ def test_flax_sample_every_leaf_named_and_fated_as_jax_compiled_it():
     assert not x.is_deleted() and not y.is_deleted()
 
 
+@needs_flax
 @pytest.mark.parametrize(("jit", "setting"), [
     ({}, 'nnx.jit(donate_argnames=("model", "optimizer"))'),
     ({"donate_argnums": ()}, "nnx.jit(donate_argnums=(0, 1))"),

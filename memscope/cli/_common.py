@@ -95,6 +95,29 @@ def _target_file(target: Target | None) -> str | None:
     return os.path.realpath(target.name)
 
 
+def unreadable_line(report: Report) -> str | None:
+    """One line naming the functions whose compiled program could not be read
+    (their figures are missing from the report); ``None`` when all were read."""
+    failed = report.unreadable()
+    if not failed:
+        return None
+    first = failed[0]
+    more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+    return (f"memscope: could not read the compiled program of {len(failed)} function"
+            f"{'s' if len(failed) != 1 else ''} on JAX {report.environment.jax}: "
+            f"{first.name} ({first.error}){more}; their figures are missing from the report")
+
+
+def unsupported_jax_line() -> str | None:
+    """The one-line warning for a run on an unsupported JAX the user allowed."""
+    from memscope import _compat
+
+    problem = _compat.support_problem()
+    if problem is None or not _compat.unsupported_allowed():
+        return None
+    return f"memscope: warning: {problem.split(':')[0]}; running anyway, figures unverified"
+
+
 def nothing_called(target: str, outcome: str, hint: str = "") -> str:
     ended = "" if outcome in ("completed", "stopped") else f" before it {outcome}"
     return visible(f"memscope: {target} called no jitted function{ended}; nothing to "

@@ -11,10 +11,22 @@ import click
 from memscope.analysis import run_and_report
 from memscope.check import check as check_report
 from memscope.check import target_failure
-from memscope.cli._common import misplaced_hint, module_option, output_option, output_paths
+from memscope.cli._common import (
+    misplaced_hint,
+    module_option,
+    output_option,
+    output_paths,
+    unreadable_line,
+    unsupported_jax_line,
+)
 from memscope.config import load_config, with_options
 from memscope.ending import Guard
-from memscope.errors import EXIT_REGRESSION, EXIT_TARGET_FAILED, MemscopeError
+from memscope.errors import (
+    EXIT_REGRESSION,
+    EXIT_TARGET_FAILED,
+    EXIT_UNREADABLE,
+    MemscopeError,
+)
 from memscope.render.check import render_check
 from memscope.render.github import render_check_annotations
 from memscope.render.junit import render_check_junit
@@ -59,7 +71,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     Fails when peak, temp or argument+output bytes grow beyond tolerance, a
     function gains an unusable donation, an aliased leaf loses its alias, or a
     budget is broken. Exit codes: 0 pass, 1 regression, 2 usage or input
-    error, 3 the target itself failed.
+    error, 3 the target itself failed, 4 a compiled program could not be read.
     """
     if (target is None) == (report_file is None):
         raise MemscopeError("give a SCRIPT to run or --report REPORT.json, not both or neither")
@@ -89,6 +101,9 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         if output is not None:
             save_report(report, output)
     else:
+        warning = unsupported_jax_line()
+        if warning is not None:
+            click.echo(warning, err=True)
         report = run_and_report(what, guard=guard, deliver=None if output is None
                                 else partial(save_report, path=output))
     failure = target_failure(report)
@@ -98,6 +113,10 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     if not report.functions:
         raise MemscopeError(f"{target or report_file} called no jitted function; "
                             "nothing to check")
+    unreadable = unreadable_line(report)
+    if unreadable is not None:
+        click.echo(f"{unreadable}; nothing was checked", err=True)
+        ctx.exit(EXIT_UNREADABLE)
     if update_baseline:
         assert baseline is not None and written_baseline is not None
         save_report(report, written_baseline)

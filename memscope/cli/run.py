@@ -19,10 +19,12 @@ from memscope.cli._common import (
     output_option,
     output_paths,
     stop_after_option,
+    unreadable_line,
+    unsupported_jax_line,
     write_html,
 )
 from memscope.ending import Guard
-from memscope.errors import EXIT_USAGE
+from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
 from memscope.render.buffers import render_buffers
 from memscope.render.terminal import LeafFilter, render_report
 from memscope.report import Report, save_report
@@ -42,6 +44,9 @@ from memscope.runner import Target, check_target
               help="The same as --advice off: only what the program itself compiled "
                    "is read.")
 @stop_after_option
+@click.option("--strict", is_flag=True,
+              help="Exit 4 when the compiled program of a function could not be read "
+                   "(and the script itself succeeded).")
 @buffers_option
 @html_option
 @leaves_options
@@ -49,8 +54,9 @@ from memscope.runner import Target, check_target
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
-        advice: AdviceLevel | None, no_advice: bool, stop_after: int | None, buffers: bool,
-        html: str | None, leaves: bool, path_pattern: str | None, fate: str | None,
+        advice: AdviceLevel | None, no_advice: bool, stop_after: int | None, strict: bool,
+        buffers: bool, html: str | None, leaves: bool, path_pattern: str | None,
+        fate: str | None,
         target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) as python would, then report
     every jitted function it called: memory figures, the fate of each buffer, and
@@ -62,7 +68,8 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
 
     Everything after SCRIPT goes to the script untouched, options included.
     The exit code is the script's own (1 if it raised, 130 if interrupted, 0 if
-    --stop-after ended it).
+    --stop-after ended it); with --strict, 4 if the script succeeded but a
+    compiled program could not be read.
     """
     if no_advice and advice not in (None, "off"):
         raise click.UsageError(f"--no-advice and --advice {advice} contradict each other; "
@@ -82,6 +89,9 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         if not quiet:
             guard.write(lambda out: _render(report, out, buffers, which))
 
+    warning = unsupported_jax_line()
+    if warning is not None:
+        click.echo(warning, err=True)
     report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
                             deliver=deliver)
     assert report.run is not None
@@ -89,6 +99,11 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")
         click.echo(nothing_called(target, report.run.outcome, hint), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
+    unreadable = unreadable_line(report)
+    if unreadable is not None:
+        click.echo(unreadable, err=True)
+        if strict and report.run.exit_code == 0:
+            ctx.exit(EXIT_UNREADABLE)
     ctx.exit(report.run.exit_code)
 
 

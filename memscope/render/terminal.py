@@ -139,6 +139,8 @@ def _header(out: Lines, report: Report) -> None:
         out.para(f"run:    {visible(report.run.ending)}", "        ")
     out.para(f"jax {visible(env.jax)}, jaxlib {visible(env.jaxlib)}, backend "
              f"{visible(env.backend)}, {devices} ({', '.join(kinds)})")
+    for note in report.notes:
+        out.para(visible(note), "  ")
     if report.merged_from:
         parts = ", ".join(f"{p.process_index} ({visible(p.file)}"
                           + (f", {p.run.outcome}" if p.run else "") + ")"

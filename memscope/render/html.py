@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import IO
 
-from memscope.render.text import visible
+from memscope.render.text import fates_text, visible
 from memscope.report import (
     BufferBreakdown,
     FunctionReport,
@@ -262,17 +262,7 @@ def _figures_chart(m: Memory, name: str) -> str:
 
 
 def _fates_text(g: LeafGroup) -> str:
-    parts = []
-    for f in g.fates:
-        text = f'<span class="fate-{_t(f.fate)}">{_t(f.fate)}</span> {f.leaves}'
-        if f.candidates:
-            text += (" (candidates)" if f.candidates == f.leaves > 1 else " (candidate)"
-                     if f.candidates == f.leaves else f" ({f.candidates} candidates)")
-        parts.append(text)
-    text = ", ".join(parts)
-    if g.observed:
-        text += "; at run time: " + ", ".join(f"{n} {_t(label)}" for label, n in g.observed)
-    return text
+    return fates_text(g, fate=lambda f: f'<span class="fate-{_t(f)}">{_t(f)}</span>', text=_t)
 
 
 def _groups(s: FunctionSummary) -> list[str]:

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memscope.render.text import shorten, visible, wrap
+from memscope.render.text import fates_text, shorten, visible, wrap
 from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report
 from memscope.summary import (
     FIGURES_SHOWN,
@@ -275,21 +275,8 @@ def _groups(out: Lines, title: str, count: int, size: int, groups: tuple[LeafGro
         name = ("  " * g.depth + shorten(visible(g.path), width - 2 * g.depth)).ljust(width)
         noun = "leaf" if g.leaves == 1 else "leaves"
         head = f"    {name}  {g.leaves:>4} {noun:<6}  {format_bytes(g.bytes):>9}  "
-        out.para(_fates_text(g), " " * len(head), head)
+        out.para(fates_text(g), " " * len(head), head)
 
-
-def _fates_text(g: LeafGroup) -> str:
-    parts = []
-    for f in g.fates:
-        text = f"{f.fate} {f.leaves}"
-        if f.candidates:
-            text += (" (candidates)" if f.candidates == f.leaves > 1 else " (candidate)"
-                     if f.candidates == f.leaves else f" ({f.candidates} candidates)")
-        parts.append(text)
-    text = ", ".join(parts)
-    if g.observed:
-        text += "; at run time: " + ", ".join(f"{n} {label}" for label, n in g.observed)
-    return text
 
 
 def _variants_table(s: FunctionSummary, out: Lines) -> Table:

@@ -7,6 +7,7 @@ what it reaches for, so that a JAX upgrade is a review of this one file.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import threading
@@ -432,6 +433,36 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     # JAX 0.7: the lowering function (with the call's arguments bound) comes
     # first, and lowering passes it the params, so the new ones take effect.
     return type(traced)(traced._lfg, new_params, traced._in_tree, traced._out_tree,
+                        traced._num_consts)
+
+
+class _ArgumentFacts:
+    """What JAX 0.7's lowering reads of one call argument (its sharding, whether it
+    is committed, its layout), without the array: see :func:`without_call_arrays`."""
+
+    def __init__(self, x: Any) -> None:
+        self.shape, self.dtype, self.ndim = x.shape, x.dtype, x.ndim
+        self.sharding = x.sharding
+        self._committed = getattr(x, "_committed", True)
+        # JAX asks hasattr(arg, "format"): an unreadable layout is an absent one.
+        with contextlib.suppress(Exception):
+            self.format = x.format
+
+
+def without_call_arrays(traced: Any) -> Any:
+    """``traced`` holding none of the call's arrays, for work done after the call.
+
+    JAX 0.7's ``Traced`` binds the call's arguments into its lowering function
+    (``_lfg``), where lowering reads only their shardings and layouts; kept for a
+    pending variant, it would keep the user's arrays alive. From JAX 0.8 a
+    ``Traced`` holds abstract values only, and is returned as it is.
+    """
+    if _TRACED_META_TYS:
+        return traced
+    lfg = traced._lfg
+    facts = [_ArgumentFacts(x) if isinstance(x, jax.Array) else x for x in lfg.args[0]]
+    bound = functools.partial(lfg.func, facts, *lfg.args[1:], **lfg.keywords)
+    return type(traced)(bound, traced._params, traced._in_tree, traced._out_tree,
                         traced._num_consts)
 
 

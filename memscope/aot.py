@@ -118,7 +118,8 @@ class Compiled(Stage):
             traced = self._memscope_traced
             if traced is None:
                 traced = origin._memscope_jitted.trace(*call_args, **call_kwargs)
-            handles = CompiledHandles(traced, self._memscope_lowered, self._memscope_real)
+            handles = CompiledHandles(_compat.without_call_arrays(traced), self._memscope_lowered,
+                                      self._memscope_real)
         except Exception as e:  # never let the measurement break the program
             entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
         entry.calls = 1

@@ -61,7 +61,7 @@ def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> C
     """
     traced = jitted.trace(*args, **kwargs)
     lowered = traced.lower()
-    return CompiledHandles(traced, lowered, lowered.compile())
+    return CompiledHandles(_compat.without_call_arrays(traced), lowered, lowered.compile())
 
 
 def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = ()) -> CompiledFacts:

@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 from memscope.analysis import function_report
 from memscope.capture import capture, library
+from tests.versions import jax_since
 
 
 def _output_bytes(fn, *args):
@@ -97,6 +98,7 @@ def test_static_names_have_no_address_and_a_raising_repr_does_not_break_the_call
                                                       "(float32[4], #0=<BadRepr>)"]
 
 
+@jax_since((0, 8), "jax.clear_caches() releasing static arguments (0.7 keeps them itself)")
 def test_static_arguments_are_not_kept_alive_after_jax_clears_its_caches():
     x = jnp.ones(4)
     with capture() as session:

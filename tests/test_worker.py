@@ -30,6 +30,7 @@ from memscope.capture import capture
 from memscope.cli import cli
 from memscope.report import load_report
 from tests.test_advice import SAMPLES, args, direct_figures, figures, step
+from tests.versions import enable_x64
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _compiles: list[str] = []
@@ -114,7 +115,7 @@ def test_variants_lower_under_the_settings_the_call_ran_with(monkeypatch):
     def f(x):
         return x * 2
 
-    with jax.enable_x64(True):  # for this thread only
+    with enable_x64(True):  # for this thread only
         x = jnp.ones(64, jnp.float64)
         with capture(advise="full") as session:
             jax.jit(f)(x)

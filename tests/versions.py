@@ -32,3 +32,13 @@ def jax_before(series: tuple[int, int], what: str) -> pytest.MarkDecorator:
 #: element count) exists from JAX 0.8; before, such an argument is not usable.
 SAME_SIZE_DONORS = jax_since((0, 8), "donors paired by element count")
 NO_SAME_SIZE_DONORS = jax_before((0, 8), "pairing donations by shape and dtype only")
+
+
+def enable_x64(on: bool = True):
+    """x64 for the calling thread only: ``jax.enable_x64`` from JAX 0.8, which 0.7
+    spells ``jax.experimental.enable_x64``."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(on)
+    from jax.experimental import enable_x64 as experimental
+
+    return experimental(on)

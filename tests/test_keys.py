@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from memscope.analysis import function_report
@@ -57,7 +57,7 @@ def test_partials_with_different_arguments_are_different_programs():
 
 
 def test_equal_shardings_spelled_differently_are_one_entry():
-    mesh = jax.make_mesh((1,), ("d",))
+    mesh = jax.make_mesh((1,), ("d",), axis_types=(AxisType.Auto,))
     a = jax.device_put(jnp.ones(8), NamedSharding(mesh, P()))
     b = jax.device_put(jnp.ones(8), NamedSharding(mesh, P(None)))
     assert a.sharding != b.sharding and a.sharding.is_equivalent_to(b.sharding, 1)
@@ -98,7 +98,8 @@ def test_static_names_have_no_address_and_a_raising_repr_does_not_break_the_call
                                                       "(float32[4], #0=<BadRepr>)"]
 
 
-@jax_since((0, 8), "jax.clear_caches() releasing static arguments (0.7 keeps them itself)")
+@jax_since((0, 9), "jax.clear_caches() releasing static arguments (0.7 and 0.8 keep them "
+                   "themselves)")
 def test_static_arguments_are_not_kept_alive_after_jax_clears_its_caches():
     x = jnp.ones(4)
     with capture() as session:

@@ -71,7 +71,17 @@ _SCHEMA: dict[str, list[tuple[str, int, str, bool]]] = {
         ("input_output_alias", 8, "HloInputOutputAliasProto", False),
         ("buffer_donor", 18, "HloBufferDonorProto", False),
         ("stack_frame_index", 17, "StackFrameIndexProto", False),
+        ("schedule", 7, "HloScheduleProto", False),
     ],
+    # The order XLA runs each sequential computation in (hlo.proto: HloScheduleProto).
+    # ``sequences`` is a proto map (computation id -> sequence): on the wire a
+    # repeated message of key 1 and value 2.
+    "InstructionSequence": [("instruction_ids", 1, "int64", True)],
+    "ScheduleEntry": [
+        ("key", 1, "int64", False),
+        ("value", 2, "InstructionSequence", False),
+    ],
+    "HloScheduleProto": [("sequences", 1, "ScheduleEntry", True)],
     # Source locations: newer XLA keeps them once per module, and each
     # instruction's metadata names its innermost frame (1-based ids, 0 = none).
     "FileLocation": [

@@ -23,13 +23,16 @@ from memscope.capture import (
 from memscope.ending import EXIT_TERMINATED, Guard
 from memscope.errors import MemscopeError
 from memscope.fates import classify
+from memscope.live import memory_view
 from memscope.report import (
     Advice,
     Device,
     Environment,
     FunctionReport,
     InputBuffer,
+    LiveAtPeak,
     Memory,
+    MemoryTimeline,
     OutputBuffer,
     Report,
     RunInfo,
@@ -53,6 +56,7 @@ def function_report(entry: Entry) -> FunctionReport:
             inputs, findings = observed.check(inputs, outputs, entry.observation)
     memory = entry.facts.memory if entry.facts is not None else None
     variants = tuple(_variant(v) for v in entry.variants)
+    timeline, live, timeline_note = _memory_view(entry, inputs, memory)
     return FunctionReport(
         name=entry.name, source=entry.source, calls=entry.calls, signature=entry.signature,
         memory=memory, inputs=inputs, outputs=outputs, warnings=entry.warnings,
@@ -63,7 +67,22 @@ def function_report(entry: Entry) -> FunctionReport:
         findings=findings, measured=entry.measured, library=entry.library,
         devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
-                 if entry.facts is not None and entry.facts.buffers is not None else None))
+                 if entry.facts is not None and entry.facts.buffers is not None else None),
+        memory_timeline=timeline, live_at_peak=live, memory_timeline_note=timeline_note)
+
+
+def _memory_view(entry: Entry, inputs: Sequence[InputBuffer], memory: Memory | None
+                 ) -> tuple[MemoryTimeline | None, LiveAtPeak | None, str | None]:
+    """The entry's memory timeline and what is live at its peak; else why not."""
+    facts = entry.facts
+    if facts is None:
+        return None, None, entry.error
+    if facts.liveness is None or facts.buffers is None:
+        return None, None, facts.liveness_error or facts.buffers_error
+    arguments = {b.parameter: (b.path, b.donated) for b in inputs if b.parameter is not None}
+    timeline, live = memory_view(facts.liveness, facts.buffers, memory, display_path,
+                                 arguments)
+    return timeline, live, None
 
 
 def _variant(v: VariantFacts) -> Variant:

@@ -77,6 +77,9 @@ class LogicalBuffer:
     op_name: str | None = None
     source_file: str | None = None
     source_line: int | None = None
+    #: the defining instruction's id, and the shape index it defines
+    instruction_id: int = 0
+    shape_index: tuple[int, ...] = ()
 
     @property
     def op(self) -> str:
@@ -184,7 +187,8 @@ def read_buffer_assignment(serialized: bytes, module: Any) -> BufferAssignment:
         buffers[lb.id] = LogicalBuffer(
             id=lb.id, size=lb.size, instruction=instr.name, opcode=instr.opcode,
             shape=_shape_text(_subshape(instr.shape, lb.defined_at.shape_index)),
-            op_name=instr.metadata.op_name or None, source_file=file, source_line=line)
+            op_name=instr.metadata.op_name or None, source_file=file, source_line=line,
+            instruction_id=instr.id, shape_index=tuple(lb.defined_at.shape_index))
     allocations = tuple(
         Allocation(index=a.index, size=a.size, kind=allocation_kind(a), color=a.color,
                    parameter=a.parameter_number if a.is_entry_computation_parameter

@@ -22,6 +22,7 @@ from memscope import _compat
 from memscope.buffers import BufferAssignment, BufferDecodeError, read_buffer_assignment
 from memscope.fates import Leaf, Program
 from memscope.hlo import parse_module, read_module
+from memscope.liveness import Liveness, analyze
 from memscope.report import HostMemory, Memory, peak_rule
 
 
@@ -33,6 +34,10 @@ class CompiledFacts:
     buffers: BufferAssignment | None = None
     #: why ``buffers`` is ``None``
     buffers_error: str | None = None
+    #: bytes live over the schedule (:mod:`memscope.liveness`); ``None``
+    #: without a buffer assignment, or ``liveness_error`` says why
+    liveness: Liveness | None = None
+    liveness_error: str | None = None
 
 
 class CompiledReadError(RuntimeError):
@@ -82,9 +87,11 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     stats = compiled.memory_analysis()
     module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
     buffers, error = read_buffers(stats, module)
+    liveness, liveness_error = read_liveness(module, buffers)
     return CompiledFacts(memory=memory_figures(stats),
                          program=_program(traced, lowered, compiled, shardings, module),
-                         buffers=buffers, buffers_error=error)
+                         buffers=buffers, buffers_error=error, liveness=liveness,
+                         liveness_error=liveness_error)
 
 
 def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
@@ -104,6 +111,21 @@ def read_buffers(stats: Any, module: Any) -> tuple[BufferAssignment | None, str 
         return read_buffer_assignment(data, module), None
     except BufferDecodeError as e:
         return None, str(e)
+
+
+def read_liveness(module: Any, buffers: BufferAssignment | None
+                  ) -> tuple[Liveness | None, str | None]:
+    """Bytes live over ``module``'s schedule under ``buffers``; else ``None`` and why.
+
+    This runs where the compiled program is read: in memscope's worker, off
+    the program's path (:mod:`memscope.worker`).
+    """
+    if buffers is None:
+        return None, "no buffer assignment to replay the schedule over"
+    try:
+        return analyze(module, buffers), None
+    except (KeyError, IndexError, ValueError) as e:  # a module shaped unlike any seen
+        return None, f"the schedule could not be replayed ({type(e).__name__}: {e})"
 
 
 @dataclass(frozen=True)

@@ -296,6 +296,89 @@ class BufferBreakdown:
     live_at_peak: tuple[TempBuffer, ...] = ()
 
 
+#: Which rule produced a :class:`MemoryTimeline`: the compiled schedule replayed
+#: over the buffer assignment (``schedule``, every backend), or XLA's own
+#: heap-simulator trace replayed (``heap_trace``, where XLA records one).
+TimelineRule = Literal["schedule", "heap_trace"]
+LiveKind = Literal["parameter", "aliased", "output", "constant", "temporary"]
+
+
+@dataclass(frozen=True)
+class MemoryTimeline:
+    """Bytes live over the entry computation's program order.
+
+    ``points`` are (entry step, bytes): the most held while that entry
+    instruction runs (with the loop bodies and branches it calls), decimated to
+    at most 400 points, each the largest of its stretch, so the peak is kept.
+    ``peak_bytes`` is reached at ``peak_step``, while ``peak_instruction`` runs.
+    ``held_bytes`` (parameters, outputs, constants) are held for the whole
+    call; of the ``temp_block_bytes`` of temporary allocations,
+    ``temp_live_bytes`` hold buffers live at the peak. ``peak_note`` says how
+    ``peak_bytes`` relates to ``Memory.peak_bytes`` and its rule;
+    ``schedule_peak_bytes`` is the schedule's peak where the curve is XLA's
+    trace, and ``trace_note`` whether the two agree.
+    """
+
+    rule: TimelineRule
+    steps: int
+    points: tuple[tuple[int, int], ...]
+    peak_bytes: int
+    peak_step: int
+    peak_instruction: str
+    held_bytes: int
+    temp_block_bytes: int
+    temp_live_bytes: int
+    peak_note: str | None = None
+    schedule_peak_bytes: int | None = None
+    trace_note: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveBuffer:
+    """One buffer holding memory at the peak of a :class:`MemoryTimeline`.
+
+    ``kind``: ``parameter`` and ``aliased`` (a donated argument XLA writes an
+    output into) are the call's arguments, ``output`` a result's allocation,
+    ``constant`` the executable's, all held for the whole call; ``temporary``
+    a buffer live from entry step ``live_from`` to ``live_to``. ``donated`` is
+    ``None`` for what is not an argument; ``argument`` names the argument leaf.
+    """
+
+    kind: LiveKind
+    bytes: int
+    shape: str
+    dtype: str | None
+    instruction: str
+    opcode: str
+    op: str
+    op_name: str | None = None
+    source: str | None = None
+    donated: bool | None = None
+    argument: str | None = None
+    live_from: int | None = None
+    live_to: int | None = None
+
+
+@dataclass(frozen=True)
+class LiveAtPeak:
+    """The buffers live at the peak of the memory timeline, largest first.
+
+    ``bytes`` adds every one of them and equals the timeline's peak;
+    ``buffers`` lists at most 50 (``more_buffers`` and ``more_bytes`` count
+    the rest). ``arguments`` parameter buffers hold ``argument_bytes``;
+    ``by_source`` groups all the others by the source line of the instruction
+    that defines them (``None``: no line, e.g. a constant).
+    """
+
+    bytes: int
+    buffers: tuple[LiveBuffer, ...] = ()
+    more_buffers: int = 0
+    more_bytes: int = 0
+    by_source: tuple[SourceLine, ...] = ()
+    argument_bytes: int = 0
+    arguments: int = 0
+
+
 @dataclass(frozen=True)
 class FunctionReport:
     """One jitted function at one signature.
@@ -332,6 +415,12 @@ class FunctionReport:
     #: the installed package that jitted this function (``optax``), not the user's
     #: code: its figures are reported, with no advice the user could not apply
     library: str | None = None
+    #: bytes live over program order (the compiled schedule, or XLA's trace)
+    memory_timeline: MemoryTimeline | None = None
+    #: the buffers live at that timeline's peak
+    live_at_peak: LiveAtPeak | None = None
+    #: why ``memory_timeline`` is ``None``
+    memory_timeline_note: str | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""

@@ -1,0 +1,199 @@
+"""The memory timeline and the buffers live at its peak, for the report.
+
+Takes the schedule's :class:`~memscope.liveness.Liveness` (every backend) and,
+where XLA kept heap-simulator traces (GPU, TPU), replays them instead and says
+whether the two agree. Relates the peak to memscope's own
+(:func:`memscope.report.peak_rule`): the temporary allocation is held whole
+for the call, so bytes of it that hold no live buffer at the peak
+(fragmentation, or reuse the packing could not exploit) count in that peak and
+not in this one.
+
+Pure functions on decoded records; no JAX here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from memscope.buffers import (
+    MAX_LISTED,
+    MAX_TIMELINE_POINTS,
+    Allocation,
+    BufferAssignment,
+    LogicalBuffer,
+    downsample,
+    replay,
+    source_text,
+)
+from memscope.liveness import Liveness
+from memscope.report import LiveAtPeak, LiveBuffer, LiveKind, Memory, MemoryTimeline, SourceLine
+from memscope.units import format_bytes
+
+#: per HLO parameter number: the argument leaf's path and whether it was donated
+Arguments = Mapping[int, tuple[str, bool]]
+
+
+def memory_view(liveness: Liveness, assignment: BufferAssignment, memory: Memory | None,
+                display: Callable[[str], str] = str, arguments: Arguments | None = None
+                ) -> tuple[MemoryTimeline, LiveAtPeak]:
+    """The report's ``memory_timeline`` and ``live_at_peak`` of one function.
+
+    ``display`` turns a source path into the path shown; ``arguments`` names
+    each HLO parameter's leaf (``None``: unnamed).
+    """
+    numbers = [a.parameter for a in liveness.held if a.parameter is not None]
+    # Arguments passed as one tuple share parameter 0: their leaves go unnamed.
+    arguments = arguments or {} if len(numbers) == len(set(numbers)) else {}
+    held = [_held_buffer(a, assignment, display, arguments) for a in liveness.held]
+    step_of = _entry_steps(liveness)
+    temps = [_temp_buffer(assignment.buffers[r.buffer], r.size, display,
+                          step_of(r.start), step_of(r.end))
+             for r in liveness.live if r.buffer in assignment.buffers]
+    buffers = sorted((b for b in [*held, *temps] if b is not None),
+                     key=lambda b: (-b.bytes, b.instruction))
+    points = downsample(liveness.entry_bytes, MAX_TIMELINE_POINTS)
+    timeline = MemoryTimeline(
+        rule="schedule", steps=liveness.steps, points=points,
+        peak_bytes=liveness.peak_bytes, peak_step=liveness.peak_step,
+        peak_instruction=liveness.peak_instruction, held_bytes=liveness.held_bytes,
+        temp_block_bytes=liveness.temp_block, temp_live_bytes=liveness.live_temp,
+        peak_note=peak_note(liveness, memory, _constant_bytes(liveness.held)))
+    traced = _trace_timeline(liveness, assignment, timeline)
+    live = LiveAtPeak(
+        bytes=sum(b.bytes for b in buffers), buffers=tuple(buffers[:MAX_LISTED]),
+        more_buffers=max(0, len(buffers) - MAX_LISTED),
+        more_bytes=sum(b.bytes for b in buffers[MAX_LISTED:]),
+        by_source=_by_source([b for b in buffers if b.argument is None
+                              and b.kind not in ("parameter", "aliased")]),
+        argument_bytes=sum(b.bytes for b in buffers if b.kind in ("parameter", "aliased")),
+        arguments=sum(1 for b in buffers if b.kind in ("parameter", "aliased")))
+    return traced or timeline, live
+
+
+def peak_note(liveness: Liveness, memory: Memory | None, constants: int) -> str:
+    """How the schedule's peak relates to memscope's peak (``Memory.peak_bytes``)."""
+    ours = format_bytes(liveness.peak_bytes)
+    if memory is None or memory.peak_bytes is None:
+        return f"schedule peak {ours}; memscope's peak is unknown"
+    diff = memory.peak_bytes - liveness.peak_bytes
+    if diff == 0:
+        return f"schedule peak {ours}, equal to memscope's peak (rule {memory.peak_rule})"
+    idle = liveness.temp_block - liveness.live_temp
+    if memory.peak_rule == "sum":
+        parts = [f"{format_bytes(idle)} of the temporary block hold no buffer live at "
+                 "the peak (it is allocated whole for the call, and memscope's peak "
+                 "counts all of it)"]
+        if constants:
+            parts.append(f"{format_bytes(constants)} of constants are counted here, "
+                         "not in argument + output - alias + temp")
+        rest = diff - idle + constants
+        if rest:
+            parts.append(f"{format_bytes(abs(rest))} "
+                         f"{'more' if rest > 0 else 'less'} there is not explained by "
+                         "the buffer assignment")
+        return (f"schedule peak {ours}, {format_bytes(abs(diff))} "
+                f"{'below' if diff > 0 else 'above'} memscope's peak "
+                f"(rule sum: {format_bytes(memory.peak_bytes)}): " + "; ".join(parts))
+    return (f"schedule peak {ours}, {format_bytes(abs(diff))} "
+            f"{'below' if diff > 0 else 'above'} memscope's peak (rule "
+            f"{memory.peak_rule}: XLA's peak_memory_in_bytes "
+            f"{format_bytes(memory.peak_bytes)})")
+
+
+def _entry_steps(liveness: Liveness) -> Callable[[int], int]:
+    """Flattened time -> entry step (the entry instruction it runs within)."""
+    steps = liveness.time_steps
+    return lambda t: steps[t] if 0 <= t < len(steps) else t
+
+
+def _constant_bytes(held: Sequence[Allocation]) -> int:
+    return sum(a.size for a in held if a.kind == "constant")
+
+
+def _held_buffer(alloc: Allocation, assignment: BufferAssignment,
+                 display: Callable[[str], str], arguments: Arguments) -> LiveBuffer | None:
+    """An allocation held for the whole call, named by its largest buffer."""
+    slots = [s for s in alloc.slots if s.buffer in assignment.buffers]
+    if not slots:
+        return None
+    buf = assignment.buffers[max(slots, key=lambda s: (s.size, -s.buffer)).buffer]
+    argument, donated = (arguments.get(alloc.parameter, (None, False))
+                         if alloc.parameter is not None else (None, None))
+    kind: LiveKind = alloc.kind  # type: ignore[assignment]
+    return LiveBuffer(kind=kind, bytes=alloc.size, shape=buf.shape, dtype=_dtype(buf.shape),
+                      instruction=buf.instruction, opcode=buf.opcode, op=buf.op,
+                      op_name=buf.op_name,
+                      source=None if alloc.parameter is not None else source_text(buf, display),
+                      donated=donated if alloc.parameter is not None else None,
+                      argument=argument)
+
+
+def _temp_buffer(buf: LogicalBuffer, size: int, display: Callable[[str], str],
+                 start: int, end: int) -> LiveBuffer:
+    return LiveBuffer(kind="temporary", bytes=size, shape=buf.shape, dtype=_dtype(buf.shape),
+                      instruction=buf.instruction, opcode=buf.opcode, op=buf.op,
+                      op_name=buf.op_name, source=source_text(buf, display),
+                      live_from=start, live_to=end)
+
+
+def _dtype(shape: str) -> str | None:
+    """``f32`` of ``f32[4,8]``; ``None`` for a tuple."""
+    return None if shape.startswith("(") else shape.split("[", 1)[0]
+
+
+def _by_source(buffers: Sequence[LiveBuffer]) -> tuple[SourceLine, ...]:
+    lines: dict[str | None, list[Any]] = {}
+    for b in buffers:
+        entry = lines.setdefault(b.source, [0, 0, {}])
+        entry[0] += b.bytes
+        entry[1] += 1
+        entry[2][b.op] = entry[2].get(b.op, 0) + b.bytes
+    ranked = sorted(lines.items(), key=lambda kv: (-kv[1][0], kv[0] or ""))
+    return tuple(SourceLine(source=src, bytes=total, buffers=count,
+                            ops=tuple(sorted(ops, key=lambda o: -ops[o])))
+                 for src, (total, count, ops) in ranked[:MAX_LISTED])
+
+
+def _trace_timeline(liveness: Liveness, assignment: BufferAssignment,
+                    schedule: MemoryTimeline) -> MemoryTimeline | None:
+    """Where XLA kept a heap-simulator trace of a temporary allocation: the curve
+    replayed from it (over the entry steps its events name), compared with the
+    schedule's. ``None`` without a trace."""
+    temps = {a.index: a for a in liveness.temp_allocations}
+    traces = [t for t in assignment.traces if t.allocation in temps and t.events]
+    if not traces:
+        return None
+    # As XLA's own peak: the trace of the largest temporary allocation, the
+    # other allocations held whole.
+    trace = max(traces, key=lambda t: temps[t.allocation].size)
+    base = liveness.held_bytes + sum(a.size for i, a in temps.items()
+                                     if i != trace.allocation)
+    step_of = dict(zip(liveness.time_names, liveness.time_steps, strict=True))
+    per_step: list[int | None] = [None] * liveness.steps
+    peak, peak_step, peak_name, step = -1, 0, "", 0
+    for size, event in zip(replay(trace.events).sizes, trace.events, strict=True):
+        step = step_of.get(event.instruction, step)
+        total = size + base
+        per_step[step] = max(per_step[step] or 0, total)
+        if total > peak:
+            peak, peak_step, peak_name = total, step, event.instruction
+    filled, last = [], base
+    for value in per_step:  # a step with no event holds what the last one left
+        last = value if value is not None else last
+        filled.append(last)
+    diff = peak - schedule.peak_bytes
+    note = (f"XLA's heap-simulator trace and the schedule agree: peak "
+            f"{format_bytes(peak)}" if diff == 0 else
+            f"XLA's heap-simulator trace peaks {format_bytes(abs(diff))} "
+            f"{'above' if diff > 0 else 'below'} the schedule "
+            f"({format_bytes(peak)} against {format_bytes(schedule.peak_bytes)}): the "
+            "trace simulates each computation's heap as XLA packed it, the schedule "
+            "counts every buffer from its definition to its last use")
+    return MemoryTimeline(
+        rule="heap_trace", steps=liveness.steps,
+        points=downsample(filled, MAX_TIMELINE_POINTS), peak_bytes=peak,
+        peak_step=peak_step, peak_instruction=peak_name, held_bytes=liveness.held_bytes,
+        temp_block_bytes=schedule.temp_block_bytes,
+        temp_live_bytes=peak - liveness.held_bytes, peak_note=schedule.peak_note,
+        schedule_peak_bytes=schedule.peak_bytes, trace_note=note)

@@ -1,0 +1,281 @@
+"""Memory over program order, from the compiled schedule: on every backend.
+
+XLA records heap-simulator traces only on GPU and TPU. Yet every optimized
+module carries what they are made of: its schedule (the order each sequential
+computation runs in), and the buffer assignment (each logical buffer's defining
+instruction, size, allocation and offset). This module replays that schedule
+the way XLA's ``HloLiveRange`` does:
+
+* the entry computation's sequence is flattened: the computations a ``while``,
+  ``conditional`` or ``call`` runs are placed, in their own scheduled order,
+  just before the instruction (fusion bodies and reducers are not sequential:
+  their values are the fusion's own, or thread-local scratch);
+* a buffer is live from its defining instruction to its last use; a use is an
+  instruction that takes it as an operand, seen through the instructions that
+  only forward it (``get-tuple-element``, ``tuple``, ``bitcast``: any that
+  defines no buffer of its own); a buffer that reaches a computation's root
+  lives to the computation's end;
+* bytes live at a step are those of the device allocations held for the whole
+  call (parameters, outputs, constants: the caller and the executable own
+  them) plus the temporary buffers live then. Buffers XLA placed at the same
+  offset and size of one allocation share their memory (an in-place update, a
+  loop's carried value) and count once while any of them lives.
+
+Linear in the module: one pass to flatten, one over the operands, one over the
+buffers, and the events bucketed by step. Pure functions on decoded protos;
+no JAX here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memscope.buffers import Allocation, BufferAssignment
+
+#: Opcodes whose called computations run in sequence, in place of the instruction.
+_SEQUENTIAL_CALLERS = frozenset({"while", "conditional", "call", "async-start"})
+#: Allocation kinds held for the whole call (see :func:`memscope.report.peak_rule`).
+HELD_KINDS = frozenset({"parameter", "aliased", "output", "constant"})
+
+
+@dataclass(frozen=True)
+class LiveRange:
+    """A temporary buffer and the flattened steps it lives over (both ends included)."""
+
+    buffer: int
+    allocation: int
+    offset: int
+    size: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Bytes live over the entry computation's program order.
+
+    ``entry_bytes[i]`` is the most held while entry instruction ``i`` runs
+    (with the computations it calls); ``entry_names[i]`` names it.
+    ``peak_time`` is the flattened step of the peak, where ``peak_instruction``
+    runs (inside a loop body, say) and ``peak_step`` its entry instruction.
+    ``held`` are the allocations held for the whole call, ``live`` the
+    temporary buffers live at the peak; ``temp_block`` adds the temporary
+    allocations, of which ``live_temp`` bytes hold live buffers at the peak.
+    ``scheduled`` is false where the module carried no schedule and the
+    entry's instruction order (a valid topological order) stood in for it.
+    """
+
+    entry_bytes: tuple[int, ...]
+    entry_names: tuple[str, ...]
+    peak_bytes: int
+    peak_step: int
+    peak_time: int
+    peak_instruction: str
+    held: tuple[Allocation, ...]
+    held_bytes: int
+    live: tuple[LiveRange, ...]
+    live_temp: int
+    temp_block: int
+    steps: int
+    scheduled: bool = True
+    #: temporary buffers defined outside the flattened schedule (not counted)
+    unplaced: int = 0
+    #: per flattened step: its entry step and its instruction's name
+    time_steps: tuple[int, ...] = ()
+    time_names: tuple[str, ...] = ()
+    temp_allocations: tuple[Allocation, ...] = ()
+
+
+class _Node:
+    """The buffers an instruction's value holds: ``own`` at its shape index
+    ``()``, ``children`` per tuple element."""
+
+    __slots__ = ("children", "own")
+
+    def __init__(self, own: int | None, children: list[_Node] | None = None) -> None:
+        self.own = own
+        self.children = children or []
+
+    def buffers(self) -> Iterator[int]:
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            if node.own is not None:
+                yield node.own
+            stack.extend(node.children)
+
+
+def flatten(module: Any) -> tuple[list[Any], list[int], dict[int, tuple[int, int]], bool]:
+    """The entry computation's schedule with called sequential computations in place.
+
+    Returns (instructions in order, the entry step of each, each sequential
+    computation's span of times, whether the module had a schedule).
+    """
+    comps = {c.id: c for c in module.computations}
+    sequences = {e.key: list(e.value.instruction_ids) for e in module.schedule.sequences}
+    scheduled = module.entry_computation_id in sequences
+    order: list[Any] = []
+    entry_step: list[int] = []
+    spans: dict[int, tuple[int, int]] = {}
+
+    def visit(comp_id: int, step: int | None) -> None:
+        comp = comps[comp_id]
+        by_id = {i.id: i for i in comp.instructions}
+        ids = sequences.get(comp_id) or [i.id for i in comp.instructions]
+        start = len(order)
+        for n, iid in enumerate(ids):
+            instr = by_id[iid]
+            if instr.opcode in _SEQUENTIAL_CALLERS:
+                for called in instr.called_computation_ids:
+                    if called in comps and called not in spans:
+                        visit(called, n if step is None else step)
+            order.append(instr)
+            entry_step.append(n if step is None else step)
+        spans[comp_id] = (start, len(order) - 1)
+
+    visit(module.entry_computation_id, None)
+    return order, entry_step, spans, scheduled
+
+
+def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
+                spans: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Each logical buffer defined in ``order``: its (first, last) flattened step."""
+    defined: dict[int, dict[tuple[int, ...], int]] = {}
+    for lb in assignment.buffers.values():
+        defined.setdefault(lb.instruction_id, {})[lb.shape_index] = lb.id
+    nodes: dict[int, _Node] = {}
+    ranges: dict[int, list[int]] = {}
+    for t, instr in enumerate(order):
+        own = defined.get(instr.id, {})
+        node, forwarding = _node(instr, own, nodes)
+        nodes[instr.id] = node
+        for b in own.values():
+            ranges[b] = [t, t]
+        if forwarding:  # its users use what it forwards
+            continue
+        for operand in instr.operand_ids:
+            if operand in nodes:
+                for b in nodes[operand].buffers():
+                    if b in ranges and ranges[b][1] < t:
+                        ranges[b][1] = t
+    roots = {c.id: c.root_id for c in module.computations if c.id in spans}
+    for comp_id, (_, end) in spans.items():
+        root = nodes.get(roots[comp_id])
+        for b in root.buffers() if root is not None else ():
+            if b in ranges and ranges[b][1] < end:
+                ranges[b][1] = end
+    return {b: (r[0], r[1]) for b, r in ranges.items()}
+
+
+#: Opcodes that pass their operand's buffers on when they define none of their own.
+_PASS_THROUGH = frozenset({"bitcast", "optimization-barrier", "domain", "add-dependency"})
+
+
+def _node(instr: Any, own: Mapping[tuple[int, ...], int], nodes: Mapping[int, _Node]
+          ) -> tuple[_Node, bool]:
+    """The buffers ``instr``'s value holds, and whether it only forwards its operands.
+
+    Where XLA defined a buffer at a shape index, that buffer is there; any
+    other index holds what the operand holds (a tuple's element, a
+    get-tuple-element's source, a bitcast's operand).
+    """
+    operands = [nodes.get(o) or _Node(None) for o in instr.operand_ids]
+    if instr.opcode == "tuple":
+        base, forwarding = _Node(None, operands), True
+    elif instr.opcode == "get-tuple-element" and operands:
+        children, index = operands[0].children, int(instr.tuple_index)
+        base = children[index] if index < len(children) else _Node(None)
+        forwarding = True
+    elif not own and len(operands) >= 1 and instr.opcode in _PASS_THROUGH:
+        base, forwarding = operands[0], True
+    else:
+        base, forwarding = _Node(None), False
+    return (_overlay(base, own) if own else base), forwarding
+
+
+def _overlay(base: _Node, own: Mapping[tuple[int, ...], int]) -> _Node:
+    """``base`` with the buffers ``own`` defines put at their shape indices."""
+    root = _Node(base.own, list(base.children))
+    for index, b in sorted(own.items()):
+        node = root
+        for i in index:
+            while len(node.children) <= i:
+                node.children.append(_Node(None))
+            child = node.children[i]
+            node.children[i] = _Node(child.own, list(child.children))
+            node = node.children[i]
+        node.own = b
+    return root
+
+
+def analyze(module: Any, assignment: BufferAssignment) -> Liveness | None:
+    """Bytes live over the entry computation's order of ``module`` (the decoded
+    optimized ``HloModuleProto``) under its buffer ``assignment``; ``None`` for
+    a module with no entry instructions."""
+    order, entry_step, spans, scheduled = flatten(module)
+    if not order:
+        return None
+    ranges = live_ranges(module, assignment, order, spans)
+    device = [a for a in assignment.allocations if a.color == 0]
+    held = tuple(a for a in device if a.kind in HELD_KINDS)
+    held_bytes = sum(a.size for a in held)
+    temps = [a for a in device if a.kind == "temporary"]
+    live_all, unplaced = [], 0
+    for a in temps:
+        for s in a.slots:
+            r = ranges.get(s.buffer)
+            if r is None:
+                unplaced += 1
+            else:
+                live_all.append(LiveRange(s.buffer, a.index, s.offset, s.size, *r))
+    sizes = _sweep(live_all, len(order))
+    peak_time = max(range(len(sizes)), key=sizes.__getitem__)
+    entry_bytes: list[int] = []
+    entry_names: list[str] = []
+    for t, step in enumerate(entry_step):
+        if step == len(entry_bytes):
+            entry_bytes.append(0)
+            entry_names.append("")
+        if step == len(entry_bytes) - 1 and sizes[t] >= entry_bytes[step]:
+            entry_bytes[step] = sizes[t]
+        entry_names[step] = order[t].name  # the entry instruction comes last
+    live = tuple(sorted((r for r in live_all if r.start <= peak_time <= r.end),
+                        key=lambda r: (-r.size, r.buffer)))
+    live_temp = sizes[peak_time]
+    return Liveness(
+        entry_bytes=tuple(b + held_bytes for b in entry_bytes),
+        entry_names=tuple(entry_names), peak_bytes=live_temp + held_bytes,
+        peak_step=entry_step[peak_time], peak_time=peak_time,
+        peak_instruction=order[peak_time].name, held=held, held_bytes=held_bytes,
+        live=live, live_temp=live_temp, temp_block=sum(a.size for a in temps),
+        steps=len(entry_bytes), scheduled=scheduled, unplaced=unplaced,
+        time_steps=tuple(entry_step), time_names=tuple(i.name for i in order),
+        temp_allocations=tuple(temps))
+
+
+def _sweep(ranges: Sequence[LiveRange], steps: int) -> list[int]:
+    """Temporary bytes live at each step: buffers at the same offset and size
+    of one allocation share that memory and count once while any lives."""
+    starts: list[list[LiveRange]] = [[] for _ in range(steps)]
+    ends: list[list[LiveRange]] = [[] for _ in range(steps)]
+    for r in ranges:
+        starts[r.start].append(r)
+        ends[r.end].append(r)
+    holders: dict[tuple[int, int, int], int] = {}
+    live = 0
+    sizes = []
+    for t in range(steps):
+        for r in starts[t]:
+            key = (r.allocation, r.offset, r.size)
+            holders[key] = holders.get(key, 0) + 1
+            if holders[key] == 1:
+                live += r.size
+        sizes.append(live)
+        for r in ends[t]:
+            key = (r.allocation, r.offset, r.size)
+            holders[key] -= 1
+            if not holders[key]:
+                live -= r.size
+    return sizes

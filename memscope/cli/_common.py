@@ -141,9 +141,11 @@ def misplaced_hint(ctx: click.Context, args: tuple[str, ...], example: str) -> s
 
 def buffers_option(f: F) -> F:
     return click.option("--buffers", is_flag=True,
-                        help="Also show what holds the memory: the largest temporary "
-                             "buffers with their op and source line, per line totals, "
-                             "and memory over program order where XLA records it.")(f)
+                        help="Also show what is live at the peak of memory over "
+                             "program order (from the compiled schedule, on every "
+                             "backend) by source line, and what holds the memory: the "
+                             "largest temporary buffers with their op and source line, "
+                             "per line totals.")(f)
 
 
 #: What --fate accepts: every input and output fate, and ``candidate``.

@@ -44,6 +44,12 @@ def buffers_section(console: Console, fn: FunctionReport, table_box: box.Box) ->
         console.print(Text(f"buffer assignment: n/a ({visible(why)})", style="dim"),
                       overflow="fold")
         return
+    # The answer first: what is live at the peak (memscope.render.live imports
+    # this module, hence the import here).
+    from memscope.render.live import live_lines
+
+    for line in live_lines(fn, ascii_only=console.no_color):
+        console.print(line, overflow="fold")
     console.print(_allocations_line(b), overflow="fold")
     if b.temp_buffers:
         console.print(_temp_table(b, table_box))
@@ -104,7 +110,9 @@ def _notes(fn: FunctionReport, b: BufferBreakdown, *, ascii_only: bool) -> list[
         notes.append(Text("Buffers reuse memory over program order, so per-line sums can "
                           "exceed the allocation.", style="dim"))
     if b.timeline is None:
-        notes.append(Text(f"memory over program order: n/a ({b.timeline_note})", style="dim"))
+        if fn.memory_timeline is None:  # else the schedule's curve is shown above
+            notes.append(Text(f"memory over program order: n/a ({b.timeline_note})",
+                              style="dim"))
         return notes
     peak = f"replayed peak {format_bytes(b.replayed_peak)}"
     if fn.memory is not None and fn.memory.xla_peak_bytes is not None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import IO
 
+from memscope.render import html_live
 from memscope.render.text import fates_text, visible
 from memscope.report import (
     BufferBreakdown,
@@ -132,7 +133,7 @@ def render_html(report: Report, file: IO[str]) -> None:
     if report.run is not None:
         title += f": {report.run.target}"
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{_t(title)}</title><style>{_CSS}</style></head><body>",
+             f"<title>{_t(title)}</title><style>{_CSS}{html_live.CSS}</style></head><body>",
              f"<h1>{_t(title)}</h1>", *_header(report)]
     if not report.functions:
         parts.append("<p>No jitted function was called.</p>")
@@ -143,7 +144,7 @@ def render_html(report: Report, file: IO[str]) -> None:
         opened = len(report.functions) <= OPEN_SECTIONS
         for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
             parts.extend(_function(fn, s, i, opened))
-    parts.append(f"<script>{_SCRIPT}</script></body></html>")
+    parts.append(f"<script>{_SCRIPT}{html_live.SCRIPT}</script></body></html>")
     file.write("\n".join(parts))
     file.write("\n")
 
@@ -233,6 +234,7 @@ def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> l
     out.extend(_variants(s))
     out.extend(_terms(s))
     out.extend(_leaf_table(fn))
+    out.extend(html_live.live_section(fn))
     out.extend(_buffers(fn))
     out.append("</details>")
     return out

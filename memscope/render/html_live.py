@@ -1,0 +1,136 @@
+"""The HTML chart of memory over program order, the peak marked, and the buffers
+live there: listed when the peak is hovered or clicked.
+
+Every report string is escaped into text or data attributes; :data:`SCRIPT`
+holds no report data, it only reads the attributes of the chart it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from html import escape
+
+from memscope.render.text import visible
+from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
+from memscope.units import format_bytes
+
+#: Hovering a point shows its step and bytes; hovering or clicking the peak
+#: marker opens the list of the buffers live there.
+SCRIPT = """
+document.querySelectorAll('.livechart').forEach(function (chart) {
+  var readout = chart.querySelector('.readout');
+  var list = chart.querySelector('details.peaklist');
+  chart.querySelectorAll('rect.pt').forEach(function (pt) {
+    pt.addEventListener('mouseenter', function () {
+      readout.textContent = pt.dataset.label;
+    });
+  });
+  var peak = chart.querySelector('.peak');
+  function open() {
+    readout.textContent = peak.dataset.label;
+    list.open = true;
+  }
+  peak.addEventListener('mouseenter', open);
+  peak.addEventListener('click', open);
+});
+"""
+CSS = (".livechart rect.pt{fill:transparent}.livechart rect.pt:hover{fill:#e1575922}"
+       ".livechart .peak{cursor:pointer}.readout{font-variant-numeric:tabular-nums}")
+_NONE = "this report has no memory timeline (no buffer assignment was read)"
+_RULE = {"schedule": "the compiled schedule over XLA's buffer assignment",
+         "heap_trace": "XLA's heap-simulator trace"}
+
+
+def _t(text: str | None) -> str:
+    return escape(visible(text if text is not None else "n/a"))
+
+
+def live_section(fn: FunctionReport) -> list[str]:
+    """The chart, the readout, the peak's buffers (collapsed) and the notes."""
+    t, live = fn.memory_timeline, fn.live_at_peak
+    out = ["<h3>Memory over program order, and what is live at the peak</h3>"]
+    if t is None or live is None or not t.points:
+        return [*out, f'<p class="dim">n/a: {_t(fn.memory_timeline_note or _NONE)}</p>']
+    out.append('<div class="livechart">')
+    out.append(_chart(t, fn.name))
+    out.append(f'<p class="readout">Peak {_t(format_bytes(t.peak_bytes))} at step '
+               f"{t.peak_step} of {t.steps} (<code>{_t(t.peak_instruction)}</code>), from "
+               f"{_RULE[t.rule]}. Hover the chart for a step; hover or click the peak "
+               "marker for the buffers live there.</p>")
+    out.extend(_peak_list(live))
+    out.append("</div>")
+    for note in (t.peak_note, t.trace_note):
+        if note:
+            out.append(f'<p class="dim">{_t(note)}</p>')
+    return out
+
+
+def _chart(t: MemoryTimeline, name: str) -> str:
+    width, height, pad = 760, 200, 60
+    last = max(t.steps - 1, 1)
+    top = max(max(b for _, b in t.points), 1)
+
+    def x(step: int) -> float:
+        return pad + step / last * (width - pad)
+
+    def y(size: int) -> float:
+        return height - 20 - size / top * (height - 40)
+
+    coords = " ".join(f"{x(s):.1f},{y(b):.1f}" for s, b in t.points)
+    return (f'<svg class="memtimeline" role="img" aria-label="memory over program order '
+            f'of {_t(name)}" width="{width + 10}" height="{height}">'
+            f'<line x1="{pad}" y1="{height - 20}" x2="{width}" y2="{height - 20}" '
+            'stroke="#8a96a3"/>'
+            f'<polyline points="{coords}" fill="none" stroke="#4e79a7" stroke-width="1.5"/>'
+            + "".join(_hover_rects(t.points, x, height))
+            + f'<circle class="peak" cx="{x(t.peak_step):.1f}" cy="{y(t.peak_bytes):.1f}" '
+            f'r="6" fill="#e15759" data-step="{t.peak_step}" data-bytes="{t.peak_bytes}" '
+            f'data-label="peak: step {t.peak_step}, {_t(format_bytes(t.peak_bytes))}, '
+            f'{_t(t.peak_instruction)}"><title>peak</title></circle>'
+            f'<text x="0" y="14" font-size="11">{_t(format_bytes(top))}</text>'
+            f'<text x="{pad}" y="{height - 4}" font-size="11">step 0</text>'
+            f'<text x="{width - 60}" y="{height - 4}" font-size="11">step {last}</text>'
+            "</svg>")
+
+
+def _hover_rects(points: Sequence[tuple[int, int]], x: Callable[[int], float],
+                 height: int) -> list[str]:
+    """One transparent column per point, as wide as its stretch of the chart."""
+    xs = [x(s) for s, _ in points]
+    out = []
+    for i, (step, size) in enumerate(points):
+        left = (xs[i - 1] + xs[i]) / 2 if i else xs[i] - 2
+        right = (xs[i] + xs[i + 1]) / 2 if i + 1 < len(xs) else xs[i] + 2
+        out.append(f'<rect class="pt" x="{left:.1f}" y="0" width="{max(right - left, 1):.1f}" '
+                   f'height="{height - 20}" data-step="{step}" data-bytes="{size}" '
+                   f'data-label="step {step}: {_t(format_bytes(size))}"/>')
+    return out
+
+
+def _peak_list(live: LiveAtPeak) -> list[str]:
+    more = (f"; {live.more_buffers} more ({_t(format_bytes(live.more_bytes))}) not listed"
+            if live.more_buffers else "")
+    rows = "".join(
+        f'<tr data-bytes="{b.bytes}"><td>{_t(b.kind)}</td>'
+        f"<td>{_t(b.argument or b.source)}</td><td>{_t(b.op)}</td>"
+        f"<td><code>{_t(b.shape)}</code></td>"
+        f'<td class="n">{_t(format_bytes(b.bytes))}</td>'
+        f"<td>{'' if b.donated is None else ('donated' if b.donated else 'not donated')}</td>"
+        f"<td><code>{_t(b.instruction)}</code></td>"
+        f"<td>{'' if b.live_from is None else f'{b.live_from}-{b.live_to}'}</td></tr>"
+        for b in live.buffers)
+    lines = "".join(
+        f'<tr><td>{_t(s.source)}</td><td class="n">{_t(format_bytes(s.bytes))}</td>'
+        f'<td class="n">{s.buffers}</td><td>{_t(", ".join(s.ops))}</td></tr>'
+        for s in live.by_source)
+    return [
+        f'<details class="peaklist"><summary>Live at the peak: '
+        f"{_t(format_bytes(live.bytes))} in {len(live.buffers) + live.more_buffers} "
+        f"buffers{more}</summary>",
+        "<table class=\"live\"><thead><tr><th>kind</th><th>argument or source</th><th>op"
+        "</th><th>shape</th><th>size</th><th>donated</th><th>instruction</th>"
+        f"<th>live over steps</th></tr></thead><tbody>{rows}</tbody></table>",
+        f"<p>Arguments: {_t(format_bytes(live.argument_bytes))} in {live.arguments}. "
+        "The rest by source line:</p>",
+        "<table class=\"livelines\"><thead><tr><th>source</th><th>size</th><th>buffers"
+        f"</th><th>ops</th></tr></thead><tbody>{lines}</tbody></table></details>"]

@@ -147,20 +147,25 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
         defined.setdefault(lb.instruction_id, {})[lb.shape_index] = lb.id
     nodes: dict[int, _Node] = {}
     ranges: dict[int, list[int]] = {}
+    roots = {c.id: c.root_id for c in module.computations if c.id in spans}
     for t, instr in enumerate(order):
         own = defined.get(instr.id, {})
-        node, forwarding = _node(instr, own, nodes)
+        node, forwarding = _node(instr, own, nodes, roots)
         nodes[instr.id] = node
         for b in own.values():
             ranges[b] = [t, t]
         if forwarding:  # its users use what it forwards
+            if instr.opcode == "get-tuple-element" and instr.operand_ids:
+                # It reads the tuple's index table (its own buffer), as XLA counts uses.
+                table = nodes.get(instr.operand_ids[0])
+                if table is not None and table.own in ranges:
+                    ranges[table.own][1] = max(ranges[table.own][1], t)
             continue
         for operand in instr.operand_ids:
             if operand in nodes:
                 for b in nodes[operand].buffers():
                     if b in ranges and ranges[b][1] < t:
                         ranges[b][1] = t
-    roots = {c.id: c.root_id for c in module.computations if c.id in spans}
     for comp_id, (_, end) in spans.items():
         root = nodes.get(roots[comp_id])
         for b in root.buffers() if root is not None else ():
@@ -173,15 +178,19 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
 _PASS_THROUGH = frozenset({"bitcast", "optimization-barrier", "domain", "add-dependency"})
 
 
-def _node(instr: Any, own: Mapping[tuple[int, ...], int], nodes: Mapping[int, _Node]
-          ) -> tuple[_Node, bool]:
+def _node(instr: Any, own: Mapping[tuple[int, ...], int], nodes: Mapping[int, _Node],
+          roots: Mapping[int, int]) -> tuple[_Node, bool]:
     """The buffers ``instr``'s value holds, and whether it only forwards its operands.
 
     Where XLA defined a buffer at a shape index, that buffer is there; any
     other index holds what the operand holds (a tuple's element, a
-    get-tuple-element's source, a bitcast's operand).
+    get-tuple-element's source, a bitcast's operand), and a ``call`` holds
+    what its computation's root holds (XLA defines no new buffer for it).
     """
     operands = [nodes.get(o) or _Node(None) for o in instr.operand_ids]
+    if instr.opcode == "call" and instr.called_computation_ids:
+        root = nodes.get(roots.get(instr.called_computation_ids[0], -1))
+        return (_overlay(root or _Node(None), own) if own else root or _Node(None)), False
     if instr.opcode == "tuple":
         base, forwarding = _Node(None, operands), True
     elif instr.opcode == "get-tuple-element" and operands:

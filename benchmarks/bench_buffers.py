@@ -4,7 +4,9 @@ Builds a deep, unrolled MLP training step (forward, backward and an SGD update
 per layer, each layer with its own parameters so XLA cannot share code between
 layers), compiles it once, then times what memscope adds for one compiled
 function: decoding the buffer assignment and the optimized module, attributing
-every logical buffer to its instruction and source line, and summarizing it.
+every logical buffer to its instruction and source line, and summarizing it;
+then, apart, replaying the schedule for memory over program order and what is
+live at its peak (memscope.liveness, memscope.live).
 
 Run:  python benchmarks/bench_buffers.py [--layers N] [--repeat R]
 
@@ -28,6 +30,8 @@ from memscope import _compat
 from memscope.buffers import breakdown, read_buffer_assignment
 from memscope.compiled import memory_figures
 from memscope.hlo import parse_module
+from memscope.live import memory_view
+from memscope.liveness import analyze
 
 
 def make_step(layers: int):
@@ -82,6 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         result = breakdown(assignment, memory)
         times.append(time.perf_counter() - start)
     decode_s = statistics.median(times)
+    live_times = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        liveness = analyze(module, assignment)
+        if liveness is not None:
+            timeline, live = memory_view(liveness, assignment, memory)
+        live_times.append(time.perf_counter() - start)
+    live_s = statistics.median(live_times)
 
     instructions = sum(len(c.instructions) for c in module.computations)
     print(f"jax {jax.__version__}, backend {jax.default_backend()}, "
@@ -95,8 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fetch protos (memory_analysis):   {fetch_s * 1e3:10.1f} ms")
     print(f"memscope decode + attribution:    {decode_s * 1e3:10.1f} ms "
           f"(median of {args.repeat})")
+    print(f"memscope liveness + live at peak: {live_s * 1e3:10.1f} ms "
+          f"(median of {args.repeat})")
     print(f"ratio decode / compile: {decode_s / compile_s:.4f} "
           f"({decode_s / compile_s * 100:.2f}% of the compile time)")
+    if liveness is not None:
+        print(f"schedule: {liveness.steps} entry steps, peak {timeline.peak_bytes} bytes at "
+              f"step {timeline.peak_step}, {len(live.buffers) + live.more_buffers} buffers "
+              "live there")
+    print(f"ratio liveness / compile: {live_s / compile_s:.4f} "
+          f"({live_s / compile_s * 100:.2f}% of the compile time)")
     return 0
 
 

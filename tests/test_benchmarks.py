@@ -34,6 +34,7 @@ def test_bench_buffers_prints_the_ratio_at_a_tiny_size():
     assert re.search(r"^optimized module: \d+ instructions", result.stdout, re.M)
     assert "reconciled with XLA: True" in result.stdout
     assert re.search(r"^ratio decode / compile: \d+\.\d{4} ", result.stdout, re.M), result.stdout
+    assert re.search(r"^ratio liveness / compile: \d+\.\d{4} ", result.stdout, re.M)
 
 
 def _bench(script: str, *options: str) -> str:

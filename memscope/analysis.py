@@ -20,6 +20,7 @@ from memscope.capture import (
     capture,
     display_path,
 )
+from memscope.compiled import CompiledFacts
 from memscope.ending import EXIT_TERMINATED, Guard
 from memscope.errors import MemscopeError
 from memscope.fates import classify
@@ -74,9 +75,13 @@ def function_report(entry: Entry) -> FunctionReport:
 def _memory_view(entry: Entry, inputs: Sequence[InputBuffer], memory: Memory | None
                  ) -> tuple[MemoryTimeline | None, LiveAtPeak | None, str | None]:
     """The entry's memory timeline and what is live at its peak; else why not."""
-    facts = entry.facts
-    if facts is None:
+    if entry.facts is None:
         return None, None, entry.error
+    return _facts_view(entry.facts, inputs, memory)
+
+
+def _facts_view(facts: CompiledFacts, inputs: Sequence[InputBuffer], memory: Memory | None
+                ) -> tuple[MemoryTimeline | None, LiveAtPeak | None, str | None]:
     if facts.liveness is None or facts.buffers is None:
         return None, None, facts.liveness_error or facts.buffers_error
     arguments = {b.parameter: (b.path, b.donated) for b in inputs if b.parameter is not None}
@@ -90,9 +95,10 @@ def _variant(v: VariantFacts) -> Variant:
         return Variant(name=v.name, setting=v.setting, memory=None, error=v.error,
                        same_as=v.same_as)
     inputs, outputs = classify(v.facts.program, v.warnings)
+    timeline, live, _ = _facts_view(v.facts, inputs, v.facts.memory)
     return Variant(name=v.name, setting=v.setting, memory=v.facts.memory, inputs=inputs,
                    outputs=outputs, warnings=v.warnings, same_as_written=v.same_as_written,
-                   same_as=v.same_as)
+                   same_as=v.same_as, memory_timeline=timeline, live_at_peak=live)
 
 
 def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,

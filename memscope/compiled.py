@@ -175,8 +175,15 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
         if isinstance(compiled, Exception):
             return compiled
         try:
-            return CompiledFacts(memory=memory_figures(compiled.memory_analysis()),
-                                 program=_program(v.traced, v.lowered, compiled, shardings))
+            stats = compiled.memory_analysis()
+            module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
+            buffers, error = read_buffers(stats, module)
+            liveness, liveness_error = read_liveness(module, buffers)
+            return CompiledFacts(memory=memory_figures(stats),
+                                 program=_program(v.traced, v.lowered, compiled, shardings,
+                                                  module),
+                                 buffers=buffers, buffers_error=error, liveness=liveness,
+                                 liveness_error=liveness_error)
         except Exception as e:
             return e
 

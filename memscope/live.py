@@ -81,9 +81,11 @@ def peak_note(liveness: Liveness, memory: Memory | None, constants: int) -> str:
         return f"schedule peak {ours}, equal to memscope's peak (rule {memory.peak_rule})"
     idle = liveness.temp_block - liveness.live_temp
     if memory.peak_rule == "sum":
-        parts = [f"{format_bytes(idle)} of the temporary block hold no buffer live at "
-                 "the peak (it is allocated whole for the call, and memscope's peak "
-                 "counts all of it)"]
+        parts = []
+        if idle:
+            parts.append(f"{format_bytes(idle)} of the temporary block hold no buffer "
+                         "live at the peak (it is allocated whole for the call, and "
+                         "memscope's peak counts all of it)")
         if constants:
             parts.append(f"{format_bytes(constants)} of constants are counted here, "
                          "not in argument + output - alias + temp")

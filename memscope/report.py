@@ -192,6 +192,10 @@ class Variant:
     error: str | None = None
     #: another variant with the very same donation, whose one compile this shares
     same_as: VariantName | None = None
+    #: memory over program order of this compile, and what is live at its peak
+    #: (as :class:`FunctionReport`'s); ``None`` when not compiled or unreadable
+    memory_timeline: MemoryTimeline | None = None
+    live_at_peak: LiveAtPeak | None = None
 
 
 @dataclass(frozen=True)

@@ -290,3 +290,24 @@ def test_on_gpu_the_schedule_agrees_with_the_trace_and_xla_peak():
     assert t is not None and t.rule == "heap_trace" and fn.memory is not None
     assert t.peak_bytes == fn.memory.xla_peak_bytes
     assert t.schedule_peak_bytes == t.peak_bytes, t.trace_note
+
+
+def test_each_variant_has_its_own_timeline():
+    def scale(x, y):
+        return jnp.tanh(x @ y) * 2, y.sum()
+
+    x, y = jnp.ones((256, 256)), jnp.ones((256, 256))
+    fn = memscope.analyze(jax.jit(scale), x, y)
+    advised = fn.variant("advised")
+    assert advised is not None and advised.memory is not None
+    assert fn.memory_timeline is not None and advised.memory_timeline is not None
+    for m, t, live in ((fn.memory, fn.memory_timeline, fn.live_at_peak),
+                       (advised.memory, advised.memory_timeline, advised.live_at_peak)):
+        assert m is not None and live is not None
+        assert live.bytes == t.peak_bytes
+        assert t.held_bytes - m.argument_bytes - m.output_bytes + m.alias_bytes >= 0
+    # the advised donation lets the output take x's buffer: held once, not twice
+    assert advised.memory.alias_bytes == x.nbytes
+    assert fn.memory_timeline.held_bytes - advised.memory_timeline.held_bytes == x.nbytes
+    donated = [b for b in advised.live_at_peak.buffers if b.kind == "aliased"]
+    assert [(b.argument, b.donated, b.bytes) for b in donated] == [("x", True, x.nbytes)]

@@ -227,9 +227,15 @@ def _jaxpr_ops(fn, *args) -> dict[tuple[str, int], set[str]]:
 
 
 def _compat_jaxprs_in_params(params):
-    from jax.extend import core
-
-    return core.jaxprs_in_params(params)
+    """The jaxprs an equation's params hold (a jit's, a scan's body, a cond's
+    branches), found by their shape: the helper JAX has for it moved between
+    series (``jax.core`` to ``jax.extend.core``)."""
+    for value in params.values():
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if hasattr(v, "eqns"):
+                yield v
+            elif hasattr(getattr(v, "jaxpr", None), "eqns"):
+                yield v.jaxpr
 
 
 @pytest.fixture(scope="module")

@@ -128,7 +128,10 @@ def flatten(module: Any) -> tuple[list[Any], list[int], dict[int, tuple[int, int
         for n, iid in enumerate(ids):
             instr = by_id[iid]
             if instr.opcode in _SEQUENTIAL_CALLERS:
-                for called in instr.called_computation_ids:
+                called_ids = list(instr.called_computation_ids)
+                if instr.opcode == "while":  # XLA keeps (body, condition); the condition runs first
+                    called_ids.reverse()
+                for called in called_ids:
                     if called in comps and called not in spans:
                         visit(called, n if step is None else step)
             order.append(instr)

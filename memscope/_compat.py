@@ -598,3 +598,21 @@ def sharding_key(sharding: Any, ndim: int) -> Any:
                 sharding.memory_kind)
     except Exception:  # a sharding kind without these: its own equality
         return sharding
+
+
+def add_duration_listener(listener: Callable[..., None]) -> None:
+    """Hear JAX's monitoring duration events (compile times) until removed."""
+    jax.monitoring.register_event_duration_secs_listener(listener)
+
+
+def remove_duration_listener(listener: Callable[..., None]) -> None:
+    """Stop hearing them. JAX 0.8 named the remover privately
+    (``_unregister_event_duration_listener_by_callback``); 0.7, 0.9 and later
+    publicly."""
+    from jax._src import monitoring
+
+    remove = getattr(monitoring, "unregister_event_duration_listener", None) or getattr(
+        monitoring, "_unregister_event_duration_listener_by_callback", None)
+    if remove is not None:
+        with contextlib.suppress(Exception):
+            remove(listener)

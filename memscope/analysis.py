@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -11,6 +12,7 @@ import jax
 
 from memscope import _compat, advice, observed
 from memscope.advice import AdviceLevel
+from memscope.between import DonationLedger, signature_shape
 from memscope.buffers import breakdown
 from memscope.capture import (
     Entry,
@@ -25,9 +27,12 @@ from memscope.ending import EXIT_TERMINATED, Guard
 from memscope.errors import MemscopeError
 from memscope.fates import classify
 from memscope.live import memory_view
+from memscope.recompiles import SignatureShape, explain
 from memscope.report import (
     Advice,
+    DeletedRead,
     Device,
+    DonationHazard,
     Environment,
     FunctionReport,
     InputBuffer,
@@ -35,6 +40,7 @@ from memscope.report import (
     Memory,
     MemoryTimeline,
     OutputBuffer,
+    Recompile,
     Report,
     RunInfo,
     Runtime,
@@ -135,12 +141,84 @@ def environment() -> Environment:
 
 
 def build_report(entries: Iterable[Entry], run: RunInfo | None,
-                 runtime: Runtime | None = None, *, uncaptured_pmaps: int = 0) -> Report:
+                 runtime: Runtime | None = None, *, uncaptured_pmaps: int = 0,
+                 ledger: DonationLedger | None = None) -> Report:
     """The report of captured ``entries``; ``runtime`` is ``session.runtime()``,
-    ``uncaptured_pmaps`` is ``session.uncaptured_pmaps``."""
+    ``uncaptured_pmaps`` is ``session.uncaptured_pmaps``, ``ledger`` the
+    session's donations (hazards, and the donation behind a deleted array)."""
+    entries = list(entries)
+    recompiles = explain_recompiles(entries)
+    functions = tuple(dataclasses.replace(function_report(e), recompile=recompiles.get(id(e)),
+                                          compile_seconds=e.compile_seconds,
+                                          first_call=e.first_call)
+                      for e in entries)
+    hazards: tuple[DonationHazard, ...] = ()
+    deleted = None
+    if ledger is not None:
+        hazards = tuple(DonationHazard(h.kind, h.function, h.source, h.call,
+                                       _line(h.line), h.paths) for h in ledger.hazards)
+        deleted = _deleted_read(ledger)
     return Report(memscope_version=__version__, environment=environment(), run=run,
-                  functions=tuple(function_report(e) for e in entries), runtime=runtime,
-                  notes=run_notes(uncaptured_pmaps))
+                  functions=functions, runtime=runtime,
+                  notes=run_notes(uncaptured_pmaps), donation_hazards=hazards,
+                  deleted_read=deleted)
+
+
+def explain_recompiles(entries: Sequence[Entry]) -> dict[int, Recompile]:
+    """Per entry (by ``id``) that is not its function's first signature: why it
+    compiled again, against the nearest earlier signature."""
+    by_function: dict[tuple[str, str | None], list[Entry]] = {}
+    for e in entries:
+        by_function.setdefault((e.name, e.source), []).append(e)
+    found: dict[int, Recompile] = {}
+    for group in by_function.values():
+        shapes = [_signature_shape(e) for e in group]
+        for i in range(1, len(group)):
+            now = shapes[i]
+            earlier = [s for s in shapes[:i] if s is not None]
+            if now is None or not earlier:
+                continue
+            explained = explain(earlier, now)
+            if explained is not None:
+                found[id(group[i])] = explained
+    return found
+
+
+def _signature_shape(entry: Entry) -> SignatureShape | None:
+    if entry.key is None:
+        return None
+    n = len(entry.key[3])
+    paths = None
+    if entry.facts is not None and len(entry.facts.program.inputs) == n:
+        paths = [leaf.path for leaf in entry.facts.program.inputs]
+    return signature_shape(entry.key, paths, entry.shardings,
+                           entry.setting or _donation_text(entry))
+
+
+def _donation_text(entry: Entry) -> str:
+    spec = entry.spec
+    return (f"donate_argnums={tuple(spec.donate_argnums)}, "
+            f"donate_argnames={tuple(spec.donate_argnames)}")
+
+
+def _line(line: str | None) -> str | None:
+    """``train.py:42``: the path relative to the working directory where under it."""
+    if line is None:
+        return None
+    path, _, number = line.rpartition(":")
+    return f"{display_path(path)}:{number}"
+
+
+def _deleted_read(ledger: DonationLedger) -> DeletedRead | None:
+    found = ledger.deleted
+    if found is None:
+        return None
+    entry = found.donated.entry
+    facts = entry.facts
+    inputs = facts.program.inputs if facts is not None else ()
+    path = inputs[found.leaf].path if found.leaf < len(inputs) else f"argument leaf {found.leaf}"
+    return DeletedRead(error=found.error, function=entry.name, source=entry.source, path=path,
+                       call=found.donated.call, line=_line(found.donated.line))
 
 
 def run_notes(uncaptured_pmaps: int = 0) -> tuple[str, ...]:
@@ -191,19 +269,20 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
             session.finish()
             report = build_report(session.entries, run_info(RunResult(
                 "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime(),
-                uncaptured_pmaps=session.uncaptured_pmaps)
+                uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)
             if deliver is not None:
                 deliver(report)
 
         with guard.terminated_by(terminated):
-            result = run_target(target, on_finish=session.finish)
+            result = run_target(target, on_finish=session.finish,
+                                on_error=session.ledger.explain)
     if not guard.owns_the_report():
         raise SystemExit(result.exit_code)
     if session.stopped:  # even where the target caught TargetStopped and went on
         result = RunResult("stopped", 0)
     with guard.deferred_signals():
         report = build_report(session.entries, run_info(result), session.runtime(),
-                              uncaptured_pmaps=session.uncaptured_pmaps)
+                              uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)
         if deliver is not None:
             deliver(report)
     return report

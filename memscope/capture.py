@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat, advice, keys, wrappers
+from memscope import _compat, advice, between, keys, wrappers
 from memscope.advice import AdviceLevel, advice_level
 from memscope.compiled import (
     CompiledFacts,
@@ -136,6 +136,17 @@ class Entry:
     measured: MeasuredMemory | None = None
     #: the installed package that defines the function, when it is not the user's
     library: str | None = None
+    #: what JAX keys the executable on (:meth:`MeasuredJit._call_key`), for
+    #: explaining a recompile; holds no array
+    key: Any = None
+    #: seconds JAX spent compiling at the first call (its monitoring events)
+    compile_seconds: float | None = None
+    #: the number of the top-level call that first ran this signature
+    first_call: int | None = None
+    #: the flat leaves the jit object donates (JAX's order)
+    donated: tuple[int, ...] = ()
+    #: each leaf's sharding as spelled, read off the program's path
+    shardings: tuple[str | None, ...] = ()
 
     @property
     def setting(self) -> str | None:
@@ -167,6 +178,10 @@ class Session:
         self._truncated = False
         self._live: LiveArrays | None = None
         self._finished = False
+        #: compile time, live arrays over the run, donated buffers (:mod:`memscope.between`)
+        self.clock = between.CompileClock()
+        self.live_sampler = between.LiveSampler()
+        self.ledger = between.DonationLedger()
         #: memscope's work off the program's path (see :mod:`memscope.worker`)
         self.worker = Worker()
         self._waited: float | None = None
@@ -213,6 +228,8 @@ class Session:
         self._finished = True
         if not _compat.backends_initialized():
             return  # the target used no device; do not start one now
+        with contextlib.suppress(Exception):
+            self.live_sampler.at_end(self.calls)
         try:
             arrays = jax.live_arrays()
             largest = sorted(arrays, key=lambda a: a.nbytes, reverse=True)
@@ -228,14 +245,22 @@ class Session:
     def runtime(self) -> Runtime:
         """What the run showed of device memory and live arrays, frozen."""
         overhead = self.overhead()
+        timeline = self.live_sampler.timeline(output_label)
         if self._stats_available:
             return Runtime(device_memory=tuple(self._samples),
                            timeline_truncated=self._truncated, live_arrays=self._live,
-                           overhead=overhead)
+                           overhead=overhead, live_timeline=timeline)
         note = ("no jitted call ran" if self._stats_available is None else
                 f"{jax.default_backend()} keeps no device memory statistics: "
                 "Device.memory_stats() is None")
-        return Runtime(device_memory_note=note, live_arrays=self._live, overhead=overhead)
+        return Runtime(device_memory_note=note, live_arrays=self._live, overhead=overhead,
+                       live_timeline=timeline)
+
+    def after_call(self, entry: Entry, out: Any) -> None:
+        """Device memory and live arrays after a top-level call (before it is counted)."""
+        self.sample(entry.name)
+        with contextlib.suppress(Exception):  # never break the program for a sample
+            self.live_sampler.after_call(self.calls + 1, entry.name, entry, out)
 
     def defer(self, job: Callable[[], None]) -> None:
         """Run ``job`` off the program's path, before the capture ends."""
@@ -337,6 +362,8 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
         raise MemscopeError(unsupported)
     with _compat.lowering_warnings() as proxy:
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after)
+        with contextlib.suppress(Exception):  # compile times are then n/a
+            session.clock.install()
 
         def wrap(jitted: Any, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
             if not _is_jax_internal(fun):
@@ -356,6 +383,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
                 yield session
         finally:
             session.active = False
+            session.clock.remove()
             session.finish()
             # Before the warnings proxy goes: the variants' lowerings record through it.
             session.wait()
@@ -462,13 +490,16 @@ class MeasuredJit:
             # Unhashable static arguments and the like: JAX will say what is wrong.
             return jitted(*args, **kwargs)
         entry = self._memscope_seen.get(key)
+        session = self._memscope_session
         if entry is None:
             out, entry = self._first_call(key, leaves, args, kwargs)
         else:
+            if entry.donated:
+                session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
+                                      _NOT_USER)
             out = jitted(*args, **kwargs)
             entry.calls += 1
-        session = self._memscope_session
-        session.sample(entry.name)
+        session.after_call(entry, out)
         session.count_call()
         return out
 
@@ -478,14 +509,22 @@ class MeasuredJit:
         session_key = (self._memscope_key, self._memscope_spec.token, key)
         entry = session.lookup(session_key)
         if entry is not None:  # the same function jitted again alike: already read
+            if entry.donated:
+                session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
+                                      _NOT_USER)
             out = self._memscope_jitted(*args, **kwargs)
             entry.calls += 1
             self._memscope_seen[key] = entry
             return out, entry
         before = [_addresses(x) for x in leaves]
+        donated = self._donation_check(leaves, before, args, kwargs)
         memory_before = session.device_memory()
-        with session.recording_warnings() as lowering_warnings:
-            out = self._memscope_jitted(*args, **kwargs)
+        session.clock.start()
+        try:
+            with session.recording_warnings() as lowering_warnings:
+                out = self._memscope_jitted(*args, **kwargs)
+        finally:
+            compile_seconds = session.clock.stop()
         memory_after = session.device_memory()
         observation = Observation(
             inputs_before=tuple(before),
@@ -500,6 +539,10 @@ class MeasuredJit:
                           error=f"could not describe the call: {type(e).__name__}: {e}")
         entry.library = self._memscope_library
         entry.warnings, entry.observation = tuple(lowering_warnings), observation
+        entry.key, entry.compile_seconds, entry.donated = key, compile_seconds, donated
+        entry.first_call = session.calls + 1
+        if donated:
+            session.ledger.record(entry, entry.first_call, leaves, donated, _NOT_USER)
         if memory_before is not None and memory_after is not None:
             entry.measured = MeasuredMemory(memory_before[0], *memory_after)
         shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
@@ -517,11 +560,35 @@ class MeasuredJit:
         self._memscope_seen[key] = entry
         return out, entry
 
+    def _donation_check(self, leaves: Sequence[Any], addresses: Sequence[Any],
+                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...]:
+        """The leaves this signature donates; first, any buffer donated twice, or
+        donated and passed again, is named (JAX's own error comes at the call)."""
+        spec = self._memscope_spec
+        if not (spec.donate_argnums or spec.donate_argnames):
+            return ()
+        session = self._memscope_session
+        try:
+            arguments = _arguments(self._memscope_fun, spec, args, kwargs)
+            donated = between.donated_leaves(arguments, spec)
+            if len(leaves) != sum(len(a.leaves) for a in arguments):
+                return ()
+            session.ledger.check(
+                self._memscope_name, self._memscope_source, session.calls + 1, leaves,
+                addresses, donated, lambda: between.leaf_paths(
+                    arguments, _argument_values(arguments, args, kwargs)), _NOT_USER)
+        except Exception:  # never let the measurement break the program
+            return ()
+        return donated
+
     def _analyse(self, entry: Entry, handles: CompiledHandles, shardings: list[Any],
                  settings: _compat.ConfigSnapshot) -> None:
         """Read the compiled program, then compile the variants (in the worker
         thread, under the JAX settings the call ran with)."""
         session = self._memscope_session
+        with contextlib.suppress(Exception):
+            texts = tuple(describe_sharding(s) for s in shardings)
+            session.publish(lambda: setattr(entry, "shardings", texts))
         try:
             with _compat.applied_config(settings):
                 facts = wrappers.renamed(entry.wrapper,
@@ -784,6 +851,12 @@ def _arguments(fun: Any, spec: _compat.JitSpec, args: tuple[Any, ...],
     return tuple(result)
 
 
+def _argument_values(arguments: Sequence[Argument], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> list[Any]:
+    return [args[a.position] if a.position is not None else kwargs[a.name or ""]
+            for a in arguments]
+
+
 def _parameters(fun: Any) -> list[inspect.Parameter] | None:
     try:
         return list(inspect.signature(fun).parameters.values())
@@ -847,6 +920,16 @@ def _installed_roots() -> tuple[str, ...]:
 
 
 _INSTALLED = _installed_roots()
+#: Frames that are not the user's: memscope's own and installed packages'.
+_NOT_USER = (_OWN_FILES, *_INSTALLED)
+
+
+def output_label(entry: Any, index: int) -> str:
+    """``train_step result[1]``: output leaf ``index`` of ``entry``'s calls."""
+    facts = getattr(entry, "facts", None)
+    outputs = facts.program.outputs if facts is not None else ()
+    path = outputs[index].path if index < len(outputs) else f"output leaf {index}"
+    return f"{getattr(entry, 'name', '?')} {path}"
 
 
 def library(fun: Any) -> str | None:

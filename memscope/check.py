@@ -26,7 +26,9 @@ from memscope.summary import (
     MAX_LISTED,
     bounded,
     bounded_leaves,
+    growth_text,
     parenthesized,
+    recompile_text,
     short_signature,
 )
 from memscope.units import format_bytes, format_change
@@ -112,6 +114,8 @@ class Budget:
     forbid_unusable_donation: bool = False
     #: argument names or leaf-path prefixes (``"state"``, ``"params[0]"``) that must be aliased
     require_aliased: tuple[str, ...] = ()
+    #: fail when the function compiled for more than one signature
+    forbid_recompiles: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,8 @@ class Config:
     source: str | None = None
     tolerances: Tolerances = Tolerances()
     budgets: tuple[Budget, ...] = ()
+    #: the most bytes the live arrays that kept growing may have gained over the run
+    max_live_growth: int | None = None
 
 
 # --- what the check says -------------------------------------------------------------
@@ -279,6 +285,7 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
         verdicts.append(FunctionVerdict(then.name, then.signature, then.source, "vanished",
                                         _figures(then, None),
                                         short_signature=short_signature(then)))
+    verdicts += live_growth_verdicts(current, config.max_live_growth)
     called = {fn.name for fn in current.functions}
     where = config.source or "the config"
     for name in budgets:
@@ -566,6 +573,9 @@ def budget_problems(fn: FunctionReport, budget: Budget) -> list[str]:
         if unusable:
             problems.append("has an unusable donation (forbid_unusable_donation): "
                             + leaves_text(unusable))
+    if budget.forbid_recompiles and fn.recompile is not None:
+        problems.append("compiled again (forbid_recompiles): "
+                        + recompile_text(fn, fn.recompile))
     for prefix in budget.require_aliased:
         leaves = [b for b in fn.inputs if leaf_under(b.path, prefix)]
         if not leaves:
@@ -580,6 +590,29 @@ def budget_problems(fn: FunctionReport, budget: Budget) -> list[str]:
             problems.append(f"require_aliased {prefix!r}: {len(others)} of {len(leaves)} "
                             f"leaves are not aliased ({fates}): {listed}")
     return problems
+
+
+#: The name of the verdict on the live arrays of the run as a whole.
+LIVE_ARRAYS = "live arrays"
+
+
+def live_growth_verdicts(report: Report, limit: int | None) -> list[FunctionVerdict]:
+    """The verdict on ``max_live_growth``: the bytes gained by the live arrays
+    that kept growing over the run (see :mod:`memscope.growth`)."""
+    if limit is None:
+        return []
+    timeline = report.runtime.live_timeline if report.runtime is not None else None
+    if timeline is None:
+        return [FunctionVerdict(LIVE_ARRAYS, None, None, "fail", problems=(
+            f"max_live_growth {format_bytes(limit)} cannot be checked: the report has no "
+            "live-array samples",))]
+    grown = sum((g.last_count - g.first_count) * g.bytes_each for g in timeline.growth)
+    if grown <= limit:
+        return [FunctionVerdict(LIVE_ARRAYS, None, None, "pass", notes=(
+            f"grew {format_bytes(grown)} (max_live_growth {format_bytes(limit)})",))]
+    return [FunctionVerdict(LIVE_ARRAYS, None, None, "fail", problems=tuple(
+        [f"kept growing by {format_bytes(grown)}, over max_live_growth "
+         f"{format_bytes(limit)}"] + [growth_text(g) for g in timeline.growth]))]
 
 
 def leaf_under(path: str, prefix: str) -> bool:

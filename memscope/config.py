@@ -15,6 +15,10 @@ them.
     max_peak = "2 GiB"
     forbid_unusable_donation = true
     require_aliased = ["state"]
+    forbid_recompiles = true             # one signature only
+
+    [tool.memscope]
+    max_live_growth = "1 MiB"            # live arrays that keep growing over the run
 
 Every key is checked; an unknown key or a malformed value is a
 :class:`MemscopeError` naming the file and the key. The same parsers read the
@@ -35,8 +39,9 @@ from memscope.errors import MemscopeError
 from memscope.units import parse_percent, parse_size
 
 PYPROJECT = "pyproject.toml"
-TOP_KEYS = ("max_increase", "max_increase_bytes", "functions")
-FUNCTION_KEYS = ("max_peak", "forbid_unusable_donation", "require_aliased")
+TOP_KEYS = ("max_increase", "max_increase_bytes", "functions", "max_live_growth")
+FUNCTION_KEYS = ("max_peak", "forbid_unusable_donation", "require_aliased",
+                 "forbid_recompiles")
 
 
 def find_pyproject(start: str) -> str | None:
@@ -111,8 +116,11 @@ def parse_config(table: Any, *, source: str, where: str = "[tool.memscope]") -> 
     budgets = tuple(_budget(name, value, source, f"[tool.memscope.functions.{name}]"
                             if where == "[tool.memscope]" else f"[functions.{name}]")
                     for name, value in functions.items())
+    growth = None
+    if "max_live_growth" in table:
+        growth = _size(table["max_live_growth"], f"{source}: {where} max_live_growth")
     return Config(source=source, tolerances=_tolerances(percent, sizes, named | named_bytes),
-                  budgets=budgets)
+                  budgets=budgets, max_live_growth=growth)
 
 
 def _budget(name: str, table: Any, source: str, where: str) -> Budget:
@@ -130,7 +138,11 @@ def _budget(name: str, table: Any, source: str, where: str) -> Budget:
     if not isinstance(required, list) or not all(isinstance(p, str) and p for p in required):
         raise MemscopeError(f"{source}: {where} require_aliased must be a list of argument "
                             f"names or leaf paths, e.g. [\"state\"], not {required!r}")
-    return Budget(name, max_peak, forbid, tuple(required))
+    recompiles = table.get("forbid_recompiles", False)
+    if not isinstance(recompiles, bool):
+        raise MemscopeError(f"{source}: {where} forbid_recompiles must be true or false, "
+                            f"not {recompiles!r}")
+    return Budget(name, max_peak, forbid, tuple(required), forbid_recompiles=recompiles)
 
 
 def _no_unknown_keys(table: dict[str, Any], known: Iterable[str], source: str,

@@ -425,6 +425,14 @@ class FunctionReport:
     live_at_peak: LiveAtPeak | None = None
     #: why ``memory_timeline`` is ``None``
     memory_timeline_note: str | None = None
+    #: why this signature compiled again: what differs from the nearest earlier
+    #: signature of the same function; ``None`` for a function's first signature
+    recompile: Recompile | None = None
+    #: seconds JAX spent tracing, lowering and compiling at this signature's first
+    #: call (its monitoring events; 0.0: its caches had the program); ``None``: not measured
+    compile_seconds: float | None = None
+    #: the number of the top-level jitted call that first ran this signature
+    first_call: int | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""
@@ -533,6 +541,8 @@ class Runtime:
     live_arrays: LiveArrays | None = None
     #: what memscope's own work cost the run
     overhead: Overhead | None = None
+    #: ``jax.live_arrays()`` sampled after top-level calls; ``None`` when no call ran
+    live_timeline: LiveTimeline | None = None
 
 
 @dataclass(frozen=True)
@@ -559,6 +569,112 @@ class Overhead:
     variants_reused: int
 
 
+RecompileKind = Literal["shape", "dtype", "weak_type", "kind", "sharding", "sharding_spelling",
+                        "tree", "static", "donation", "unknown"]
+
+
+@dataclass(frozen=True)
+class RecompileReason:
+    """One way a signature differs from an earlier one of the same function.
+
+    ``path`` is the argument leaf (``params['w']``), the static argument
+    (``#1``, ``lr``), or empty for the call as a whole; ``before``/``after`` are
+    the two values in words; ``advice`` says what to change.
+    """
+
+    path: str
+    kind: RecompileKind
+    before: str
+    after: str
+    advice: str
+
+
+@dataclass(frozen=True)
+class Recompile:
+    """Why a signature compiled again: compared with signature number ``since``
+    (1-based, in the order of first calls) of the same function, the nearest one."""
+
+    since: int
+    reasons: tuple[RecompileReason, ...]
+    #: differing leaves past the ones listed
+    more: int = 0
+
+
+@dataclass(frozen=True)
+class LiveSample:
+    """``jax.live_arrays()`` right after top-level call number ``call``."""
+
+    call: int
+    function: str
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class LiveGrowth:
+    """Live arrays of one shape, dtype and sharding whose count kept growing.
+
+    ``produced_by`` is the jitted function and output path the arrays came from
+    (``train_step result[1]``), ``None`` where memscope could not tell.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    sharding: str | None
+    bytes_each: int
+    first_call: int
+    first_count: int
+    last_call: int
+    last_count: int
+    produced_by: str | None = None
+
+    @property
+    def per_call(self) -> float:
+        calls = self.last_call - self.first_call
+        return (self.last_count - self.first_count) / calls if calls > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class LiveTimeline:
+    """Live arrays over the run; ``sampling`` says when a sample was taken."""
+
+    samples: tuple[LiveSample, ...]
+    sampling: str
+    #: seconds the sampling took in all (on the program's path)
+    sample_seconds: float
+    growth: tuple[LiveGrowth, ...] = ()
+
+
+HazardKind = Literal["donated_twice", "donated_and_passed"]
+
+
+@dataclass(frozen=True)
+class DonationHazard:
+    """At a donating signature's first call: one buffer donated twice
+    (``donated_twice``), or donated and also passed as a non-donated argument
+    (``donated_and_passed``); JAX refuses both at run time."""
+
+    kind: HazardKind
+    function: str
+    source: str | None
+    call: int
+    #: the user's line that made the call (``train.py:42``)
+    line: str | None
+    paths: tuple[str, str]
+
+
+@dataclass(frozen=True)
+class DeletedRead:
+    """The run ended reading an array that a jitted call had donated (deleted)."""
+
+    error: str
+    function: str
+    source: str | None
+    path: str
+    call: int
+    line: str | None
+
+
 @dataclass(frozen=True)
 class ProcessPart:
     """One process's report inside a merged one: where it came from and how it ran."""
@@ -581,6 +697,10 @@ class Report:
     #: what memscope could not see or verify in this run, one line each (an
     #: unsupported JAX, pmap programs JAX compiled outside jax.jit)
     notes: tuple[str, ...] = ()
+    #: donations that JAX refuses or that delete what the call also reads
+    donation_hazards: tuple[DonationHazard, ...] = ()
+    #: the donation that deleted the array whose read ended the run
+    deleted_read: DeletedRead | None = None
 
     def unreadable(self) -> tuple[FunctionReport, ...]:
         """The functions whose compiled program memscope could not read (``error``)."""

@@ -87,13 +87,15 @@ def _check_module(name: str) -> None:
         raise TargetError(f"cannot run module {name!r}: {e}") from None
 
 
-def run_target(target: Target, *, on_finish: Callable[[], None] | None = None) -> RunResult:
+def run_target(target: Target, *, on_finish: Callable[[], None] | None = None,
+               on_error: Callable[[BaseException], None] | None = None) -> RunResult:
     """Run ``target`` as ``__main__`` and say how it ended; never raises for it.
 
     ``on_finish`` is called once the target's code has ended and its
     non-daemon threads have too (python waits for them before it exits), while
     what it left behind still exists: the ``__main__`` namespace a script ends
-    with, or the frames of the exception that ended it.
+    with, or the frames of the exception that ended it. ``on_error`` is given
+    the exception that ended the target, while its frames are at hand.
     """
     with _as_main(target):
         try:
@@ -102,6 +104,9 @@ def run_target(target: Target, *, on_finish: Callable[[], None] | None = None) -
             finally:
                 _flush(sys.stdout)
         except BaseException as e:
+            if on_error is not None:
+                with contextlib.suppress(Exception):
+                    on_error(e)
             result = _ended_by(e)
         else:
             result = RunResult("completed", 0)

@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
 from memscope.advice import candidates
-from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report, Variant
+from memscope.recompiles import keeps_recompiling
+from memscope.report import (
+    FunctionReport,
+    InputBuffer,
+    LiveGrowth,
+    Memory,
+    OutputBuffer,
+    Recompile,
+    Report,
+    Variant,
+)
 from memscope.units import format_bytes, format_change
 
 #: How many leaves a bounded list names before "and N more".
@@ -215,6 +225,9 @@ class FunctionSummary:
 @dataclass(frozen=True)
 class ReportSummary:
     functions: tuple[FunctionSummary, ...]
+    #: what happened between calls: recompiling functions, growing live arrays,
+    #: donation hazards, the donation behind a deleted array (worst first)
+    between: tuple[Finding, ...] = ()
 
 
 # --- paths ---------------------------------------------------------------------------
@@ -540,6 +553,8 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
                                  "shape and dtype could reuse the buffer (candidates)"))
     if signatures > 1:
         out.append(Finding("info", f"compiled for {signatures} signatures (a recompile each)"))
+    if fn.recompile is not None:
+        out.append(Finding("warning", recompile_text(fn, fn.recompile)))
     pruned = [b for b in fn.inputs if b.fate == "pruned"]
     if pruned:
         out.append(_leaf_finding("info", pruned, "never read, so dropped from the compiled "
@@ -623,7 +638,77 @@ def summarize(report: Report) -> ReportSummary:
     return ReportSummary(tuple(
         summarize_function(fn, by_name[fn.name, fn.source] if len(by_name[fn.name, fn.source])
                            > 1 else ())
-        for fn in report.functions))
+        for fn in report.functions), between=between_findings(report))
+
+
+# --- between calls -------------------------------------------------------------------
+
+
+def recompile_text(fn: FunctionReport, r: Recompile) -> str:
+    """``compiled again at call 3 (differs from signature 2): batch: float32[8,3] ->
+    float32[5,3] (only the leading dimension changed ...); cost 0.1 s, 1.2 KiB of code``."""
+    reasons = "; ".join(
+        (f"{x.path}: " if x.path else "")
+        + (f"{x.before} -> {x.after} ({x.advice})" if x.before or x.after else x.advice)
+        for x in r.reasons)
+    more = f"; and {r.more} more" if r.more else ""
+    at = f" at call {fn.first_call}" if fn.first_call is not None else ""
+    return (f"compiled again{at} (differs from signature {r.since}): {reasons}{more}; "
+            f"cost {compile_cost(fn)}")
+
+
+def compile_cost(fn: FunctionReport) -> str:
+    """``0.13 s compiling, 1.2 KiB of generated code`` (``n/a`` where unmeasured)."""
+    seconds = "n/a" if fn.compile_seconds is None else f"{fn.compile_seconds:.2g} s"
+    code = format_bytes(fn.memory.generated_code_bytes if fn.memory else None)
+    return f"{seconds} compiling, {code} of generated code"
+
+
+def growth_text(g: LiveGrowth) -> str:
+    """``train_step result[1]['loss']: float32[] on cpu:0, +1 array per call, 4 B each,
+    301 alive at the end (call 300): a list of device values kept across steps?``"""
+    what = f"{g.dtype}[{','.join(map(str, g.shape))}]" + (f" on {g.sharding}" if g.sharding else "")
+    who = f"{g.produced_by}: {what}" if g.produced_by else f"arrays {what} (made outside a jitted call's result, or not seen)"
+    rate = f"{g.per_call:.3g}"
+    return (f"{who}: +{rate} array{'s' if rate != '1' else ''} per call, "
+            f"{format_bytes(g.bytes_each)} each, {g.last_count:,} alive at call "
+            f"{g.last_call} (from {g.first_count:,} at call {g.first_call}): a list or dict "
+            "of device values kept across steps?")
+
+
+def between_findings(report: Report) -> tuple[Finding, ...]:
+    """Findings of the run as a whole: a deleted array read, donation hazards,
+    live arrays that kept growing, functions that keep recompiling."""
+    out: list[Finding] = []
+    d = report.deleted_read
+    if d is not None:
+        out.append(Finding("problem", f"{d.error}: {d.path} was donated by {d.function} "
+                           f"({d.source or 'n/a'}) at call {d.call}, from line "
+                           f"{d.line or 'n/a'}; read it before that call, or stop donating "
+                           "it"))
+    for h in report.donation_hazards:
+        a, b = h.paths
+        what = ("donated twice" if h.kind == "donated_twice"
+                else "donated as one and passed undonated as the other")
+        out.append(Finding("problem", f"{h.function} ({h.source or 'n/a'}), call {h.call} at "
+                           f"{h.line or 'n/a'}: {a} and {b} are one buffer, {what}; JAX "
+                           "refuses this at the call: pass a copy (jnp.copy) as one of them"))
+    live = report.runtime.live_timeline if report.runtime is not None else None
+    if live is not None:
+        out += [Finding("problem", "live arrays keep growing: " + growth_text(g))
+                for g in live.growth]
+    by_function: dict[tuple[str, str | None], list[FunctionReport]] = defaultdict(list)
+    for fn in report.functions:
+        by_function[fn.name, fn.source].append(fn)
+    for (name, source), fns in by_function.items():
+        if keeps_recompiling(len(fns)):
+            kinds = Counter(x.kind for fn in fns if fn.recompile for x in fn.recompile.reasons)
+            common = kinds.most_common(1)[0][0] if kinds else "n/a"
+            seconds = [fn.compile_seconds for fn in fns if fn.compile_seconds is not None]
+            out.append(Finding("problem", f"{name} ({source or 'n/a'}) keeps recompiling: "
+                               f"{len(fns)} signatures in {sum(fn.calls for fn in fns)} calls"
+                               f", {sum(seconds):.2g} s compiling; most often a new {common}"))
+    return tuple(out)
 
 
 def select_leaves(fn: FunctionReport, pattern: str | None = None,

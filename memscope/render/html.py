@@ -20,6 +20,7 @@ from memscope.report import (
     BufferBreakdown,
     FunctionReport,
     InputBuffer,
+    LiveSample,
     Memory,
     OutputBuffer,
     Report,
@@ -137,9 +138,11 @@ def render_html(report: Report, file: IO[str]) -> None:
              f"<h1>{_t(title)}</h1>", *_header(report)]
     if not report.functions:
         parts.append("<p>No jitted function was called.</p>")
+        parts.extend(_between(report, summarize(report)))
     else:
         summary = summarize(report)
         parts.extend(_answer(summary))
+        parts.extend(_between(report, summary))
         parts.append(_figures_table(report))
         opened = len(report.functions) <= OPEN_SECTIONS
         for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
@@ -427,6 +430,42 @@ def _timeline(fn: FunctionReport, b: BufferBreakdown) -> list[str]:
                             _t(format_bytes(t.bytes))] for t in b.live_at_peak],
                           numeric=[3]))
     return out
+
+
+def _between(report: Report, summary: ReportSummary) -> list[str]:
+    """What happened between calls, and the live arrays over the run as a chart."""
+    timeline = report.runtime.live_timeline if report.runtime is not None else None
+    if not summary.between and (timeline is None or not timeline.samples):
+        return []
+    out = ['<section id="between"><h2>Between calls</h2>']
+    items = [f'<li class="{f.severity}">{_t(f.text)}</li>' for f in summary.between]
+    if items:
+        out.append(f"<ul>{''.join(items)}</ul>")
+    if timeline is not None and timeline.samples:
+        out.append(f'<h3>Live arrays over the run</h3><p class="dim">sampled '
+                   f"{_t(timeline.sampling)}: {len(timeline.samples)} samples, "
+                   f"{timeline.sample_seconds * 1000:.3g} ms of sampling</p>")
+        out.append(_live_chart(timeline.samples))
+    out.append("</section>")
+    return out
+
+
+def _live_chart(samples: Sequence[LiveSample]) -> str:
+    """The count of live arrays after each sampled call."""
+    width, height, pad = 760, 180, 40
+    last = max(samples[-1].call, 1)
+    top = max(s.count for s in samples) or 1
+    coords = " ".join(f"{pad + s.call / last * (width - pad):.1f},"
+                      f"{height - 20 - s.count / top * (height - 40):.1f}" for s in samples)
+    return (f'<svg class="timeline" role="img" aria-label="live arrays over the run" '
+            f'width="{width + 10}" height="{height}">'
+            f'<line x1="{pad}" y1="{height - 20}" x2="{width}" y2="{height - 20}" '
+            f'stroke="#8a96a3"/>'
+            f'<polyline points="{coords}" fill="none" stroke="#4e79a7" stroke-width="1.5"/>'
+            f'<text x="0" y="14" font-size="11">{top:,} arrays</text>'
+            f'<text x="{pad}" y="{height - 4}" font-size="11">call 0</text>'
+            f'<text x="{width - 60}" y="{height - 4}" font-size="11">call {last}</text>'
+            "</svg>")
 
 
 def _timeline_chart(points: Sequence[tuple[int, int]], name: str) -> str:

@@ -106,11 +106,13 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     """Write the answer, the figures, each function's groups, and with ``leaves`` its leaves."""
     out = Lines(make_console(file, width=width, plain=plain))
     _header(out, report)
+    summary = summarize(report)
     if not report.functions:
         out.line("No jitted function was called.")
+        _between(out, summary)
         return
-    summary = summarize(report)
     _answer(out, summary)
+    _between(out, summary)
     out.line()
     out.table(_figures_table(summary, out), "Compiled functions (bytes per device)")
     for text in report.peak_rule_texts():
@@ -167,6 +169,14 @@ def _answer(out: Lines, summary: ReportSummary) -> None:
                      "green")
 
 
+def _between(out: Lines, summary: ReportSummary) -> None:
+    if summary.between:
+        out.line()
+        out.line("Between calls", "bold")
+        for f in summary.between:
+            _finding(out, f)
+
+
 def _finding(out: Lines, f: Finding) -> None:
     label = {"problem": "problem:", "warning": "warning:", "info": "note:"}[f.severity]
     text = visible(f.text) + (f": {visible(f.leaves)}" if f.leaves else "")
@@ -215,6 +225,12 @@ def _runtime(report: Report) -> list[str]:
             lines.append(f"  call {s.call:>6}  {visible(s.function):<24} in use "
                          f"{format_bytes(s.bytes_in_use):>10}  peak "
                          f"{format_bytes(s.peak_bytes_in_use):>10}")
+    timeline = rt.live_timeline
+    if timeline is not None and timeline.samples:
+        shown = timeline.samples[::max(1, -(-len(timeline.samples) // TIMELINE_ROWS))]
+        points = ", ".join(f"{s.count:,} at call {s.call}" for s in shown)
+        lines.append(f"Live arrays over the run ({len(timeline.samples)} samples, "
+                     f"{timeline.sample_seconds * 1000:.3g} ms of sampling): {points}")
     live = rt.live_arrays
     if live is not None:  # the largest of them are in the JSON report
         lines.append(f"Live arrays when the target ended: {live.count}, "

@@ -1,0 +1,333 @@
+"""What happens between calls: compile time, live arrays, and donated buffers.
+
+Three recorders a capture keeps beside its entries (see :mod:`memscope.capture`):
+
+* :class:`CompileClock` adds up JAX's own monitoring events (tracing, lowering,
+  XLA compile) that fire in the thread making a signature's first call.
+* :class:`LiveSampler` counts ``jax.live_arrays()`` after top-level calls, per
+  shape, dtype and sharding, at a bounded cost: a sample is taken after calls
+  1, 2, 4, 8, ... and otherwise only once the time since the last sample is
+  :data:`SAMPLE_SHARE`'s inverse times what that sample took (at most about 1%
+  of the run's time). It keeps ids, counts and shapes, never an array.
+* :class:`DonationLedger` keeps, for the last :data:`LEDGER_CALLS` calls of
+  donating signatures, the ids of the leaves they donated and the user's line
+  that made the call: a later "Array has been deleted" error is traced back to
+  the call that donated the array. At a donating signature's first call it
+  also names one buffer donated twice, or donated and passed again.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.compiled import describe_sharding
+from memscope.growth import GroupKey, GroupSample, growing
+from memscope.recompiles import LeafShape, SignatureShape
+from memscope.report import HazardKind, LiveGrowth, LiveSample, LiveTimeline
+
+#: JAX's monitoring events that make up the cost of compiling one signature.
+COMPILE_EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
+                            "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                            "/jax/core/compile/backend_compile_duration"})
+#: Largest share of the run's time the live-array samples may take.
+SAMPLE_SHARE = 0.01
+#: Live-array samples kept; past it every other one is dropped (the first and the
+#: latest stay), so the timeline covers the whole run.
+MAX_LIVE_SAMPLES = 512
+#: Donating calls remembered for naming a deleted array.
+LEDGER_CALLS = 256
+#: How the sampling is described in the report.
+SAMPLING = (f"after top-level calls 1, 2, 4, 8, ... and otherwise at most "
+            f"{SAMPLE_SHARE:.0%} of the run's time; once at the end")
+
+
+class CompileClock:
+    """Seconds of JAX's compile events in the thread between :meth:`start` and
+    :meth:`stop` (memscope's own compiles run in other threads)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._installed = False
+
+    def install(self) -> None:
+        _compat.add_duration_listener(self._listen)
+        self._installed = True
+
+    def remove(self) -> None:
+        if self._installed:
+            _compat.remove_duration_listener(self._listen)
+            self._installed = False
+
+    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
+        total = getattr(self._local, "total", None)
+        if total is not None and event in COMPILE_EVENTS:
+            self._local.total = total + duration
+
+    def start(self) -> None:
+        self._local.total = 0.0
+
+    def stop(self) -> float | None:
+        """The seconds since :meth:`start`; ``None`` where no listener was installed."""
+        total, self._local.total = getattr(self._local, "total", None), None
+        return total if self._installed else None
+
+
+class LiveSampler:
+    """``jax.live_arrays()`` counted after top-level calls (see the module's docstring).
+
+    ``label(owner, index)`` names output leaf ``index`` of a call's entry
+    (``train_step result[1]``); it is asked only when the report is built.
+    """
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[LiveSample, GroupSample]] = []
+        self.seconds = 0.0
+        self._due = 0.0
+        #: id of a live array -> (id of the entry, output index, shape, dtype) of the
+        #: call that made it
+        self._made_by: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+        self._producers: dict[GroupKey, collections.Counter[tuple[int, int]]] = {}
+        #: the entries by id (entries are not hashable)
+        self._owners: dict[int, Any] = {}
+
+    def after_call(self, call: int, function: str, owner: Any, out: Any) -> None:
+        """Sample now if the call number or the time budget says so."""
+        start = time.perf_counter()
+        if start < self._due and call & (call - 1):
+            return
+        self._sample(call, function, owner, out)
+        took = time.perf_counter() - start
+        self.seconds += took
+        self._due = start + took / SAMPLE_SHARE
+
+    def at_end(self, call: int) -> None:
+        """The last sample, when the program has ended."""
+        start = time.perf_counter()
+        self._sample(call, "(end)", None, None)
+        self.seconds += time.perf_counter() - start
+
+    def _sample(self, call: int, function: str, owner: Any, out: Any) -> None:
+        made: dict[int, tuple[int, int]] = {}
+        if owner is not None:
+            self._owners.setdefault(id(owner), owner)
+            made = {id(y): (id(owner), i) for i, y in enumerate(jax.tree_util.tree_leaves(out))
+                    if isinstance(y, jax.Array)}
+        texts: dict[int, str | None] = {}
+        groups: dict[GroupKey, list[int]] = {}
+        kept: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+        total = 0
+        arrays = jax.live_arrays()
+        try:
+            for a in arrays:
+                nbytes, shape, dtype, sharding = a.nbytes, a.shape, str(a.dtype), a.sharding
+                total += nbytes
+                text = texts.get(id(sharding), "")
+                if text == "":
+                    text = texts[id(sharding)] = describe_sharding(sharding)
+                key = (shape, dtype, text)
+                entry = groups.get(key)
+                if entry is None:
+                    groups[key] = [1, nbytes]
+                else:
+                    entry[0] += 1
+                where = made.get(id(a))
+                origin = ((*where, shape, dtype) if where is not None
+                          else self._made_by.get(id(a)))
+                if origin is not None and origin[2:] == (shape, dtype):
+                    kept[id(a)] = origin
+                    self._producers.setdefault(key, collections.Counter())[origin[:2]] += 1
+            count = len(arrays)
+        finally:
+            del arrays  # not one of the program's arrays stays alive through memscope
+        self._made_by = kept
+        self.samples.append((LiveSample(call, function, count, total),
+                             GroupSample(call, {k: (c, b) for k, (c, b) in groups.items()})))
+        if len(self.samples) > MAX_LIVE_SAMPLES:
+            self.samples = self.samples[:-1:2] + self.samples[-1:]
+
+    def timeline(self, label: Callable[[Any, int], str]) -> LiveTimeline | None:
+        """The samples and the groups that kept growing; ``None`` without samples."""
+        if not self.samples:
+            return None
+        producers = {}
+        for key, counter in self._producers.items():
+            owner, index = counter.most_common(1)[0][0]
+            producers[key] = label(self._owners[owner], index)
+        grew: tuple[LiveGrowth, ...] = growing([g for _, g in self.samples], producers)
+        return LiveTimeline(samples=tuple(s for s, _ in self.samples), sampling=SAMPLING,
+                            sample_seconds=self.seconds, growth=grew)
+
+
+@dataclass(frozen=True)
+class Donated:
+    """One call of a donating signature: the ids of the leaves it donated."""
+
+    entry: Any
+    call: int
+    line: str | None
+    #: (id of the leaf's array, its flat leaf index)
+    leaves: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """A donation JAX will refuse, found before the call (paths already in the user's terms)."""
+
+    kind: HazardKind
+    function: str
+    source: str | None
+    call: int
+    line: str | None
+    paths: tuple[str, str]
+
+
+@dataclass(frozen=True)
+class DeletedFound:
+    """The donating call behind a deleted-array error."""
+
+    error: str
+    donated: Donated
+    leaf: int
+
+
+class DonationLedger:
+    """The recent donating calls, and what was found about donations (see the module)."""
+
+    def __init__(self) -> None:
+        self._recent: collections.deque[Donated] = collections.deque(maxlen=LEDGER_CALLS)
+        self.hazards: list[Hazard] = []
+        self.deleted: DeletedFound | None = None
+
+    def record(self, entry: Any, call: int, leaves: Sequence[Any], donated: Sequence[int],
+               skip: tuple[str, ...]) -> None:
+        """Remember which leaves call number ``call`` of ``entry`` donates."""
+        self._recent.append(Donated(entry, call, caller_line(skip),
+                                    tuple((id(leaves[i]), i) for i in donated)))
+
+    def check(self, function: str, source: str | None, call: int, leaves: Sequence[Any],
+              addresses: Sequence[Any], donated: Sequence[int], paths: Callable[[], list[str]],
+              skip: tuple[str, ...]) -> None:
+        """Name each donated leaf whose buffer is another leaf's too."""
+        chosen = set(donated)
+        by_buffer: dict[Any, int] = {}
+        pairs: list[tuple[int, int]] = []
+        for i, x in enumerate(leaves):
+            if not isinstance(x, jax.Array):
+                continue
+            marks = [("id", id(x))]
+            if addresses[i]:
+                marks.append(("at", addresses[i]))
+            for mark in marks:
+                j = by_buffer.setdefault(mark, i)
+                if j != i and (i in chosen or j in chosen):
+                    pairs.append((j, i))
+                    break
+        if not pairs:
+            return
+        names = paths()
+        line = caller_line(skip)
+        for j, i in pairs:
+            kind: HazardKind = ("donated_twice" if i in chosen and j in chosen
+                                else "donated_and_passed")
+            self.hazards.append(Hazard(kind, function, source, call, line,
+                                       (names[j], names[i])))
+
+    def explain(self, error: BaseException) -> None:
+        """If ``error`` is JAX's deleted-array error, find the call that donated it."""
+        text = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        if "deleted" not in text or not self._recent:
+            return
+        donors = {leaf_id: (donated, leaf) for donated in self._recent
+                  for leaf_id, leaf in donated.leaves}
+        for value in _deleted_arrays(error):
+            found = donors.get(id(value))
+            if found is not None:
+                self.deleted = DeletedFound(text, *found)
+                return
+
+
+def _deleted_arrays(error: BaseException) -> list[Any]:
+    """The deleted arrays the failing frames hold (innermost first), one level into
+    lists, tuples and dicts."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    chain: BaseException | None = error
+    for _ in range(3):
+        if chain is None:
+            break
+        frames: list[types.FrameType] = []
+        tb = chain.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        for frame in reversed(frames):
+            for value in list(frame.f_locals.values()):
+                inner = (list(value.values()) if isinstance(value, dict)
+                         else list(value) if isinstance(value, list | tuple) else [])
+                for x in [value, *inner[:10_000]]:
+                    if isinstance(x, jax.Array) and id(x) not in seen and x.is_deleted():
+                        seen.add(id(x))
+                        found.append(x)
+        chain = chain.__cause__ or chain.__context__
+    return found
+
+
+def caller_line(skip: tuple[str, ...]) -> str | None:
+    """``path:line`` of the innermost frame outside the folders in ``skip``."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not path.startswith(skip) and not path.startswith("<frozen"):
+            return f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def donated_leaves(arguments: Sequence[Any], spec: _compat.JitSpec) -> tuple[int, ...]:
+    """The flat leaves that ``spec`` donates, of a call's JAX-level ``arguments``."""
+    return tuple(leaf for a in arguments
+                 if (a.position is not None and a.position in spec.donate_argnums)
+                 or (a.name is not None and a.by_name and a.name in spec.donate_argnames)
+                 for leaf in a.leaves)
+
+
+def leaf_paths(arguments: Sequence[Any], values: Sequence[Any]) -> list[str]:
+    """Each flat leaf's path: its argument's label and the path within."""
+    paths: list[str] = []
+    for argument, value in zip(arguments, values, strict=True):
+        flat, _ = jax.tree_util.tree_flatten_with_path(value)
+        paths += [argument.label + jax.tree_util.keystr(p) for p, _ in flat]
+    return paths
+
+
+def signature_shape(key: Any, paths: Sequence[str] | None, shardings: Sequence[str | None],
+                    donation: str) -> SignatureShape:
+    """A signature's key (:meth:`MeasuredJit._call_key`) as a :class:`SignatureShape`;
+    ``paths`` name the leaves (``None``: JAX's flat positions)."""
+    positional, named, treedef, leaf_keys = key
+    leaves = []
+    for i, (kind, aval, placement) in enumerate(leaf_keys):
+        name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+        if name == "numpy":
+            name = "numpy array"
+        shape = tuple(aval.shape) if aval is not None and hasattr(aval, "shape") else None
+        dtype = str(aval.dtype) if aval is not None and hasattr(aval, "dtype") else None
+        leaves.append(LeafShape(
+            path=paths[i] if paths is not None and i < len(paths) else f"leaf {i}",
+            kind=name, shape=shape, dtype=dtype,
+            weak_type=bool(getattr(aval, "weak_type", False)),
+            placement=placement,
+            sharding=shardings[i] if i < len(shardings) else None))
+    statics = tuple([(f"#{i}", s.name()) for i, s in positional]
+                    + [(k, s.name()) for k, s in named])
+    return SignatureShape(tuple(leaves), statics, str(treedef), donation)

@@ -95,7 +95,7 @@ class LiveSampler:
         self._due = 0.0
         #: id of a live array -> (id of the entry, output index, shape, dtype) of the
         #: call that made it
-        self._made_by: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+        self._made_by: dict[int, tuple[int, int, tuple[int, ...], Any]] = {}
         self._producers: dict[GroupKey, collections.Counter[tuple[int, int]]] = {}
         #: the entries by id (entries are not hashable)
         self._owners: dict[int, Any] = {}
@@ -122,33 +122,41 @@ class LiveSampler:
             self._owners.setdefault(id(owner), owner)
             made = {id(y): (id(owner), i) for i, y in enumerate(jax.tree_util.tree_leaves(out))
                     if isinstance(y, jax.Array)}
-        texts: dict[int, str | None] = {}
-        groups: dict[GroupKey, list[int]] = {}
-        kept: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
-        total = 0
+        # Per array only what is cheap (its aval, its sharding's identity); sizes and
+        # names once per group.
+        counts: dict[tuple[Any, ...], list[Any]] = {}
+        kept: dict[int, tuple[int, int, tuple[int, ...], Any]] = {}
+        seen: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
         arrays = jax.live_arrays()
         try:
             for a in arrays:
-                nbytes, shape, dtype, sharding = a.nbytes, a.shape, str(a.dtype), a.sharding
-                total += nbytes
-                text = texts.get(id(sharding), "")
-                if text == "":
-                    text = texts[id(sharding)] = describe_sharding(sharding)
-                key = (shape, dtype, text)
-                entry = groups.get(key)
-                if entry is None:
-                    groups[key] = [1, nbytes]
-                else:
-                    entry[0] += 1
+                aval, sharding = a.aval, a.sharding
+                key = (aval.shape, aval.dtype, id(sharding))
+                group = counts.get(key)
+                if group is None:
+                    counts[key] = group = [0, a.nbytes, sharding]
+                group[0] += 1
                 where = made.get(id(a))
-                origin = ((*where, shape, dtype) if where is not None
+                origin = ((*where, aval.shape, aval.dtype) if where is not None
                           else self._made_by.get(id(a)))
-                if origin is not None and origin[2:] == (shape, dtype):
+                if origin is not None and origin[2:] == (aval.shape, aval.dtype):
                     kept[id(a)] = origin
-                    self._producers.setdefault(key, collections.Counter())[origin[:2]] += 1
+                    seen.append((key, (origin[0], origin[1])))
             count = len(arrays)
         finally:
             del arrays  # not one of the program's arrays stays alive through memscope
+        groups: dict[GroupKey, list[int]] = {}
+        names: dict[tuple[Any, ...], GroupKey] = {}
+        total = 0
+        for key, (n, each, sharding) in counts.items():
+            named = names[key] = (tuple(key[0]), str(key[1]), describe_sharding(sharding))
+            total += n * each
+            if named in groups:  # two sharding objects described alike
+                groups[named][0] += n
+            else:
+                groups[named] = [n, each]
+        for key, producer in seen:
+            self._producers.setdefault(names[key], collections.Counter())[producer] += 1
         self._made_by = kept
         self.samples.append((LiveSample(call, function, count, total),
                              GroupSample(call, {k: (c, b) for k, (c, b) in groups.items()})))

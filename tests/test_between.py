@@ -1,0 +1,301 @@
+"""Between calls: recompiles explained, live arrays that keep growing, donation hazards.
+
+Real JAX programs run under memscope (in this process, as ``memscope run`` runs
+them); each claim is checked against what JAX itself says: the weak type of
+the array the program made, JAX's own compile events, ``jax.live_arrays()``
+at the program's end, ``is_deleted()``, and JAX's own error at the call.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from memscope import between
+from memscope.analysis import run_and_report
+from memscope.check import Budget, Config, check
+from memscope.growth import MIN_GROWTH, GroupSample, growing
+from memscope.report import Report
+from memscope.runner import Target
+from memscope.summary import summarize
+from tests.test_samples import SAMPLES
+
+
+def _run(tmp_path: Path, source: str, *args: str) -> Report:
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(source))
+    return run_and_report(Target(str(script), args), advise=False)
+
+
+def _line_of(tmp_path: Path, text: str) -> str:
+    lines = (tmp_path / "prog.py").read_text().splitlines()
+    return str(next(i for i, line in enumerate(lines, start=1) if text in line))
+
+
+# --- recompiles ----------------------------------------------------------------------
+
+WEAK = """
+import jax, jax.numpy as jnp, json, pathlib, sys
+@jax.jit
+def step(params, batch):
+    return jax.tree.map(lambda p: p * 2, params), jnp.sum(batch)
+first = {"w": jnp.full((4,), 0.01%s)}
+pathlib.Path(sys.argv[1]).write_text(json.dumps({"weak": jax.typeof(first["w"]).weak_type}))
+step(first, jnp.ones((8, 3)))
+step({"w": jnp.full((4,), 0.01, dtype=jnp.float32)}, jnp.ones((8, 3)))
+"""
+
+
+def test_a_weak_typed_first_call_is_named_with_the_fix(tmp_path):
+    report = _run(tmp_path, WEAK % "", str(tmp_path / "truth.json"))
+    assert '"weak": true' in (tmp_path / "truth.json").read_text()  # JAX's own word
+    first, second = report.functions
+    assert first.recompile is None and first.first_call == 1
+    assert second.first_call == 2
+    (reason,) = second.recompile.reasons
+    assert (reason.path, reason.kind) == ("params['w']", "weak_type")
+    assert reason.before == "weak-typed float32[4]" and reason.after == "float32[4]"
+    assert "dtype=" in reason.advice
+    text = " ".join(f.text for f in summarize(report).functions[1].findings)
+    assert "params['w']: weak-typed float32[4] -> float32[4]" in text
+
+
+def test_a_strongly_typed_first_call_compiles_once(tmp_path):
+    report = _run(tmp_path, WEAK % ", dtype=jnp.float32", str(tmp_path / "truth.json"))
+    assert '"weak": false' in (tmp_path / "truth.json").read_text()
+    (fn,) = report.functions
+    assert fn.calls == 2 and fn.recompile is None
+
+
+def test_compile_seconds_are_jax_own_compile_events(tmp_path):
+    heard: list[float] = []
+
+    def listen(event: str, duration: float, **kwargs: object) -> None:
+        if event in between.COMPILE_EVENTS:
+            heard.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        report = _run(tmp_path, WEAK % "", str(tmp_path / "truth.json"))
+    finally:
+        from memscope import _compat
+        _compat.remove_duration_listener(listen)
+    seconds = [fn.compile_seconds for fn in report.functions]
+    assert all(s is not None and s > 0 for s in seconds)
+    # Every second memscope counts is one JAX reported (jnp.full's own compiles too).
+    assert sum(seconds) <= sum(heard) + 1e-9
+    assert "s compiling" in " ".join(f.text for f in summarize(report).functions[1].findings)
+
+
+def test_a_ragged_last_batch_is_named_as_such(tmp_path):
+    report = _run(tmp_path, """
+        import jax, jax.numpy as jnp
+        @jax.jit
+        def loss(w, batch):
+            return jnp.sum(batch @ w)
+        data = jnp.ones((20, 3))
+        w = jnp.ones((3,))
+        for start in range(0, 20, 8):
+            loss(w, data[start:start + 8])
+        """)
+    assert [fn.calls for fn in report.functions] == [2, 1]
+    (reason,) = report.functions[1].recompile.reasons
+    assert (reason.path, reason.kind) == ("batch", "shape")
+    assert (reason.before, reason.after) == ("float32[8,3]", "float32[4,3]")
+    assert "leading dimension" in reason.advice
+
+
+SHARDED = """
+import jax, jax.numpy as jnp, numpy as np, pathlib, sys
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((8,), ("x",), **({"axis_types": (jax.sharding.AxisType.Auto,)}
+                                     if hasattr(jax.sharding, "AxisType") else {}))
+f = jax.jit(lambda a: a * 2)
+x = np.ones((8, 4), np.float32)
+f(jax.device_put(x, NamedSharding(mesh, P())))
+heard = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, duration, **kw: heard.append(event))
+f(jax.device_put(x, NamedSharding(mesh, %s)))
+pathlib.Path(sys.argv[1]).write_text(
+    str(sum(e.endswith("backend_compile_duration") for e in heard)))
+"""
+
+
+def test_equal_shardings_spelled_differently_are_one_signature(tmp_path):
+    report = _run(tmp_path, SHARDED % "P(None, None)", str(tmp_path / "compiles"))
+    assert (tmp_path / "compiles").read_text() == "0"  # JAX compiled nothing new
+    (fn,) = report.functions
+    assert fn.calls == 2 and fn.recompile is None
+
+
+def test_another_sharding_is_named(tmp_path):
+    report = _run(tmp_path, SHARDED % "P('x')", str(tmp_path / "compiles"))
+    assert int((tmp_path / "compiles").read_text()) >= 1
+    (reason,) = report.functions[1].recompile.reasons
+    assert (reason.path, reason.kind) == ("a", "sharding")
+    assert reason.before.startswith("P()") or reason.before.startswith("P(None")
+    assert reason.after.startswith("P('x'")
+
+
+def test_a_static_argument_and_a_function_that_keeps_recompiling(tmp_path):
+    report = _run(tmp_path, """
+        import functools, jax, jax.numpy as jnp
+        @functools.partial(jax.jit, static_argnums=1)
+        def scale(x, k):
+            return x * k
+        for k in range(5):
+            scale(jnp.ones(3), k)
+        """)
+    assert len(report.functions) == 5
+    reasons = report.functions[4].recompile.reasons
+    assert [(r.path, r.kind, r.after) for r in reasons] == [("#1", "static", "4")]
+    (finding,) = [f for f in summarize(report).between if "keeps recompiling" in f.text]
+    assert "5 signatures in 5 calls" in finding.text and "static" in finding.text
+    verdicts = check(report, None, Config(budgets=(Budget("scale", forbid_recompiles=True),)))
+    assert [v.failed for v in verdicts.functions] == [False, True, True, True, True]
+    assert "#1: 3 -> 4" in verdicts.functions[4].problems[0]
+
+
+# --- live arrays ---------------------------------------------------------------------
+
+LOOP = """
+import jax, jax.numpy as jnp, pathlib, sys
+@jax.jit
+def train_step(w, x):
+    return w * 0.99, {"loss": jnp.sum(x @ w)}
+w, x = jnp.ones((8, 8)), jnp.ones((4, 8))
+losses = []
+for i in range(200):
+    w, aux = train_step(w, x)
+    %s
+pathlib.Path(sys.argv[1]).write_text(str(len(jax.live_arrays())))
+"""
+
+
+def test_a_list_of_device_scalars_is_found_and_its_function_named(tmp_path):
+    report = _run(tmp_path, LOOP % "losses.append(aux['loss'])", str(tmp_path / "live"))
+    timeline = report.runtime.live_timeline
+    # The last sample is taken when the program has ended: JAX's own count then.
+    assert timeline.samples[-1].count == int((tmp_path / "live").read_text())
+    (growth,) = timeline.growth
+    assert growth.produced_by == "train_step result[1]['loss']"
+    assert (growth.shape, growth.dtype, growth.bytes_each) == ((), "float32", 4)
+    assert growth.per_call == pytest.approx(1.0, abs=0.02)
+    assert growth.last_count >= 200
+    text = " ".join(f.text for f in summarize(report).between)
+    assert "train_step result[1]['loss']: float32[] on cpu:0: +1 array per call" in text
+    over = check(report, None, Config(max_live_growth=100))
+    assert over.failed and "kept growing by" in over.functions[-1].problems[0]
+    assert not check(report, None, Config(max_live_growth=10_000)).failed
+
+
+def test_a_loop_that_keeps_nothing_has_no_finding(tmp_path):
+    report = _run(tmp_path, LOOP % "loss = float(aux['loss'])", str(tmp_path / "live"))
+    timeline = report.runtime.live_timeline
+    assert timeline.samples[-1].count == int((tmp_path / "live").read_text())
+    assert len(timeline.samples) >= 8  # calls 1, 2, 4, ... 128, and the end
+    assert timeline.growth == ()
+    assert summarize(report).between == ()
+
+
+def test_growth_that_levels_off_is_not_a_leak():
+    steady = [GroupSample(c, {((), "float32", None): (min(c, 50), 4)})
+              for c in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    assert growing(steady) == ()
+    rising = [GroupSample(c, {((), "float32", None): (c, 4)}) for c in (1, 2, 4, 8, 16)]
+    (g,) = growing(rising)
+    assert (g.first_count, g.last_count) == (2, 16)
+    small = [GroupSample(c, {((), "float32", None): (min(c, MIN_GROWTH), 4)})
+             for c in (1, 2, 3, 4)]
+    assert growing(small) == ()
+
+
+# --- donation hazards ----------------------------------------------------------------
+
+def test_the_donation_behind_a_deleted_array_is_named(tmp_path):
+    report = _run(tmp_path, """
+        import functools, jax, jax.numpy as jnp
+        @functools.partial(jax.jit, donate_argnums=(0,))
+        def update(state, g):
+            return {"w": state["w"] - g}
+        state = {"w": jnp.ones(4)}
+        g = jnp.ones(4)
+        state = update(state, g)
+        old = state
+        state = update(state, g)  # donates old
+        assert old["w"].is_deleted()
+        print(old["w"] + 1)
+        """)
+    assert report.run.outcome == "failed" and "deleted" in report.run.error
+    d = report.deleted_read
+    assert (d.function, d.path, d.call) == ("update", "state['w']", 2)
+    assert d.line == f"{tmp_path / 'prog.py'}:{_line_of(tmp_path, 'donates old')}" or \
+        d.line.endswith(f"prog.py:{_line_of(tmp_path, 'donates old')}")
+    (finding,) = summarize(report).between
+    assert finding.severity == "problem" and "was donated by update" in finding.text
+
+
+def test_one_buffer_donated_twice_is_named_before_jax_refuses_it(tmp_path):
+    report = _run(tmp_path, """
+        import functools, jax, jax.numpy as jnp
+        @functools.partial(jax.jit, donate_argnames=("a", "b"))
+        def f(a, b):
+            return a["p"] + 1, b + 1
+        x = jnp.ones(4)
+        f({"p": x}, b=x)
+        """)
+    assert report.run.outcome == "failed" and "twice" in report.run.error  # JAX's own error
+    (hazard,) = report.donation_hazards
+    assert (hazard.kind, hazard.function, hazard.call, hazard.paths) == (
+        "donated_twice", "f", 1, ("a['p']", "b"))
+    assert hazard.line.endswith(f":{_line_of(tmp_path, 'f({')}")
+    text = " ".join(f.text for f in summarize(report).between)
+    assert "a['p'] and b are one buffer, donated twice" in text
+
+
+def test_a_donated_leaf_also_passed_undonated_is_named(tmp_path):
+    report = _run(tmp_path, """
+        import functools, jax, jax.numpy as jnp
+        @functools.partial(jax.jit, donate_argnums=(0,))
+        def f(a, b):
+            return a + b
+        x = jnp.ones(4)
+        f(x, x)
+        """)
+    assert report.run.outcome == "failed" and "donated" in report.run.error
+    (hazard,) = report.donation_hazards
+    assert (hazard.kind, hazard.paths) == ("donated_and_passed", ("a", "b"))
+
+
+def test_distinct_donated_buffers_are_no_hazard(tmp_path):
+    report = _run(tmp_path, """
+        import functools, jax, jax.numpy as jnp
+        @functools.partial(jax.jit, donate_argnums=(0, 1))
+        def f(a, b):
+            return a + 1, b + 1
+        x = jnp.ones(4)
+        a, b = f(x, jnp.copy(x))
+        assert x.is_deleted()
+        """)
+    assert report.run.outcome == "completed"
+    assert report.donation_hazards == () and report.deleted_read is None
+
+
+# --- the real-sized sample -----------------------------------------------------------
+
+def test_transformer_adam_has_no_finding_between_calls():
+    report = run_and_report(Target(str(SAMPLES / "transformer_adam.py"), ("--steps", "4")),
+                            advise=False)
+    assert report.run.outcome == "completed"
+    (fn,) = report.functions
+    assert fn.calls == 4 and fn.recompile is None and fn.compile_seconds > 0
+    timeline = report.runtime.live_timeline
+    assert timeline.growth == () and len(timeline.samples) >= 4
+    assert timeline.samples[-1].count == report.runtime.live_arrays.count
+    assert report.donation_hazards == () and report.deleted_read is None
+    assert summarize(report).between == ()

@@ -6,9 +6,11 @@ Three recorders a capture keeps beside its entries (see :mod:`memscope.capture`)
   XLA compile) that fire in the thread making a signature's first call.
 * :class:`LiveSampler` counts ``jax.live_arrays()`` after top-level calls, per
   shape, dtype and sharding, at a bounded cost: a sample is taken after calls
-  1, 2, 4, 8, ... and otherwise only once the time since the last sample is
-  :data:`SAMPLE_SHARE`'s inverse times what that sample took (at most about 1%
-  of the run's time). It keeps ids, counts and shapes, never an array.
+  1, 2, 4, 8, ... (so a short run has a timeline) and otherwise only once the
+  time since the last sample is :data:`SAMPLE_SHARE`'s inverse times what that
+  sample took (those samples take at most about 1% of the run's time;
+  benchmarks/bench_live.py measures it). It keeps ids, counts and shapes,
+  never an array.
 * :class:`DonationLedger` keeps, for the last :data:`LEDGER_CALLS` calls of
   donating signatures, the ids of the leaves they donated and the user's line
   that made the call: a later "Array has been deleted" error is traced back to
@@ -122,8 +124,9 @@ class LiveSampler:
             self._owners.setdefault(id(owner), owner)
             made = {id(y): (id(owner), i) for i, y in enumerate(jax.tree_util.tree_leaves(out))
                     if isinstance(y, jax.Array)}
-        # Per array only what is cheap (its aval, its sharding's identity); sizes and
-        # names once per group.
+        # Per array only what is cheap (its aval, its sharding: equal shardings hash
+        # alike, and each output has a sharding object of its own); sizes and names
+        # once per group.
         counts: dict[tuple[Any, ...], list[Any]] = {}
         kept: dict[int, tuple[int, int, tuple[int, ...], Any]] = {}
         seen: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
@@ -131,7 +134,7 @@ class LiveSampler:
         try:
             for a in arrays:
                 aval, sharding = a.aval, a.sharding
-                key = (aval.shape, aval.dtype, id(sharding))
+                key = (aval.shape, aval.dtype, sharding)
                 group = counts.get(key)
                 if group is None:
                     counts[key] = group = [0, a.nbytes, sharding]
@@ -151,7 +154,7 @@ class LiveSampler:
         for key, (n, each, sharding) in counts.items():
             named = names[key] = (tuple(key[0]), str(key[1]), describe_sharding(sharding))
             total += n * each
-            if named in groups:  # two sharding objects described alike
+            if named in groups:  # two shardings described alike
                 groups[named][0] += n
             else:
                 groups[named] = [n, each]

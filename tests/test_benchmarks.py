@@ -98,3 +98,12 @@ def test_reports_benchmark_prints_one_row_per_size():
     assert rows[0][1] == rows[1][1]
     assert all(float(value) > 0 for row in rows for value in row[2:6])
 
+
+
+def test_live_sampling_benchmark_prints_both_runs_and_the_samples():
+    out = _bench("bench_live.py", "--steps", "3", "--layers", "1", "--width", "32")
+    lines = out.splitlines()
+    assert re.match(r"^transformer_adam: 1 layers, width 32, 3 steps, \d+ live arrays", lines[0])
+    rows = {line[:22].strip(): line[22:].split() for line in lines[2:4]}
+    assert list(rows) == ["python", "memscope capture"] and rows["python"][1] == "1.00"
+    assert re.match(r"^samples 3 of 3 calls; sampling ", lines[4]), out

@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import pytest
 
 from memscope import between

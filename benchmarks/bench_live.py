@@ -1,0 +1,76 @@
+"""What sampling ``jax.live_arrays()`` after top-level calls costs a real-sized training loop.
+
+Runs sample_programs/transformer_adam.py's step (8 layers, optax Adam, 405 input
+leaves, about 800 live arrays) plainly and under :func:`memscope.capture`, in
+one process, and prints side by side the median step time of each, their ratio,
+the samples taken and what one sample costs at that count of live arrays:
+
+    python benchmarks/bench_live.py --steps 60
+
+The first step (the compile) is left out of every median. No figure here is
+asserted by the test suite; tests/test_benchmarks.py only checks that it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_programs"))
+
+import jax
+import transformer_adam as model
+
+from memscope import between
+from memscope.capture import capture
+
+
+def steps(args: argparse.Namespace, step: object, after: object = None) -> list[float]:
+    """Seconds of each step after the first; ``after()`` runs while the state is alive."""
+    params = model.init_params(jax.random.key(0), args.layers, args.width, args.seq)
+    opt_state = model.optimizer.init(params)
+    times = []
+    for i in range(args.steps):
+        batch = model.make_batch(jax.random.key(i), args.batch, args.seq)
+        start = time.perf_counter()
+        params, opt_state, loss = step(params, opt_state, batch)  # type: ignore[operator]
+        loss.block_until_ready()
+        times.append(time.perf_counter() - start)
+    if after is not None:
+        after()  # type: ignore[operator]
+    return times[1:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=64)
+    args = parser.parse_args()
+    one = between.LiveSampler()
+    plain = steps(args, model.train_step, lambda: one.at_end(args.steps))
+    with capture(advise=False) as session:
+        measured = steps(args, jax.jit(model.train_step.__wrapped__))
+    sampler = session.live_sampler
+    samples = [s for s, _ in sampler.samples]
+    live = max(s.count for s in samples)
+    single = one.seconds
+    base, under = statistics.median(plain), statistics.median(measured)
+    print(f"transformer_adam: {args.layers} layers, width {args.width}, {args.steps} steps, "
+          f"{live} live arrays")
+    print(f"{'run':<22} {'median step ms':>15} {'ratio':>7}")
+    print(f"{'python':<22} {base * 1000:>15.2f} {1:>7.2f}")
+    print(f"{'memscope capture':<22} {under * 1000:>15.2f} {under / base:>7.2f}")
+    print(f"samples {len(samples)} of {args.steps} calls; sampling {sampler.seconds * 1000:.2f} ms "
+          f"in all, {sampler.seconds / sum(measured) * 100:.2f}% of the steps' time; "
+          f"one sample at {one.samples[0][0].count} arrays (no capture running): "
+          f"{single * 1000:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

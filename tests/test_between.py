@@ -8,17 +8,21 @@ at the program's end, ``is_deleted()``, and JAX's own error at the call.
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
 
 import jax
 import pytest
+from click.testing import CliRunner
 
 from memscope import between
 from memscope.analysis import run_and_report
 from memscope.check import Budget, Config, check
+from memscope.cli import cli
 from memscope.growth import MIN_GROWTH, GroupSample, growing
-from memscope.report import Report
+from memscope.render.terminal import render_report
+from memscope.report import Report, load_report, save_report
 from memscope.runner import Target
 from memscope.summary import summarize
 from tests.test_samples import SAMPLES
@@ -298,3 +302,28 @@ def test_transformer_adam_has_no_finding_between_calls():
     assert timeline.samples[-1].count == report.runtime.live_arrays.count
     assert report.donation_hazards == () and report.deleted_read is None
     assert summarize(report).between == ()
+
+
+# --- the report: JSON, terminal, check from the command line -------------------------
+
+def test_between_findings_survive_json_and_fail_the_check_command(tmp_path):
+    report = _run(tmp_path, LOOP % "losses.append(aux['loss'])", str(tmp_path / "live"))
+    saved = tmp_path / "r.json"
+    save_report(report, str(saved))
+    again = load_report(str(saved))
+    assert again == report and again.runtime.live_timeline.growth
+    out = io.StringIO()
+    render_report(again, out, width=100, plain=True)
+    lines = out.getvalue().splitlines()
+    at = lines.index("Between calls")
+    assert lines[at + 1] == ("  problem: live arrays keep growing: train_step result[1]['loss']: "
+                             "float32[] on cpu:0: +1 array per")
+    assert lines[at + 2].startswith("      call, 4 B each, ")
+    config = tmp_path / "memscope.toml"
+    config.write_text('max_live_growth = "512 B"\n')
+    result = CliRunner().invoke(cli, ["check", "--report", str(saved), "--config", str(config)])
+    assert result.exit_code == 1, result.output
+    assert "kept growing by" in result.output and "live arrays" in result.output
+    config.write_text('max_live_growth = "1 MiB"\n')
+    result = CliRunner().invoke(cli, ["check", "--report", str(saved), "--config", str(config)])
+    assert result.exit_code == 0, result.output

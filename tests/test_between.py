@@ -21,6 +21,8 @@ from memscope.analysis import run_and_report
 from memscope.check import Budget, Config, check
 from memscope.cli import cli
 from memscope.growth import MIN_GROWTH, GroupSample, growing
+from memscope.recompiles import LeafShape, SignatureShape, differences, explain
+from memscope.render.html import render_html
 from memscope.render.terminal import render_report
 from memscope.report import Report, load_report, save_report
 from memscope.runner import Target
@@ -319,6 +321,10 @@ def test_between_findings_survive_json_and_fail_the_check_command(tmp_path):
     assert lines[at + 1] == ("  problem: live arrays keep growing: train_step result[1]['loss']: "
                              "float32[] on cpu:0: +1 array per")
     assert lines[at + 2].startswith("      call, 4 B each, ")
+    page = io.StringIO()
+    render_html(again, page)
+    assert 'aria-label="live arrays over the run"' in page.getvalue()
+    assert "+1 array per call" in page.getvalue()
     config = tmp_path / "memscope.toml"
     config.write_text('max_live_growth = "512 B"\n')
     result = CliRunner().invoke(cli, ["check", "--report", str(saved), "--config", str(config)])
@@ -327,3 +333,30 @@ def test_between_findings_survive_json_and_fail_the_check_command(tmp_path):
     config.write_text('max_live_growth = "1 MiB"\n')
     result = CliRunner().invoke(cli, ["check", "--report", str(saved), "--config", str(config)])
     assert result.exit_code == 0, result.output
+
+
+def test_each_kind_of_difference_in_words():
+    def leaf(path: str, **kw: object) -> LeafShape:
+        base = {"kind": "array", "shape": (4,), "dtype": "float32", "weak_type": False,
+                "placement": "cpu:0", "sharding": "cpu:0"}
+        return LeafShape(path, **{**base, **kw})  # type: ignore[arg-type]
+
+    def sig(*leaves: LeafShape, statics=(), tree="T", donation="no donation") -> SignatureShape:
+        return SignatureShape(tuple(leaves), tuple(statics), tree, donation)
+
+    then = sig(leaf("x"), leaf("lr", kind="float", shape=(), placement=None, sharding=None))
+    now = sig(leaf("x", dtype="bfloat16"), leaf("lr", shape=()))
+    kinds = [(r.path, r.kind) for r in differences(then, now)]
+    assert kinds == [("x", "dtype"), ("lr", "kind")]
+    assert differences(sig(leaf("x")), sig(leaf("x"), leaf("y"), tree="U"))[0].kind == "tree"
+    (same,) = differences(sig(leaf("x")), sig(leaf("x")))
+    assert same.kind == "unknown" and "closure" in same.advice
+    (spelled,) = differences(sig(leaf("x", sharding="P() on x=8", placement=1)),
+                             sig(leaf("x", sharding="P(None, None) on x=8", placement=1)))
+    assert spelled.kind == "sharding_spelling"
+    (donation,) = differences(sig(leaf("x")), sig(leaf("x"), donation="donate_argnums=(0,)"))
+    assert donation.kind == "donation"
+    explained = explain([sig(leaf("x", shape=(2,))), sig(leaf("x", shape=(3,)))],
+                        sig(leaf("x", shape=(3,), weak_type=True)))
+    assert explained is not None and explained.since == 2
+    assert [r.kind for r in explained.reasons] == ["weak_type"]

@@ -72,6 +72,7 @@ def function_report(entry: Entry) -> FunctionReport:
         error=entry.error, variants=variants,
         advice=_advice(inputs, memory, entry.variants), setting=entry.setting,
         findings=findings, measured=entry.measured, library=entry.library,
+        compile_seconds=entry.compile_seconds, first_call=entry.first_call,
         devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None),
@@ -148,9 +149,7 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
     session's donations (hazards, and the donation behind a deleted array)."""
     entries = list(entries)
     recompiles = explain_recompiles(entries)
-    functions = tuple(dataclasses.replace(function_report(e), recompile=recompiles.get(id(e)),
-                                          compile_seconds=e.compile_seconds,
-                                          first_call=e.first_call)
+    functions = tuple(dataclasses.replace(function_report(e), recompile=recompiles.get(id(e)))
                       for e in entries)
     hazards: tuple[DonationHazard, ...] = ()
     deleted = None

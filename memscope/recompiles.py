@@ -77,28 +77,28 @@ def differences(then: SignatureShape, now: SignatureShape) -> list[RecompileReas
     for name, value in now.statics:
         if name in before and before[name] != value:
             out.append(RecompileReason(name, "static", before[name], value,
-                                       "a static argument's every new value compiles anew; "
-                                       "pass it as an array (not static) if it varies"))
+                                       "each new value of a static argument compiles anew: "
+                                       "pass it as an array, not static, if it varies"))
     old = {leaf.path: leaf for leaf in then.leaves}
     new = {leaf.path: leaf for leaf in now.leaves}
     if then.tree != now.tree or old.keys() != new.keys():
         gone = [p for p in old if p not in new]
         added = [p for p in new if p not in old]
-        detail = "; ".join(filter(None, (
+        detail = ", ".join(filter(None, (
             f"no longer passed: {', '.join(gone[:3])}" if gone else "",
             f"new: {', '.join(added[:3])}" if added else "")))
         out.append(RecompileReason("", "tree", _short(then.tree), _short(now.tree),
-                                   (detail + ": " if detail else "")
-                                   + "pass the same pytree structure every call (the same "
-                                   "keys, None in the same places, tuples not lists)"))
+                                   (detail + ". " if detail else "")
+                                   + "Pass the same pytree structure every call: the same "
+                                   "keys, None in the same places, tuples not lists"))
     for path, leaf in new.items():
         if path in old:
             out += _leaf_differences(old[path], leaf)
     if not out:
         out.append(RecompileReason("", "unknown", "", "",
-                                   "memscope sees no difference in the arguments: the "
-                                   "function object differs (a closure, a new lambda or "
-                                   "functools.partial each step?); define it once"))
+                                   "memscope sees no difference in the arguments, so the "
+                                   "function object differs: a closure, a new lambda or "
+                                   "functools.partial made each step? Define it once"))
     return out
 
 
@@ -113,31 +113,31 @@ def _leaf_differences(a: LeafShape, b: LeafShape) -> list[RecompileReason]:
         out.append(RecompileReason(path, "shape", _aval(a), _aval(b), _shape_advice(a, b)))
     if a.dtype != b.dtype:
         out.append(RecompileReason(path, "dtype", _aval(a), _aval(b),
-                                   f"cast it to one dtype before the call "
-                                   f"(x.astype(jnp.{a.dtype}))"))
+                                   f"cast it to one dtype before the call, as "
+                                   f"x.astype(jnp.{a.dtype})"))
     if a.weak_type != b.weak_type and a.dtype == b.dtype:
         weak, strong = (a, b) if a.weak_type else (b, a)
         out.append(RecompileReason(
             path, "weak_type", _weak(a), _weak(b),
-            f"weak-typed {'first' if weak is a else 'now'} (created from a Python scalar, "
-            f"e.g. jnp.full(shape, 0.01) or x * 1.0); pass dtype= to make it "
+            f"weak-typed on the {'earlier' if weak is a else 'later'} call, as made from a "
+            f"Python scalar by jnp.full(shape, 0.01) or x * 1.0: pass dtype= to make it "
             f"{strong.dtype or 'strongly typed'} on every call"))
     if a.placement != b.placement:
         out.append(RecompileReason(path, "sharding", a.sharding or "n/a", b.sharding or "n/a",
-                                   "place it the same way every call (one jax.device_put "
-                                   "with one sharding)"))
+                                   "place it the same way every call: one jax.device_put "
+                                   "with one sharding"))
     elif a.sharding != b.sharding and a.sharding is not None and b.sharding is not None \
             and not out:
         out.append(RecompileReason(path, "sharding_spelling", a.sharding, b.sharding,
-                                   "the same placement spelled two ways (e.g. P() and "
-                                   "P(None, None)): spell it one way everywhere"))
+                                   "the same placement spelled two ways, as P() and "
+                                   "P(None, None): spell it one way everywhere"))
     return out
 
 
 def _shape_advice(a: LeafShape, b: LeafShape) -> str:
     sa, sb = a.shape or (), b.shape or ()
     if len(sa) == len(sb) and len(sa) > 0 and sa[1:] == sb[1:]:
-        return ("only the leading dimension changed (a ragged last batch?): pad the batch "
+        return ("only the leading dimension changed, a ragged last batch? Pad the batch "
                 "to one size, or drop the remainder")
     return "every new shape compiles anew: pad or bucket it to a few fixed shapes"
 

@@ -649,7 +649,7 @@ def recompile_text(fn: FunctionReport, r: Recompile) -> str:
     float32[5,3] (only the leading dimension changed ...); cost 0.1 s, 1.2 KiB of code``."""
     reasons = "; ".join(
         (f"{x.path}: " if x.path else "")
-        + (f"{x.before} -> {x.after} ({x.advice})" if x.before or x.after else x.advice)
+        + (f"{x.before} -> {x.after}: {x.advice}" if x.before or x.after else x.advice)
         for x in r.reasons)
     more = f"; and {r.more} more" if r.more else ""
     at = f" at call {fn.first_call}" if fn.first_call is not None else ""

@@ -268,8 +268,7 @@ class DonationLedger:
 
 
 def _deleted_arrays(error: BaseException) -> list[Any]:
-    """The deleted arrays the failing frames hold (innermost first), one level into
-    lists, tuples and dicts."""
+    """The deleted arrays the failing frames hold (innermost first), inside pytrees too."""
     found: list[Any] = []
     seen: set[int] = set()
     chain: BaseException | None = error
@@ -283,14 +282,22 @@ def _deleted_arrays(error: BaseException) -> list[Any]:
             tb = tb.tb_next
         for frame in reversed(frames):
             for value in list(frame.f_locals.values()):
-                inner = (list(value.values()) if isinstance(value, dict)
-                         else list(value) if isinstance(value, list | tuple) else [])
-                for x in [value, *inner[:10_000]]:
+                for x in _leaves(value):
                     if isinstance(x, jax.Array) and id(x) not in seen and x.is_deleted():
                         seen.add(id(x))
                         found.append(x)
         chain = chain.__cause__ or chain.__context__
     return found
+
+
+def _leaves(value: Any) -> list[Any]:
+    """``value``'s pytree leaves (a module, a function: itself); at most 100,000."""
+    if isinstance(value, types.ModuleType | types.FunctionType | type):
+        return [value]
+    try:
+        return jax.tree_util.tree_leaves(value)[:100_000]
+    except Exception:  # a pytree whose flattening fails: only itself
+        return [value]
 
 
 def caller_line(skip: tuple[str, ...]) -> str | None:

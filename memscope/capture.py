@@ -494,11 +494,11 @@ class MeasuredJit:
         if entry is None:
             out, entry = self._first_call(key, leaves, args, kwargs)
         else:
-            if entry.donated:
-                session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
-                                      _NOT_USER)
             out = jitted(*args, **kwargs)
             entry.calls += 1
+            if entry.donated:  # after the call: only a call that ran donated anything
+                session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
+                                      _NOT_USER)
         session.after_call(entry, out)
         session.count_call()
         return out
@@ -509,10 +509,10 @@ class MeasuredJit:
         session_key = (self._memscope_key, self._memscope_spec.token, key)
         entry = session.lookup(session_key)
         if entry is not None:  # the same function jitted again alike: already read
+            out = self._memscope_jitted(*args, **kwargs)
             if entry.donated:
                 session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
                                       _NOT_USER)
-            out = self._memscope_jitted(*args, **kwargs)
             entry.calls += 1
             self._memscope_seen[key] = entry
             return out, entry

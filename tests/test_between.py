@@ -360,3 +360,21 @@ def test_each_kind_of_difference_in_words():
                         sig(leaf("x", shape=(3,), weak_type=True)))
     assert explained is not None and explained.since == 2
     assert [r.kind for r in explained.reasons] == ["weak_type"]
+
+
+def test_a_deleted_array_passed_again_deep_in_a_pytree_is_traced_back(tmp_path):
+    report = _run(tmp_path, """
+        import functools, jax, jax.numpy as jnp
+        @functools.partial(jax.jit, donate_argnames=("state",))
+        def update(state, g):
+            return jax.tree.map(lambda w: w - g, state)
+        state = {"layers": [{"w": jnp.ones(4)}, {"w": jnp.ones(4)}]}
+        kept = state
+        state = update(state, jnp.ones(4))  # donates kept
+        update(kept, jnp.ones(4))
+        """)
+    assert report.run.outcome == "failed" and "deleted" in report.run.error
+    d = report.deleted_read
+    assert (d.function, d.call) == ("update", 1)
+    assert d.path in ("state['layers'][0]['w']", "state['layers'][1]['w']")
+    assert d.line.endswith(f"prog.py:{_line_of(tmp_path, 'donates kept')}")

@@ -58,6 +58,7 @@ def main() -> None:
         measured = steps(args, jax.jit(model.train_step.__wrapped__))
     sampler = session.live_sampler
     samples = [s for s, _ in sampler.samples]
+    after_calls = sum(s.function != "(end)" for s in samples)
     live = max(s.count for s in samples)
     single = one.seconds
     base, under = statistics.median(plain), statistics.median(measured)
@@ -66,7 +67,7 @@ def main() -> None:
     print(f"{'run':<22} {'median step ms':>15} {'ratio':>7}")
     print(f"{'python':<22} {base * 1000:>15.2f} {1:>7.2f}")
     print(f"{'memscope capture':<22} {under * 1000:>15.2f} {under / base:>7.2f}")
-    print(f"samples {len(samples)} of {args.steps} calls; sampling {sampler.seconds * 1000:.2f} ms "
+    print(f"samples after {after_calls} of {args.steps} calls and at the end; sampling {sampler.seconds * 1000:.2f} ms "
           f"in all, {sampler.seconds / sum(measured) * 100:.2f}% of the steps' time; "
           f"one sample at {one.samples[0][0].count} arrays (no capture running): "
           f"{single * 1000:.2f} ms")

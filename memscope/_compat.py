@@ -312,6 +312,44 @@ def backends_initialized() -> bool:
     return bool(_xla_bridge.backends_are_initialized())
 
 
+def buffer_failure(x: Any, *, wait: bool = False) -> Exception | None:
+    """The error ``x``'s computation ended in; ``None`` when it did not, or when it
+    is still running and ``wait`` is false.
+
+    An array whose computation failed holds the error instead of a buffer, and
+    reading its address aborts the process (``Check failed:
+    buffer_.IsConcrete()``). A ready array is checked at once; the error, caught
+    here, stays in the array for the program to meet where it would have
+    without memscope.
+    """
+    x = _physical(x)
+    try:
+        if wait or x.is_ready():
+            x.block_until_ready()  # at once when ready; raises the error it holds
+    except Exception as e:  # the computation's own error, held by the array
+        return e
+    return None
+
+
+def _physical(x: Any) -> Any:
+    # A PRNG key array holds its buffer in a uint32 array of its own.
+    return getattr(x, "_base_array", x)
+
+
+def is_ready(x: Any) -> bool:
+    """``x.is_ready()``: its computation has ended (a key array's, of its data)."""
+    return bool(_physical(x).is_ready())
+
+
+def allocated_late(x: Any) -> bool:
+    """True when ``x``, a pending output of a call made while one of its inputs
+    was pending, may have no buffer yet: XLA:CPU then allocates the outputs only
+    when the call runs, and reading the address of one whose allocation failed
+    (RESOURCE_EXHAUSTED) aborts the process."""
+    x = _physical(x)
+    return not x.is_ready() and any(d.platform == "cpu" for d in x.devices())
+
+
 # -------------------------------------------------------- compiled program --
 
 

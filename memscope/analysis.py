@@ -10,7 +10,7 @@ from typing import Any
 
 import jax
 
-from memscope import _compat, advice, observed
+from memscope import _compat, advice, observed, oom
 from memscope.advice import AdviceLevel
 from memscope.between import DonationLedger, signature_shape
 from memscope.buffers import breakdown
@@ -39,12 +39,14 @@ from memscope.report import (
     LiveAtPeak,
     Memory,
     MemoryTimeline,
+    OutOfMemory,
     OutputBuffer,
     Recompile,
     Report,
     RunInfo,
     Runtime,
     Variant,
+    XlaBuffer,
 )
 from memscope.runner import RunResult, Target, run_target
 from memscope.version import __version__
@@ -76,7 +78,8 @@ def function_report(entry: Entry) -> FunctionReport:
         devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None),
-        memory_timeline=timeline, live_at_peak=live, memory_timeline_note=timeline_note)
+        memory_timeline=timeline, live_at_peak=live, memory_timeline_note=timeline_note,
+        out_of_memory=post_mortem(entry))
 
 
 def _memory_view(entry: Entry, inputs: Sequence[InputBuffer], memory: Memory | None
@@ -95,6 +98,52 @@ def _facts_view(facts: CompiledFacts, inputs: Sequence[InputBuffer], memory: Mem
     timeline, live = memory_view(facts.liveness, facts.buffers, memory, display_path,
                                  arguments)
     return timeline, live, None
+def forecast_failures(entries: Iterable[Entry]) -> None:
+    """For each call that ran out of memory on a device with a limit: the largest
+    batch that fits it, by compiling (after the program has ended)."""
+    for entry in entries:
+        in_use, limit = entry.failure_memory or (0, None)
+        if entry.failure is None or entry.call is None or entry.facts is None or limit is None:
+            continue
+        from memscope import fit
+
+        held = max(in_use - (entry.facts.memory.argument_bytes or 0), 0)
+        try:
+            choice = fit.choose_batch(entry, None)
+            entry.forecast = fit.forecast(entry, choice, limit - held, memory=limit,
+                                          held=held)
+        except Exception:  # the post-mortem goes without it (it says n/a)
+            entry.forecast = None
+
+
+def post_mortem(entry: Entry) -> OutOfMemory | None:
+    """What the entry's out-of-memory failure showed; ``None`` when it had none."""
+    if entry.failure is None:
+        return None
+    said = oom.parse(entry.failure)
+    in_use, limit = entry.failure_memory or (None, None)
+    return OutOfMemory(
+        error=said.headline if said is not None else entry.failure.splitlines()[0],
+        failed_in="compile" if entry.failed_in == "compile" else "call",
+        requested_bytes=said.requested_bytes if said else None,
+        device_limit_bytes=limit, bytes_in_use=in_use,
+        xla_used_bytes=said.used_bytes if said else None,
+        xla_capacity_bytes=said.capacity_bytes if said else None,
+        listed_buffers=tuple(XlaBuffer(b.bytes, b.shape, b.op, b.source)
+                             for b in (said.buffers if said else ())),
+        live_arrays=entry.failure_live, forecast=entry.forecast,
+        largest_buffers=_largest_buffers(entry))
+
+
+def _largest_buffers(entry: Entry, count: int = 5) -> tuple[XlaBuffer, ...]:
+    assigned = entry.facts.buffers if entry.facts is not None else None
+    if assigned is None:
+        return ()
+    largest = sorted(assigned.buffers.values(), key=lambda b: b.size, reverse=True)[:count]
+    return tuple(XlaBuffer(b.size, b.shape, b.op,
+                           None if b.source_file is None else
+                           f"{display_path(b.source_file)}:{b.source_line}")
+                 for b in largest)
 
 
 def _variant(v: VariantFacts) -> Variant:
@@ -279,6 +328,7 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
         raise SystemExit(result.exit_code)
     if session.stopped:  # even where the target caught TargetStopped and went on
         result = RunResult("stopped", 0)
+    forecast_failures(session.entries)
     with guard.deferred_signals():
         report = build_report(session.entries, run_info(result), session.runtime(),
                               uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)

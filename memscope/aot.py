@@ -17,7 +17,6 @@ import jax
 
 from memscope import _compat
 from memscope.compiled import CompiledHandles
-from memscope.observed import Observation
 
 
 class Stage:
@@ -90,18 +89,15 @@ class Compiled(Stage):
         return out
 
     def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        from memscope.capture import Entry, _addresses
+        from memscope.capture import Entry, _addresses, _any_pending, _observe
 
         origin = self._memscope_origin
         session = origin._memscope_session
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         before = [_addresses(x) for x in leaves]
+        late = _any_pending(leaves)
         out = self._memscope_real(*args, **kwargs)
-        observation = Observation(
-            inputs_before=tuple(before),
-            inputs_deleted=tuple(x.is_deleted() if isinstance(x, jax.Array) else None
-                                 for x in leaves),
-            outputs_after=tuple(_addresses(y) for y in jax.tree_util.tree_leaves(out)))
+        observation = _observe(before, leaves, out, late=late)
         call_args, call_kwargs = self._memscope_call
         try:
             entry = origin._entry(origin._call_key(call_args, call_kwargs)[0],
@@ -110,7 +106,7 @@ class Compiled(Stage):
             entry = Entry(name=origin._memscope_name, source=origin._memscope_source,
                           signature="(?)", spec=origin._memscope_spec,
                           error=f"could not describe the call: {type(e).__name__}: {e}")
-        entry.observation = observation
+        session.observed(entry, observation)
         entry.library = origin._memscope_library
         shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
         handles = None

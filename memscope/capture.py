@@ -24,6 +24,7 @@ import sysconfig
 import threading
 import time
 import types
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat, advice, between, keys, wrappers
+from memscope import _compat, advice, between, keys, oom, wrappers
 from memscope.advice import AdviceLevel, advice_level
 from memscope.compiled import (
     CompiledFacts,
@@ -60,6 +61,7 @@ from memscope.errors import MemscopeError, TargetStopped
 from memscope.fates import classify
 from memscope.observed import Addresses, Observation
 from memscope.report import (
+    Forecast,
     LiveArray,
     LiveArrays,
     MeasuredMemory,
@@ -109,6 +111,19 @@ class VariantFacts:
     same_as: VariantName | None = None
 
 
+@dataclass(frozen=True)
+class KeptCall:
+    """A call in shapes: the jit object JAX made, the call's arguments with every
+    array as a ``jax.ShapeDtypeStruct`` (shape, dtype, sharding), and its dynamic
+    top-level arguments in JAX's terms. Enough to compile it again at other
+    shapes; no array is kept."""
+
+    jitted: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    arguments: tuple[Argument, ...]
+
+
 @dataclass
 class Entry:
     """One jitted function at one signature, as observed during a capture.
@@ -147,6 +162,18 @@ class Entry:
     donated: tuple[int, ...] = ()
     #: each leaf's sharding as spelled, read off the program's path
     shardings: tuple[str | None, ...] = ()
+    #: the out-of-memory error a call of it ended in, as JAX's text
+    failure: str | None = None
+    #: where it failed: "call" (running) or "compile"
+    failed_in: str | None = None
+    #: jax.live_arrays() and device memory when it failed
+    failure_live: LiveArrays | None = None
+    failure_memory: tuple[int, int | None] | None = None
+    #: the jit object and its call with arrays as ShapeDtypeStructs, kept when the
+    #: session keeps calls (``memscope fit``) or the call ran out of memory
+    call: KeptCall | None = None
+    #: what batch would fit, for the post-mortem (see :mod:`memscope.fit`)
+    forecast: Forecast | None = None
 
     @property
     def setting(self) -> str | None:
@@ -169,6 +196,11 @@ class Session:
         self.advice: AdviceLevel = advice_level(advise)
         self.request = request
         self.stop_after = stop_after
+        #: keep each entry's call in shapes (``memscope fit`` compiles it again)
+        self.keep_calls = False
+        #: end the target at the first call of a signature seen before (the loop began)
+        self.stop_at_repeat = False
+        self._stop_hit = False
         self.calls = 0
         self._proxy = proxy
         self._lock = threading.Lock()
@@ -177,6 +209,7 @@ class Session:
         self._samples: list[MemorySample] = []
         self._truncated = False
         self._live: LiveArrays | None = None
+        self._unread: list[tuple[Entry, Unread]] = []
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.between`)
         self.clock = between.CompileClock()
@@ -193,7 +226,7 @@ class Session:
     @property
     def stopped(self) -> bool:
         """True once ``stop_after`` calls ran and the target was told to end."""
-        return self.stop_after is not None and self.calls >= self.stop_after
+        return self._stop_hit or (self.stop_after is not None and self.calls >= self.stop_after)
 
     def device_memory(self) -> tuple[int, int] | None:
         """(bytes in use, peak bytes in use) of the busiest local device, or ``None``
@@ -226,21 +259,12 @@ class Session:
         if self._finished:
             return
         self._finished = True
+        self.settle(final=True)
         if not _compat.backends_initialized():
             return  # the target used no device; do not start one now
         with contextlib.suppress(Exception):
             self.live_sampler.at_end(self.calls)
-        try:
-            arrays = jax.live_arrays()
-            largest = sorted(arrays, key=lambda a: a.nbytes, reverse=True)
-            self._live = LiveArrays(
-                count=len(arrays), total_bytes=sum(int(a.nbytes) for a in arrays),
-                largest=tuple(LiveArray(tuple(a.shape), str(a.dtype), int(a.nbytes),
-                                        describe_sharding(a.sharding))
-                              for a in largest[:LARGEST_LIVE_ARRAYS]))
-            del arrays, largest
-        except Exception:
-            self._live = None
+        self._live = live_arrays()
 
     def runtime(self) -> Runtime:
         """What the run showed of device memory and live arrays, frozen."""
@@ -310,16 +334,68 @@ class Session:
                         variant_compiles=self.variant_compiles,
                         variants_reused=self.variants_reused)
 
-    def count_call(self) -> None:
-        """Count one top-level jitted call; end the target once ``stop_after`` ran.
+    def observed(self, entry: Entry, seen: Observation | Unread | _Failed) -> None:
+        """Keep what a first call's buffers showed; read later what is not ready."""
+        if isinstance(seen, Unread):
+            with self._lock:
+                self._unread.append((entry, seen))
+        elif isinstance(seen, _Failed):
+            self.failed(entry, seen.error, exclude=seen.outputs)
+        else:
+            entry.observation = seen
+
+    def settle(self, *, final: bool = False) -> None:
+        """Read the outputs of earlier first calls that are ready by now (all of
+        them, waiting, when ``final``: the program has ended)."""
+        if not self._unread:
+            return
+        with self._lock:
+            unread, self._unread = self._unread, []
+        for entry, pending in unread:
+            seen = pending.read(final=final)
+            if seen is None and not final and all(r is None or r() is not None
+                                                  for r in pending.outputs):
+                with self._lock:
+                    self._unread.append((entry, pending))
+            elif isinstance(seen, _Failed):
+                self.failed(entry, seen.error, exclude=seen.outputs)
+            elif seen is not None:
+                entry.observation = seen
+
+    def failed(self, entry: Entry, error: BaseException, where: str = "call",
+               exclude: Sequence[Any] = ()) -> None:
+        """Note that a call of ``entry`` ended in ``error`` (the program meets it),
+        when the error says memory ran out: what was alive then, in figures."""
+        if entry.failure is not None or not oom.is_out_of_memory(str(error)):
+            return
+        entry.failure, entry.failed_in = f"{type(error).__name__}: {error}", where
+        entry.failure_live = live_arrays(exclude)
+        entry.failure_memory = self.device_limits()
+
+    def device_limits(self) -> tuple[int, int | None] | None:
+        """(bytes in use, the device's limit) on the busiest local device; ``None``
+        where the backend keeps no statistics (CPU)."""
+        try:
+            stats = [d.memory_stats() for d in jax.local_devices()]
+            busiest = max(stats, key=lambda s: int(s["bytes_in_use"]))
+        except Exception:  # None (CPU), a missing key, or no devices
+            return None
+        limit = busiest.get("bytes_limit")
+        return int(busiest["bytes_in_use"]), None if limit is None else int(limit)
+
+    def count_call(self, *, repeat: bool = False) -> None:
+        """Count one top-level jitted call; end the target once ``stop_after`` ran
+        (or at a ``repeat``: a signature called before, with ``stop_at_repeat``).
 
         Raises:
             TargetStopped: this call was number ``stop_after``.
         """
         with self._lock:
             self.calls += 1
-            stop = self.stop_after is not None and self.calls == self.stop_after
+            stop = ((self.stop_after is not None and self.calls == self.stop_after)
+                    or (self.stop_at_repeat and repeat))
         if stop:
+            self._stop_hit = True
             self.active = False  # nothing more to record, even if the target goes on
             raise TargetStopped(self.calls)
 
@@ -338,9 +414,28 @@ class Session:
         return self._proxy.recording(emit=emit)
 
 
+def live_arrays(exclude: Sequence[Any] = ()) -> LiveArrays | None:
+    """``jax.live_arrays()`` in figures, the largest listed; ``None`` if unreadable.
+    ``exclude``: arrays not to count (a failed call's outputs hold no memory)."""
+    try:
+        skip = {id(x) for x in exclude}
+        arrays = [a for a in jax.live_arrays() if id(a) not in skip]
+        largest = sorted(arrays, key=lambda a: a.nbytes, reverse=True)
+        live = LiveArrays(
+            count=len(arrays), total_bytes=sum(int(a.nbytes) for a in arrays),
+            largest=tuple(LiveArray(tuple(a.shape), str(a.dtype), int(a.nbytes),
+                                    describe_sharding(a.sharding))
+                          for a in largest[:LARGEST_LIVE_ARRAYS]))
+        del arrays, largest
+        return live
+    except Exception:
+        return None
+
+
 @contextlib.contextmanager
 def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
-            stop_after: int | None = None) -> Iterator[Session]:
+            stop_after: int | None = None, keep_calls: bool = False,
+            stop_at_repeat: bool = False) -> Iterator[Session]:
     """Record every jitted function called inside the block.
 
     ``advise`` also compiles each signature with other donations: ``"advised"``
@@ -349,7 +444,10 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     donation is one XLA compile, made in memscope's worker thread while the
     program goes on. ``request`` compiles the donation a ``memscope diff`` asked
     for. ``stop_after`` ends the block's code with
-    :class:`~memscope.errors.TargetStopped` once that many jitted calls ran.
+    :class:`~memscope.errors.TargetStopped` once that many jitted calls ran;
+    ``stop_at_repeat`` at the first call of a signature called before (a loop
+    has begun). ``keep_calls`` keeps each signature's call in shapes
+    (:class:`KeptCall`), to compile it again (``memscope fit``).
 
     Reading the compiled programs and the variants' compiles finish before the
     block exits. Jit objects made inside the block stay usable after it; they
@@ -364,6 +462,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after)
         with contextlib.suppress(Exception):  # compile times are then n/a
             session.clock.install()
+        session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat
 
         def wrap(jitted: Any, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
             if not _is_jax_internal(fun):
@@ -484,6 +583,7 @@ class MeasuredJit:
         jitted = self._memscope_jitted
         if not self._memscope_session.active or not _compat.is_top_level_call():
             return jitted(*args, **kwargs)
+        self._memscope_session.settle()
         try:
             key, leaves = self._call_key(args, kwargs)
         except Exception:
@@ -494,13 +594,17 @@ class MeasuredJit:
         if entry is None:
             out, entry = self._first_call(key, leaves, args, kwargs)
         else:
-            out = jitted(*args, **kwargs)
+            try:
+                out = jitted(*args, **kwargs)
+            except Exception as e:
+                self._memscope_session.failed(entry, e)
+                raise
             entry.calls += 1
             if entry.donated:  # after the call: only a call that ran donated anything
                 session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
                                       _NOT_USER)
         session.after_call(entry, out)
-        session.count_call()
+        session.count_call(repeat=entry.calls > 1)
         return out
 
     def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
@@ -518,19 +622,21 @@ class MeasuredJit:
             return out, entry
         before = [_addresses(x) for x in leaves]
         donated = self._donation_check(leaves, before, args, kwargs)
+        late = _any_pending(leaves)
         memory_before = session.device_memory()
         session.clock.start()
         try:
             with session.recording_warnings() as lowering_warnings:
-                out = self._memscope_jitted(*args, **kwargs)
+                try:
+                    out = self._memscope_jitted(*args, **kwargs)
+                except Exception as e:
+                    if oom.is_out_of_memory(str(e)):
+                        self._failed_first_call(key, session_key, leaves, args, kwargs, e)
+                    raise
         finally:
             compile_seconds = session.clock.stop()
         memory_after = session.device_memory()
-        observation = Observation(
-            inputs_before=tuple(before),
-            inputs_deleted=tuple(x.is_deleted() if isinstance(x, jax.Array) else None
-                                 for x in leaves),
-            outputs_after=tuple(_addresses(y) for y in jax.tree_util.tree_leaves(out)))
+        observation = _observe(before, leaves, out, late=late)
         try:
             entry = self._entry(key, args, kwargs, out)
         except Exception as e:  # the user's call succeeded; memscope must not fail it
@@ -538,7 +644,8 @@ class MeasuredJit:
                           signature="(?)", spec=self._memscope_spec,
                           error=f"could not describe the call: {type(e).__name__}: {e}")
         entry.library = self._memscope_library
-        entry.warnings, entry.observation = tuple(lowering_warnings), observation
+        entry.warnings = tuple(lowering_warnings)
+        session.observed(entry, observation)
         entry.key, entry.compile_seconds, entry.donated = key, compile_seconds, donated
         entry.first_call = session.calls + 1
         if donated:
@@ -551,6 +658,8 @@ class MeasuredJit:
             handles = take_compiled(self._memscope_jitted, args, kwargs)
         except Exception as e:  # never let the measurement break the program
             entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        if session.keep_calls:
+            entry.call = self._kept_call(args, kwargs)
         mine = entry
         entry = session.add(session_key, entry)
         if handles is not None and entry is mine:
@@ -580,6 +689,45 @@ class MeasuredJit:
         except Exception:  # never let the measurement break the program
             return ()
         return donated
+
+    def _kept_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KeptCall | None:
+        from memscope import aot
+
+        try:
+            call_args, call_kwargs = aot.abstract_call(args, kwargs)
+            return KeptCall(self._memscope_jitted, call_args, call_kwargs,
+                            _arguments(self._memscope_fun, self._memscope_spec, args, kwargs))
+        except Exception:  # memscope must not fail the call
+            return None
+
+    def _failed_first_call(self, key: Any, session_key: Any, leaves: Sequence[Any],
+                           args: tuple[Any, ...], kwargs: dict[str, Any],
+                           error: Exception) -> None:
+        """Record a first call that ran out of memory, for the post-mortem: its
+        compiled program is read later, off the program's path, from the call's
+        shapes (an executable that failed to compile is compiled there again)."""
+        session = self._memscope_session
+        try:
+            entry = self._entry(key, args, kwargs, None)
+        except Exception:
+            entry = Entry(name=self._memscope_name, source=self._memscope_source,
+                          signature=_signature_text(key), spec=self._memscope_spec)
+        entry.library = self._memscope_library
+        try:
+            # Only the failed executable's cache tells a compile from a run.
+            handles = take_compiled(self._memscope_jitted, args, kwargs)
+            where = "call"
+        except Exception:
+            handles, where = None, "compile"
+        session.failed(entry, error, where)
+        entry.call = self._kept_call(args, kwargs)
+        if session.add(session_key, entry) is not entry:
+            return
+        self._memscope_seen[key] = entry
+        if handles is not None:
+            shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
+            session.defer(functools.partial(self._analyse, entry, handles, shardings,
+                                            _compat.config_snapshot()))
 
     def _analyse(self, entry: Entry, handles: CompiledHandles, shardings: list[Any],
                  settings: _compat.ConfigSnapshot) -> None:
@@ -872,10 +1020,69 @@ def _parameter_names(fun: Any) -> tuple[str, ...] | None:
     return tuple(p.name for p in params if p.kind not in variadic)
 
 
+@dataclass(frozen=True)
+class _Failed:
+    """A call's computation failed: its error, and its outputs (they hold the error)."""
+
+    error: Exception
+    outputs: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A first call whose outputs' addresses cannot be read yet: it was made while
+    an input was pending, so on CPU its outputs may have no buffer until it runs
+    (see :func:`memscope._compat.allocated_late`). Weak references only."""
+
+    inputs_before: tuple[Addresses, ...]
+    inputs_deleted: tuple[bool | None, ...]
+    outputs: tuple[weakref.ref[Any] | None, ...]
+
+    def read(self, *, final: bool) -> Observation | _Failed | None:
+        """The observation once every output is ready (``final``: waits); the
+        error the call ended in; ``None`` when it cannot be known (an output
+        already freed, or not ready yet and not ``final``)."""
+        arrays = [ref() if ref is not None else None for ref in self.outputs]
+        if any(ref is not None and a is None for ref, a in zip(self.outputs, arrays,
+                                                               strict=True)):
+            return None  # freed before memscope could look; the check is skipped
+        live = [a for a in arrays if a is not None and not a.is_deleted()]
+        if not final and not all(_compat.is_ready(a) for a in live):
+            return None
+        failure = next((f for a in live if (f := _compat.buffer_failure(a, wait=True))), None)
+        if failure is not None:
+            return _Failed(failure, tuple(live))
+        return Observation(self.inputs_before, self.inputs_deleted,
+                           tuple(_addresses(a) for a in arrays))
+
+
+def _observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: bool
+             ) -> Observation | Unread | _Failed:
+    """The call's buffers as integers; :class:`Unread` when its outputs may not
+    exist yet; the error its computation ended in, when that is known already
+    (its outputs hold it, for the program to meet)."""
+    outputs = jax.tree_util.tree_leaves(out)
+    arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
+    deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)
+    if late and any(_compat.allocated_late(y) for y in arrays):
+        return Unread(tuple(before), deleted,
+                      tuple(weakref.ref(y) if isinstance(y, jax.Array) else None
+                            for y in outputs))
+    failure = next((f for y in arrays if (f := _compat.buffer_failure(y))), None)
+    if failure is not None:
+        return _Failed(failure, tuple(arrays))
+    return Observation(tuple(before), deleted, tuple(_addresses(y) for y in outputs))
+
+
+def _any_pending(leaves: Sequence[Any]) -> bool:
+    return any(isinstance(x, jax.Array) and not x.is_deleted() and not _compat.is_ready(x)
+               for x in leaves)
+
+
 def _addresses(x: Any) -> Addresses:
     """The device address of each addressable shard of ``x``, as integers."""
-    if not isinstance(x, jax.Array) or x.is_deleted():
-        return None
+    if not isinstance(x, jax.Array) or x.is_deleted() or _compat.buffer_failure(x, wait=False):
+        return None  # a failed computation's array has no buffer to read (see _compat)
     try:
         return tuple(shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards)
     except Exception:  # a backend without raw addresses

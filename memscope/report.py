@@ -384,6 +384,88 @@ class LiveAtPeak:
 
 
 @dataclass(frozen=True)
+class XlaBuffer:
+    """One buffer an out-of-memory error lists, in XLA's words (``None``: not said)."""
+
+    bytes: int | None
+    shape: str | None = None
+    op: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class FitRow:
+    """The function compiled at one batch size: its peak by memscope's rule."""
+
+    batch: int
+    peak_bytes: int | None
+    #: the advised donation's peak at that size; ``None`` without advice
+    advised_peak_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The largest batch that fits a budget, found by compiling (``memscope fit``).
+
+    ``fixed_bytes`` + ``per_example_bytes`` x batch is the line through the two
+    smallest sizes compiled; ``linear`` says whether every other size compiled
+    lies on it. ``largest`` was compiled and fits; ``largest`` + ``step`` was
+    compiled and does not (``None``: no size fits, or the search could not end).
+    """
+
+    function: str
+    source: str | None
+    argument: str
+    axis: int
+    batch: int
+    step: int
+    budget_bytes: int | None
+    rows: tuple[FitRow, ...]
+    fixed_bytes: int | None
+    per_example_bytes: int | None
+    linear: bool
+    largest: int | None
+    advised_largest: int | None = None
+    advised_setting: str | None = None
+    compiles: int = 0
+    seconds: float = 0.0
+    note: str | None = None
+    #: the batch axis was inferred (not given with --batch), and how
+    inferred: bool = False
+    choice_note: str | None = None
+    #: the budget's parts: the memory given or the device's limit, less what the
+    #: process held outside the function's arguments when the capture stopped
+    memory_bytes: int | None = None
+    held_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """A call (or compile) of the function that ran out of memory: the post-mortem.
+
+    The compiled peak, the largest buffers and the advice are the function's
+    own (``memory``, ``buffers``, ``advice``); this holds what only the failure
+    shows. ``device_limit_bytes`` and ``bytes_in_use`` are ``None`` where the
+    device keeps no statistics (CPU).
+    """
+
+    error: str
+    failed_in: Literal["call", "compile"]
+    requested_bytes: int | None = None
+    device_limit_bytes: int | None = None
+    bytes_in_use: int | None = None
+    #: XLA:TPU's compiler: what the program needed, and the memory it had
+    xla_used_bytes: int | None = None
+    xla_capacity_bytes: int | None = None
+    listed_buffers: tuple[XlaBuffer, ...] = ()
+    live_arrays: LiveArrays | None = None
+    forecast: Forecast | None = None
+    #: the function's largest buffers of any kind (outputs, parameters,
+    #: temporaries), from its buffer assignment, with op and source line
+    largest_buffers: tuple[XlaBuffer, ...] = ()
+
+
+@dataclass(frozen=True)
 class FunctionReport:
     """One jitted function at one signature.
 
@@ -433,6 +515,8 @@ class FunctionReport:
     compile_seconds: float | None = None
     #: the number of the top-level jitted call that first ran this signature
     first_call: int | None = None
+    #: a call or compile of it ran out of memory: the post-mortem
+    out_of_memory: OutOfMemory | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memscope.render.oom import post_mortem_lines
 from memscope.render.text import fates_text, shorten, visible, wrap
 from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report
 from memscope.summary import (
@@ -111,6 +112,8 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         out.line("No jitted function was called.")
         _between(out, summary)
         return
+    for line in post_mortem_lines(report):  # a failure is the first finding
+        out.para(line, "    ", style="bold red" if line.startswith("OUT OF MEMORY") else "")
     _answer(out, summary)
     _between(out, summary)
     out.line()

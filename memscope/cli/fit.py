@@ -1,0 +1,58 @@
+"""``memscope fit``: the largest batch that fits, found by compiling."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memscope.cli._common import module_option, stop_after_option
+from memscope.fit import run_fit
+from memscope.render.fit import render_fit_json, render_fit_text
+from memscope.runner import Target, check_target
+from memscope.units import parse_size
+
+#: ``memscope fit`` exits 1 when no batch size fits the budget.
+EXIT_NOTHING_FITS = 1
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@module_option
+@click.option("--function", metavar="NAME",
+              help="The jitted function to forecast (default: the largest peak).")
+@click.option("--batch", metavar="ARG[:AXIS]",
+              help="The argument (name or position) and axis to resize (default: axis 0 "
+                   "of the arguments that are not state; the output says which).")
+@click.option("--memory", metavar="SIZE",
+              help="The budget per device, e.g. 80GiB (default: the device's limit from "
+                   "memory_stats(); CPU has none).")
+@stop_after_option
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              help="text (default) or json (schema memscope.fit/1).")
+@click.argument("target", metavar="SCRIPT")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def fit(ctx: click.Context, as_module: bool, function: str | None, batch: str | None,
+        memory: str | None, stop_after: int | None, fmt: str, target: str,
+        args: tuple[str, ...]) -> None:
+    """Run SCRIPT [ARGS]... until its loop begins (a jitted signature called a
+    second time, or --stop-after N calls), then compile the chosen function at
+    other batch sizes (abstract arguments with the same shardings: nothing runs
+    on the device) and print the largest batch whose peak fits the budget, also
+    with the advised donation, each confirmed by compiling it and one size up.
+
+    The budget is --memory, or the device's limit, less what the process holds
+    outside the function's arguments. Exit codes: 0 a batch fits; 1 none fits;
+    2 bad input (no function captured, an unknown --function or --batch, no
+    budget on a device without a limit).
+    """
+    what = Target(target, tuple(args), module=as_module)
+    check_target(what)
+    budget = parse_size(memory) if memory is not None else None
+    done = run_fit(what, function=function, batch=batch, memory=budget,
+                   stop_after=stop_after)
+    if fmt == "json":
+        render_fit_json(done.forecast, sys.stdout, outcome=done.outcome)
+    else:
+        render_fit_text(done.forecast, sys.stdout)
+    ctx.exit(0 if done.forecast.largest is not None else EXIT_NOTHING_FITS)

@@ -1,0 +1,453 @@
+"""Will it fit? A captured function's peak at other batch sizes, by compiling.
+
+A captured call is kept in shapes (:class:`memscope.capture.KeptCall`). Here its
+batch axis is resized, the function is traced, lowered and compiled for those
+shapes (``jax.ShapeDtypeStruct`` arguments with the same shardings: nothing
+runs on a device), and ``memory_analysis()`` gives the peak by memscope's rule
+(:func:`memscope.report.peak_rule`). The answer is found by compiling, never by
+extrapolation alone: the line through two sizes proposes a batch, and the
+batch and the next size up are compiled to confirm it; where the peak is not
+linear in the batch, a bisection of compiles finds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.capture import Entry, KeptCall
+from memscope.compiled import lower_variant, memory_figures
+from memscope.donation import Argument
+from memscope.errors import MemscopeError
+from memscope.report import FitRow, Forecast
+
+#: Compiles a search may make before it gives up (and says so).
+MAX_COMPILES = 24
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """The arguments whose leaves are resized, on which axis, from which size."""
+
+    arguments: tuple[Argument, ...]
+    axis: int
+    size: int
+    step: int
+    inferred: bool
+    note: str
+
+    @property
+    def label(self) -> str:
+        return ", ".join(a.label for a in self.arguments)
+
+
+def choose_function(entries: Sequence[Entry], name: str | None) -> Entry:
+    """The entry called ``name`` (its largest-peak signature), else the one with
+    the largest peak.
+
+    Raises:
+        MemscopeError: no entry can be compiled again, or none is called ``name``.
+    """
+    kept = [e for e in entries if e.call is not None]
+    if name is not None:
+        named = [e for e in kept if e.name == name]
+        if not named:
+            known = ", ".join(sorted({e.name for e in kept})) or "none"
+            raise MemscopeError(f"no jitted function called {name!r} was captured "
+                                f"(captured: {known}); give one with --function NAME")
+        kept = named
+    if not kept:
+        raise MemscopeError("no jitted call was captured that memscope can compile again")
+    return max(kept, key=lambda e: _peak(e) or -1)
+
+
+def _peak(entry: Entry) -> int | None:
+    return entry.facts.memory.peak_bytes if entry.facts is not None else None
+
+
+def choose_batch(entry: Entry, spec: str | None) -> BatchChoice:
+    """The batch axis: ``spec`` (``ARG[:AXIS]``, an argument's name or position),
+    else axis 0 of the arguments that are not state (not donated, and not of the
+    shapes the function returns), at their most common leading size.
+
+    Raises:
+        MemscopeError: ``spec`` names no argument, or no axis can be inferred.
+    """
+    call = entry.call
+    assert call is not None
+    shapes = _leaf_shapes(call)
+    if spec is not None:
+        chosen, axis = _parse_batch(spec, call.arguments)
+        sizes = [shape[axis] for i in chosen.leaves
+                 if (shape := shapes[i]) is not None and len(shape) > axis]
+        if not sizes:
+            raise MemscopeError(f"--batch {spec}: {chosen.label} has no array with an "
+                                f"axis {axis}")
+        size = max(set(sizes), key=sizes.count)
+        return _with_step(call, (chosen,), axis, size, False,
+                          f"{chosen.label}, axis {axis} (given)")
+    outputs = _output_shapes(entry)
+    donated = _donated(entry)
+    data = [a for a in call.arguments if a.has_arrays
+            and not any(donated.get(i, False) for i in a.leaves)
+            and not all(shapes[i] is None or shapes[i] in outputs for i in a.leaves)]
+    lead = [_leading(shapes[i]) for i in range(len(shapes))]
+    leading = [n for a in data for i in a.leaves if (n := lead[i]) is not None]
+    if not leading:
+        raise MemscopeError(f"{entry.name}: no argument that is not state has an array to "
+                            "take a batch axis from; give one with --batch ARG[:AXIS]")
+    size = max(set(leading), key=leading.count)
+    chosen_args = tuple(a for a in data if any(lead[i] == size for i in a.leaves))
+    state = [a.label for a in call.arguments if a.has_arrays and a not in data]
+    why = (f"{', '.join(a.label for a in chosen_args)}, axis 0 (inferred: the arguments "
+           "that are not state" + (f"; state: {', '.join(state)}" if state else "") + ")")
+    return _with_step(call, chosen_args, 0, size, True, why)
+
+
+def _leading(shape: tuple[int, ...] | None) -> int | None:
+    return shape[0] if shape else None
+
+
+def _parse_batch(spec: str, arguments: Sequence[Argument]) -> tuple[Argument, int]:
+    name, _, axis_text = spec.partition(":")
+    try:
+        axis = int(axis_text) if axis_text else 0
+    except ValueError:
+        raise MemscopeError(f"--batch {spec}: AXIS must be a whole number") from None
+    for a in arguments:
+        if name == a.name or (name.isdigit() and a.position == int(name)):
+            return a, axis
+    labels = ", ".join(a.name or str(a.position) for a in arguments)
+    raise MemscopeError(f"--batch {spec}: no argument {name!r}; the arguments are {labels}")
+
+
+def _leaf_shapes(call: KeptCall) -> list[tuple[int, ...] | None]:
+    """The shape of each dynamic flat leaf, in :class:`Argument` numbering."""
+    shapes: list[tuple[int, ...] | None] = [None] * sum(len(a.leaves) for a in call.arguments)
+    for a in call.arguments:
+        for i, leaf in zip(a.leaves, jax.tree_util.tree_leaves(_value(call, a)), strict=True):
+            shapes[i] = tuple(leaf.shape) if isinstance(leaf, jax.ShapeDtypeStruct) else None
+    return shapes
+
+
+def _value(call: KeptCall, a: Argument) -> Any:
+    return call.args[a.position] if a.position is not None else call.kwargs[a.name or ""]
+
+
+def _output_shapes(entry: Entry) -> set[tuple[int, ...]]:
+    if entry.facts is None:
+        return set()
+    return {leaf.shape for leaf in entry.facts.program.outputs}
+
+
+def _donated(entry: Entry) -> dict[int, bool]:
+    if entry.facts is None:
+        return {}
+    return dict(enumerate(entry.facts.program.donated))
+
+
+def _with_step(call: KeptCall, chosen: tuple[Argument, ...], axis: int, size: int,
+               inferred: bool, note: str) -> BatchChoice:
+    """The choice, with the step its shardings allow: a batch must split evenly
+    over the devices the batch axis is sharded across."""
+    step = 1
+    for a in chosen:
+        for leaf in jax.tree_util.tree_leaves(_value(call, a)):
+            if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > axis
+                    and leaf.shape[axis] == size and leaf.sharding is not None):
+                shard = leaf.sharding.shard_shape(leaf.shape)[axis]
+                step = math.lcm(step, max(size // max(shard, 1), 1))
+    return BatchChoice(chosen, axis, size, step, inferred, note)
+
+
+def resized(call: KeptCall, choice: BatchChoice, batch: int) -> tuple[tuple[Any, ...],
+                                                                      dict[str, Any]]:
+    """The call's arguments with the batch axis at ``batch``."""
+    def resize(leaf: Any) -> Any:
+        if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > choice.axis
+                and leaf.shape[choice.axis] == choice.size):
+            shape = list(leaf.shape)
+            shape[choice.axis] = batch
+            return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype, sharding=leaf.sharding,
+                                        weak_type=leaf.weak_type)
+        return leaf
+
+    args, kwargs = list(call.args), dict(call.kwargs)
+    for a in choice.arguments:
+        value = jax.tree_util.tree_map(resize, _value(call, a))
+        if a.position is not None:
+            args[a.position] = value
+        else:
+            kwargs[a.name or ""] = value
+    return tuple(args), kwargs
+
+
+def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
+                 donated: tuple[bool, ...] | None = None) -> int | None:
+    """The function's peak at ``batch`` by memscope's rule: one XLA compile, with
+    the function's own donation or the flat leaves in ``donated``."""
+    args, kwargs = resized(call, choice, batch)
+    traced = call.jitted.trace(*args, **kwargs)
+    lowered = (traced.lower() if donated is None
+               else lower_variant(traced, donated).lowered)
+    compiled = _compat.compile_uncached(lowered)
+    return memory_figures(compiled.memory_analysis()).peak_bytes
+
+
+class _Search:
+    """The compiles of one forecast, each size compiled once."""
+
+    def __init__(self, call: KeptCall, choice: BatchChoice, donated: tuple[bool, ...] | None,
+                 budget: int | None, compile_peak: Callable[..., int | None]) -> None:
+        self.call, self.choice, self.donated, self.budget = call, choice, donated, budget
+        self.peaks: dict[int, int | None] = {}
+        self.compiles = 0
+        self._compile = compile_peak
+
+    def peak(self, batch: int) -> int | None:
+        if batch not in self.peaks:
+            self.compiles += 1
+            self.peaks[batch] = self._compile(self.call, self.choice, batch, self.donated)
+        return self.peaks[batch]
+
+    def fits(self, batch: int) -> bool:
+        p = self.peak(batch)
+        return p is not None and self.budget is not None and p <= self.budget
+
+    def bounds(self) -> tuple[int, int | None]:
+        """The largest size compiled that fits (0: none) and the smallest that
+        does not (``None``: none compiled)."""
+        fit = [b for b in self.peaks if self.fits(b)]
+        over = [b for b in self.peaks if not self.fits(b)]
+        return max(fit, default=0), min(over, default=None)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one search found (see :class:`memscope.report.Forecast`)."""
+
+    rows: tuple[tuple[int, int | None], ...]
+    fixed: int | None
+    per_example: int | None
+    linear: bool
+    largest: int | None
+    compiles: int
+    note: str | None
+
+
+def search(call: KeptCall, choice: BatchChoice, budget: int | None, *,
+           donated: tuple[bool, ...] | None = None, known: int | None = None,
+           hint: Fraction | None = None,
+           compile_peak: Callable[..., int | None] = compile_peak) -> Answer:
+    """The largest batch whose peak fits ``budget``, confirmed by compiling it and
+    the next size up. ``known`` is the peak at the captured size, when read already
+    (it then costs no compile); ``hint`` a per-example slope to start from instead
+    of compiling twice the captured size. ``compile_peak`` is the one compile."""
+    s = _Search(call, choice, donated, budget, compile_peak)
+    b0, step = choice.size, choice.step
+    if known is not None:
+        s.peaks[b0] = known
+    p1 = s.peak(b0)
+    if p1 is None:
+        return _answer(s, None, None, None, "memory_analysis() gave no figures")
+    per = hint if hint is not None else _slope(s, b0, p1)
+    if per is None:
+        return _answer(s, None, None, None, "memory_analysis() gave no figures")
+    fixed = p1 - per * b0
+    if budget is None:
+        return _answer(s, fixed, per, None, "no budget: give --memory SIZE")
+    if per <= 0:
+        return _answer(s, fixed, per, None, "the peak does not grow with the batch")
+    lo, hi = _interpolate(s, b0, p1, per, step)
+    largest = lo if lo and hi == lo + step else None
+    note = None if hi is None or hi == lo + step else (
+        f"the search stopped after {s.compiles} compiles")
+    return _answer(s, fixed, per, largest, note)
+
+
+def _slope(s: _Search, b0: int, p0: int) -> Fraction | None:
+    """Bytes per example between the captured size and twice it, or further out
+    where the peak does not grow yet (a batch padded to a multiple)."""
+    b = 2 * b0
+    while True:
+        p = s.peak(b)
+        if p is None:
+            return None
+        if p > p0 or b >= b0 << 10:
+            return Fraction(p - p0, b - b0)
+        b *= 2
+
+
+def _interpolate(s: _Search, b0: int, p0: int, per: Fraction, step: int
+                 ) -> tuple[int, int | None]:
+    """Narrow [lo fits, hi does not] to one step by compiling: each guess is where
+    the line through the nearest sizes compiled meets the budget, and the guess
+    and the next size up are compiled (a linear peak ends after one guess)."""
+    assert s.budget is not None
+    point, slope = (b0, Fraction(p0)), per
+    while s.compiles < MAX_COMPILES:
+        guess = max(int((s.budget - point[1]) / slope) + point[0], step) // step * step
+        lo, hi = s.bounds()
+        guess = min(max(guess, lo + step), hi - step) if hi is not None else max(guess,
+                                                                                 lo + step)
+        if hi is not None and guess <= lo:
+            break
+        s.fits(guess)
+        s.fits(guess + step)
+        lo, hi = s.bounds()
+        if hi is not None and hi == lo + step:
+            break
+        known = sorted((b, p) for b, p in s.peaks.items() if p is not None)
+        below = [(b, p) for b, p in known if b <= lo]
+        above = [(b, p) for b, p in known if hi is not None and b >= hi]
+        near = (below[-1:] + above[:1]) if above else known[-2:]
+        if len(near) < 2 or near[1][0] == near[0][0] or near[1][1] <= near[0][1]:
+            return _bisect(s, lo, hi, step)
+        (b1, q1), (b2, q2) = near
+        point, slope = (b1, Fraction(q1)), Fraction(q2 - q1, b2 - b1)
+    return s.bounds()
+
+
+def _bisect(s: _Search, lo: int, hi: int | None, step: int) -> tuple[int, int | None]:
+    """Narrow [lo fits, hi does not] to one step by halving (the peak is not
+    monotone enough to interpolate)."""
+    while hi is None and s.compiles < MAX_COMPILES:  # no size known too large: grow
+        b = max(2 * lo, step)
+        if s.fits(b):
+            lo = b
+        else:
+            hi = b
+    while hi is not None and hi - lo > step and s.compiles < MAX_COMPILES:
+        mid = max((lo + hi) // 2 // step * step, lo + step)
+        if s.fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _answer(s: _Search, fixed: Fraction | None, per: Fraction | None, largest: int | None,
+            note: str | None) -> Answer:
+    rows = tuple(sorted(s.peaks.items()))
+    off = [(b, p) for b, p in rows if p is not None and fixed is not None and per is not None
+           and p != fixed + per * b]
+    if off and note is None:
+        b, p = off[0]
+        assert fixed is not None and per is not None
+        note = (f"the peak is not linear in the batch (at {b}: {p} bytes compiled, "
+                f"{round(fixed + per * b)} on the line): the answer was searched by "
+                "compiling")
+    return Answer(rows=rows, fixed=None if fixed is None else round(fixed),
+                  per_example=None if per is None else round(per), linear=not off,
+                  largest=largest, compiles=s.compiles, note=note)
+
+
+def _local_slope(a: Answer) -> Fraction | None:
+    """The per-example slope near the answer: the line through the compiled sizes
+    around it, one on each side where there are."""
+    rows = [(b, p) for b, p in a.rows if p is not None]
+    if a.largest is None or len(rows) < 2:
+        return None
+    below = [r for r in rows if r[0] <= a.largest - a.largest // 4] or rows[:1]
+    (b1, p1), (b2, p2) = below[-1], rows[-1]
+    return Fraction(p2 - p1, b2 - b1) if b2 > b1 and p2 > p1 else None
+
+
+def forecast(entry: Entry, choice: BatchChoice, budget: int | None, *,
+             memory: int | None = None, held: int | None = None) -> Forecast:
+    """The forecast for ``entry`` as written and with the advised donation (when
+    the capture compiled one), each confirmed by compiling."""
+    call = entry.call
+    assert call is not None
+    start = time.perf_counter()
+    written = search(call, choice, budget, known=_peak(entry))
+    advised = next((v for v in entry.variants if v.name == "advised" and v.facts is not None
+                    and not v.same_as_written), None)
+    fix = None
+    if advised is not None and advised.facts is not None:
+        fix = search(call, choice, budget, donated=advised.facts.program.donated,
+                     known=advised.facts.memory.peak_bytes, hint=_local_slope(written))
+    by_batch = dict(fix.rows) if fix is not None else {}
+    rows = tuple(FitRow(b, p, by_batch.get(b)) for b, p in written.rows)
+    rows += tuple(FitRow(b, None, p) for b, p in (fix.rows if fix else ())
+                  if b not in dict(written.rows))
+    return Forecast(
+        function=entry.name, source=entry.source, argument=choice.label, axis=choice.axis,
+        batch=choice.size, step=choice.step, budget_bytes=budget,
+        rows=tuple(sorted(rows, key=lambda r: r.batch)), fixed_bytes=written.fixed,
+        per_example_bytes=written.per_example, linear=written.linear,
+        largest=written.largest, advised_largest=fix.largest if fix else None,
+        advised_setting=advised.setting if advised is not None else None,
+        compiles=written.compiles + (fix.compiles if fix else 0),
+        seconds=time.perf_counter() - start, note=written.note, inferred=choice.inferred,
+        choice_note=choice.note, memory_bytes=memory, held_bytes=held)
+
+
+@dataclass(frozen=True)
+class FitRun:
+    """``memscope fit``'s answer: the forecast, and how the target's capture ended."""
+
+    forecast: Forecast
+    outcome: str
+    exit_code: int
+
+
+def run_fit(target: Any, *, function: str | None = None, batch: str | None = None,
+            memory: int | None = None, stop_after: int | None = None) -> FitRun:
+    """Run ``target`` until its loop begins (a signature called again) or
+    ``stop_after`` jitted calls, then forecast the chosen function's batch.
+
+    Raises:
+        MemscopeError: nothing to compile, a bad ``function`` or ``batch``, or no
+            budget (no ``memory`` on a device that keeps no limit).
+    """
+    from memscope.capture import capture
+    from memscope.runner import run_target
+
+    held: dict[str, tuple[int, int | None] | None] = {}
+    with capture(advise="advised", stop_after=stop_after, keep_calls=True,
+                 stop_at_repeat=stop_after is None) as session:
+        def finish() -> None:  # while what the target holds still exists
+            held["in_use"] = _in_use(session)
+            session.finish()
+
+        # The target's prints go to stderr: stdout is the forecast (--format json).
+        with contextlib.redirect_stdout(sys.stderr):
+            result = run_target(target, on_finish=finish)
+    entry = choose_function(session.entries, function)
+    choice = choose_batch(entry, batch)
+    in_use = held.get("in_use")
+    limit = memory if memory is not None else (in_use[1] if in_use else None)
+    if limit is None:
+        raise MemscopeError(f"{jax.default_backend()} reports no device memory limit: give "
+                            "the budget with --memory SIZE (e.g. --memory 80GiB)")
+    arguments = (entry.facts.memory.argument_bytes or 0) if entry.facts is not None else 0
+    outside = None if in_use is None else max(in_use[0] - arguments, 0)
+    budget = limit - (outside or 0)
+    outcome = "stopped" if session.stopped else result.outcome
+    return FitRun(forecast(entry, choice, budget, memory=limit, held=outside), outcome,
+                  0 if session.stopped else result.exit_code)
+
+
+def _in_use(session: Any) -> tuple[int, int | None] | None:
+    """(bytes the process holds on its busiest device, that device's limit): from
+    ``memory_stats()``, else (CPU) from ``jax.live_arrays()`` with no limit."""
+    stats = session.device_limits()
+    if stats is not None:
+        return stats
+    if not _compat.backends_initialized():
+        return None
+    per_device: dict[Any, int] = {}
+    for array in jax.live_arrays():
+        for shard in array.addressable_shards:
+            per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
+    return (max(per_device.values(), default=0), None)

@@ -1,0 +1,70 @@
+"""``memscope fit``'s output: the answer first, then the sizes compiled.
+
+Plain text and JSON; nothing is computed here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import IO
+
+from memscope.render.text import visible
+from memscope.report import Forecast
+from memscope.units import format_bytes
+
+#: The schema of ``memscope fit --format json``.
+FIT_SCHEMA = "memscope.fit/1"
+
+
+def render_fit_text(f: Forecast, file: IO[str]) -> None:
+    """The largest batch that fits (and with the advised donation), the axis, the
+    line, then one row per size compiled."""
+    lines = [f"memscope fit: {visible(f.function)} ({visible(f.source or 'n/a')})"]
+    budget = f"{format_bytes(f.budget_bytes)}"
+    if f.held_bytes:
+        budget += (f" ({format_bytes(f.memory_bytes)} less {format_bytes(f.held_bytes)} "
+                   "held outside the function's arguments)")
+    if f.largest is not None:
+        peaks = {r.batch: r.peak_bytes for r in f.rows}
+        lines.append(f"Largest batch that fits {budget}: {f.largest} (compiled: "
+                     f"{f.largest} -> {format_bytes(peaks.get(f.largest))}, "
+                     f"{f.largest + f.step} -> {format_bytes(peaks.get(f.largest + f.step))})")
+    else:
+        lines.append(f"Largest batch that fits {budget}: none"
+                     + (f" ({visible(f.note)})" if f.note else ""))
+    if f.advised_setting is not None:
+        lines.append(f"With the advised donation ({visible(f.advised_setting)}): "
+                     + (str(f.advised_largest) if f.advised_largest is not None else "n/a"))
+    lines.append(f"batch axis: {visible(f.choice_note or f.argument)}; now {f.batch}, "
+                 f"step {f.step}")
+    lines.append(f"peak = {format_bytes(f.fixed_bytes)} fixed + "
+                 f"{format_bytes(f.per_example_bytes)} per example"
+                 + (" (linear at every size compiled)" if f.linear else ""))
+    if f.note and f.largest is not None:
+        lines.append(f"note: {visible(f.note)}")
+    advised = f.advised_setting is not None
+    header = (f"{'batch':>10}  {'peak':>12}  fits"
+              + (f"  {'advised':>12}  fits" if advised else ""))
+    lines += ["", header]
+    for r in f.rows:
+        lines.append(f"{r.batch:>10}  {format_bytes(r.peak_bytes):>12}  "
+                     f"{_fits(r.peak_bytes, f.budget_bytes):>4}"
+                     + (f"  {format_bytes(r.advised_peak_bytes):>12}  "
+                        f"{_fits(r.advised_peak_bytes, f.budget_bytes):>4}" if advised else ""))
+    lines += ["", f"{f.compiles} compiles in {f.seconds:.1f} s; nothing ran on the device. "
+              "peak: memscope's rule (XLA's peak where it gives one, at least argument + "
+              "output - alias + temp)"]
+    file.write("\n".join(lines) + "\n")
+
+
+def render_fit_json(f: Forecast, file: IO[str], *, outcome: str) -> None:
+    """The forecast as JSON (schema ``memscope.fit/1``)."""
+    data = {"schema": FIT_SCHEMA, "target_outcome": outcome, **dataclasses.asdict(f)}
+    file.write(json.dumps(data, indent=2) + "\n")
+
+
+def _fits(peak: int | None, budget: int | None) -> str:
+    if peak is None or budget is None:
+        return "n/a"
+    return "yes" if peak <= budget else "no"

@@ -1,0 +1,122 @@
+"""``memscope fit``: every peak it prints is memory_analysis() of the function
+compiled at that size directly (with memscope's peak rule), and its answer fits
+while the next size up does not, both compiled here independently."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from click.testing import CliRunner
+
+from memscope.cli import cli
+from memscope.report import peak_rule
+from tests.test_samples import MEMSCOPE, SAMPLES
+
+MLP = Path(__file__).parent / "programs" / "fit_mlp.py"
+QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+def _module(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _peak(jitted, *args) -> int:
+    """The peak of ``jitted`` compiled for ``args`` (ShapeDtypeStructs), by memscope's rule."""
+    stats = jitted.lower(*args).compile().memory_analysis()
+    xla = getattr(stats, "peak_memory_in_bytes", None)
+    return peak_rule(stats.argument_size_in_bytes, stats.output_size_in_bytes,
+                     stats.alias_size_in_bytes, stats.temp_size_in_bytes, xla)[0]
+
+
+def _fit(*args: str) -> tuple[int, dict]:
+    done = subprocess.run([MEMSCOPE, "fit", "--format", "json", *args], capture_output=True,
+                          text=True, env=QUIET, timeout=900)
+    return done.returncode, json.loads(done.stdout) if done.stdout else {}
+
+
+def _mlp_args(batch: int):
+    mlp = _module(MLP)
+    params = jax.eval_shape(mlp.init, jax.random.key(0))
+    return mlp, (params, jax.ShapeDtypeStruct((batch, 64), jnp.float32),
+                 jax.ShapeDtypeStruct((batch, 10), jnp.float32))
+
+
+def test_mlp_forecast_equals_memory_analysis_at_every_size():
+    code, f = _fit("--memory", "8MiB", str(MLP), "--batch", "32")
+    assert code == 0, f
+    assert f["schema"] == "memscope.fit/1" and f["function"] == "step"
+    assert (f["argument"], f["axis"], f["batch"], f["inferred"]) == ("x, y", 0, 32, True)
+    mlp, _ = _mlp_args(1)
+    for row in f["rows"]:
+        if row["peak_bytes"] is not None:
+            assert row["peak_bytes"] == _peak(mlp.train_step, *_mlp_args(row["batch"])[1])
+        if row["advised_peak_bytes"] is not None:
+            donating = jax.jit(mlp.step, donate_argnames=("params",))
+            assert row["advised_peak_bytes"] == _peak(donating, *_mlp_args(row["batch"])[1])
+    budget, largest = f["budget_bytes"], f["largest"]
+    assert budget == f["memory_bytes"] - (f["held_bytes"] or 0) and budget <= 8 << 20
+    assert _peak(mlp.train_step, *_mlp_args(largest)[1]) <= budget
+    assert _peak(mlp.train_step, *_mlp_args(largest + 1)[1]) > budget
+    assert f["advised_setting"] == 'donate_argnames=("params",)'
+    assert f["advised_largest"] >= largest
+
+
+def test_transformer_forecast_is_verified_at_the_answer_and_one_above():
+    code, f = _fit("--memory", "1GiB", str(SAMPLES / "transformer_adam.py"))
+    assert code == 0, f
+    assert f["function"] == "train_step" and (f["argument"], f["axis"]) == ("batch", 0)
+    tf = _module(SAMPLES / "transformer_adam.py")
+    params = jax.eval_shape(functools.partial(tf.init_params, layers=8, width=128, seq=64),
+                            jax.random.key(0))
+    opt_state = jax.eval_shape(tf.optimizer.init, params)
+
+    def peak(batch: int) -> int:
+        data = {"tokens": jax.ShapeDtypeStruct((batch, 64), jnp.int32),
+                "mask": jax.ShapeDtypeStruct((batch, 64), jnp.float32)}
+        return _peak(tf.train_step, params, opt_state, data)
+
+    rows = {r["batch"]: r["peak_bytes"] for r in f["rows"]}
+    largest, budget = f["largest"], f["budget_bytes"]
+    for batch in (f["batch"], largest, largest + f["step"]):
+        assert rows[batch] == peak(batch)
+    assert rows[largest] <= budget < rows[largest + 1]
+    assert f["compiles"] <= 12  # cheap: the line proposes, two compiles confirm
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    runner = CliRunner()
+    for args, words in ((["--memory", "1GiB", "--function", "nope"],
+                         "no jitted function called 'nope'"),
+                        (["--memory", "1GiB", "--batch", "z"], "--batch z: no argument 'z'"),
+                        ([], "reports no device memory limit: give the budget with --memory"),
+                        (["--memory", "lots"], "not a size: 'lots'")):
+        result = runner.invoke(cli, ["fit", *args, str(MLP)])
+        assert result.exit_code == 2, result.output
+        assert words in result.output and result.output.count("\n") == 1
+    result = runner.invoke(cli, ["fit", "--memory", "1KiB", str(MLP)])
+    assert result.exit_code == 1 and "Largest batch that fits" in result.output
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_budget_is_the_device_limit_less_what_is_held():
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a GPU")
+    code, f = _fit(str(MLP), "--batch", "32")
+    assert code == 0, f
+    limit = jax.local_devices()[0].memory_stats()["bytes_limit"]
+    assert f["memory_bytes"] == limit  # the same device, the same allocator settings
+    assert f["budget_bytes"] == limit - f["held_bytes"]
+    mlp, _ = _mlp_args(1)
+    assert _peak(mlp.train_step, *_mlp_args(f["largest"])[1]) <= f["budget_bytes"]
+    assert _peak(mlp.train_step, *_mlp_args(f["largest"] + 1)[1]) > f["budget_bytes"]

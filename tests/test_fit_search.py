@@ -1,0 +1,65 @@
+"""The search of ``memscope fit`` on peaks given as functions of the batch.
+
+The compile is replaced by a function of the batch so that the search itself
+is checked on shapes of cost real programs show: linear, padded to a multiple
+(a step), and an algorithm change past a size. Each answer is checked against
+the brute-force answer over every size.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memscope.fit import MAX_COMPILES, BatchChoice, search
+
+
+def _choice(size: int, step: int = 1) -> BatchChoice:
+    return BatchChoice(arguments=(), axis=0, size=size, step=step, inferred=True, note="")
+
+
+def _truth(peak, budget: int, step: int) -> int:
+    batch = 0
+    while peak(batch + step) <= budget:
+        batch += step
+    return batch
+
+
+COSTS = {
+    "linear": lambda b: 1000 + 37 * b,
+    "padded to 64": lambda b: 1000 + 37 * (-(-b // 64) * 64),
+    "algorithm change past 300": lambda b: 1000 + 37 * b + (5000 if b > 300 else 0),
+    "quadratic": lambda b: 1000 + 3 * b * b,
+}
+
+
+@pytest.mark.parametrize("name", COSTS)
+@pytest.mark.parametrize("step", [1, 8])
+def test_the_answer_fits_and_the_next_size_up_does_not(name, step):
+    peak, budget = COSTS[name], 20_000
+    calls = []
+
+    def compile_peak(call, choice, batch, donated):
+        calls.append(batch)
+        return peak(batch)
+
+    answer = search(None, _choice(16, step), budget, compile_peak=compile_peak)
+    assert answer.largest == _truth(peak, budget, step)
+    assert answer.largest in calls and answer.largest + step in calls  # both compiled
+    assert len(calls) == len(set(calls)) == answer.compiles <= MAX_COMPILES
+    assert answer.linear == (name == "linear")
+    if name == "linear":
+        assert answer.compiles == 4 and answer.note is None  # 16, 32, the answer, one up
+        assert (answer.fixed, answer.per_example) == (1000, 37)
+    else:
+        assert "not linear" in answer.note
+
+
+def test_a_known_peak_costs_no_compile_and_nothing_fitting_says_so():
+    calls = []
+
+    def compile_peak(call, choice, batch, donated):
+        calls.append(batch)
+        return 1000 + 37 * batch
+
+    answer = search(None, _choice(16), 100, known=1000 + 37 * 16, compile_peak=compile_peak)
+    assert 16 not in calls and answer.largest is None

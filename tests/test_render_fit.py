@@ -1,0 +1,72 @@
+"""``memscope fit``'s text and the post-mortem lines, from hand-built records."""
+
+from __future__ import annotations
+
+import io
+
+from memscope.render.fit import render_fit_text
+from memscope.render.oom import post_mortem_lines
+from memscope.report import (
+    Environment,
+    FitRow,
+    Forecast,
+    FunctionReport,
+    LiveArray,
+    LiveArrays,
+    Memory,
+    OutOfMemory,
+    Report,
+    XlaBuffer,
+)
+
+FORECAST = Forecast(
+    function="step", source="train.py:10", argument="batch", axis=0, batch=8, step=1,
+    budget_bytes=1 << 30, rows=(FitRow(8, 100 << 20, 90 << 20), FitRow(16, 180 << 20),
+                                FitRow(102, 1023 << 20), FitRow(103, 1025 << 20)),
+    fixed_bytes=20 << 20, per_example_bytes=10 << 20, linear=True, largest=102,
+    advised_largest=None, advised_setting='donate_argnames=("params",)', compiles=3,
+    seconds=1.25, inferred=True, choice_note="batch, axis 0 (inferred)",
+    memory_bytes=1 << 30, held_bytes=0)
+
+
+def test_fit_text_answers_first():
+    out = io.StringIO()
+    render_fit_text(FORECAST, out)
+    assert out.getvalue().splitlines() == [
+        "memscope fit: step (train.py:10)",
+        "Largest batch that fits 1.0 GiB: 102 (compiled: 102 -> 1023.0 MiB, 103 -> 1.0 GiB)",
+        'With the advised donation (donate_argnames=("params",)): n/a',
+        "batch axis: batch, axis 0 (inferred); now 8, step 1",
+        "peak = 20.0 MiB fixed + 10.0 MiB per example (linear at every size compiled)",
+        "",
+        "     batch          peak  fits       advised  fits",
+        "         8     100.0 MiB   yes      90.0 MiB   yes",
+        "        16     180.0 MiB   yes           n/a   n/a",
+        "       102    1023.0 MiB   yes           n/a   n/a",
+        "       103       1.0 GiB    no           n/a   n/a",
+        "",
+        "3 compiles in 1.2 s; nothing ran on the device. peak: memscope's rule (XLA's peak "
+        "where it gives one, at least argument + output - alias + temp)",
+    ]
+
+
+def test_post_mortem_lines_say_what_failed_and_what_would_fit():
+    oom = OutOfMemory(error="RESOURCE_EXHAUSTED: Out of memory allocating 2048 bytes.",
+                      failed_in="call", requested_bytes=2048,
+                      largest_buffers=(XlaBuffer(2048, "f32[512]", "add", "train.py:12"),),
+                      live_arrays=LiveArrays(1, 16, (LiveArray((4,), "float32", 16),)),
+                      forecast=FORECAST)
+    fn = FunctionReport(name="step", source="train.py:10", calls=1, signature="(f32[8])",
+                        memory=Memory(peak_bytes=4096), out_of_memory=oom)
+    report = Report("0", Environment("0.10", "0.10", "cpu", ()), None, (fn,))
+    assert post_mortem_lines(report) == [
+        "OUT OF MEMORY: step (train.py:10): a call failed",
+        "  RESOURCE_EXHAUSTED: Out of memory allocating 2048 bytes.",
+        "  XLA tried to allocate: 2.0 KiB",
+        "  compiled peak: 4.0 KiB per device, against a device limit of n/a; in use when it "
+        "failed: n/a",
+        "  largest buffers (compiled):",
+        "       2.0 KiB  add  f32[512]  train.py:12",
+        "  live arrays when it failed: 1, 16 B: largest float32[4] 16 B",
+        "  what would fit: batch 102 of batch (axis 0, now 8) under 1.0 GiB",
+    ]

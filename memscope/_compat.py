@@ -118,8 +118,8 @@ def patched_make_jit(wrap: Callable[[Any, Callable[..., Any], dict[str, Any]], A
 def make_jit(fun: Callable[..., Any], options: dict[str, Any]) -> Any:
     """A jit object made as the one with ``options`` was (the keywords
     :func:`patched_make_jit` hands its ``wrap``: ``pjit.make_jit``'s own, which
-    ``jax.jit``'s signature does not take)."""
-    return _pjit.make_jit(fun, **options)
+    ``jax.jit``'s signature does not take); no options: ``jax.jit``'s defaults."""
+    return _pjit.make_jit(fun, **options) if options else jax.jit(fun)
 
 
 def pmap_user_function(fun: Any) -> Callable[..., Any] | None:
@@ -768,3 +768,23 @@ def _all_eqns(jaxpr: Any) -> Iterator[Any]:
         yield eqn
         for sub in _core.jaxprs_in_params(eqn.params):
             yield from _all_eqns(sub)
+
+
+def traced_once(fun: Callable[..., Any], primals: tuple[Any, ...]) -> Callable[..., Any]:
+    """``fun`` traced once at ``primals``, as a function that replays its jaxpr.
+
+    Some differentiated functions may be called only once per differentiation
+    (``nnx.grad``'s pops the states its wrapper split off; a ``lu.WrappedFun``
+    fills its stores). Listing residuals and differentiating then use the
+    replay; ``eval_jaxpr`` binds each equation under its own source info, so
+    the residuals keep the user's lines.
+    """
+    closed, shape = jax.make_jaxpr(fun, return_shape=True)(*primals)
+    out_tree = jax.tree_util.tree_structure(shape)
+
+    def replay(*args: Any) -> Any:
+        flat = jax.tree_util.tree_leaves(args)
+        return jax.tree_util.tree_unflatten(
+            out_tree, _core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
+
+    return functools.wraps(fun)(replay) if hasattr(fun, "__name__") else replay

@@ -33,7 +33,7 @@ from typing import Any, TextIO
 import jax
 import numpy as np
 
-from memscope import _compat
+from memscope import _compat, _frameworks
 from memscope.compiled import memory_figures
 from memscope.report import (
     Differentiation,
@@ -99,16 +99,35 @@ def _fresh_jit(fun: Callable[..., Any], options: dict[str, Any]) -> Any:
 def find(fun: Callable[..., Any], options: dict[str, Any],
          call: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[list[Found], Any]:
     """Trace ``fun`` again and list its differentiations with their residuals;
-    also JAX's ``Traced`` of this trace."""
+    also JAX's ``Traced`` of this trace.
+
+    The listing is JAX's ``saved_residuals`` of each differentiated function,
+    after which JAX calls it again. A function that cannot be called twice
+    (``nnx.grad``'s) is then traced once and replayed, for the listing and
+    for JAX (:func:`memscope._compat.traced_once`); the replay's listing may
+    differ from JAX's in scalars JAX would fold into literals.
+    """
+    try:
+        return _find(fun, options, call, replay=False)
+    except Exception:
+        return _find(fun, options, call, replay=True)
+
+
+def _find(fun: Callable[..., Any], options: dict[str, Any],
+          call: tuple[tuple[Any, ...], dict[str, Any]], *, replay: bool
+          ) -> tuple[list[Found], Any]:
     found: list[Found] = []
 
-    def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool) -> None:
+    def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool
+             ) -> Callable[..., Any] | None:
         api, name, source = _caller()
-        listed = _compat.saved_residuals(_without_aux(f) if has_aux else f, primals)
+        once = _compat.traced_once(f, primals) if replay else f
+        listed = _compat.saved_residuals(_without_aux(once) if has_aux else once, primals)
         found.append(Found(api, name, source, tuple(listed)))
+        return once if replay else None
 
     args, kwargs = call
-    with silenced(), _compat.vjp_hook(hook):
+    with silenced(), _frameworks.retrace_context(fun), _compat.vjp_hook(hook):
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     return found, traced
 
@@ -133,7 +152,7 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
         return jax.checkpoint(f, policy=chosen)
 
     args, kwargs = call
-    with silenced(), _compat.vjp_hook(hook):
+    with silenced(), _frameworks.retrace_context(fun), _compat.vjp_hook(hook):
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
         traced = _compat.with_donation(traced, donated)

@@ -758,9 +758,25 @@ def checkpoint_policies(jaxpr: Any) -> tuple[tuple[str, ...], bool]:
     for eqn in _all_eqns(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr):
         if eqn.primitive.name in ("checkpoint", "remat2", "remat"):
             policy = eqn.params.get("policy")
-            names.append("none" if policy is None else getattr(policy, "__name__", str(policy)))
+            names.append(_policy_name(policy))
         scan = scan or eqn.primitive.name == "scan"
     return tuple(dict.fromkeys(names)), scan
+
+
+def _policy_name(policy: Any) -> str:
+    """A checkpoint policy by its ``jax.checkpoint_policies`` name where it is one
+    (JAX 0.10 makes the dot policies objects that print as their class), else
+    by its function name."""
+    if policy is None:
+        return "none"
+    standard = ("everything_saveable", "nothing_saveable", "dots_saveable",
+                "dots_with_no_batch_dims_saveable")  # before aliases (checkpoint_dots)
+    for name in (*standard, *dir(jax.checkpoint_policies)):
+        known = getattr(jax.checkpoint_policies, name)
+        with contextlib.suppress(Exception):
+            if not name.startswith("_") and (known is policy or known == policy):
+                return name
+    return str(getattr(policy, "__name__", policy))
 
 
 def _all_eqns(jaxpr: Any) -> Iterator[Any]:

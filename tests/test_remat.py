@@ -308,3 +308,42 @@ def test_text_of_a_remat_section():
     assert more == "and 1 more line (32 B)"
     assert [row.change for row in remat_text.policy_rows(r)] == [
         "", "peak -4.0 MiB, FLOPs +30.0%"]
+
+
+def test_the_users_own_checkpoint_and_scan_are_named():
+    def loss_fn(w, x):
+        layer = jax.checkpoint(lambda h: jnp.tanh(h @ w),
+                               policy=jax.checkpoint_policies.dots_saveable)
+        h, _ = jax.lax.scan(lambda h, _: (layer(h), None), x, None, length=3)
+        return jnp.sum(h ** 2)
+
+    with capture(advise="advised") as session:
+        jax.jit(lambda w, x: jax.grad(loss_fn)(w, x))(jnp.ones((8, 8)), jnp.ones((4, 8)))
+    r = session.entries[0].remat
+    assert r is not None and r.current_policies == ("dots_saveable",) and r.uses_scan
+    written = r.variants[0]
+    fn_memory = session.entries[0].facts
+    assert fn_memory is not None and written.peak_bytes == fn_memory.memory.peak_bytes
+
+
+def test_report_with_remat_reads_back_from_json(activations):
+    _, report = activations
+    assert Report.from_json(report.to_json()) == report
+
+
+def test_terminal_and_html_put_the_advice_first(activations):
+    from memscope.render.html import render_html
+    from memscope.render.terminal import render_report
+
+    _, report = activations
+    out = io.StringIO()
+    render_report(report, out, width=100, plain=True)
+    text = out.getvalue()
+    headline = remat_text.headline(report.functions[0].remat)  # type: ignore[arg-type]
+    assert headline is not None
+    advice_at = text.index("Remat advice: jax.value_and_grad(jax.checkpoint(loss_fn,")
+    assert advice_at < text.index("backward pass:") < text.index("nothing_saveable  ")
+    assert "sample_programs/activations.py:30" in text.split("backward pass:")[1]
+    page = io.StringIO()
+    render_html(report, page)
+    assert "Remat advice:" in page.getvalue() and "Backward pass" in page.getvalue()

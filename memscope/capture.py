@@ -660,8 +660,11 @@ class MeasuredJit:
             return session.worker.compiler.submit(run).result()
 
         try:
-            result = remat.analyse(plan, written, compile_in=compile_in, donation=donation,
-                                   cancelled=lambda: session.worker.cancelled)
+            # JAX's lowering warnings for programs the user never runs are not the user's.
+            with session.recording_warnings(emit=False):
+                result = remat.analyse(plan, written, compile_in=compile_in,
+                                       donation=donation,
+                                       cancelled=lambda: session.worker.cancelled)
         except Exception as e:  # the trace again failed: say so, keep the rest
             return Remat(differentiations=(), error=f"{type(e).__name__}: {e}")
         if result is not None:

@@ -763,6 +763,17 @@ def checkpoint_policies(jaxpr: Any) -> tuple[tuple[str, ...], bool]:
     return tuple(dict.fromkeys(names)), scan
 
 
+def transposes(jaxpr: Any) -> bool:
+    """Whether ``jaxpr`` (a closed jaxpr) holds a reverse-mode derivative.
+
+    JAX names what it transposes ``transpose(jvp(...))`` in each equation's
+    name stack (0.7 to 0.10); a function with no such equation differentiates
+    nothing in reverse mode, and is not traced again to look for it.
+    """
+    return any("transpose(" in str(eqn.source_info.name_stack)
+               for eqn in _all_eqns(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr))
+
+
 def _policy_name(policy: Any) -> str:
     """A checkpoint policy by its ``jax.checkpoint_policies`` name where it is one
     (JAX 0.10 makes the dot policies objects that print as their class), else

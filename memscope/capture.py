@@ -645,6 +645,8 @@ class MeasuredJit:
         """Residuals and checkpoint policies, measured (see :mod:`memscope.remat`);
         compiles at the lowest priority while the program runs, as variants do."""
         session = self._memscope_session
+        if not _compat.transposes(handles.traced.jaxpr):
+            return None  # no grad or vjp: nothing to trace again for
         written = RematVariant("as_written", facts.memory.peak_bytes,
                                _compat.flops(handles.compiled))
         fix = next((v for v in entry.variants if v.name == "advised" and v.facts is not None

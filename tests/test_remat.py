@@ -114,10 +114,16 @@ def test_transformer_residuals_equal_jax_listing():
     assert len(d.residuals) > 300
 
 
-def test_nothing_differentiated_gives_no_remat():
+def test_nothing_differentiated_gives_no_remat_and_no_trace_again():
+    traces = []
+
+    def double(x):
+        traces.append(1)
+        return jax.jvp(jnp.sin, (x,), (x,))[1] * 2  # forward mode keeps no residuals
+
     with capture(advise="advised") as session:
-        jax.jit(lambda x: x * 2)(jnp.ones(4))
-    assert session.entries[0].remat is None
+        jax.jit(double)(jnp.ones(4))
+    assert session.entries[0].remat is None and traces == [1]
 
 
 def test_residuals_of_equinox_and_flax_in_their_terms():

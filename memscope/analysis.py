@@ -10,7 +10,7 @@ from typing import Any
 
 import jax
 
-from memscope import _compat, advice, observed, remat
+from memscope import _compat, advice, observed
 from memscope.advice import AdviceLevel
 from memscope.between import DonationLedger, signature_shape
 from memscope.buffers import breakdown
@@ -241,7 +241,7 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                    request: VariantRequest | None = None,
                    stop_after: int | None = None, guard: Guard | None = None,
                    deliver: Callable[[Report], None] | None = None,
-                   remat_flops: float | None = remat.DEFAULT_MAX_FLOPS_INCREASE) -> Report:
+                   remat_flops: float | None = None) -> Report:
     """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
 
     ``advise``, ``request``, ``stop_after`` and ``remat_flops`` are :func:`capture`'s. Never raises

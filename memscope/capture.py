@@ -168,7 +168,7 @@ class Session:
     def __init__(self, proxy: Any, *, advise: bool | AdviceLevel = False,
                  request: VariantRequest | None = None,
                  stop_after: int | None = None,
-                 remat_flops: float | None = remat.DEFAULT_MAX_FLOPS_INCREASE) -> None:
+                 remat_flops: float | None = None) -> None:
         self.entries: list[Entry] = []
         self.active = True
         self.advice: AdviceLevel = advice_level(advise)
@@ -352,8 +352,7 @@ class Session:
 @contextlib.contextmanager
 def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
             stop_after: int | None = None,
-            remat_flops: float | None = remat.DEFAULT_MAX_FLOPS_INCREASE
-            ) -> Iterator[Session]:
+            remat_flops: float | None = None) -> Iterator[Session]:
     """Record every jitted function called inside the block.
 
     ``advise`` also compiles each signature with other donations: ``"advised"``
@@ -361,10 +360,12 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     array argument donated; ``"off"`` (or ``False``) none. Each distinct
     donation is one XLA compile, made in memscope's worker thread while the
     program goes on. ``request`` compiles the donation a ``memscope diff`` asked
-    for. With advice on, each function that differentiates is also traced
-    again to list its residuals and compiled under each ``jax.checkpoint``
-    policy (:mod:`memscope.remat`); the policy advised saves the most peak
-    within ``remat_flops`` more FLOPs (a fraction); ``None`` skips this.
+    for. With advice on and ``remat_flops`` given (a fraction, e.g.
+    :data:`memscope.remat.DEFAULT_MAX_FLOPS_INCREASE`), each function that
+    differentiates is also traced again to list its residuals and compiled
+    under each ``jax.checkpoint`` policy (:mod:`memscope.remat`); the policy
+    advised saves the most peak within ``remat_flops`` more FLOPs. ``None``
+    (the default) skips this: it costs about one compile per policy.
     ``stop_after`` ends the block's code with
     :class:`~memscope.errors.TargetStopped` once that many jitted calls ran.
 

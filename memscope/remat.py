@@ -57,6 +57,16 @@ POLICIES = ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_sav
 DEFAULT_MAX_FLOPS_INCREASE = 0.35
 
 
+def remat_setting(on: bool | None, flops: float | None, advice: str) -> float | None:
+    """``capture``'s ``remat_flops`` for ``--remat/--no-remat``, ``--remat-flops``
+    and ``--advice``: on when asked for, given a limit, or with full advice."""
+    if on is False or advice == "off":
+        return None
+    if on or flops is not None or advice == "full":
+        return DEFAULT_MAX_FLOPS_INCREASE if flops is None else flops
+    return None
+
+
 @dataclass(frozen=True)
 class Found:
     """One differentiation seen while tracing again, in the user's terms."""

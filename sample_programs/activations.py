@@ -2,9 +2,9 @@
 and jitted without donation: what the backward pass keeps is most of its memory.
 
 `jax.value_and_grad(loss_fn)` saves, per layer, the outputs of `sin`, `cos` and
-`tanh` on the activation line (`batch x width` floats each). memscope lists
-those residuals by source line, compiles the step under each `jax.checkpoint`
-policy, and advises `jax.value_and_grad(jax.checkpoint(loss_fn,
+`tanh` on the activation line (`batch x width` floats each). `memscope run
+--remat` lists those residuals by source line, compiles the step under each
+`jax.checkpoint` policy, and advises `jax.value_and_grad(jax.checkpoint(loss_fn,
 policy=jax.checkpoint_policies.nothing_saveable))` together with
 `donate_argnames=("params",)`, with the peak it measured for both applied.
 

@@ -87,16 +87,16 @@ def test_real_sized_benchmark_prints_python_and_memscope_side_by_side():
     assert re.match(r"^training: --steps 2 --layers 1 --width 32; \d+ input leaves", lines[0])
     assert lines[1].split()[:3] == ["command", "wall", "s"]
     rows = {line[:26].strip(): line[26:].split() for line in lines[2:]}
-    assert list(rows) == ["python", "memscope run --no-advice", "memscope run --no-remat",
-                          "memscope run"]
+    assert list(rows) == ["python", "memscope run --no-advice", "memscope run",
+                          "memscope run --remat"]
     assert rows["python"][1] == "1.00" and rows["python"][3] == "0.00"
     # the advice adds one compile (the advised donation); --no-advice adds none
     compiles = {name: int(row[6]) for name, row in rows.items()}
-    assert compiles["memscope run --no-remat"] == compiles["python"] + 1
+    assert compiles["memscope run"] == compiles["python"] + 1
     assert compiles["memscope run --no-advice"] == compiles["python"]
     # the four checkpoint policies, and the one advised measured with the donation
     # where one saves
-    assert compiles["memscope run"] - compiles["memscope run --no-remat"] in (4, 5)
+    assert compiles["memscope run --remat"] - compiles["memscope run"] in (4, 5)
 
 
 def test_load_benchmark_prints_one_row_per_step():

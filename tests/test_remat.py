@@ -121,7 +121,7 @@ def test_nothing_differentiated_gives_no_remat_and_no_trace_again():
         traces.append(1)
         return jax.jvp(jnp.sin, (x,), (x,))[1] * 2  # forward mode keeps no residuals
 
-    with capture(advise="advised") as session:
+    with capture(advise="advised", remat_flops=remat.DEFAULT_MAX_FLOPS_INCREASE) as session:
         jax.jit(double)(jnp.ones(4))
     assert session.entries[0].remat is None and traces == [1]
 
@@ -138,7 +138,7 @@ def test_residuals_of_equinox_and_flax_in_their_terms():
     def nnx_loss(m):
         return jnp.mean(m(x) ** 2)
 
-    with capture(advise="advised") as session:
+    with capture(advise="advised", remat_flops=remat.DEFAULT_MAX_FLOPS_INCREASE) as session:
         eqx.filter_jit(lambda m: eqx.filter_value_and_grad(eqx_loss)(m))(model)
         nnx.jit(lambda m: nnx.grad(nnx_loss)(m))(nnx.Linear(4, 1, rngs=nnx.Rngs(0)))
     first, second = (e.remat for e in session.entries)
@@ -181,7 +181,7 @@ def activations() -> tuple[Any, Report]:
 
     params = sample.init_params(jax.random.key(0), 4, 128)
     x = jax.random.normal(jax.random.key(1), (8192, 128))
-    with capture(advise="advised") as session:
+    with capture(advise="advised", remat_flops=remat.DEFAULT_MAX_FLOPS_INCREASE) as session:
         fresh = jax.jit(sample.train_step.__wrapped__)
         fresh(params, x)
     return sample, build_report(session.entries, None, session.runtime())
@@ -241,7 +241,7 @@ def test_trace_again_prints_nothing_and_program_unchanged(capsys):
     w, x = jnp.ones((8, 8)), jnp.ones((4, 8))
     expected = jax.jit(lambda w, x: step(w, x))(w, x)
     capsys.readouterr()
-    with capture(advise="advised") as session:
+    with capture(advise="advised", remat_flops=remat.DEFAULT_MAX_FLOPS_INCREASE) as session:
         out = jax.jit(step)(w, x)
     assert capsys.readouterr().out == "tracing loss_fn\n"
     assert (out == expected).all()
@@ -273,8 +273,8 @@ def test_hook_leaves_other_threads_alone():
     assert seen == [] and jnp.allclose(g, jnp.cos(jnp.ones(3)))
 
 
-def test_no_remat_when_switched_off():
-    with capture(advise="advised", remat_flops=None) as session:
+def test_no_remat_unless_asked_for():
+    with capture(advise="advised") as session:
         jax.jit(lambda w: jax.grad(lambda v: jnp.sum(v ** 2))(w))(jnp.ones(3))
     assert session.entries[0].remat is None
 
@@ -323,7 +323,7 @@ def test_the_users_own_checkpoint_and_scan_are_named():
         h, _ = jax.lax.scan(lambda h, _: (layer(h), None), x, None, length=3)
         return jnp.sum(h ** 2)
 
-    with capture(advise="advised") as session:
+    with capture(advise="advised", remat_flops=remat.DEFAULT_MAX_FLOPS_INCREASE) as session:
         jax.jit(lambda w, x: jax.grad(loss_fn)(w, x))(jnp.ones((8, 8)), jnp.ones((4, 8)))
     r = session.entries[0].remat
     assert r is not None and r.current_policies == ("dots_saveable",) and r.uses_scan
@@ -353,3 +353,13 @@ def test_terminal_and_html_put_the_advice_first(activations):
     page = io.StringIO()
     render_html(report, page)
     assert "Remat advice:" in page.getvalue() and "Backward pass" in page.getvalue()
+
+
+def test_remat_setting_of_the_cli():
+    default = remat.DEFAULT_MAX_FLOPS_INCREASE
+    assert remat.remat_setting(None, None, "advised") is None
+    assert remat.remat_setting(None, None, "full") == default
+    assert remat.remat_setting(True, None, "advised") == default
+    assert remat.remat_setting(None, 0.1, "advised") == 0.1
+    assert remat.remat_setting(False, None, "full") is None
+    assert remat.remat_setting(True, 0.1, "off") is None

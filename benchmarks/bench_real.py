@@ -2,7 +2,8 @@
 
 Runs benchmarks/_train.py (sample_programs/transformer_adam.py's transformer with
 optax Adam, timed by the program itself) plainly and under ``memscope run`` with
-the advisor off and with the default options, interleaved, in one invocation, at
+the advisor off, with the default options and with the checkpoint policies too
+(``--remat``), interleaved, in one invocation, at
 two shapes: a training run (enough steps that training dominates) and a long
 compile (many layers, few steps). Prints, per command, the median wall time and
 its ratio to python, the time to the end of the first step and how much later it
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-COMMANDS = ("python", "memscope run --no-advice", "memscope run")
+COMMANDS = ("python", "memscope run --no-advice", "memscope run", "memscope run --remat")
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,14 @@ def commands(shape: list[str], folder: str) -> dict[str, tuple[list[str], str | 
     memscope = shutil.which("memscope") or str(Path(sys.executable).with_name("memscope"))
     train = str(HERE / "_train.py")
     off, on = os.path.join(folder, "off.json"), os.path.join(folder, "on.json")
+    with_remat = os.path.join(folder, "remat.json")
     return {
         "python": ([sys.executable, train, *shape], None),
         "memscope run --no-advice": ([memscope, "run", "-q", "--no-advice", "-o", off,
                                       train, *shape], off),
         "memscope run": ([memscope, "run", "-q", "-o", on, train, *shape], on),
+        "memscope run --remat": ([memscope, "run", "-q", "--remat", "-o", with_remat,
+                                  train, *shape], with_remat),
     }
 
 

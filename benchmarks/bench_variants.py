@@ -64,15 +64,17 @@ def variant_times(layers: int, width: int) -> tuple[float, float, float]:
     return jax_s, timings[0], timings[1]
 
 
-def compiles_per_call(advise: bool, layers: int, width: int) -> int:
-    """XLA compiles for the first call of a function never compiled before."""
+def compiles_per_call(advise: bool, layers: int, width: int, *, remat: bool = False) -> int:
+    """XLA compiles for the first call of a function never compiled before
+    (with ``remat``, the checkpoint policies too)."""
     step_args = transformer_step_args(layers, width)
 
     def fresh(*a):  # a new function, so nothing is in JAX's caches for it
         return train_step(*a)
 
     before = len(_compiles)
-    with warnings.catch_warnings(), capture(advise=advise):
+    with warnings.catch_warnings(), capture(advise=advise,
+                                            remat_flops=0.35 if remat else None):
         warnings.simplefilter("ignore")
         jax.jit(fresh)(*step_args)
     return len(_compiles) - before
@@ -88,6 +90,7 @@ def main() -> None:
     jax_s, seq_s, par_s = (statistics.median(r[i] for r in runs) for i in range(3))
     off = compiles_per_call(False, args.layers, args.width)
     on = compiles_per_call(True, args.layers, args.width)
+    with_remat = compiles_per_call(True, args.layers, args.width, remat=True)
     print(f"transformer training step: {args.layers} layers, width {args.width}, "
           f"{args.repeat} runs, {os.cpu_count()} cores")
     print(f"JAX's compile of the program        {jax_s * 1000:9.1f} ms")
@@ -95,6 +98,8 @@ def main() -> None:
           f"(ratio to JAX's compile {seq_s / jax_s:.2f})")
     print(f"2 variants, side by side            {par_s * 1000:9.1f} ms  "
           f"(ratio to JAX's compile {par_s / jax_s:.2f}, speed-up {seq_s / par_s:.2f})")
+    print(f"XLA compiles for a new signature under memscope with the checkpoint policies "
+          f"too: {with_remat}")
     print(f"XLA compiles for a new signature under memscope: advisor off {off} "
           f"(the program's own), advisor on {on}")
 

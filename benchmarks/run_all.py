@@ -25,6 +25,7 @@ FULL = {
     "bench_real.py": [],
     "bench_load.py": ["--functions", "2000", "--leaves", "55"],
     "bench_reports.py": ["--sizes", "405,1000,5000,20000"],
+    "bench_remat.py": ["--layers", "8", "--repeat", "3"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],
@@ -36,6 +37,7 @@ QUICK = {
                       "--compile-layers", "1"],
     "bench_load.py": ["--functions", "3", "--leaves", "2"],
     "bench_reports.py": ["--sizes", "50", "--repeat", "1"],
+    "bench_remat.py": ["--layers", "1", "--width", "32", "--repeat", "1"],
 }
 
 

@@ -115,6 +115,13 @@ def patched_make_jit(wrap: Callable[[Any, Callable[..., Any], dict[str, Any]], A
         _pjit.make_jit = original
 
 
+def make_jit(fun: Callable[..., Any], options: dict[str, Any]) -> Any:
+    """A jit object made as the one with ``options`` was (the keywords
+    :func:`patched_make_jit` hands its ``wrap``: ``pjit.make_jit``'s own, which
+    ``jax.jit``'s signature does not take); no options: ``jax.jit``'s defaults."""
+    return _pjit.make_jit(fun, **options) if options else jax.jit(fun)
+
+
 def pmap_user_function(fun: Any) -> Callable[..., Any] | None:
     """The user's function behind a jit that ``jax.pmap`` made, else ``None``.
 
@@ -654,3 +661,195 @@ def remove_duration_listener(listener: Callable[..., None]) -> None:
     if remove is not None:
         with contextlib.suppress(Exception):
             remove(listener)
+
+
+# ------------------------------------------------------ differentiation --
+
+#: JAX 0.10 made ``jax.grad`` and ``jax.value_and_grad`` call ``api.vjp`` (the
+#: public ``jax.vjp``) with a Python callable; before, all three go through
+#: ``api._vjp`` with a ``lu.WrappedFun``.
+_VJP_TAKES_CALLABLE: bool = _JAX_SERIES >= (0, 10)
+
+#: ``hook(fun, primals, has_aux)`` for the thread that set it (see :func:`vjp_hook`)
+_VJP_HOOK = threading.local()
+
+VjpHook = Callable[[Callable[..., Any], tuple[Any, ...], bool], "Callable[..., Any] | None"]
+
+
+@contextlib.contextmanager
+def vjp_hook(hook: VjpHook) -> Iterator[None]:
+    """Hand every reverse-mode differentiation the calling thread traces in the
+    block to ``hook(fun, primals, has_aux)`` first; a callable it returns is
+    differentiated in ``fun``'s place.
+
+    ``jax.grad``, ``jax.value_and_grad``, ``jax.vjp`` and the framework wrappers
+    over them (``eqx.filter_value_and_grad``, ``nnx.grad``) all reach one
+    private entry point (see :data:`_VJP_TAKES_CALLABLE`), looked up as a module
+    attribute at call time, so differentiations set up anywhere (at import, in
+    a library) are seen. Other threads (the user's program) go straight to
+    JAX's own; the hook is off while it runs, so its own tracing is not hooked.
+    """
+    from jax._src import api as _api
+
+    name = "vjp" if _VJP_TAKES_CALLABLE else "_vjp"
+    original = getattr(_api, name)
+
+    def replacement_for(fun: Callable[..., Any], primals: tuple[Any, ...],
+                        has_aux: bool) -> Callable[..., Any] | None:
+        active = getattr(_VJP_HOOK, "hook", None)
+        if active is None:
+            return None
+        _VJP_HOOK.hook = None
+        try:
+            return active(fun, primals, has_aux)
+        finally:
+            _VJP_HOOK.hook = active
+
+    @functools.wraps(original)
+    def hooked(fun: Any, *primals: Any, has_aux: bool = False, **kwargs: Any) -> Any:
+        if _VJP_TAKES_CALLABLE:
+            new = replacement_for(fun, primals, has_aux)
+            return original(new or fun, *primals, has_aux=has_aux, **kwargs)
+        new = replacement_for(fun.call_wrapped, primals, has_aux)
+        if new is not None:
+            fun = _linear_util.wrap_init(new, debug_info=fun.debug_info)
+        return original(fun, *primals, has_aux=has_aux, **kwargs)
+
+    public = jax.vjp is original
+    setattr(_api, name, hooked)
+    if public:
+        jax.vjp = hooked
+    _VJP_HOOK.hook = hook
+    try:
+        yield
+    finally:
+        _VJP_HOOK.hook = None
+        setattr(_api, name, original)
+        if public:
+            jax.vjp = original
+
+
+@dataclass(frozen=True)
+class SavedResidual:
+    """One value JAX's forward pass saves for the backward pass, as
+    ``jax.ad_checkpoint.saved_residuals`` lists it (``text`` is its own words)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    text: str
+    primitive: str | None
+    source: str | None
+    function: str | None
+
+
+_RESIDUAL_TEXT = re.compile(
+    r"^(?:output of (?:jitted function '(?P<jit>[^']*)'|(?P<prim>\S+))|named '[^']*')"
+    r" from (?P<file>.+?):(?P<line>\d+)(?::\d+)? \((?P<fn>[^)]*)\)$")
+
+
+def saved_residuals(fun: Callable[..., Any], primals: tuple[Any, ...]
+                    ) -> list[SavedResidual]:
+    """What differentiating ``fun`` at ``primals`` saves, by JAX's own
+    ``saved_residuals`` (``primals`` may be tracers of an enclosing trace).
+
+    JAX words each residual as ``output of dot_general from file.py:12:4 (fn)``,
+    ``from the argument x``, ``from a constant``, ...; the primitive and source
+    line are read from those words, the only form all supported series share.
+    """
+    from jax._src import ad_checkpoint  # public in 0.7 to 0.9; only print_... in 0.10
+
+    listing: list[tuple[Any, str]] = ad_checkpoint.saved_residuals(fun, *primals)
+    result = []
+    for aval, text in listing:
+        match = _RESIDUAL_TEXT.match(text)
+        prim = None if match is None else (match["prim"] or "jit")
+        where = None if match is None else f"{match['file']}:{match['line']}"
+        result.append(SavedResidual(
+            shape=tuple(int(d) for d in aval.shape), dtype=str(aval.dtype), text=text,
+            primitive=prim if prim is not None or match is None else "name",
+            source=where, function=None if match is None else match["fn"]))
+    return result
+
+
+def flops(compiled: Any) -> float | None:
+    """The ``flops`` of XLA's ``cost_analysis()``; ``None`` where it gives none.
+
+    jaxlib returns one dict (0.4.30 and later) or a list of one dict per
+    module (older); a backend may raise ``NotImplementedError``.
+    """
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:
+        return None
+    if isinstance(cost, list | tuple):
+        cost = cost[0] if cost else None
+    value = cost.get("flops") if isinstance(cost, dict) else None
+    return None if value is None else float(value)
+
+
+def checkpoint_policies(jaxpr: Any) -> tuple[tuple[str, ...], bool]:
+    """The policies of the ``jax.checkpoint`` equations in ``jaxpr`` (a closed
+    jaxpr), by the policy function's name (``"none"`` for no policy), and
+    whether it has a ``scan``: the rematerialization the user already wrote."""
+    names: list[str] = []
+    scan = False
+    for eqn in _all_eqns(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr):
+        if eqn.primitive.name in ("checkpoint", "remat2", "remat"):
+            policy = eqn.params.get("policy")
+            names.append(_policy_name(policy))
+        scan = scan or eqn.primitive.name == "scan"
+    return tuple(dict.fromkeys(names)), scan
+
+
+def transposes(jaxpr: Any) -> bool:
+    """Whether ``jaxpr`` (a closed jaxpr) holds a reverse-mode derivative.
+
+    JAX names what it transposes ``transpose(jvp(...))`` in each equation's
+    name stack (0.7 to 0.10); a function with no such equation differentiates
+    nothing in reverse mode, and is not traced again to look for it.
+    """
+    return any("transpose(" in str(eqn.source_info.name_stack)
+               for eqn in _all_eqns(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr))
+
+
+def _policy_name(policy: Any) -> str:
+    """A checkpoint policy by its ``jax.checkpoint_policies`` name where it is one
+    (JAX 0.10 makes the dot policies objects that print as their class), else
+    by its function name."""
+    if policy is None:
+        return "none"
+    standard = ("everything_saveable", "nothing_saveable", "dots_saveable",
+                "dots_with_no_batch_dims_saveable")  # before aliases (checkpoint_dots)
+    for name in (*standard, *dir(jax.checkpoint_policies)):
+        known = getattr(jax.checkpoint_policies, name)
+        with contextlib.suppress(Exception):
+            if not name.startswith("_") and (known is policy or known == policy):
+                return name
+    return str(getattr(policy, "__name__", policy))
+
+
+def _all_eqns(jaxpr: Any) -> Iterator[Any]:
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in _core.jaxprs_in_params(eqn.params):
+            yield from _all_eqns(sub)
+
+
+def traced_once(fun: Callable[..., Any], primals: tuple[Any, ...]) -> Callable[..., Any]:
+    """``fun`` traced once at ``primals``, as a function that replays its jaxpr.
+
+    Some differentiated functions may be called only once per differentiation
+    (``nnx.grad``'s pops the states its wrapper split off; a ``lu.WrappedFun``
+    fills its stores). Listing residuals and differentiating then use the
+    replay; ``eval_jaxpr`` binds each equation under its own source info, so
+    the residuals keep the user's lines.
+    """
+    closed, shape = jax.make_jaxpr(fun, return_shape=True)(*primals)
+    out_tree = jax.tree_util.tree_structure(shape)
+
+    def replay(*args: Any) -> Any:
+        flat = jax.tree_util.tree_leaves(args)
+        return jax.tree_util.tree_unflatten(
+            out_tree, _core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
+
+    return functools.wraps(fun)(replay) if hasattr(fun, "__name__") else replay

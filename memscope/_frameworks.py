@@ -12,6 +12,7 @@ file (checked against equinox 0.13 and flax 0.12.0 to 0.12.8).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -205,3 +206,17 @@ def _step(node: Any, part: Any, *, item: bool) -> Any:
         return node[part] if item else getattr(node, part)
     except Exception:
         return None
+
+
+def retrace_context(fun: Any) -> Any:
+    """What tracing ``fun`` (a function a wrapper jitted) again needs around it.
+
+    ``nnx.jit`` jits a ``JitFn`` that reads the graph nodes of its call from the
+    update context ``nnx.jit``'s own call opens (``update_context(ctxtag)``);
+    traced again outside that call it finds none. Other functions need nothing.
+    """
+    graph = next((sys.modules[name] for name in _NNX_GRAPHS if name in sys.modules), None)
+    if (graph is not None and type(fun).__name__ == "JitFn"
+            and type(fun).__module__ == _NNX_COMPILATION and hasattr(fun, "ctxtag")):
+        return graph.update_context(fun.ctxtag)
+    return contextlib.nullcontext()

@@ -75,6 +75,7 @@ def function_report(entry: Entry) -> FunctionReport:
         advice=_advice(inputs, memory, entry.variants), setting=entry.setting,
         findings=findings, measured=entry.measured, library=entry.library,
         compile_seconds=entry.compile_seconds, first_call=entry.first_call,
+        remat=entry.remat,
         devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None),
@@ -288,10 +289,11 @@ def run_notes(uncaptured_pmaps: int = 0) -> tuple[str, ...]:
 def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                    request: VariantRequest | None = None,
                    stop_after: int | None = None, guard: Guard | None = None,
-                   deliver: Callable[[Report], None] | None = None) -> Report:
+                   deliver: Callable[[Report], None] | None = None,
+                   remat_flops: float | None = None) -> Report:
     """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
 
-    ``advise``, ``request`` and ``stop_after`` are :func:`capture`'s. Never raises
+    ``advise``, ``request``, ``stop_after`` and ``remat_flops`` are :func:`capture`'s. Never raises
     for the target: how it ended (and its exit code) is in ``report.run``, and
     whatever was captured before is reported. ``deliver`` (writing the report
     where the user asked) gets the report however the run ends: at its end,
@@ -305,14 +307,16 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
     if guard is None:
         with Guard() as own:
             return run_and_report(target, advise=advise, request=request,
-                                  stop_after=stop_after, guard=own, deliver=deliver)
+                                  stop_after=stop_after, guard=own, deliver=deliver,
+                                  remat_flops=remat_flops)
 
     def run_info(result: RunResult) -> RunInfo:
         return RunInfo(target=target.name, argv=target.args, outcome=result.outcome,
                        exit_code=result.exit_code, module=target.module,
                        error=result.error)
 
-    with capture(advise=advise, request=request, stop_after=stop_after) as session:
+    with capture(advise=advise, request=request, stop_after=stop_after,
+                 remat_flops=remat_flops) as session:
         def terminated() -> None:
             session.finish()
             report = build_report(session.entries, run_info(RunResult(

@@ -32,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat, advice, between, keys, oom, wrappers
+from memscope import _compat, advice, between, keys, oom, remat, wrappers
 from memscope.advice import AdviceLevel, advice_level
 from memscope.compiled import (
     CompiledFacts,
@@ -67,6 +67,8 @@ from memscope.report import (
     MeasuredMemory,
     MemorySample,
     Overhead,
+    Remat,
+    RematVariant,
     Runtime,
     VariantName,
 )
@@ -174,6 +176,8 @@ class Entry:
     call: KeptCall | None = None
     #: what batch would fit, for the post-mortem (see :mod:`memscope.fit`)
     forecast: Forecast | None = None
+    #: residuals and measured checkpoint policies (see :mod:`memscope.remat`)
+    remat: Remat | None = None
 
     @property
     def setting(self) -> str | None:
@@ -190,10 +194,17 @@ class Session:
 
     def __init__(self, proxy: Any, *, advise: bool | AdviceLevel = False,
                  request: VariantRequest | None = None,
-                 stop_after: int | None = None) -> None:
+                 stop_after: int | None = None,
+                 remat_flops: float | None = None) -> None:
         self.entries: list[Entry] = []
         self.active = True
         self.advice: AdviceLevel = advice_level(advise)
+        #: measure checkpoint policies of differentiated functions (with advice)
+        self.remat = remat_flops is not None and self.advice != "off"
+        self.remat_flops = (remat_flops if remat_flops is not None
+                            else remat.DEFAULT_MAX_FLOPS_INCREASE)
+        if remat_flops is not None and remat_flops < 0:
+            raise MemscopeError(f"remat_flops must be at least 0, got {remat_flops}")
         self.request = request
         self.stop_after = stop_after
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
@@ -435,7 +446,8 @@ def live_arrays(exclude: Sequence[Any] = ()) -> LiveArrays | None:
 @contextlib.contextmanager
 def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
             stop_after: int | None = None, keep_calls: bool = False,
-            stop_at_repeat: bool = False) -> Iterator[Session]:
+            stop_at_repeat: bool = False,
+            remat_flops: float | None = None) -> Iterator[Session]:
     """Record every jitted function called inside the block.
 
     ``advise`` also compiles each signature with other donations: ``"advised"``
@@ -443,7 +455,13 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     array argument donated; ``"off"`` (or ``False``) none. Each distinct
     donation is one XLA compile, made in memscope's worker thread while the
     program goes on. ``request`` compiles the donation a ``memscope diff`` asked
-    for. ``stop_after`` ends the block's code with
+    for. With advice on and ``remat_flops`` given (a fraction, e.g.
+    :data:`memscope.remat.DEFAULT_MAX_FLOPS_INCREASE`), each function that
+    differentiates is also traced again to list its residuals and compiled
+    under each ``jax.checkpoint`` policy (:mod:`memscope.remat`); the policy
+    advised saves the most peak within ``remat_flops`` more FLOPs. ``None``
+    (the default) skips this: it costs about one compile per policy.
+    ``stop_after`` ends the block's code with
     :class:`~memscope.errors.TargetStopped` once that many jitted calls ran;
     ``stop_at_repeat`` at the first call of a signature called before (a loop
     has begun). ``keep_calls`` keeps each signature's call in shapes
@@ -459,7 +477,8 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     if unsupported is not None and not _compat.unsupported_allowed():
         raise MemscopeError(unsupported)
     with _compat.lowering_warnings() as proxy:
-        session = Session(proxy, advise=advise, request=request, stop_after=stop_after)
+        session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
+                          remat_flops=remat_flops)
         with contextlib.suppress(Exception):  # compile times are then n/a
             session.clock.install()
         session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat
@@ -504,6 +523,8 @@ class MeasuredJit:
         self._memscope_session = session
         self._memscope_spec = _compat.jit_spec(jitted)
         self._memscope_fun = fun
+        # None for a jit made outside a capture (analyze()): its options are unknown
+        self._memscope_options = None if options is None else dict(options)
         # The user's own spelling (JAX fills in the other from the signature).
         wrote_numbers = (options or {}).get("donate_argnums") is not None
         wrote_names = (options or {}).get("donate_argnames") is not None
@@ -663,8 +684,9 @@ class MeasuredJit:
         mine = entry
         entry = session.add(session_key, entry)
         if handles is not None and entry is mine:
+            plan = self._remat_plan(args, kwargs)
             session.defer(functools.partial(self._analyse, entry, handles, shardings,
-                                            _compat.config_snapshot()))
+                                            _compat.config_snapshot(), plan))
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out, entry
@@ -730,7 +752,7 @@ class MeasuredJit:
                                             _compat.config_snapshot()))
 
     def _analyse(self, entry: Entry, handles: CompiledHandles, shardings: list[Any],
-                 settings: _compat.ConfigSnapshot) -> None:
+                 settings: _compat.ConfigSnapshot, plan: remat.Plan | None = None) -> None:
         """Read the compiled program, then compile the variants (in the worker
         thread, under the JAX settings the call ran with)."""
         session = self._memscope_session
@@ -746,9 +768,61 @@ class MeasuredJit:
                         and entry.library is None:
                     variants = self._variants(entry, facts, handles.traced, shardings)
                     session.publish(lambda: setattr(entry, "variants", variants))
+                if facts is not None and plan is not None and entry.library is None:
+                    found = self._remat(entry, facts, handles, plan, settings)
+                    session.publish(lambda: setattr(entry, "remat", found))
         except Exception as e:  # never let the measurement break the program
             error = f"could not read the compiled program: {type(e).__name__}: {e}"
             session.publish(lambda: setattr(entry, "error", error))
+
+    def _remat_plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]
+                    ) -> remat.Plan | None:
+        """What the rematerialization analysis needs of this call (its arrays as
+        shapes), when the session asks for advice on the user's own function."""
+        session = self._memscope_session
+        if (not session.remat or self._memscope_library is not None
+                or self._memscope_options is None):
+            return None
+        try:
+            return remat.Plan(self._memscope_fun, self._memscope_options,
+                              remat.abstract((args, kwargs)), session.remat_flops)
+        except Exception:  # the user's call succeeded; memscope must not fail it
+            return None
+
+    def _remat(self, entry: Entry, facts: CompiledFacts, handles: CompiledHandles,
+               plan: remat.Plan, settings: _compat.ConfigSnapshot) -> Remat | None:
+        """Residuals and checkpoint policies, measured (see :mod:`memscope.remat`);
+        compiles at the lowest priority while the program runs, as variants do."""
+        session = self._memscope_session
+        if not _compat.transposes(handles.traced.jaxpr):
+            return None  # no grad or vjp: nothing to trace again for
+        written = RematVariant("as_written", facts.memory.peak_bytes,
+                               _compat.flops(handles.compiled))
+        fix = next((v for v in entry.variants if v.name == "advised" and v.facts is not None
+                    and not v.same_as_written), None)
+        donation = (fix.setting, fix.facts.program.donated) if fix and fix.facts else None
+
+        def compile_in(thunk: Callable[[], Any]) -> Any:
+            def run() -> Any:
+                with _compat.applied_config(settings):
+                    return thunk()
+            if session.worker.draining:
+                return run()
+            return session.worker.compiler.submit(run).result()
+
+        try:
+            # JAX's lowering warnings for programs the user never runs are not the user's.
+            with session.recording_warnings(emit=False):
+                result = remat.analyse(plan, written, compile_in=compile_in,
+                                       donation=donation,
+                                       cancelled=lambda: session.worker.cancelled)
+        except Exception as e:  # the trace again failed: say so, keep the rest
+            return Remat(differentiations=(), error=f"{type(e).__name__}: {e}")
+        if result is not None:
+            session.count_variants(compiled=len(result.variants) - 1
+                                   + (result.advice is not None and result.advice.combined),
+                                   reused=0)
+        return result
 
     def _entry(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                out: Any) -> Entry:

@@ -394,6 +394,22 @@ class XlaBuffer:
 
 
 @dataclass(frozen=True)
+class Residual:
+    """One value the forward pass saves for the backward pass, as JAX's
+    ``saved_residuals`` lists it: ``origin`` is JAX's own words
+    (``output of dot_general from model.py:12:8 (forward)``, ``from the
+    argument x``), ``primitive`` and ``source`` (``path:line``) are read from
+    them (``None`` for an argument or constant)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    origin: str
+    primitive: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
 class FitRow:
     """The function compiled at one batch size: its peak by memscope's rule."""
 
@@ -466,6 +482,92 @@ class OutOfMemory:
 
 
 @dataclass(frozen=True)
+class ResidualLine:
+    """The residuals one source line produces (``None``: arguments and constants)."""
+
+    source: str | None
+    bytes: int
+    count: int
+    primitives: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Differentiation:
+    """One reverse-mode differentiation the function traces (``jax.grad``,
+    ``jax.value_and_grad``, ``jax.vjp`` or a framework's wrapper over them).
+
+    ``api`` is how the user wrote it (``jax.value_and_grad``,
+    ``eqx.filter_value_and_grad``, ``nnx.value_and_grad``), ``function`` the
+    differentiated function's name and ``source`` the user's line that calls
+    it. ``by_line`` groups the residuals by source line, largest first.
+    """
+
+    api: str
+    function: str | None
+    source: str | None
+    residuals: tuple[Residual, ...]
+    total_bytes: int
+    by_line: tuple[ResidualLine, ...] = ()
+
+
+@dataclass(frozen=True)
+class RematVariant:
+    """The function compiled with its differentiated functions under
+    ``jax.checkpoint(policy=jax.checkpoint_policies.<policy>)``, or as written
+    (``policy`` ``"as_written"``). ``peak_bytes`` follows the report's peak
+    rule; ``flops`` is XLA's ``cost_analysis()``; ``None`` where not known."""
+
+    policy: str
+    peak_bytes: int | None
+    flops: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RematAdvice:
+    """The checkpoint policy with the largest measured peak saving within
+    ``max_flops_increase`` (a fraction of the function's FLOPs as written).
+
+    ``code`` is the change in the user's terms. When donation advice applies
+    too, ``donation`` is its setting and ``peak_after`` was measured with both
+    applied (``combined``); otherwise with the policy alone.
+    """
+
+    policy: str
+    code: str
+    peak_before: int | None
+    peak_after: int | None
+    flops_before: float | None
+    flops_after: float | None
+    max_flops_increase: float
+    donation: str | None = None
+    combined: bool = False
+
+
+@dataclass(frozen=True)
+class Remat:
+    """What the backward pass keeps, and what each checkpoint policy would trade.
+
+    ``current_policies`` names the policies of the ``jax.checkpoint`` the
+    function already uses (``"none"`` for no policy), ``uses_scan`` whether it
+    has a ``scan``. ``error`` says why the variants could not be measured.
+    """
+
+    differentiations: tuple[Differentiation, ...]
+    variants: tuple[RematVariant, ...] = ()
+    advice: RematAdvice | None = None
+    current_policies: tuple[str, ...] = ()
+    uses_scan: bool = False
+    error: str | None = None
+    #: the FLOPs increase the advice allowed (a fraction), ``None`` if not measured
+    max_flops_increase: float | None = None
+
+    @property
+    def residual_bytes(self) -> int:
+        return sum(d.total_bytes for d in self.differentiations)
+
+
+@dataclass(frozen=True)
 class FunctionReport:
     """One jitted function at one signature.
 
@@ -517,6 +619,9 @@ class FunctionReport:
     first_call: int | None = None
     #: a call or compile of it ran out of memory: the post-mortem
     out_of_memory: OutOfMemory | None = None
+    #: residuals of its differentiations and measured checkpoint policies
+    #: (``None``: it differentiates nothing, or the analysis was off)
+    remat: Remat | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
+from memscope import remat_text
 from memscope.advice import candidates
 from memscope.recompiles import keeps_recompiling
 from memscope.report import (
@@ -216,6 +217,8 @@ class FunctionSummary:
     unusable: int = 0
     #: few enough leaves to show each one by default (:data:`SMALL_FUNCTION`)
     small: bool = False
+    #: the checkpoint policy to apply and what it saves (see :mod:`memscope.remat_text`)
+    remat_advice: str | None = None
 
     @property
     def problems(self) -> int:
@@ -627,7 +630,8 @@ def summarize_function(fn: FunctionReport, siblings: Sequence[FunctionReport] = 
         reasons=reason_groups(fn), terms=_terms(fn, (*inputs, *outputs)), error=fn.error,
         setting=fn.setting, memory=fn.memory, variants=variant_summaries(fn),
         unusable=sum(b.fate == "unusable" for b in fn.inputs),
-        small=len(fn.inputs) + len(fn.outputs) <= SMALL_FUNCTION)
+        small=len(fn.inputs) + len(fn.outputs) <= SMALL_FUNCTION,
+        remat_advice=remat_text.headline(fn.remat) if fn.remat is not None else None)
 
 
 def summarize(report: Report) -> ReportSummary:

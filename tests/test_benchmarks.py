@@ -57,6 +57,20 @@ def test_variants_benchmark_counts_the_advisors_compiles():
     assert re.search(r"speed-up \d+\.\d\d\)$", out, re.M), out
     # one compile of the program's own; the advisor adds "donate all" and "advised"
     assert out.rstrip().endswith("advisor off 1 (the program's own), advisor on 3")
+    # the checkpoint policies add one compile each, and one of the advised policy
+    # with the advised donation where a policy saves
+    assert re.search(r"with the checkpoint policies too: (7|8)$", out, re.M), out
+
+
+def test_remat_benchmark_prints_each_piece_beside_the_compile():
+    out = _bench("bench_remat.py", "--layers", "1", "--width", "32", "--repeat", "1")
+    names = [line[:40].strip() for line in out.splitlines()[1:]]
+    assert names[0] == "JAX's trace and compile of the step"
+    assert names[1].startswith("residuals (") and names[-1] == "the whole analysis"
+    assert [n.removeprefix("policy ") for n in names[2:-1]] == [
+        "everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+        "nothing_saveable"]
+    assert all(re.search(r"ratio +\d+\.\d\d$", line) for line in out.splitlines()[1:]), out
 
 
 def test_scaling_benchmark_prints_one_row_per_size():
@@ -73,12 +87,16 @@ def test_real_sized_benchmark_prints_python_and_memscope_side_by_side():
     assert re.match(r"^training: --steps 2 --layers 1 --width 32; \d+ input leaves", lines[0])
     assert lines[1].split()[:3] == ["command", "wall", "s"]
     rows = {line[:26].strip(): line[26:].split() for line in lines[2:]}
-    assert list(rows) == ["python", "memscope run --no-advice", "memscope run"]
+    assert list(rows) == ["python", "memscope run --no-advice", "memscope run",
+                          "memscope run --remat"]
     assert rows["python"][1] == "1.00" and rows["python"][3] == "0.00"
     # the advice adds one compile (the advised donation); --no-advice adds none
     compiles = {name: int(row[6]) for name, row in rows.items()}
     assert compiles["memscope run"] == compiles["python"] + 1
     assert compiles["memscope run --no-advice"] == compiles["python"]
+    # the four checkpoint policies, and the one advised measured with the donation
+    # where one saves
+    assert compiles["memscope run --remat"] - compiles["memscope run"] in (4, 5)
 
 
 def test_load_benchmark_prints_one_row_per_step():

@@ -25,6 +25,7 @@ from memscope.cli._common import (
 )
 from memscope.ending import Guard
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
+from memscope.remat import remat_setting
 from memscope.render.buffers import render_buffers
 from memscope.render.terminal import LeafFilter, render_report
 from memscope.report import Report, save_report
@@ -43,6 +44,16 @@ from memscope.runner import Target, check_target
 @click.option("--no-advice", is_flag=True,
               help="The same as --advice off: only what the program itself compiled "
                    "is read.")
+@click.option("--remat/--no-remat", default=None,
+              help="For functions that differentiate: list what the backward pass "
+                   "keeps, by source line, and compile each jax.checkpoint policy "
+                   "(about one compile each) for the advice. On with --advice full "
+                   "or --remat-flops, off otherwise.")
+@click.option("--remat-flops", type=click.FloatRange(min=0), default=None,
+              metavar="FRACTION",
+              help="With --remat: advise the policy with the largest measured peak "
+                   "saving whose FLOPs grow by at most FRACTION (default 0.35: about "
+                   "one more forward pass).")
 @stop_after_option
 @click.option("--strict", is_flag=True,
               help="Exit 4 when the compiled program of a function could not be read "
@@ -54,7 +65,8 @@ from memscope.runner import Target, check_target
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
-        advice: AdviceLevel | None, no_advice: bool, stop_after: int | None, strict: bool,
+        advice: AdviceLevel | None, no_advice: bool, remat: bool | None,
+        remat_flops: float | None, stop_after: int | None, strict: bool,
         buffers: bool, html: str | None, leaves: bool, path_pattern: str | None,
         fate: str | None,
         target: str, args: tuple[str, ...]) -> None:
@@ -93,7 +105,8 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     if warning is not None:
         click.echo(warning, err=True)
     report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
-                            deliver=deliver)
+                            deliver=deliver,
+                            remat_flops=remat_setting(remat, remat_flops, level))
     assert report.run is not None
     if not report.functions:
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import IO
 
+from memscope import remat_text
 from memscope.render import html_live
 from memscope.render.text import fates_text, visible
 from memscope.report import (
@@ -195,7 +196,9 @@ def _answer(summary: ReportSummary) -> list[str]:
             a = s.advice
             out.append(f'<p class="advice"><b>Advice:</b> <code>{_t(a.headline)}</code>: '
                        f'{_t(a.saving)}. <span class="dim">{_t(a.caveat)}</span></p>')
-        elif not s.findings:
+        if s.remat_advice is not None:
+            out.append(f'<p class="advice"><b>Remat advice:</b> {_t(s.remat_advice)}.</p>')
+        if s.advice is None and s.remat_advice is None and not s.findings:
             out.append("<p>Nothing to change: no unusable, unused or missed donation, "
                        "no copy.</p>")
         out.append("</div>")
@@ -235,6 +238,7 @@ def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> l
     out.extend(_groups(s))
     out.extend(_reasons(fn, s))
     out.extend(_variants(s))
+    out.extend(_remat(fn))
     out.extend(_terms(s))
     out.extend(_leaf_table(fn))
     out.extend(html_live.live_section(fn))
@@ -321,6 +325,31 @@ def _variants(s: FunctionSummary) -> list[str]:
     return ["<h3>Donation variants (each compiled and measured)</h3>",
             _table(headers, rows, numeric=range(1, len(headers))),
             f"<ul>{''.join(settings)}</ul>"]
+
+
+def _remat(fn: FunctionReport) -> list[str]:
+    """What the backward pass keeps, by source line, and the policies measured."""
+    r = fn.remat
+    if r is None:
+        return []
+    out = ["<h3>Backward pass: residuals and checkpoint policies</h3>"]
+    if r.error is not None:
+        return [*out, f'<p class="warn">could not trace it again: {_t(r.error)}</p>']
+    for d in r.differentiations:
+        rows, more = remat_text.residual_lines(d)
+        out.append(f"<p>{_t(remat_text.differentiation_line(d))}</p>")
+        out.append(_table(["source line", "bytes", "values", "primitives"],
+                          [[_t(c) for c in row] for row in rows], numeric=range(1, 3)))
+        if more:
+            out.append(f'<p class="dim">{_t(more)}</p>')
+    if r.variants:
+        out.append(_table(["policy", "peak", "FLOPs", "against as written"],
+                          [[_t(p.policy), _t(p.peak), _t(p.flops), _t(p.change)]
+                           for p in remat_text.policy_rows(r)], numeric=range(1, 3)))
+    why = remat_text.no_advice(r)
+    if why is not None:
+        out.append(f'<p class="dim">{_t(why)}</p>')
+    return out
 
 
 def _terms(s: FunctionSummary) -> list[str]:

@@ -23,9 +23,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memscope import remat_text
 from memscope.render.oom import post_mortem_lines
 from memscope.render.text import fates_text, shorten, visible, wrap
-from memscope.report import FunctionReport, InputBuffer, Memory, OutputBuffer, Report
+from memscope.report import (
+    FunctionReport,
+    InputBuffer,
+    Memory,
+    OutputBuffer,
+    Remat,
+    Report,
+)
 from memscope.summary import (
     FIGURES_SHOWN,
     Finding,
@@ -167,7 +175,10 @@ def _answer(out: Lines, summary: ReportSummary) -> None:
             a = s.advice
             out.labelled("Advice:", "bold magenta", f"{visible(a.headline)}: {a.saving}.",
                          "    ")
-        if not s.findings and s.advice is None:
+        if s.remat_advice is not None:
+            out.labelled("Remat advice:", "bold magenta", f"{visible(s.remat_advice)}.",
+                         "    ")
+        if not s.findings and s.advice is None and s.remat_advice is None:
             out.line("  nothing to change: no unusable, unused or missed donation, no copy",
                      "green")
 
@@ -278,6 +289,8 @@ def _function_section(out: Lines, fn: FunctionReport, s: FunctionSummary) -> Non
     if s.variants:
         out.table(_variants_table(s, out), "Donation variants (each compiled and measured)")
         _variant_settings(out, s)
+    if fn.remat is not None:
+        _remat_section(out, fn.remat)
     if s.terms:
         out.line("  terms:", "dim")
         for term, meaning in s.terms:
@@ -428,3 +441,34 @@ def _columns(out: Lines, header: list[str], rows: list[list[str]], right: set[in
     for r in rows:
         out.line(line(r))
 
+
+
+def _remat_section(out: Lines, remat: Remat) -> None:
+    """What the backward pass keeps, by source line, and the policies measured."""
+    out.line("  backward pass:")
+    if remat.error is not None:
+        out.para(f"could not trace it again: {visible(remat.error)}", "      ", "    ",
+                 style="red")
+        return
+    for d in remat.differentiations:
+        out.para(visible(remat_text.differentiation_line(d)), "      ", "    ")
+        rows, more = remat_text.residual_lines(d)
+        _columns(out, ["source line", "bytes", "values", "primitives"],
+                 [[visible(c) for c in row] for row in rows], {1, 2})
+        if more:
+            out.line(f"      {more}", "dim")
+    if remat.current_policies or remat.uses_scan:
+        used = ", ".join(remat.current_policies) or "no checkpoint"
+        out.para(f"already uses: {visible(used)}" + (", scan" if remat.uses_scan else ""),
+                 "      ", "    ")
+    if remat.variants:
+        table = Table(box=out.box)
+        for title in ("policy", "peak", "FLOPs", "against as written"):
+            table.add_column(title, justify="left" if title in ("policy", "against as written")
+                             else "right", no_wrap=title != "against as written")
+        for row in remat_text.policy_rows(remat):
+            table.add_row(row.policy, row.peak, row.flops, visible(row.change))
+        out.table(table, "Checkpoint policies (each compiled and measured)")
+    why = remat_text.no_advice(remat)
+    if why is not None:
+        out.para(why, "      ", "    ", style="dim")

@@ -1,0 +1,439 @@
+"""What the backward pass keeps, and what rematerialization would trade, measured.
+
+For a captured function that differentiates (``jax.grad``, ``value_and_grad``,
+``vjp``, or a framework's wrapper over them), memscope traces the function
+again, off the program's path, with JAX's reverse-mode entry point hooked
+(:func:`memscope._compat.vjp_hook`):
+
+- once to list each differentiation's residuals with JAX's own
+  ``saved_residuals`` (shape, dtype, primitive, source line);
+- once per checkpoint policy, with the differentiated function put under
+  ``jax.checkpoint(policy=...)``, then lowered and compiled (never run) to read
+  its peak and XLA's FLOPs.
+
+The jaxpr JAX traced for the call holds the forward and backward passes already
+fused, with no mark of where a ``grad`` began; tracing again is the one way that
+is the same on every supported JAX. Whatever the user's function prints while
+traced again goes nowhere (:func:`silenced`); the program's own threads print
+as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import jax
+import numpy as np
+
+from memscope import _compat, _frameworks
+from memscope.compiled import memory_figures
+from memscope.report import (
+    Differentiation,
+    Remat,
+    RematAdvice,
+    RematVariant,
+    Residual,
+    ResidualLine,
+)
+
+#: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
+#: the baseline (every residual saved: what plain ``jax.grad`` does).
+POLICIES = ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+            "nothing_saveable")
+#: The advice takes the largest peak saving whose FLOPs grow by at most this
+#: fraction: about one more forward pass (a training step's backward pass costs
+#: about twice its forward, so recomputing all of it, ``nothing_saveable``, adds
+#: about a third), which puts every standard policy in reach; a lower figure
+#: keeps to the dot policies. ``capture(remat_flops=...)`` and ``memscope run
+#: --remat-flops`` change it.
+DEFAULT_MAX_FLOPS_INCREASE = 0.35
+
+
+def remat_setting(on: bool | None, flops: float | None, advice: str) -> float | None:
+    """``capture``'s ``remat_flops`` for ``--remat/--no-remat``, ``--remat-flops``
+    and ``--advice``: on when asked for, given a limit, or with full advice."""
+    if on is False or advice == "off":
+        return None
+    if on or flops is not None or advice == "full":
+        return DEFAULT_MAX_FLOPS_INCREASE if flops is None else flops
+    return None
+
+
+@dataclass(frozen=True)
+class Found:
+    """One differentiation seen while tracing again, in the user's terms."""
+
+    api: str
+    function: str | None
+    source: str | None
+    residuals: tuple[_compat.SavedResidual, ...]
+
+
+# -------------------------------------------------------------- tracing --
+
+
+def abstract(call: tuple[tuple[Any, ...], dict[str, Any]]
+             ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call with every array (JAX or NumPy) as a ``ShapeDtypeStruct``."""
+    def one(x: Any) -> Any:
+        if isinstance(x, jax.Array):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
+                                        weak_type=getattr(x, "weak_type", False))
+        if isinstance(x, np.ndarray):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return x
+
+    result: tuple[tuple[Any, ...], dict[str, Any]] = jax.tree_util.tree_map(one, call)
+    return result
+
+
+def _fresh_jit(fun: Callable[..., Any], options: dict[str, Any]) -> Any:
+    """``jax.jit(fun, **options)`` that JAX traces anew (a new function object
+    misses JAX's trace cache) and memscope does not capture."""
+    @functools.wraps(fun)
+    def again(*args: Any, **kwargs: Any) -> Any:
+        return fun(*args, **kwargs)
+
+    jitted = _compat.make_jit(again, options)
+    return getattr(jitted, "_memscope_jitted", jitted)
+
+
+def find(fun: Callable[..., Any], options: dict[str, Any],
+         call: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[list[Found], Any]:
+    """Trace ``fun`` again and list its differentiations with their residuals;
+    also JAX's ``Traced`` of this trace.
+
+    The listing is JAX's ``saved_residuals`` of each differentiated function,
+    after which JAX calls it again. A function that cannot be called twice
+    (``nnx.grad``'s) is then traced once and replayed, for the listing and
+    for JAX (:func:`memscope._compat.traced_once`); the replay's listing may
+    differ from JAX's in scalars JAX would fold into literals.
+    """
+    try:
+        return _find(fun, options, call, replay=False)
+    except Exception:
+        return _find(fun, options, call, replay=True)
+
+
+def _find(fun: Callable[..., Any], options: dict[str, Any],
+          call: tuple[tuple[Any, ...], dict[str, Any]], *, replay: bool
+          ) -> tuple[list[Found], Any]:
+    found: list[Found] = []
+
+    def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool
+             ) -> Callable[..., Any] | None:
+        api, name, source = _caller()
+        once = _compat.traced_once(f, primals) if replay else f
+        listed = _compat.saved_residuals(_without_aux(once) if has_aux else once, primals)
+        found.append(Found(api, name, source, tuple(listed)))
+        return once if replay else None
+
+    args, kwargs = call
+    with silenced(), _frameworks.retrace_context(fun), _compat.vjp_hook(hook):
+        traced = _fresh_jit(fun, options).trace(*args, **kwargs)
+    return found, traced
+
+
+def _without_aux(f: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(f)
+    def primal(*args: Any) -> Any:
+        return f(*args)[0]
+    return primal
+
+
+def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
+                      call: tuple[tuple[Any, ...], dict[str, Any]], policy: str,
+                      donated: tuple[bool, ...] | None = None) -> Any:
+    """``fun`` traced again with every differentiated function under
+    ``jax.checkpoint(policy=jax.checkpoint_policies.<policy>)``, and lowered
+    (with the flat donation ``donated``, if given)."""
+    chosen = getattr(jax.checkpoint_policies, policy)
+
+    def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool
+             ) -> Callable[..., Any]:
+        return jax.checkpoint(f, policy=chosen)
+
+    args, kwargs = call
+    with silenced(), _frameworks.retrace_context(fun), _compat.vjp_hook(hook):
+        traced = _fresh_jit(fun, options).trace(*args, **kwargs)
+    if donated is not None:
+        traced = _compat.with_donation(traced, donated)
+    return traced.lower()
+
+
+def measure(lowered: Any, policy: str, compile_in: Callable[[Callable[[], Any]], Any]
+            ) -> RematVariant:
+    """Compile ``lowered`` (through ``compile_in``, which runs a thunk) and read
+    its peak and FLOPs; the executable is dropped once read."""
+    try:
+        compiled = compile_in(lambda: _compat.compile_uncached(lowered))
+        memory = memory_figures(compiled.memory_analysis())
+        return RematVariant(policy, memory.peak_bytes, _compat.flops(compiled))
+    except Exception as e:  # reported with the variant; the program is unaffected
+        return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
+
+
+# ----------------------------------------------------- the user's terms --
+
+_FRAMEWORKS = ("equinox", "flax")
+_JAX_APIS = {"value_and_grad_f": "jax.value_and_grad", "grad_f": "jax.grad",
+             "grad_f_aux": "jax.grad", "vjp": "jax.vjp"}
+
+
+def _caller() -> tuple[str, str | None, str | None]:
+    """How the differentiation now being traced was written: the API, the
+    differentiated function's name, and the user's line that calls it."""
+    from memscope.capture import display_path, library
+
+    frame = sys._getframe(2)
+    api, name = "jax.vjp", None
+    while frame is not None:
+        code = frame.f_code
+        package = library(_Code(code))
+        if package is None and not code.co_filename.startswith(_OWN):
+            return api, name, f"{display_path(code.co_filename)}:{frame.f_lineno}"
+        if package == "jax" and code.co_name in _JAX_APIS:
+            api = _JAX_APIS[code.co_name]
+            name = _name(frame.f_locals.get("fun")) or name
+        elif package in _FRAMEWORKS:
+            wrapper, wrapped = _framework_api(package, frame)
+            api, name = wrapper or api, wrapped or name
+        frame = frame.f_back  # type: ignore[assignment]
+    return api, name, None
+
+
+_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class _Code:
+    """A stand-in function for :func:`memscope.capture.library`, which reads ``__code__``."""
+
+    def __init__(self, code: Any) -> None:
+        self.__code__ = code
+
+
+def _framework_api(package: str, frame: Any) -> tuple[str | None, str | None]:
+    """The wrapper's name (``eqx.filter_grad``) and the function it differentiates,
+    where ``frame`` is the wrapper's own; else ``(None, None)``."""
+    local = frame.f_locals
+    if package == "equinox":
+        owner = local.get("self")
+        kind = type(owner).__name__
+        if "Grad" not in kind:
+            return None, None
+        api = "eqx.filter_value_and_grad" if "ValueAndGrad" in kind else "eqx.filter_grad"
+        return api, _name(getattr(owner, "_fun", None))
+    transform = local.get("transform")
+    if frame.f_code.co_name not in ("grad_wrapper", "tree_grad_wrapper") or transform is None:
+        return None, None
+    api = "nnx.value_and_grad" if transform is jax.value_and_grad else "nnx.grad"
+    return api, _name(local.get("f"))
+
+
+def _name(fun: Any) -> str | None:
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    name = getattr(fun, "__name__", None)
+    return name if isinstance(name, str) and name.isidentifier() else None
+
+
+def code(diff: Differentiation, policy: str) -> str:
+    """The change that applies ``policy`` to ``diff``, as the user would write it."""
+    fn = diff.function or "loss_fn"
+    api = diff.api
+    if api.startswith("eqx."):
+        return f"{api}(eqx.filter_checkpoint({fn}, policy=jax.checkpoint_policies.{policy}))"
+    if api.startswith("nnx."):
+        return f"{api}(nnx.remat({fn}, policy=jax.checkpoint_policies.{policy}))"
+    if api == "jax.vjp":
+        return f"jax.vjp(jax.checkpoint({fn}, policy=jax.checkpoint_policies.{policy}), ...)"
+    return f"{api}(jax.checkpoint({fn}, policy=jax.checkpoint_policies.{policy}))"
+
+
+# ----------------------------------------------------------------- pure --
+
+
+def differentiation(found: Found) -> Differentiation:
+    """``found`` as report data: residuals with their bytes, grouped by line."""
+    residuals = tuple(
+        Residual(shape=r.shape, dtype=r.dtype, bytes=_compat.leaf_nbytes(r.shape, r.dtype),
+                 origin=r.text, primitive=r.primitive,
+                 source=_shown(r.source))
+        for r in found.residuals)
+    return Differentiation(api=found.api, function=found.function, source=found.source,
+                           residuals=residuals, total_bytes=sum(r.bytes for r in residuals),
+                           by_line=by_line(residuals))
+
+
+def _shown(source: str | None) -> str | None:
+    if source is None:
+        return None
+    from memscope.capture import display_path
+
+    path, _, line = source.rpartition(":")
+    return f"{display_path(path)}:{line}"
+
+
+def by_line(residuals: Sequence[Residual]) -> tuple[ResidualLine, ...]:
+    """Residuals grouped by source line, largest first (then by line, for a
+    stable order)."""
+    groups: dict[str | None, list[Residual]] = defaultdict(list)
+    for r in residuals:
+        groups[r.source].append(r)
+    lines = [ResidualLine(source, sum(r.bytes for r in rs), len(rs),
+                          tuple(dict.fromkeys(r.primitive for r in rs if r.primitive)))
+             for source, rs in groups.items()]
+    return tuple(sorted(lines, key=lambda g: (-g.bytes, g.source or "")))
+
+
+def choose(variants: Sequence[RematVariant], max_flops_increase: float
+           ) -> RematVariant | None:
+    """The policy with the largest peak saving against ``as_written`` whose
+    FLOPs grow by at most ``max_flops_increase``; ``None`` if none saves."""
+    written = next((v for v in variants if v.policy == "as_written"), None)
+    if written is None or written.peak_bytes is None:
+        return None
+    best: RematVariant | None = None
+    for v in variants:
+        if v.policy == "as_written" or v.peak_bytes is None or v.peak_bytes >= written.peak_bytes:
+            continue
+        if not _within(v.flops, written.flops, max_flops_increase):
+            continue
+        # The lowest peak; of equal peaks, the fewest FLOPs.
+        if best is None or (v.peak_bytes, v.flops or 0.0) < (best.peak_bytes or 0,
+                                                             best.flops or 0.0):
+            best = v
+    return best
+
+
+def _within(flops: float | None, before: float | None, limit: float) -> bool:
+    # Unknown FLOPs cannot be shown to stay within the limit.
+    if flops is None or before is None:
+        return False
+    return flops <= before * (1 + limit) if before > 0 else flops <= 0
+
+
+def advice(diffs: Sequence[Differentiation], variants: Sequence[RematVariant],
+           chosen: RematVariant, max_flops_increase: float, *,
+           donation: str | None = None, combined: RematVariant | None = None
+           ) -> RematAdvice:
+    """The advice for ``chosen``, with the donation advice folded in when given
+    (``combined`` measured both applied)."""
+    written = next(v for v in variants if v.policy == "as_written")
+    lines = sorted({code(d, chosen.policy) for d in diffs})
+    after = combined if combined is not None and combined.error is None else chosen
+    return RematAdvice(policy=chosen.policy, code="; ".join(lines),
+                       peak_before=written.peak_bytes, peak_after=after.peak_bytes,
+                       flops_before=written.flops, flops_after=after.flops,
+                       max_flops_increase=max_flops_increase,
+                       donation=donation, combined=after is combined)
+
+
+# --------------------------------------------------------------- output --
+
+
+class _ThreadFilter:
+    """A stream that drops what the silenced threads write, and passes the rest on."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.silent: set[int] = set()
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() in self.silent:
+            return len(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+_silence_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def silenced() -> Iterator[None]:
+    """Drop what the calling thread writes to ``sys.stdout``/``sys.stderr`` in the
+    block; other threads (the program's) write through as before."""
+    me = threading.get_ident()
+    with _silence_lock:
+        filters = []
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if not isinstance(stream, _ThreadFilter):
+                stream = _ThreadFilter(stream)
+                setattr(sys, name, stream)
+            stream.silent.add(me)
+            filters.append((name, stream))
+    try:
+        yield
+    finally:
+        with _silence_lock:
+            for name, stream in filters:
+                stream.silent.discard(me)
+                if not stream.silent and getattr(sys, name) is stream:
+                    setattr(sys, name, stream.stream)
+
+
+# ------------------------------------------------------------- the flow --
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`analyse` needs of one captured call, none of it an array."""
+
+    fun: Callable[..., Any]
+    options: dict[str, Any]
+    call: tuple[tuple[Any, ...], dict[str, Any]]
+    max_flops_increase: float = DEFAULT_MAX_FLOPS_INCREASE
+
+
+def analyse(plan: Plan, written: RematVariant, *, compile_in: Callable[[Callable[[], Any]], Any],
+            donation: tuple[str, tuple[bool, ...]] | None = None,
+            cancelled: Callable[[], bool] = lambda: False) -> Remat | None:
+    """Residuals and measured policies of ``plan``'s function; ``None`` when it
+    differentiates nothing.
+
+    ``written`` is the function as the user compiled it. ``donation`` is the
+    donation advice (its setting and flat mask), measured together with the
+    chosen policy. Each policy is one trace, one lowering and one compile.
+    """
+    found, traced = find(plan.fun, plan.options, plan.call)
+    if not found:
+        return None
+    policies, scan = _compat.checkpoint_policies(traced.jaxpr)
+    del traced
+    variants = [written]
+    for policy in POLICIES:
+        if cancelled():
+            return None
+        variants.append(_variant(plan, policy, None, compile_in))
+    chosen = choose(variants, plan.max_flops_increase)
+    result = None
+    diffs = [differentiation(f) for f in found]
+    if chosen is not None:
+        both = None
+        if donation is not None and not cancelled():
+            both = _variant(plan, chosen.policy, donation[1], compile_in)
+        result = advice(diffs, variants, chosen, plan.max_flops_increase,
+                        donation=donation[0] if donation else None, combined=both)
+    return Remat(differentiations=tuple(diffs), variants=tuple(variants), advice=result,
+                 current_policies=policies, uses_scan=scan,
+                 max_flops_increase=plan.max_flops_increase)
+
+
+def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
+             compile_in: Callable[[Callable[[], Any]], Any]) -> RematVariant:
+    try:
+        lowered = lower_with_policy(plan.fun, plan.options, plan.call, policy, donated)
+    except Exception as e:
+        return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
+    return measure(lowered, policy, compile_in)

@@ -76,6 +76,8 @@ def function_report(entry: Entry) -> FunctionReport:
         findings=findings, measured=entry.measured, library=entry.library,
         compile_seconds=entry.compile_seconds, first_call=entry.first_call,
         remat=entry.remat,
+        jit_site=entry.jit_site, jit_file_sha256=entry.jit_file_sha256,
+        call_site=entry.call_site,
         devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None),

@@ -108,6 +108,7 @@ class Compiled(Stage):
                           error=f"could not describe the call: {type(e).__name__}: {e}")
         session.observed(entry, observation)
         entry.library = origin._memscope_library
+        origin.stamp(entry)
         shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
         handles = None
         try:

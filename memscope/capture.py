@@ -32,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat, advice, between, keys, oom, remat, wrappers
+from memscope import _compat, advice, between, keys, oom, remat, sites, wrappers
 from memscope.advice import AdviceLevel, advice_level
 from memscope.compiled import (
     CompiledFacts,
@@ -178,6 +178,11 @@ class Entry:
     forecast: Forecast | None = None
     #: residuals and measured checkpoint policies (see :mod:`memscope.remat`)
     remat: Remat | None = None
+    #: the user's line that made the jit, its file's SHA-256 then, and the first
+    #: call's line (``path:line``; ``None``: not in the user's code)
+    jit_site: str | None = None
+    jit_file_sha256: str | None = None
+    call_site: str | None = None
 
     @property
     def setting(self) -> str | None:
@@ -233,6 +238,8 @@ class Session:
         self.variants_reused = 0
         #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
         self.uncaptured_pmaps = 0
+        #: the SHA-256 of each file a jit was made in (read once per run)
+        self.file_hashes: dict[str, str | None] = {}
 
     @property
     def stopped(self) -> bool:
@@ -540,6 +547,7 @@ class MeasuredJit:
         except Exception:
             self._memscope_key, self._memscope_library = object(), None
         self._memscope_seen: dict[Any, Entry] = {}
+        self._memscope_site = _site(session)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not set on the wrapper: the jit object's methods.
@@ -665,6 +673,7 @@ class MeasuredJit:
                           signature="(?)", spec=self._memscope_spec,
                           error=f"could not describe the call: {type(e).__name__}: {e}")
         entry.library = self._memscope_library
+        self.stamp(entry)
         entry.warnings = tuple(lowering_warnings)
         session.observed(entry, observation)
         entry.key, entry.compile_seconds, entry.donated = key, compile_seconds, donated
@@ -750,6 +759,12 @@ class MeasuredJit:
             shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
             session.defer(functools.partial(self._analyse, entry, handles, shardings,
                                             _compat.config_snapshot()))
+
+    def stamp(self, entry: Entry) -> None:
+        """Record on ``entry`` where the jit was made and where this call came from."""
+        entry.jit_site, entry.jit_file_sha256 = self._memscope_site
+        where = sites.user_frame(_NOT_USER)
+        entry.call_site = _site_text(where) if where is not None else None
 
     def _analyse(self, entry: Entry, handles: CompiledHandles, shardings: list[Any],
                  settings: _compat.ConfigSnapshot, plan: remat.Plan | None = None) -> None:
@@ -1257,6 +1272,21 @@ def definition(fun: Any) -> tuple[str, str | None]:
                 line = candidate
                 break
     return name, f"{display_path(path)}:{line}"
+
+
+def _site(session: Session) -> tuple[str | None, str | None]:
+    """``(path:line, file SHA-256)`` of the user's code making a jit now."""
+    try:
+        where = sites.user_frame(_NOT_USER)
+        if where is None:
+            return None, None
+        return _site_text(where), sites.file_sha256(where[0], session.file_hashes)
+    except Exception:  # making the user's jit object must never fail for memscope's sake
+        return None, None
+
+
+def _site_text(where: tuple[str, int]) -> str:
+    return f"{display_path(where[0])}:{where[1]}"
 
 
 def display_path(path: str) -> str:

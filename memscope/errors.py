@@ -11,6 +11,12 @@ Exit codes (documented in docs/cli.md):
 * 4 (:data:`EXIT_UNREADABLE`): ``memscope run --strict`` and ``memscope check``
   could not read the compiled program of a function (the target itself
   succeeded);
+* 5 (:data:`EXIT_FIX_REFUSED`): ``memscope fix`` refused an edit (a donated
+  argument read after the call, a jit built dynamically, a file changed since
+  the capture, ...); nothing was written;
+* 6 (:data:`EXIT_FIX_UNVERIFIED`): ``memscope fix --write`` measured the edited
+  program and it differs from the advice; the files were restored (unless
+  ``--keep``);
 * 130: the run was interrupted (Ctrl-C).
 
 ``memscope check`` has its own: 0 pass, 1 a regression or broken budget
@@ -25,6 +31,8 @@ EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_TARGET_FAILED = 3
 EXIT_UNREADABLE = 4
+EXIT_FIX_REFUSED = 5
+EXIT_FIX_UNVERIFIED = 6
 EXIT_INTERRUPTED = 130
 
 

@@ -622,6 +622,13 @@ class FunctionReport:
     #: residuals of its differentiations and measured checkpoint policies
     #: (``None``: it differentiates nothing, or the analysis was off)
     remat: Remat | None = None
+    #: ``path:line`` of the user's code that made the jit (the decorator's function
+    #: or the ``jax.jit(...)`` call): what ``memscope fix`` edits; ``None``: unknown
+    jit_site: str | None = None
+    #: SHA-256 of that file when the jit was made: ``memscope fix`` edits only that text
+    jit_file_sha256: str | None = None
+    #: ``path:line`` of the user's code that made the first call of this signature
+    call_site: str | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""

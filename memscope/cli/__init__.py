@@ -18,7 +18,7 @@ from memscope.version import __version__
 #: Each subcommand's module, imported when that subcommand runs (or help lists
 #: them): `memscope run` then pays for none of the others' imports.
 COMMANDS = {name: f"memscope.cli.{name}" for name in ("run", "diff", "check", "merge", "show",
-                                                         "fit")}
+                                                         "fit", "fix")}
 
 
 class _Group(click.Group):

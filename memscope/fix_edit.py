@@ -18,13 +18,12 @@ The spellings handled, each edited in its own terms:
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from memscope.errors import EXIT_FIX_REFUSED, MemscopeError
@@ -124,9 +123,7 @@ def edit_source(text: str, requests: Sequence[EditRequest], *, path: str) -> str
     partial_name = _partial_name(module) if needs_partial else None
     result = wrapper.module.visit(_Replacer(targets, partial_name or "partial"))
     if needs_partial and partial_name is None:
-        context = CodemodContext()
-        AddImportsVisitor.add_needed_import(context, "functools", "partial")
-        result = AddImportsVisitor(context).transform_module(result)
+        result = _import_partial(result)
     return result.code
 
 
@@ -329,6 +326,54 @@ def _partial_name(module: cst.Module) -> str | None:
                 for alias in small.names:
                     if _dotted(alias.name) == "functools":
                         return f"{alias.evaluated_alias or 'functools'}.partial"
+    return None
+
+
+def _import_partial(module: cst.Module) -> cst.Module:
+    """``module`` with ``from functools import partial`` among its leading standard
+    library imports where isort would put it (or before its first import)."""
+    body = list(module.body)
+    new = cst.parse_statement("from functools import partial\n")
+    imports = [i for i, s in enumerate(body) if _imported(s) is not None]
+    if not imports:
+        return module.with_changes(body=[new, *body])
+    first = next((i for i in imports if _imported(body[i]) != "__future__"), None)
+    if first is None:
+        return module.with_changes(body=[*body[:imports[-1] + 1], new,
+                                         *body[imports[-1] + 1:]])
+    block = []
+    for i in range(first, len(body)):
+        name = _imported(body[i])
+        if name is None or name.split(".")[0] not in sys.stdlib_module_names or (
+                i != first and body[i].leading_lines):
+            break
+        block.append(i)
+    # isort's order, ruff's too: plain imports first, then from-imports by module
+    later = [i for i in block if (_imported(body[i]) or "") > "functools" and isinstance(
+        body[i].body[0], cst.ImportFrom)]  # type: ignore[index]
+    if later:
+        at = later[0]
+        new = new.with_changes(leading_lines=body[at].leading_lines)
+        body[at] = body[at].with_changes(leading_lines=[])
+    elif block:
+        at = block[-1] + 1
+    else:
+        at = first
+        new = new.with_changes(leading_lines=body[at].leading_lines)
+        body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine()])
+    body.insert(at, new)
+    return module.with_changes(body=body)
+
+
+def _imported(statement: cst.CSTNode) -> str | None:
+    """The module a top-level import statement imports from; ``None`` if it is none."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+        return _dotted(small.module)
+    if isinstance(small, cst.Import):
+        return _dotted(small.names[0].name)
     return None
 
 

@@ -128,8 +128,8 @@ def test_positional_labels_and_parameters():
     text = STEP + "a = jnp.ones(4)\nb, c = step(jnp.ones(4), a)  # call\nprint(a)\n"
     assert parameters(text, 6) == ("params", "x")
     assert parameters(text, 5) is None
-    verdict = check_call(text, 10, ["step"], ["argument 1"], None, where="t.py:10")
-    assert verdict.read == "a is donated at t.py:10 but is read again at line 11"
+    verdict = check_call(text, 9, ["step"], ["argument 1"], None, where="t.py:9")
+    assert verdict.read == "a is donated at t.py:9 but is read again at line 10"
     # the same code run with argument 1 donated raises, as the check says
     donating = jax.jit(lambda p, x: (p + x, x), donate_argnums=(1,))
     a = jnp.ones(4)

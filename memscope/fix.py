@@ -120,8 +120,11 @@ def capture(target: Target, *, stop_after: int, advice: AdviceLevel) -> Report:
         report = load_report(out) if os.path.exists(out) else None
     if report is None or report.run is None or report.run.outcome not in ("completed",
                                                                           "stopped"):
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        why = lines[-1] if lines else f"exit code {done.returncode}"
+        if report is not None and report.run is not None:
+            why = report.run.ending
+        else:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            why = lines[-1] if lines else f"exit code {done.returncode}"
         raise MemscopeError(f"{target.name} failed under memscope run ({why}); nothing "
                             "was changed", exit_code=EXIT_TARGET_FAILED)
     return report

@@ -112,11 +112,15 @@ def edit_source(text: str, requests: Sequence[EditRequest], *, path: str) -> str
     for request in requests:
         found = finder.found.get(request.line)
         if found is None:
-            raise FixRefused(f"{path}:{request.line}: no jit call or decorator of "
-                             f"{request.function} found on that line")
-        node, edited, partial_needed = _edit(found, request, path)
+            raise FixRefused(f"{request.function}: {path}:{request.line}: no jit call or "
+                             f"decorator of {request.function} found on that line")
+        try:
+            node, edited, partial_needed = _edit(found, request, path)
+        except FixRefused as e:
+            raise FixRefused(f"{request.function}: {e}") from None
         if node in targets and targets[node].deep_equals(edited) is False:
-            raise FixRefused(f"{path}:{request.line}: two functions jitted by one call "
+            raise FixRefused(f"{request.function}: {path}:{request.line}: two functions "
+                             "jitted by one call "
                              "would need different donations")
         targets[node] = edited
         needs_partial = needs_partial or partial_needed

@@ -8,6 +8,7 @@ where it says safe, it runs.
 from __future__ import annotations
 
 import textwrap
+
 import jax
 import jax.numpy as jnp
 import pytest

@@ -19,6 +19,8 @@ Exit codes (documented in docs/cli.md):
   ``--keep``);
 * 130: the run was interrupted (Ctrl-C).
 
+``memscope fix`` exits 3 when the target fails under it.
+
 ``memscope check`` has its own: 0 pass, 1 a regression or broken budget
 (:data:`EXIT_REGRESSION`), 2 as above, 3 the target itself failed
 (:data:`EXIT_TARGET_FAILED`).

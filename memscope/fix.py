@@ -255,7 +255,7 @@ def _assigned(site: tuple[str, int]) -> list[str]:
 
 def _read(path: str) -> str | None:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", newline="") as f:  # its own line endings
             return f.read()
     except (OSError, UnicodeDecodeError):
         return None

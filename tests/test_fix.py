@@ -28,6 +28,7 @@ from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_F
 from memscope.render.fix import render_problems
 from memscope.report import load_report, save_report
 from memscope.runner import Target
+from memscope.units import format_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_programs"
@@ -213,6 +214,25 @@ def test_cli_diff_by_default_writes_nothing(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
     assert script.read_text() == source
+
+
+def test_cli_write_measures_again_and_keeps_the_edit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("forgot_to_donate.py", "_data.py"):
+        shutil.copy(SAMPLES / name, tmp_path / name)
+    report = fix.capture(Target("forgot_to_donate.py", ("--steps", "3")), stop_after=10,
+                         advice="advised")
+    [f] = report.functions
+    result = _cli(tmp_path, "--write", "forgot_to_donate.py", "--steps", "3")
+    assert result.exit_code == 0, result.output
+    leaves = sum(b.candidate for b in f.inputs)
+    assert result.stdout == (
+        f"train_step ({f.jit_site}): peak {format_bytes(f.advice.peak_before)} -> "
+        f"{format_bytes(f.advice.peak_after)} (advice predicted "
+        f"{format_bytes(f.advice.peak_after)}); all {leaves} advised leaves aliased\n"
+        "memscope fix: wrote forgot_to_donate.py\n")
+    assert f"@partial(jax.jit, {f.advice.setting})" in (tmp_path / "forgot_to_donate.py"
+                                                        ).read_text()
 
 
 def test_refused_read_after_the_call(tmp_path, monkeypatch):

@@ -92,6 +92,8 @@ class Check:
     aliased: int
     not_aliased: tuple[tuple[str, str], ...]
     error: str | None = None
+    #: the report's reason for the first leaf that did not end ``aliased``
+    why: str | None = None
 
     @property
     def as_advised(self) -> bool:
@@ -347,7 +349,10 @@ def _check(item: Advised, after: Report) -> Check:
                else f"its compiled program could not be read ({match.error})")
         return Check(item, None, 0, tuple((leaf, "missing") for leaf in item.leaves),
                      error=why)
-    fates = {b.path: b.fate for b in match.inputs}
-    missed = tuple((leaf, fates.get(leaf, "missing")) for leaf in item.leaves
-                   if fates.get(leaf) != "aliased")
-    return Check(item, match.memory.peak_bytes, len(item.leaves) - len(missed), missed)
+    leaves = {b.path: b for b in match.inputs}
+    missed = tuple((leaf, leaves[leaf].fate if leaf in leaves else "missing")
+                   for leaf in item.leaves
+                   if leaf not in leaves or leaves[leaf].fate != "aliased")
+    first = leaves.get(missed[0][0]) if missed else None
+    return Check(item, match.memory.peak_bytes, len(item.leaves) - len(missed), missed,
+                 why=first.reason if first is not None else None)

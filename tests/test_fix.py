@@ -25,7 +25,7 @@ from memscope import fix
 from memscope.analysis import run_and_report
 from memscope.cli import cli
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_FAILED
-from memscope.render.fix import render_problems
+from memscope.render.fix import render_checks, render_problems
 from memscope.report import load_report, save_report
 from memscope.runner import Target
 from memscope.units import format_bytes
@@ -384,3 +384,22 @@ def test_every_refusal_and_note_is_one_line():
     assert out.getvalue().splitlines() == [
         "memscope fix: refused: a: why\\nnot", "memscope fix: refused: b: x",
         "memscope fix: note: c: note"]
+
+
+def test_render_checks_exact_lines():
+    item = fix.Advised(name="step", signature="(f32[4])", source="t.py:5", jit_site="t.py:4",
+                       setting='donate_argnames=("p",)', leaves=("p['a']", "p['b']"),
+                       peak_before=2048, peak_predicted=1024)
+    out = io.StringIO()
+    render_checks([
+        fix.Check(item, 1024, 2, ()),
+        fix.Check(item, 2048, 1, (("p['b']", "donor"),), why="XLA did not use it."),
+        fix.Check(item, None, 0, (("p['a']", "missing"), ("p['b']", "missing")),
+                  error="the edited program did not call it"),
+    ], out)
+    head = "step (t.py:4): peak 2.0 KiB -> {} (advice predicted 1.0 KiB)"
+    assert out.getvalue().splitlines() == [
+        head.format("1.0 KiB") + "; all 2 advised leaves aliased",
+        head.format("2.0 KiB") + "; 1 of 2 advised leaves aliased; not aliased: p['b'] "
+        "(donor); p['b']: XLA did not use it.",
+        head.format("n/a") + "; the edited program did not call it"]

@@ -49,5 +49,6 @@ def render_checks(checks: Sequence[Check], out: TextIO) -> None:
                           for leaf, fate in check.not_aliased[:LISTED_LEAVES])
         more = len(check.not_aliased) - LISTED_LEAVES
         tail = f" and {more} more" if more > 0 else ""
+        why = f"; {visible(check.not_aliased[0][0])}: {visible(check.why)}" if check.why else ""
         out.write(f"{head}; {check.aliased} of {count} advised leaves aliased; not "
-                  f"aliased: {shown}{tail}\n")
+                  f"aliased: {shown}{tail}{why}\n")

@@ -8,6 +8,7 @@ fix never edits a file that changed since.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sys
@@ -39,11 +40,17 @@ def user_frame(skip: Sequence[str]) -> tuple[str, int] | None:
             return None
         path = frame.f_code.co_filename
         if not path.startswith("<"):
-            real = os.path.realpath(path)
+            real = _realpath(path)
             if not real.startswith(tuple(skip)):
                 return (real, frame.f_lineno) if os.path.isfile(real) else None
         frame = frame.f_back
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _realpath(path: str) -> str:
+    # A few system calls per frame, for every jit made: once per file is enough.
+    return os.path.realpath(path)
 
 
 def file_sha256(path: str, cache: dict[str, str | None] | None = None) -> str | None:

@@ -361,6 +361,19 @@ def test_a_failing_script_is_one_line_exit_3(tmp_path, monkeypatch):
                              "(exit code 1): ValueError: bad input); nothing was changed\n")
 
 
+def test_options_after_the_script_are_the_scripts_and_the_error_says_so(tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _program(tmp_path, "import sys\nif sys.argv[1:]:\n    raise SystemExit(2)\n")
+    result = _cli(tmp_path, "train.py", "--write")
+    assert result.exit_code == EXIT_TARGET_FAILED
+    assert result.stderr == (
+        "memscope: error: train.py failed under memscope run (failed (exit code 2)); "
+        "nothing was changed (--write came after SCRIPT, so it went to the script: "
+        "memscope's options go before SCRIPT, as in memscope fix --write train.py "
+        "--steps 5)\n")
+
+
 def test_capture_records_the_jit_site_its_hash_and_the_call_site(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source, _ = SPELLINGS["assignment"]

@@ -7,8 +7,8 @@ import sys
 import click
 
 from memscope import fix as fixing
-from memscope.cli._common import module_option
-from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED
+from memscope.cli._common import misplaced_hint, module_option
+from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
 from memscope.render.fix import render_checks, render_diff, render_problems
 from memscope.runner import Target, check_target
 
@@ -44,7 +44,11 @@ def fix(ctx: click.Context, as_module: bool, write: bool, functions: tuple[str, 
     """
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
-    before = fixing.capture(what, stop_after=stop_after, advice="advised")
+    try:
+        before = fixing.capture(what, stop_after=stop_after, advice="advised")
+    except MemscopeError as e:  # memscope's options after SCRIPT went to the script
+        hint = misplaced_hint(ctx, args, "memscope fix --write train.py --steps 5")
+        raise MemscopeError(f"{e}{hint}", exit_code=e.exit_code) from None
     plan = fixing.plan(before, functions or None)
     render_problems(plan, sys.stderr)
     if plan.refusals:

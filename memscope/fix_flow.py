@@ -65,6 +65,8 @@ def check_call(text: str, line: int, callees: Sequence[str], donated: Sequence[s
         if not isinstance(expr, ast.Name):
             if isinstance(expr, ast.Call | ast.BinOp | ast.Constant | ast.Dict | ast.Tuple):
                 continue  # a temporary: nothing else holds it
+            if _assigned_again(statement, expr):
+                continue  # self.params = step(self.params): the same place, rebound
             return FlowVerdict(unchecked=f"{where} passes {label} as {ast.unparse(expr)}, "
                                          "which this check cannot follow")
         read = _read_after(expr.id, call, statement, scope, loops)
@@ -168,6 +170,21 @@ def _read_after(name: str, call: ast.Call, statement: ast.stmt, scope: Scope,
         (line, _), store = later[0]
         return None if store else f"is read again at line {line}"
     return None
+
+
+def _assigned_again(statement: ast.stmt, expr: ast.expr) -> bool:
+    """Whether ``statement`` assigns to the very place ``expr`` reads (``self.params``)."""
+    if not isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        return False
+    text = ast.unparse(expr)
+    places = [_targets(statement)]
+    while places:
+        place = places.pop()
+        if isinstance(place, ast.Tuple | ast.List):
+            places.extend(place.elts)
+        elif isinstance(place, ast.expr) and ast.unparse(place) == text:
+            return True
+    return False
 
 
 def _targets(statement: ast.Assign | ast.AnnAssign | ast.AugAssign) -> ast.AST:

@@ -107,6 +107,23 @@ def test_a_donated_temporary_needs_no_check():
     assert verdict.read is None and verdict.unchecked is None
 
 
+def test_an_attribute_assigned_again_by_the_call_is_safe():
+    text, verdict, _ = _verdict("""
+    class Trainer:
+        def __init__(self):
+            self.params = jnp.ones(4)
+
+        def fit(self):
+            for i in range(2):
+                self.params, x = step(self.params, jnp.ones(4))  # call
+            return self.params
+
+    print(Trainer().fit())
+    """)
+    assert verdict.read is None and verdict.unchecked is None
+    assert _runs(text)
+
+
 def test_what_it_cannot_follow_it_says():
     _, verdict, _ = _verdict("""
     class State:

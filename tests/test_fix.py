@@ -248,6 +248,35 @@ def test_refused_read_after_the_call(tmp_path, monkeypatch):
     assert script.read_text() == before
 
 
+def test_a_read_it_could_not_check_fails_the_verifying_run_and_is_undone(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = _program(tmp_path, """\
+        import types
+
+        import jax
+        import jax.numpy as jnp
+
+
+        @jax.jit
+        def step(p):
+            return p * 2.0
+
+
+        box = types.SimpleNamespace(p=jnp.ones(64))
+        new = step(box.p)
+        print(float(box.p.sum()), float(new.sum()))
+    """)
+    before = script.read_text()
+    result = _cli(tmp_path, "--write", "train.py")
+    assert result.stderr.splitlines()[0] == (
+        "memscope fix: note: step: could not check that the donated arguments are not read "
+        "after the call: train.py:13 passes p as box.p, which this check cannot follow")
+    assert result.exit_code == EXIT_TARGET_FAILED
+    assert "deleted" in result.stderr.lower()
+    assert script.read_text() == before
+
+
 def test_refused_when_the_file_changed_since_the_capture(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source, _ = SPELLINGS["assignment"]

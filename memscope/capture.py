@@ -547,7 +547,9 @@ class MeasuredJit:
         except Exception:
             self._memscope_key, self._memscope_library = object(), None
         self._memscope_seen: dict[Any, Entry] = {}
-        self._memscope_site = _site(session)
+        # a library's own jit has no line of the user's to edit
+        self._memscope_site = (_site(session) if self._memscope_library is None
+                               else (None, None))
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not set on the wrapper: the jit object's methods.

@@ -20,7 +20,6 @@ import functools
 import inspect
 import linecache
 import os
-import sysconfig
 import threading
 import time
 import types
@@ -1210,14 +1209,7 @@ def _without_own_frames(tb: types.TracebackType | None) -> types.TracebackType |
     return result
 
 
-def _installed_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {os.path.realpath(paths[k]) for k in ("purelib", "platlib", "stdlib")
-             if k in paths}
-    return tuple(sorted((r + os.sep for r in roots), key=len, reverse=True))
-
-
-_INSTALLED = _installed_roots()
+_INSTALLED = sites.installed_roots()
 #: Frames that are not the user's: memscope's own and installed packages'.
 _NOT_USER = (_OWN_FILES, *_INSTALLED)
 

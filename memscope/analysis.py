@@ -206,8 +206,8 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
     hazards: tuple[DonationHazard, ...] = ()
     deleted = None
     if ledger is not None:
-        hazards = tuple(DonationHazard(h.kind, h.function, h.source, h.call,
-                                       _line(h.line), h.paths) for h in ledger.hazards)
+        # the ledger records the caller line as a path; the report shows it as the user knows it
+        hazards = tuple(dataclasses.replace(h, line=_line(h.line)) for h in ledger.hazards)
         deleted = _deleted_read(ledger)
     return Report(memscope_version=__version__, environment=environment(), run=run,
                   functions=functions, runtime=runtime,

@@ -35,7 +35,7 @@ from memscope import _compat
 from memscope.compiled import describe_sharding
 from memscope.growth import GroupKey, GroupSample, growing
 from memscope.recompiles import LeafShape, SignatureShape
-from memscope.report import HazardKind, LiveGrowth, LiveSample, LiveTimeline
+from memscope.report import DonationHazard, HazardKind, LiveGrowth, LiveSample, LiveTimeline
 
 #: JAX's monitoring events that make up the cost of compiling one signature.
 COMPILE_EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
@@ -191,18 +191,6 @@ class Donated:
 
 
 @dataclass(frozen=True)
-class Hazard:
-    """A donation JAX will refuse, found before the call (paths already in the user's terms)."""
-
-    kind: HazardKind
-    function: str
-    source: str | None
-    call: int
-    line: str | None
-    paths: tuple[str, str]
-
-
-@dataclass(frozen=True)
 class DeletedFound:
     """The donating call behind a deleted-array error."""
 
@@ -216,7 +204,7 @@ class DonationLedger:
 
     def __init__(self) -> None:
         self._recent: collections.deque[Donated] = collections.deque(maxlen=LEDGER_CALLS)
-        self.hazards: list[Hazard] = []
+        self.hazards: list[DonationHazard] = []
         self.deleted: DeletedFound | None = None
 
     def record(self, entry: Any, call: int, leaves: Sequence[Any], donated: Sequence[int],
@@ -250,7 +238,7 @@ class DonationLedger:
         for j, i in pairs:
             kind: HazardKind = ("donated_twice" if i in chosen and j in chosen
                                 else "donated_and_passed")
-            self.hazards.append(Hazard(kind, function, source, call, line,
+            self.hazards.append(DonationHazard(kind, function, source, call, line,
                                        (names[j], names[i])))
 
     def explain(self, error: BaseException) -> None:

@@ -411,15 +411,21 @@ def _temp_buffer(buf: LogicalBuffer, alloc: Allocation, slot: Slot,
 
 def _by_source(assignment: BufferAssignment, slots: Sequence[tuple[Allocation, Slot]],
                display: Callable[[str], str]) -> tuple[SourceLine, ...]:
+    found = ((assignment.buffers.get(slot.buffer), slot.size) for _, slot in slots)
+    return by_source_line((source_text(buf, display), size, buf.op)
+                          for buf, size in found if buf is not None)
+
+
+def by_source_line(buffers: Iterable[tuple[str | None, int, str | None]]
+                   ) -> tuple[SourceLine, ...]:
+    """``(source, bytes, op)`` of each buffer grouped by source line, largest first
+    (ties by name), each line's ops largest first; the first :data:`MAX_LISTED`."""
     lines: dict[str | None, list[Any]] = {}
-    for _, slot in slots:
-        buf = assignment.buffers.get(slot.buffer)
-        if buf is None:
-            continue
-        entry = lines.setdefault(source_text(buf, display), [0, 0, {}])
-        entry[0] += slot.size
+    for source, size, op in buffers:
+        entry = lines.setdefault(source, [0, 0, {}])
+        entry[0] += size
         entry[1] += 1
-        entry[2][buf.op] = entry[2].get(buf.op, 0) + slot.size
+        entry[2][op] = entry[2].get(op, 0) + size
     ranked = sorted(lines.items(), key=lambda kv: (-kv[1][0], kv[0] or ""))
     return tuple(SourceLine(source=src, bytes=total, buffers=count,
                             ops=tuple(sorted(ops, key=lambda o: -ops[o])))

@@ -14,7 +14,6 @@ Pure functions on decoded records; no JAX here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from memscope.buffers import (
     MAX_LISTED,
@@ -22,6 +21,7 @@ from memscope.buffers import (
     Allocation,
     BufferAssignment,
     LogicalBuffer,
+    by_source_line,
     downsample,
     replay,
     source_text,
@@ -145,16 +145,7 @@ def _dtype(shape: str) -> str | None:
 
 
 def _by_source(buffers: Sequence[LiveBuffer]) -> tuple[SourceLine, ...]:
-    lines: dict[str | None, list[Any]] = {}
-    for b in buffers:
-        entry = lines.setdefault(b.source, [0, 0, {}])
-        entry[0] += b.bytes
-        entry[1] += 1
-        entry[2][b.op] = entry[2].get(b.op, 0) + b.bytes
-    ranked = sorted(lines.items(), key=lambda kv: (-kv[1][0], kv[0] or ""))
-    return tuple(SourceLine(source=src, bytes=total, buffers=count,
-                            ops=tuple(sorted(ops, key=lambda o: -ops[o])))
-                 for src, (total, count, ops) in ranked[:MAX_LISTED])
+    return by_source_line((b.source, b.bytes, b.op) for b in buffers)
 
 
 def _trace_timeline(liveness: Liveness, assignment: BufferAssignment,

@@ -5,7 +5,6 @@ while the next size up does not, both compiled here independently."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,6 +17,7 @@ from click.testing import CliRunner
 
 from memscope.cli import cli
 from memscope.report import peak_rule
+from tests.samples import sample_module
 from tests.test_samples import MEMSCOPE, SAMPLES
 
 MLP = Path(__file__).parent / "programs" / "fit_mlp.py"
@@ -25,10 +25,7 @@ QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
 
 def _module(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return sample_module(path.stem, path)
 
 
 def _peak(jitted, *args) -> int:

@@ -10,7 +10,6 @@ the peak memscope predicted.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import re
 import sys
@@ -27,21 +26,14 @@ from memscope import _compat, remat, remat_text
 from memscope.capture import capture
 from memscope.compiled import memory_figures
 from memscope.report import Differentiation, Remat, RematVariant, Report
+from tests.samples import sample_module
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
 POLICY_ROWS = ("as_written", *remat.POLICIES)
 
 
 def _sample(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_remat_sample_{name}", SAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(SAMPLES))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SAMPLES))
-    return module
+    return sample_module(name)
 
 
 def _unnamed(origin: str) -> str:

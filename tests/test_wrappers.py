@@ -25,6 +25,7 @@ from memscope.analysis import function_report
 from memscope.capture import capture
 from memscope.donation import Argument, Donation, FilterJit, NnxJit, wider_note
 from memscope.report import FunctionReport
+from tests.samples import sample_module
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
 NOT_USABLE = "Some donated buffers were not usable"
@@ -86,18 +87,7 @@ needs_flax = pytest.mark.skipif(not _installed("flax", "optax"),
 
 
 def _sample(name: str) -> Any:
-    """Import a sample program as a fresh module (its jits are made now, so made
-    inside a capture when called inside one); its ``main`` does not run."""
-    spec = importlib.util.spec_from_file_location(f"_memscope_sample_{name}",
-                                                  SAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(SAMPLES))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SAMPLES))
-    return module
+    return sample_module(name)
 
 
 def _alias_map(lowered: Any) -> dict[int, int]:

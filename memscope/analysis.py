@@ -132,8 +132,7 @@ def post_mortem(entry: Entry) -> OutOfMemory | None:
         device_limit_bytes=limit, bytes_in_use=in_use,
         xla_used_bytes=said.used_bytes if said else None,
         xla_capacity_bytes=said.capacity_bytes if said else None,
-        listed_buffers=tuple(XlaBuffer(b.bytes, b.shape, b.op, b.source)
-                             for b in (said.buffers if said else ())),
+        listed_buffers=said.buffers if said else (),
         live_arrays=entry.failure_live, forecast=entry.forecast,
         largest_buffers=_largest_buffers(entry))
 

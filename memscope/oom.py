@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from memscope.report import XlaBuffer
+
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 
 #: Texts that mark an error as the device (or host) running out of memory.
@@ -38,17 +40,6 @@ _LABEL = re.compile(r"XLA [Ll]abel: (\S+)")
 
 
 @dataclass(frozen=True)
-class ListedBuffer:
-    """One buffer XLA's message lists, with what it says of it (``None``: not said)."""
-
-    bytes: int | None
-    shape: str | None = None
-    op: str | None = None
-    source: str | None = None
-    label: str | None = None
-
-
-@dataclass(frozen=True)
 class OutOfMemoryText:
     """What an out-of-memory error's text says. ``None`` where it does not say."""
 
@@ -61,7 +52,7 @@ class OutOfMemoryText:
     capacity_bytes: int | None = None
     memory_space: str | None = None
     #: the buffers XLA lists (GPU "Peak buffers", TPU "Largest program allocations")
-    buffers: tuple[ListedBuffer, ...] = ()
+    buffers: tuple[XlaBuffer, ...] = ()
 
 
 def is_out_of_memory(text: str) -> bool:
@@ -101,7 +92,7 @@ def parse(text: str) -> OutOfMemoryText | None:
                            buffers=tuple(_buffers(text)))
 
 
-def _buffers(text: str) -> list[ListedBuffer]:
+def _buffers(text: str) -> list[XlaBuffer]:
     found = []
     for m in _BUFFER.finditer(text):
         body = m.group("body")
@@ -110,7 +101,7 @@ def _buffers(text: str) -> list[ListedBuffer]:
         source = None
         if file is not None:
             source = f"{file.group(1)}:{line.group(1)}" if line is not None else file.group(1)
-        found.append(ListedBuffer(bytes=size_bytes(m.group(1)),
+        found.append(XlaBuffer(bytes=size_bytes(m.group(1)),
                                   shape=shape.group(1) if shape else None,
                                   op=op.group(1) if op else None, source=source,
                                   label=label.group(1) if label else None))

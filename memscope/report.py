@@ -391,6 +391,8 @@ class XlaBuffer:
     shape: str | None = None
     op: str | None = None
     source: str | None = None
+    #: XLA's label for it (``fusion.3``), where the message gives one
+    label: str | None = None
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ from memscope.capture import (
     display_path,
 )
 from memscope.compiled import CompiledFacts
-from memscope.ending import EXIT_TERMINATED, Guard
 from memscope.errors import MemscopeError
 from memscope.fates import classify
 from memscope.live import memory_view
+from memscope.program.ending import EXIT_TERMINATED, Guard
+from memscope.program.runner import RunResult, Target, run_target
 from memscope.recompiles import SignatureShape, explain
 from memscope.report import (
     Advice,
@@ -48,7 +49,6 @@ from memscope.report import (
     Variant,
     XlaBuffer,
 )
-from memscope.runner import RunResult, Target, run_target
 from memscope.version import __version__
 
 

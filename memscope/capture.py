@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat, advice, between, keys, oom, remat, sites, wrappers
+from memscope import _compat, advice, between, keys, oom, remat, wrappers
 from memscope.advice import AdviceLevel, advice_level
 from memscope.compiled import (
     CompiledFacts,
@@ -59,6 +59,7 @@ from memscope.donation import (
 from memscope.errors import MemscopeError, TargetStopped
 from memscope.fates import classify
 from memscope.observed import Addresses, Observation
+from memscope.program import sites
 from memscope.report import (
     Forecast,
     LiveArray,

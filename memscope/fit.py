@@ -411,7 +411,7 @@ def run_fit(target: Any, *, function: str | None = None, batch: str | None = Non
             budget (no ``memory`` on a device that keeps no limit).
     """
     from memscope.capture import capture
-    from memscope.runner import run_target
+    from memscope.program.runner import run_target
 
     held: dict[str, tuple[int, int | None] | None] = {}
     with capture(advise="advised", stop_after=stop_after, keep_calls=True,

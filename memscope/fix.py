@@ -24,13 +24,13 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from memscope import sites
 from memscope.advice import AdviceLevel
 from memscope.errors import EXIT_TARGET_FAILED, MemscopeError
 from memscope.fix_edit import Donate, EditRequest, FixRefused, edit_source, parse_setting
 from memscope.fix_flow import check_call, parameters
+from memscope.program import sites
+from memscope.program.runner import Target
 from memscope.report import FunctionReport, Report, load_report
-from memscope.runner import Target
 
 #: ``--stop-after`` when none is given: enough for a training loop's first steps
 #: (each signature is measured at its first call).

@@ -23,7 +23,7 @@ from jax import monitoring
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.analysis import analyze, run_and_report
 from memscope.capture import capture
-from memscope.runner import Target
+from memscope.program.runner import Target
 from tests.truth import assert_matches_runtime, expected_peak, fates
 from tests.truth import run_and_report as run_truth
 from tests.versions import NO_SAME_SIZE_DONORS

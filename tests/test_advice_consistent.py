@@ -17,8 +17,8 @@ import pytest
 from memscope.analysis import analyze, function_report, run_and_report
 from memscope.capture import capture
 from memscope.check import check
+from memscope.program.runner import Target
 from memscope.report import FunctionReport, Report
-from memscope.runner import Target
 from tests.test_samples import SAMPLES, _run
 from tests.truth import expected_peak
 

@@ -21,11 +21,11 @@ from memscope.analysis import run_and_report
 from memscope.check import Budget, Config, check
 from memscope.cli import cli
 from memscope.growth import MIN_GROWTH, GroupSample, growing
+from memscope.program.runner import Target
 from memscope.recompiles import LeafShape, SignatureShape, differences, explain
 from memscope.render.html import render_html
 from memscope.render.terminal import render_report
 from memscope.report import Report, load_report, save_report
-from memscope.runner import Target
 from memscope.summary import summarize
 from tests.test_samples import SAMPLES
 

@@ -213,7 +213,7 @@ def test_run_script_that_raises_exits_1_with_its_traceback_only(tmp_path: Path) 
     assert result.exit_code == 1
     assert result.stderr.startswith("Traceback")
     assert "ValueError: bad shape" in result.stderr
-    assert "memscope/runner.py" not in result.stderr
+    assert "memscope/program/runner.py" not in result.stderr
     assert "click" not in result.stderr
 
 

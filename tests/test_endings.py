@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from memscope.analysis import run_and_report
+from memscope.program.runner import Target
 from memscope.report import load_report
-from memscope.runner import Target
 from tests.test_samples import MEMSCOPE
 
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "JAX_PLATFORMS": "cpu"}

@@ -1,4 +1,4 @@
-"""memscope.runner in-process: a target runs as ``python SCRIPT ARGS`` would run it."""
+"""memscope.program.runner in-process: a target runs as ``python SCRIPT ARGS`` would run it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memscope.errors import EXIT_USAGE, TargetError
-from memscope.runner import RunResult, Target, check_target, run_target
+from memscope.program.runner import RunResult, Target, check_target, run_target
 
 
 def write_script(folder: Path, body: str, name: str = "script.py") -> Path:

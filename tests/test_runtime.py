@@ -23,8 +23,8 @@ from memscope._compat import SAME_SIZE_DONORS
 from memscope.analysis import function_report, run_and_report
 from memscope.capture import capture
 from memscope.observed import Observation, check
+from memscope.program.runner import Target, run_target
 from memscope.report import InputBuffer, OutputBuffer, load_report
-from memscope.runner import Target, run_target
 from tests.test_samples import MEMSCOPE, SAMPLES
 
 PROGRAMS = sorted(p.name for p in SAMPLES.glob("[a-z]*.py"))

@@ -182,7 +182,7 @@ def test_a_failing_target_still_reports_what_was_captured(tmp_path):
     result = _run("run", "-o", str(tmp_path / "r.json"), str(script))
     assert result.returncode == 1
     assert "RuntimeError: diverged at step 7" in result.stderr
-    assert "Traceback" in result.stderr and "memscope/runner.py" not in result.stderr
+    assert "Traceback" in result.stderr and "memscope/program/runner.py" not in result.stderr
     report = load_report(str(tmp_path / "r.json"))
     assert report.run is not None
     assert (report.run.outcome, report.run.exit_code) == ("failed", 1)

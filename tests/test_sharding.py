@@ -23,8 +23,8 @@ from memscope.analysis import analyze, build_report, function_report, run_and_re
 from memscope.capture import capture
 from memscope.errors import ReportFormatError
 from memscope.merge import merge_reports
+from memscope.program.runner import Target
 from memscope.report import load_report
-from memscope.runner import Target
 from tests.test_cli_errors import cli_error, invoke
 from tests.test_samples import MEMSCOPE, SAMPLES
 from tests.truth import assert_matches_runtime, expected_peak, fates

@@ -237,7 +237,7 @@ def test_real_sized_sample_one_advised_compile_and_memscope_cost_reported():
     # transformer_adam.py: 405 input leaves; the default advice compiles the advised
     # donation once, and "donate all" is not compiled.
     from memscope.analysis import run_and_report
-    from memscope.runner import Target
+    from memscope.program.runner import Target
 
     def run():
         with warnings.catch_warnings():

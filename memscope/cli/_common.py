@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 import click
 
 from memscope.errors import MemscopeError
+from memscope.program.runner import Target
 from memscope.render.terminal import LeafFilter
 from memscope.render.text import visible
 from memscope.report import INPUT_FATES, OUTPUT_FATES, Report, write_whole
-from memscope.runner import Target
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -20,20 +20,20 @@ from memscope.cli._common import (
     unsupported_jax_line,
 )
 from memscope.config import load_config, with_options
-from memscope.ending import Guard
 from memscope.errors import (
     EXIT_REGRESSION,
     EXIT_TARGET_FAILED,
     EXIT_UNREADABLE,
     MemscopeError,
 )
+from memscope.program.ending import Guard
+from memscope.program.runner import Target, check_target
 from memscope.render.check import render_check
 from memscope.render.github import render_check_annotations
 from memscope.render.junit import render_check_junit
 from memscope.render.markdown import render_check_markdown
 from memscope.render.text import visible
 from memscope.report import Report, load_report, save_report
-from memscope.runner import Target, check_target
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

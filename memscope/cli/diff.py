@@ -22,11 +22,11 @@ from memscope.cli._common import (
 from memscope.compare import FunctionDiff, compare_reports, compare_variant
 from memscope.config import load_config
 from memscope.donation import parse_spec
-from memscope.ending import Guard
 from memscope.errors import EXIT_USAGE, MemscopeError
+from memscope.program.ending import Guard
+from memscope.program.runner import Target, check_target
 from memscope.render.diff import render_diff
 from memscope.report import FunctionReport, load_report, save_report
-from memscope.runner import Target, check_target
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -9,8 +9,8 @@ import click
 from memscope import fix as fixing
 from memscope.cli._common import misplaced_hint, module_option
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
+from memscope.program.runner import Target, check_target
 from memscope.render.fix import render_checks, render_diff, render_problems
-from memscope.runner import Target, check_target
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -23,13 +23,13 @@ from memscope.cli._common import (
     unsupported_jax_line,
     write_html,
 )
-from memscope.ending import Guard
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
+from memscope.program.ending import Guard
+from memscope.program.runner import Target, check_target
 from memscope.remat import remat_setting
 from memscope.render.buffers import render_buffers
 from memscope.render.terminal import LeafFilter, render_report
 from memscope.report import Report, save_report
-from memscope.runner import Target, check_target
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

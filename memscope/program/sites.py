@@ -16,6 +16,9 @@ import sysconfig
 from collections.abc import Sequence
 from types import FrameType
 
+#: memscope's own package folder (``.../memscope``): frames there are never the user's.
+OWN_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 #: How far up the stack the user's frame may be (JAX, a framework, memscope).
 MAX_FRAMES = 64
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_RAISED, TargetError, TargetStopped
+from memscope.program import sites
 from memscope.report import Outcome
 
 _PYTHON_SUFFIXES = (".py", ".pyw")
@@ -233,7 +234,7 @@ def _print_traceback(e: BaseException) -> None:
     # Drop the frames of memscope and runpy above the target's own, as python
     # shows none of its own machinery either.
     tb = e.__traceback__
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = sites.OWN_ROOT
     while tb is not None and (tb.tb_frame.f_code.co_filename.startswith(here)
                               or tb.tb_frame.f_code.co_filename == runpy.__file__
                               or "<frozen runpy>" in tb.tb_frame.f_code.co_filename):

@@ -27,11 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax
 from _models import train_step, transformer_step_args
 
-from memscope import _compat, advice
-from memscope.buffers import breakdown
+from memscope import _compat
+from memscope.analysis import advice
+from memscope.analysis.fates import classify
 from memscope.capture import display_path
-from memscope.compiled import read_compiled
-from memscope.fates import classify
+from memscope.compiled.buffers import breakdown
+from memscope.compiled.read import read_compiled
 
 
 def analyze_once(layers: int, width: int) -> tuple[float, float, int]:

@@ -6,7 +6,7 @@ layers), compiles it once, then times what memscope adds for one compiled
 function: decoding the buffer assignment and the optimized module, attributing
 every logical buffer to its instruction and source line, and summarizing it;
 then, apart, replaying the schedule for memory over program order and what is
-live at its peak (memscope.liveness, memscope.live).
+live at its peak (memscope.compiled.liveness, memscope.analysis.live).
 
 Run:  python benchmarks/bench_buffers.py [--layers N] [--repeat R]
 
@@ -27,11 +27,11 @@ import jax
 import jax.numpy as jnp
 
 from memscope import _compat
-from memscope.buffers import breakdown, read_buffer_assignment
-from memscope.compiled import memory_figures
-from memscope.hlo import parse_module
-from memscope.live import memory_view
-from memscope.liveness import analyze
+from memscope.analysis.live import memory_view
+from memscope.compiled.buffers import breakdown, read_buffer_assignment
+from memscope.compiled.hlo import parse_module
+from memscope.compiled.liveness import analyze
+from memscope.compiled.read import memory_figures
 
 
 def make_step(layers: int):

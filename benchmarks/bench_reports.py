@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memscope.advice import annotate
+from memscope.analysis.advice import annotate
 from memscope.render.html import render_html
 from memscope.render.terminal import render_report
 from memscope.report import (

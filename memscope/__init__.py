@@ -47,7 +47,7 @@ __all__ = [
     "save_report",
 ]
 
-_LAZY = {"analyze": "memscope.analysis", "build_report": "memscope.analysis",
+_LAZY = {"analyze": "memscope.report_build", "build_report": "memscope.report_build",
          "capture": "memscope.capture"}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 
 from memscope import _compat
-from memscope.compiled import CompiledHandles
+from memscope.compiled.read import CompiledHandles
 
 
 class Stage:

@@ -32,9 +32,9 @@ from typing import Any
 import jax
 
 from memscope import _compat
-from memscope.compiled import describe_sharding
-from memscope.growth import GroupKey, GroupSample, growing
-from memscope.recompiles import LeafShape, SignatureShape
+from memscope.analysis.growth import GroupKey, GroupSample, growing
+from memscope.analysis.recompiles import LeafShape, SignatureShape
+from memscope.compiled.read import describe_sharding
 from memscope.report import DonationHazard, HazardKind, LiveGrowth, LiveSample, LiveTimeline
 
 #: JAX's monitoring events that make up the cost of compiling one signature.

@@ -4,7 +4,7 @@ Inside :func:`capture`, every jit object JAX makes is handed back inside a
 :class:`MeasuredJit`: a transparent stand-in that forwards every attribute to the
 real jit object and, for each top-level call, counts the call under its
 signature. The first call of a new signature is followed by one read of the
-compiled program (cache hits only, see :mod:`memscope.compiled`).
+compiled program (cache hits only, see :mod:`memscope.compiled.read`).
 
 What is kept per signature: shapes, dtypes, shardings, static argument values
 and the facts read from the compiled program. Arrays are only looked at during
@@ -31,9 +31,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat, advice, between, keys, oom, remat, wrappers
-from memscope.advice import AdviceLevel, advice_level
-from memscope.compiled import (
+from memscope import _compat, between, keys, remat, wrappers
+from memscope.analysis import advice, oom
+from memscope.analysis.advice import AdviceLevel, advice_level
+from memscope.analysis.fates import classify
+from memscope.analysis.observed import Addresses, Observation
+from memscope.compiled.read import (
     CompiledFacts,
     CompiledHandles,
     LoweredVariant,
@@ -57,8 +60,6 @@ from memscope.donation import (
     wider_note,
 )
 from memscope.errors import MemscopeError, TargetStopped
-from memscope.fates import classify
-from memscope.observed import Addresses, Observation
 from memscope.program import sites
 from memscope.report import (
     Forecast,
@@ -131,7 +132,7 @@ class Entry:
     """One jitted function at one signature, as observed during a capture.
 
     Mutable while the capture runs (``calls`` grows); turned into a frozen
-    :class:`memscope.report.FunctionReport` by :mod:`memscope.analysis`.
+    :class:`memscope.report.FunctionReport` by :mod:`memscope.report_build`.
     """
 
     name: str

@@ -598,7 +598,7 @@ LIVE_ARRAYS = "live arrays"
 
 def live_growth_verdicts(report: Report, limit: int | None) -> list[FunctionVerdict]:
     """The verdict on ``max_live_growth``: the bytes gained by the live arrays
-    that kept growing over the run (see :mod:`memscope.growth`)."""
+    that kept growing over the run (see :mod:`memscope.analysis.growth`)."""
     if limit is None:
         return []
     timeline = report.runtime.live_timeline if report.runtime is not None else None

@@ -25,7 +25,7 @@ import jax
 
 from memscope import _compat
 from memscope.capture import Entry, KeptCall
-from memscope.compiled import lower_variant, memory_figures
+from memscope.compiled.read import lower_variant, memory_figures
 from memscope.donation import Argument
 from memscope.errors import MemscopeError
 from memscope.report import FitRow, Forecast

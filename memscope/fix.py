@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from memscope.advice import AdviceLevel
+from memscope.analysis.advice import AdviceLevel
 from memscope.errors import EXIT_TARGET_FAILED, MemscopeError
 from memscope.fix_edit import Donate, EditRequest, FixRefused, edit_source, parse_setting
 from memscope.fix_flow import check_call, parameters

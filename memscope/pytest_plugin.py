@@ -74,7 +74,7 @@ class MemscopeFixture:
         Returns the same :class:`~memscope.report.FunctionReport` the CLI reports
         (``.memory``, ``.inputs``, ``.outputs``, ``.to_dataframe()``).
         """
-        from memscope.analysis import analyze
+        from memscope.report_build import analyze
 
         report = analyze(jitted, *args, **kwargs)
         self.reports.append(report)
@@ -93,8 +93,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     if marker is None:
         return (yield)
     spec = _read_marker(marker)
-    from memscope.analysis import function_report
     from memscope.capture import capture
+    from memscope.report_build import function_report
 
     with capture() as session, _measured_globals(item, session):
         result = yield

@@ -34,7 +34,7 @@ import jax
 import numpy as np
 
 from memscope import _compat, _frameworks
-from memscope.compiled import memory_figures
+from memscope.compiled.read import memory_figures
 from memscope.report import (
     Differentiation,
     Remat,

@@ -23,8 +23,8 @@ from fnmatch import fnmatchcase
 from typing import Literal
 
 from memscope import remat_text
-from memscope.advice import candidates
-from memscope.recompiles import keeps_recompiling
+from memscope.analysis.advice import candidates
+from memscope.analysis.recompiles import keeps_recompiling
 from memscope.report import (
     FunctionReport,
     InputBuffer,

@@ -25,7 +25,7 @@ from memscope._frameworks import Framework
 from memscope.donation import Argument, FilterJit, NnxJit, Spelling, Style
 
 if TYPE_CHECKING:
-    from memscope.compiled import CompiledFacts
+    from memscope.compiled.read import CompiledFacts
 
 #: Equinox's own output that says the call has finished (``filter_jit``'s marker).
 EQX_MARKER = "filter_jit marker"

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope.analysis import analyze, function_report, run_and_report
 from memscope.capture import capture
 from memscope.check import check
 from memscope.program.runner import Target
 from memscope.report import FunctionReport, Report
+from memscope.report_build import analyze, function_report, run_and_report
 from tests.test_samples import SAMPLES, _run
 from tests.truth import expected_peak
 

@@ -17,15 +17,15 @@ import pytest
 from click.testing import CliRunner
 
 from memscope import between
-from memscope.analysis import run_and_report
+from memscope.analysis.growth import MIN_GROWTH, GroupSample, growing
+from memscope.analysis.recompiles import LeafShape, SignatureShape, differences, explain
 from memscope.check import Budget, Config, check
 from memscope.cli import cli
-from memscope.growth import MIN_GROWTH, GroupSample, growing
 from memscope.program.runner import Target
-from memscope.recompiles import LeafShape, SignatureShape, differences, explain
 from memscope.render.html import render_html
 from memscope.render.terminal import render_report
 from memscope.report import Report, load_report, save_report
+from memscope.report_build import run_and_report
 from memscope.summary import summarize
 from tests.test_samples import SAMPLES
 

@@ -10,9 +10,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope import _compat, buffers
-from memscope.analysis import analyze
-from memscope.buffers import (
+from memscope import _compat
+from memscope.compiled.buffers import (
     Allocation,
     BufferAssignment,
     HeapEvent,
@@ -24,8 +23,10 @@ from memscope.buffers import (
     read_buffer_assignment,
     replay,
 )
-from memscope.hlo import parse_module
+from memscope.compiled.hlo import parse_module
+from memscope.compiled.read import buffers
 from memscope.report import Memory
+from memscope.report_build import analyze
 
 
 def forward(x, w):

@@ -11,9 +11,9 @@ import pytest
 from jax import monitoring
 
 from memscope import _compat
-from memscope.analysis import analyze
 from memscope.capture import capture
-from memscope.hlo import read_module
+from memscope.compiled.hlo import read_module
+from memscope.report_build import analyze
 from tests.truth import device_held, expected_peak
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
@@ -92,7 +92,7 @@ def test_argument_and_output_bytes_are_the_leaves_sizes():
 
 
 def test_computed_peak_where_jaxlib_reports_none():
-    from memscope.compiled import memory_figures
+    from memscope.compiled.read import memory_figures
 
     class OldStats:  # what an older jaxlib's CompiledMemoryStats carries
         argument_size_in_bytes, output_size_in_bytes = 100, 40
@@ -133,7 +133,7 @@ def test_schema_field_numbers_agree_with_the_module_text():
 
 
 def test_schema_reads_parameters_metadata_and_shapes():
-    from memscope._hlo_schema import HloModuleProto
+    from memscope.compiled._hlo_schema import HloModuleProto
 
     f = jax.jit(lambda x, y: (x @ y).sum())
     compiled = f.lower(jnp.ones((4, 8)), jnp.ones((8, 2))).compile()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memscope.advice import annotate, candidates
+from memscope.analysis.advice import annotate, candidates
 from memscope.donation import (
     Argument,
     Donation,

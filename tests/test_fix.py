@@ -22,12 +22,12 @@ import pytest
 from click.testing import CliRunner
 
 from memscope import fix
-from memscope.analysis import run_and_report
 from memscope.cli import cli
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_FAILED
 from memscope.program.runner import Target
 from memscope.render.fix import render_checks, render_problems
 from memscope.report import load_report, save_report
+from memscope.report_build import run_and_report
 from memscope.units import format_bytes
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,8 +20,8 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from memscope.analysis import function_report
 from memscope.capture import capture, library
+from memscope.report_build import function_report
 from tests.versions import jax_since
 
 

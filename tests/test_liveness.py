@@ -1,4 +1,4 @@
-"""Memory over program order from the compiled schedule (memscope.liveness, memscope.live).
+"""Memory over program order from the compiled schedule (memscope.compiled.liveness, memscope.analysis.live).
 
 A hand-built module whose live ranges are known gives the exact curve; real
 programs (a loop, a branch, the 8-layer transformer with Adam) are checked
@@ -21,11 +21,11 @@ import pytest
 
 import memscope
 from memscope import _compat
-from memscope._hlo_schema import HloModuleProto, message_class
-from memscope.buffers import read_buffer_assignment
-from memscope.hlo import parse_module
-from memscope.live import memory_view
-from memscope.liveness import LiveRange, _sweep, analyze, flatten, live_ranges
+from memscope.analysis.live import memory_view
+from memscope.compiled._hlo_schema import HloModuleProto, message_class
+from memscope.compiled.buffers import read_buffer_assignment
+from memscope.compiled.hlo import parse_module
+from memscope.compiled.liveness import LiveRange, _sweep, analyze, flatten, live_ranges
 from memscope.report import Memory
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"

@@ -1,4 +1,4 @@
-"""XLA's out-of-memory texts, as users met them, parse into figures (memscope.oom).
+"""XLA's out-of-memory texts, as users met them, parse into figures (memscope.analysis.oom).
 
 Each fixture is an error message quoted from a public issue (the address above
 it); the figures asserted are the ones written in that text.
@@ -6,7 +6,7 @@ it); the figures asserted are the ones written in that text.
 
 from __future__ import annotations
 
-from memscope.oom import is_out_of_memory, parse, size_bytes
+from memscope.analysis.oom import is_out_of_memory, parse, size_bytes
 
 # jax-ml/jax#13428 (XLA:GPU buffer assignment, with its "Peak buffers" list)
 GPU_BUFFER_ASSIGNMENT = """\

@@ -24,7 +24,7 @@ import pytest
 
 from memscope import _compat, remat, remat_text
 from memscope.capture import capture
-from memscope.compiled import memory_figures
+from memscope.compiled.read import memory_figures
 from memscope.report import Differentiation, Remat, RematVariant, Report
 from tests.samples import sample_module
 
@@ -169,7 +169,7 @@ def _figures(jitted: Any, *args: Any) -> tuple[int | None, float | None]:
 @pytest.fixture(scope="module")
 def activations() -> tuple[Any, Report]:
     sample = _sample("activations")
-    from memscope.analysis import build_report
+    from memscope.report_build import build_report
 
     params = sample.init_params(jax.random.key(0), 4, 128)
     x = jax.random.normal(jax.random.key(1), (8192, 128))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memscope.advice import annotate
+from memscope.analysis.advice import annotate
 from memscope.render.terminal import LeafFilter, render_report
 from memscope.render.text import shorten, visible, wrap
 from memscope.report import (

@@ -19,12 +19,12 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from memscope._compat import SAME_SIZE_DONORS
-from memscope.analysis import analyze, build_report, function_report, run_and_report
 from memscope.capture import capture
 from memscope.errors import ReportFormatError
 from memscope.merge import merge_reports
 from memscope.program.runner import Target
 from memscope.report import load_report
+from memscope.report_build import analyze, build_report, function_report, run_and_report
 from tests.test_cli_errors import cli_error, invoke
 from tests.test_samples import MEMSCOPE, SAMPLES
 from tests.truth import assert_matches_runtime, expected_peak, fates
@@ -78,7 +78,7 @@ def test_unconstrained_outputs_make_donors_and_the_reason_says_so():
     assert_matches_runtime(report, inputs, pointers, out)
     (b,) = report.inputs
     assert b.fate == "donor"
-    from memscope.advice import annotate
+    from memscope.analysis.advice import annotate
 
     (b,) = annotate(report.inputs, report.outputs, same_size_donors=SAME_SIZE_DONORS)
     assert b.reason.startswith("JAX matched it with result (same shape and dtype) but left "

@@ -37,8 +37,8 @@ args = (params, opt.init(params))
 PLAIN = PROGRAM + '''
 import json
 from memscope.capture import display_path
-from memscope.compiled import read_compiled
-from memscope.buffers import breakdown
+from memscope.compiled.read import read_compiled
+from memscope.compiled.buffers import breakdown
 facts = read_compiled(jax.jit(step), args, {})
 b = breakdown(facts.buffers, facts.memory, display_path)
 print(json.dumps(sorted({s.source for s in b.by_source if s.source})))

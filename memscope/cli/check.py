@@ -8,7 +8,6 @@ from typing import IO
 
 import click
 
-from memscope.analysis import run_and_report
 from memscope.check import check as check_report
 from memscope.check import target_failure
 from memscope.cli._common import (
@@ -34,6 +33,7 @@ from memscope.render.junit import render_check_junit
 from memscope.render.markdown import render_check_markdown
 from memscope.render.text import visible
 from memscope.report import Report, load_report, save_report
+from memscope.report_build import run_and_report
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

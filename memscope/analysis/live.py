@@ -1,6 +1,6 @@
 """The memory timeline and the buffers live at its peak, for the report.
 
-Takes the schedule's :class:`~memscope.liveness.Liveness` (every backend) and,
+Takes the schedule's :class:`~memscope.compiled.liveness.Liveness` (every backend) and,
 where XLA kept heap-simulator traces (GPU, TPU), replays them instead and says
 whether the two agree. Relates the peak to memscope's own
 (:func:`memscope.report.peak_rule`): the temporary allocation is held whole
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from memscope.buffers import (
+from memscope.compiled.buffers import (
     MAX_LISTED,
     MAX_TIMELINE_POINTS,
     Allocation,
@@ -26,7 +26,7 @@ from memscope.buffers import (
     replay,
     source_text,
 )
-from memscope.liveness import Liveness
+from memscope.compiled.liveness import Liveness
 from memscope.report import LiveAtPeak, LiveBuffer, LiveKind, Memory, MemoryTimeline, SourceLine
 from memscope.units import format_bytes
 

@@ -19,10 +19,10 @@ from typing import Any
 import jax
 
 from memscope import _compat
-from memscope.buffers import BufferAssignment, BufferDecodeError, read_buffer_assignment
-from memscope.fates import Leaf, Program
-from memscope.hlo import parse_module, read_module
-from memscope.liveness import Liveness, analyze
+from memscope.compiled.buffers import BufferAssignment, BufferDecodeError, read_buffer_assignment
+from memscope.compiled.hlo import parse_module, read_module
+from memscope.compiled.liveness import Liveness, analyze
+from memscope.compiled.program import Leaf, Program
 from memscope.report import HostMemory, Memory, peak_rule
 
 
@@ -34,7 +34,7 @@ class CompiledFacts:
     buffers: BufferAssignment | None = None
     #: why ``buffers`` is ``None``
     buffers_error: str | None = None
-    #: bytes live over the schedule (:mod:`memscope.liveness`); ``None``
+    #: bytes live over the schedule (:mod:`memscope.compiled.liveness`); ``None``
     #: without a buffer assignment, or ``liveness_error`` says why
     liveness: Liveness | None = None
     liveness_error: str | None = None

@@ -10,10 +10,13 @@ from typing import Any
 
 import jax
 
-from memscope import _compat, advice, observed, oom
-from memscope.advice import AdviceLevel
+from memscope import _compat
+from memscope.analysis import advice, observed, oom
+from memscope.analysis.advice import AdviceLevel
+from memscope.analysis.fates import classify
+from memscope.analysis.live import memory_view
+from memscope.analysis.recompiles import SignatureShape, explain
 from memscope.between import DonationLedger, signature_shape
-from memscope.buffers import breakdown
 from memscope.capture import (
     Entry,
     MeasuredJit,
@@ -22,13 +25,11 @@ from memscope.capture import (
     capture,
     display_path,
 )
-from memscope.compiled import CompiledFacts
+from memscope.compiled.buffers import breakdown
+from memscope.compiled.read import CompiledFacts
 from memscope.errors import MemscopeError
-from memscope.fates import classify
-from memscope.live import memory_view
 from memscope.program.ending import EXIT_TERMINATED, Guard
 from memscope.program.runner import RunResult, Target, run_target
-from memscope.recompiles import SignatureShape, explain
 from memscope.report import (
     Advice,
     DeletedRead,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memscope._hlo_schema import HloModuleProto
+from memscope.compiled._hlo_schema import HloModuleProto
 
 # XLA's alias kinds (hlo.proto, enum Kind).
 _MUST_ALIAS = 2
@@ -46,7 +46,7 @@ class HloDecodeError(ValueError):
 
 def parse_module(serialized: bytes) -> Any:
     """The ``HloModuleProto`` message of ``serialized``, decoded once to be read
-    by :func:`read_module` and :func:`memscope.buffers.read_buffer_assignment`."""
+    by :func:`read_module` and :func:`memscope.compiled.buffers.read_buffer_assignment`."""
     module = HloModuleProto()
     module.ParseFromString(serialized)
     return module

@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memscope.buffers import Allocation, BufferAssignment
+from memscope.compiled.buffers import Allocation, BufferAssignment
 
 #: Opcodes whose called computations run in sequence, in place of the instruction.
 _SEQUENTIAL_CALLERS = frozenset({"while", "conditional", "call", "async-start"})

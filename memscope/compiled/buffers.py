@@ -5,7 +5,7 @@ its allocations (parameters, outputs, temporaries, constants, thread-local
 scratch) and the logical buffers packed into each, at an offset. Each logical
 buffer is defined by one HLO instruction, whose metadata names the JAX op
 (``jit(f)/dot_general``) and the user's source line. This module decodes that
-proto with protobuf (the schema in :mod:`memscope._hlo_schema`), attributes each
+proto with protobuf (the schema in :mod:`memscope.compiled._hlo_schema`), attributes each
 buffer, and replays the heap-simulator traces XLA records on GPU and TPU.
 
 Pure functions on bytes and decoded protos; no JAX here.
@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 
 from google.protobuf.message import DecodeError
 
-from memscope._hlo_schema import message_class
+from memscope.compiled._hlo_schema import message_class
 from memscope.report import (
     AllocationGroup,
     AllocationKind,
@@ -162,7 +162,7 @@ def read_buffer_assignment(serialized: bytes, module: Any) -> BufferAssignment:
     """Decode ``serialized`` (a ``BufferAssignmentProto``) against ``module``.
 
     ``module`` is the decoded ``HloModuleProto`` of the same executable
-    (:func:`memscope.hlo.parse_module`); its instructions give each logical
+    (:func:`memscope.compiled.hlo.parse_module`); its instructions give each logical
     buffer its name, opcode, shape, JAX op name and source line.
 
     Raises:

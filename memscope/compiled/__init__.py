@@ -1,0 +1,1 @@
+"""Reading one compiled program: memory figures, the HLO module, buffer assignment, liveness."""

@@ -1,0 +1,54 @@
+"""One compiled program as plain records: its leaves, donation, and what the HLO says.
+
+Built by :mod:`memscope.compiled.read`; classified by :mod:`memscope.analysis.fates`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memscope.compiled.hlo import HloFacts
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One flat argument or result of a call, named as JAX names it."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+    sharding: str | None = None
+    #: the leaf's shape and bytes on each device it is sharded over
+    shard_shape: tuple[int, ...] | None = None
+    device_bytes: int | None = None
+
+    @property
+    def aval_text(self) -> str:
+        """The leaf as JAX prints an aval: ``float32[4,8]``."""
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Program:
+    """One compiled program, as seen from the call that ran it.
+
+    Index spaces: *inputs*/*outputs* are the call's flat dynamic leaves; *args*
+    and *results* are the lowered ``main`` function's, which add effect tokens,
+    drop pruned arguments and may hoist constants into arguments.
+    """
+
+    inputs: tuple[Leaf, ...]
+    donated: tuple[bool, ...]
+    outputs: tuple[Leaf, ...]
+    #: per main argument: the input it carries, None for a token or a hoisted constant
+    arg_inputs: tuple[int | None, ...]
+    #: per main result: the output it carries, None for a token
+    result_outputs: tuple[int | None, ...]
+    #: per main argument: the result JAX fixed as its alias (``tf.aliasing_output``)
+    requested_alias: tuple[int | None, ...]
+    #: per main argument: JAX offered it to XLA as an optional ``jax.buffer_donor``
+    requested_donor: tuple[bool, ...]
+    hlo: HloFacts
+    #: devices the program runs on (its figures are per device); None if unknown
+    devices: int | None = None

@@ -39,7 +39,7 @@ from memscope.report import (
     Report,
     RunInfo,
 )
-from memscope.summary import summarize
+from memscope.report.summary import summarize
 
 
 def make_report(leaves: int) -> Report:

@@ -132,7 +132,7 @@ class Entry:
     """One jitted function at one signature, as observed during a capture.
 
     Mutable while the capture runs (``calls`` grows); turned into a frozen
-    :class:`memscope.report.FunctionReport` by :mod:`memscope.report_build`.
+    :class:`memscope.report.FunctionReport` by :mod:`memscope.report.build`.
     """
 
     name: str

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from memscope.report import Environment, FunctionReport, InputBuffer, Report
-from memscope.summary import (
+from memscope.report.summary import (
     MAX_LISTED,
     bounded,
     bounded_leaves,
@@ -31,7 +31,7 @@ from memscope.summary import (
     recompile_text,
     short_signature,
 )
-from memscope.units import format_bytes, format_change
+from memscope.report.units import format_bytes, format_change
 
 Figure = Literal["peak", "temp", "io"]
 FIGURES: tuple[str, ...] = get_args(Figure)

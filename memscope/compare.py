@@ -12,7 +12,7 @@ from typing import Literal
 
 from memscope.check import Tolerances, judge, pair_functions, signature_changes
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
-from memscope.summary import argument_of, bounded_leaves, parenthesized, short_signature
+from memscope.report.summary import argument_of, bounded_leaves, parenthesized, short_signature
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from memscope.check import FIGURES, Budget, Config, Tolerance, Tolerances
 from memscope.errors import MemscopeError
-from memscope.units import parse_percent, parse_size
+from memscope.report.units import parse_percent, parse_size
 
 PYPROJECT = "pyproject.toml"
 TOP_KEYS = ("max_increase", "max_increase_bytes", "functions", "max_live_growth")

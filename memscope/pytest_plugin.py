@@ -37,8 +37,8 @@ import pytest
 from memscope.check import limit_problems
 from memscope.errors import MemscopeError
 from memscope.render.text import visible
-from memscope.summary import bounded
-from memscope.units import format_bytes, parse_size
+from memscope.report.summary import bounded
+from memscope.report.units import format_bytes, parse_size
 
 if TYPE_CHECKING:
     from memscope.capture import Session
@@ -74,7 +74,7 @@ class MemscopeFixture:
         Returns the same :class:`~memscope.report.FunctionReport` the CLI reports
         (``.memory``, ``.inputs``, ``.outputs``, ``.to_dataframe()``).
         """
-        from memscope.report_build import analyze
+        from memscope.report.build import analyze
 
         report = analyze(jitted, *args, **kwargs)
         self.reports.append(report)
@@ -94,7 +94,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
         return (yield)
     spec = _read_marker(marker)
     from memscope.capture import capture
-    from memscope.report_build import function_report
+    from memscope.report.build import function_report
 
     with capture() as session, _measured_globals(item, session):
         result = yield

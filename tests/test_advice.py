@@ -23,7 +23,7 @@ from jax import monitoring
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.capture import capture
 from memscope.program.runner import Target
-from memscope.report_build import analyze, run_and_report
+from memscope.report.build import analyze, run_and_report
 from tests.truth import assert_matches_runtime, expected_peak, fates
 from tests.truth import run_and_report as run_truth
 from tests.versions import NO_SAME_SIZE_DONORS
@@ -108,7 +108,7 @@ def test_advice_names_the_fix_in_the_users_terms_with_the_measured_peaks():
     assert "not read after the call" in a.caveat
 
 def test_a_function_jitted_with_numbers_is_advised_in_numbers():
-    from memscope.report_build import function_report
+    from memscope.report.build import function_report
 
     with capture(advise=True) as session:  # jitted inside: memscope sees the spelling
         jax.jit(step, donate_argnums=0)(*args())
@@ -244,7 +244,7 @@ def test_applying_the_printed_advice_makes_candidates_aliased_at_the_predicted_p
 
 def test_leaf_reasons_and_variants_survive_json():
     from memscope.report import Report
-    from memscope.report_build import build_report
+    from memscope.report.build import build_report
 
     with capture(advise=True) as session:
         jax.jit(step, donate_argnums=0)(*args())

@@ -18,7 +18,7 @@ from memscope.capture import capture
 from memscope.check import check
 from memscope.program.runner import Target
 from memscope.report import FunctionReport, Report
-from memscope.report_build import analyze, function_report, run_and_report
+from memscope.report.build import analyze, function_report, run_and_report
 from tests.test_samples import SAMPLES, _run
 from tests.truth import expected_peak
 

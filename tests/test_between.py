@@ -25,8 +25,8 @@ from memscope.program.runner import Target
 from memscope.render.html import render_html
 from memscope.render.terminal import render_report
 from memscope.report import Report, load_report, save_report
-from memscope.report_build import run_and_report
-from memscope.summary import summarize
+from memscope.report.build import run_and_report
+from memscope.report.summary import summarize
 from tests.test_samples import SAMPLES
 
 

@@ -26,7 +26,7 @@ from memscope.compiled.buffers import (
 from memscope.compiled.hlo import parse_module
 from memscope.compiled.read import buffers
 from memscope.report import Memory
-from memscope.report_build import analyze
+from memscope.report.build import analyze
 
 
 def forward(x, w):

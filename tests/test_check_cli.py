@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 
 from memscope.cli import cli
 from memscope.report import load_report
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 from tests.test_cli_errors import assert_one_line_error, run_installed
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"

@@ -34,7 +34,7 @@ from memscope.report import (
     Report,
     RunInfo,
 )
-from memscope.units import format_change, parse_percent, parse_size
+from memscope.report.units import format_change, parse_percent, parse_size
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 

@@ -13,7 +13,7 @@ from memscope.check import check, pair_functions, signature_changes
 from memscope.cli import cli
 from memscope.compare import compare_reports
 from memscope.report import FunctionReport, InputBuffer, Memory, load_report
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 from tests.test_check_model import mem, report
 from tests.truth import expected_peak
 

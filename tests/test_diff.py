@@ -19,7 +19,7 @@ from memscope.report import (
     load_report,
     save_report,
 )
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 from tests.test_cli_errors import cli_error, invoke, write
 from tests.truth import expected_peak
 

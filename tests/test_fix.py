@@ -27,8 +27,8 @@ from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_F
 from memscope.program.runner import Target
 from memscope.render.fix import render_checks, render_problems
 from memscope.report import load_report, save_report
-from memscope.report_build import run_and_report
-from memscope.units import format_bytes
+from memscope.report.build import run_and_report
+from memscope.report.units import format_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_programs"

@@ -21,7 +21,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from memscope.capture import capture, library
-from memscope.report_build import function_report
+from memscope.report.build import function_report
 from tests.versions import jax_since
 
 

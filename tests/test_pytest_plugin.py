@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 from tests.truth import expected_peak
 
 pytest_plugins = ["pytester"]

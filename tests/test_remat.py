@@ -22,10 +22,10 @@ import jax.ad_checkpoint
 import jax.numpy as jnp
 import pytest
 
-from memscope import _compat, remat, remat_text
+from memscope import _compat, remat
 from memscope.capture import capture
 from memscope.compiled.read import memory_figures
-from memscope.report import Differentiation, Remat, RematVariant, Report
+from memscope.report import Differentiation, Remat, RematVariant, Report, remat_text
 from tests.samples import sample_module
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
@@ -169,7 +169,7 @@ def _figures(jitted: Any, *args: Any) -> tuple[int | None, float | None]:
 @pytest.fixture(scope="module")
 def activations() -> tuple[Any, Report]:
     sample = _sample("activations")
-    from memscope.report_build import build_report
+    from memscope.report.build import build_report
 
     params = sample.init_params(jax.random.key(0), 4, 128)
     x = jax.random.normal(jax.random.key(1), (8192, 128))

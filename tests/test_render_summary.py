@@ -28,7 +28,7 @@ from memscope.report import (
     Variant,
     save_report,
 )
-from memscope.summary import (
+from memscope.report.summary import (
     argument_signatures,
     bounded,
     bounded_leaves,

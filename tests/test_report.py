@@ -20,7 +20,7 @@ from memscope.report import (
     Report,
     RunInfo,
 )
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 
 def sample_report() -> Report:

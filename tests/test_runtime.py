@@ -24,7 +24,7 @@ from memscope.analysis.observed import Observation, check
 from memscope.capture import capture
 from memscope.program.runner import Target, run_target
 from memscope.report import InputBuffer, OutputBuffer, load_report
-from memscope.report_build import function_report, run_and_report
+from memscope.report.build import function_report, run_and_report
 from tests.test_samples import MEMSCOPE, SAMPLES
 
 PROGRAMS = sorted(p.name for p in SAMPLES.glob("[a-z]*.py"))

@@ -28,7 +28,7 @@ from memscope import _compat
 from memscope.capture import capture
 from memscope.cli import cli
 from memscope.report import load_report
-from memscope.report_build import analyze
+from memscope.report.build import analyze
 from tests.test_advice import SAMPLES, args, direct_figures, figures, step
 from tests.versions import enable_x64
 
@@ -237,7 +237,7 @@ def test_real_sized_sample_one_advised_compile_and_memscope_cost_reported():
     # transformer_adam.py: 405 input leaves; the default advice compiles the advised
     # donation once, and "donate all" is not compiled.
     from memscope.program.runner import Target
-    from memscope.report_build import run_and_report
+    from memscope.report.build import run_and_report
 
     def run():
         with warnings.catch_warnings():

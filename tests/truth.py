@@ -14,7 +14,7 @@ import jax
 
 from memscope.capture import capture
 from memscope.report import FunctionReport
-from memscope.report_build import function_report
+from memscope.report.build import function_report
 
 
 def flat_dynamic_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

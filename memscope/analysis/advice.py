@@ -19,7 +19,7 @@ from typing import Literal, get_args
 
 from memscope.errors import MemscopeError
 from memscope.report import InputBuffer, OutputBuffer
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 CAVEAT = ("Donate only arguments the program does not read after the call: a donated "
           "array is deleted by the call.")

@@ -28,7 +28,7 @@ from memscope.compiled.buffers import (
 )
 from memscope.compiled.liveness import Liveness
 from memscope.report import LiveAtPeak, LiveBuffer, LiveKind, Memory, MemoryTimeline, SourceLine
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: per HLO parameter number: the argument leaf's path and whether it was donated
 Arguments = Mapping[int, tuple[str, bool]]

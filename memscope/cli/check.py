@@ -33,7 +33,7 @@ from memscope.render.junit import render_check_junit
 from memscope.render.markdown import render_check_markdown
 from memscope.render.text import visible
 from memscope.report import Report, load_report, save_report
-from memscope.report_build import run_and_report
+from memscope.report.build import run_and_report
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -26,7 +26,7 @@ from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
 from memscope.render.diff import render_diff
 from memscope.report import FunctionReport, load_report, save_report
-from memscope.report_build import run_and_report
+from memscope.report.build import run_and_report
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -10,7 +10,7 @@ from memscope.cli._common import module_option, stop_after_option
 from memscope.fit import run_fit
 from memscope.program.runner import Target, check_target
 from memscope.render.fit import render_fit_json, render_fit_text
-from memscope.units import parse_size
+from memscope.report.units import parse_size
 
 #: ``memscope fit`` exits 1 when no batch size fits the budget.
 EXIT_NOTHING_FITS = 1

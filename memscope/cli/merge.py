@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from memscope.cli._common import check_writable
-from memscope.merge import merge_reports
 from memscope.render.text import visible
 from memscope.report import load_report, save_report
+from memscope.report.merge import merge_reports
 
 
 @click.command()

@@ -29,7 +29,7 @@ from memscope.remat import remat_setting
 from memscope.render.buffers import render_buffers
 from memscope.render.terminal import LeafFilter, render_report
 from memscope.report import Report, save_report
-from memscope.report_build import run_and_report
+from memscope.report.build import run_and_report
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -28,7 +28,7 @@ from memscope.report import (
     SourceLine,
     TempBuffer,
 )
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 BufferAssignmentProto = message_class("BufferAssignmentProto")
 

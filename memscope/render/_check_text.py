@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memscope.check import CheckResult, EnvDifference, FunctionVerdict
-from memscope.summary import parenthesized
+from memscope.report.summary import parenthesized
 
 
 def against(result: CheckResult, code: str = "") -> str:

@@ -13,7 +13,7 @@ from rich.text import Text
 from memscope.render.terminal import make_console
 from memscope.render.text import visible
 from memscope.report import BufferBreakdown, FunctionReport, Report
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: Rows of each table in the terminal (the report may hold more; the HTML shows all).
 TERMINAL_ROWS = 10

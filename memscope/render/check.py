@@ -12,7 +12,7 @@ from memscope.render import STATUS_LABELS
 from memscope.render._check_text import against, environment_note
 from memscope.render.terminal import Lines, make_console
 from memscope.render.text import shorten, visible
-from memscope.units import format_bytes, format_change
+from memscope.report.units import format_bytes, format_change
 
 STATUS_STYLES = {"pass": "green", "fail": "bold red", "not_called": "bold red",
                  "new": "cyan", "vanished": "yellow", "unchecked": "dim"}

@@ -12,7 +12,7 @@ from rich.text import Text
 from memscope.compare import FunctionDiff
 from memscope.render.terminal import Lines, make_console
 from memscope.render.text import visible
-from memscope.units import format_bytes, format_change
+from memscope.report.units import format_bytes, format_change
 
 #: Up to this many changed leaves are listed one by one; more are grouped.
 MAX_LEAF_ROWS = 16

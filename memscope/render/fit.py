@@ -11,7 +11,7 @@ from typing import IO
 
 from memscope.render.text import visible
 from memscope.report import Forecast
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: The schema of ``memscope fit --format json``.
 FIT_SCHEMA = "memscope.fit/1"

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from memscope.fix import Check, Plan
 from memscope.render.text import visible
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: Leaves named per function that is not as advised, before "and N more".
 LISTED_LEAVES = 5

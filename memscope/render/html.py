@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import IO
 
-from memscope import remat_text
 from memscope.render import html_live
 from memscope.render.text import fates_text, visible
 from memscope.report import (
@@ -25,15 +24,16 @@ from memscope.report import (
     Memory,
     OutputBuffer,
     Report,
+    remat_text,
 )
-from memscope.summary import (
+from memscope.report.summary import (
     FunctionSummary,
     LeafGroup,
     ReportSummary,
     leaf_reason,
     summarize,
 )
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;

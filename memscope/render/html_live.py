@@ -12,7 +12,7 @@ from html import escape
 
 from memscope.render.text import visible
 from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: Hovering a point shows its step and bytes; hovering or clicking the peak
 #: marker opens the list of the buffers live there.

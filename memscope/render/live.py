@@ -7,7 +7,7 @@ from rich.text import Text
 from memscope.render.buffers import sparkline
 from memscope.render.text import visible
 from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: Source lines (and buffers) at the peak shown in the terminal; JSON and HTML hold more.
 TOP_LINES = 5

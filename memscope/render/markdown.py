@@ -9,7 +9,7 @@ from memscope.check import CheckResult, FunctionVerdict
 from memscope.render import STATUS_LABELS
 from memscope.render._check_text import against, environment_note
 from memscope.render.text import visible
-from memscope.units import format_bytes, format_change
+from memscope.report.units import format_bytes, format_change
 
 
 def render_check_markdown(result: CheckResult, file: IO[str]) -> None:

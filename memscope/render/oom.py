@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from memscope.render.text import visible
 from memscope.report import Forecast, FunctionReport, Report
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: Buffers and live arrays listed in the post-mortem.
 LISTED = 5

@@ -23,7 +23,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memscope import remat_text
 from memscope.render.oom import post_mortem_lines
 from memscope.render.text import fates_text, shorten, visible, wrap
 from memscope.report import (
@@ -33,8 +32,9 @@ from memscope.report import (
     OutputBuffer,
     Remat,
     Report,
+    remat_text,
 )
-from memscope.summary import (
+from memscope.report.summary import (
     FIGURES_SHOWN,
     Finding,
     FunctionSummary,
@@ -45,7 +45,7 @@ from memscope.summary import (
     select_leaves,
     summarize,
 )
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: Width when writing to a pipe or file and COLUMNS is not set.
 PIPE_WIDTH = 120

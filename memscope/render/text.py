@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memscope.summary import LeafGroup
+    from memscope.report.summary import LeafGroup
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
-from memscope import remat_text
 from memscope.analysis.advice import candidates
 from memscope.analysis.recompiles import keeps_recompiling
 from memscope.report import (
@@ -34,8 +33,9 @@ from memscope.report import (
     Recompile,
     Report,
     Variant,
+    remat_text,
 )
-from memscope.units import format_bytes, format_change
+from memscope.report.units import format_bytes, format_change
 
 #: How many leaves a bounded list names before "and N more".
 MAX_LISTED = 5
@@ -217,7 +217,7 @@ class FunctionSummary:
     unusable: int = 0
     #: few enough leaves to show each one by default (:data:`SMALL_FUNCTION`)
     small: bool = False
-    #: the checkpoint policy to apply and what it saves (see :mod:`memscope.remat_text`)
+    #: the checkpoint policy to apply and what it saves (see :mod:`memscope.report.remat_text`)
     remat_advice: str | None = None
 
     @property

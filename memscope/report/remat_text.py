@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memscope.report import Differentiation, Remat, RematAdvice, RematVariant
-from memscope.units import format_bytes
+from memscope.report.units import format_bytes
 
 #: Source lines of residuals shown per differentiation; the JSON report has all.
 RESIDUAL_LINES_SHOWN = 6

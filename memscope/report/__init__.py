@@ -1,0 +1,153 @@
+"""The report: frozen dataclasses, JSON in and out, DataFrame views.
+
+The JSON form (``"schema": "memscope.report/1"``) is a public interface,
+documented in docs/report-format.md. Later versions only add fields; readers
+ignore fields they do not know, and a field this version added but an older
+report lacks takes its default.
+
+Unknown is ``None`` (``null`` in JSON), never a fake zero.
+
+This package's namespace is the report's public one: every record is importable
+from ``memscope.report``. The records live in :mod:`memscope.report.memory`
+(figures and buffers), :mod:`memscope.report.function` (one function),
+:mod:`memscope.report.run` (the whole report); JSON is read by
+:mod:`memscope.report.decode` and files by :mod:`memscope.report.files`. The
+summary, merge, units and the building of a report from captured calls are
+modules of this package too, imported by name.
+"""
+
+from __future__ import annotations
+
+from memscope.report.files import (
+    load_report,
+    save_report,
+    write_whole,
+)
+from memscope.report.function import (
+    INPUT_FATES,
+    OUTPUT_FATES,
+    Advice,
+    Differentiation,
+    FitRow,
+    Forecast,
+    FunctionReport,
+    InputBuffer,
+    InputFate,
+    Observed,
+    OutOfMemory,
+    OutputBuffer,
+    OutputFate,
+    Recompile,
+    RecompileKind,
+    RecompileReason,
+    Remat,
+    RematAdvice,
+    RematVariant,
+    Residual,
+    ResidualLine,
+    Variant,
+    VariantName,
+)
+from memscope.report.memory import (
+    AllocationGroup,
+    AllocationKind,
+    BufferBreakdown,
+    HostMemory,
+    LiveArray,
+    LiveArrays,
+    LiveAtPeak,
+    LiveBuffer,
+    LiveKind,
+    MeasuredMemory,
+    Memory,
+    MemoryTimeline,
+    PeakRule,
+    SourceLine,
+    TempBuffer,
+    TimelineRule,
+    XlaBuffer,
+    peak_rule,
+    with_peak_rule,
+)
+from memscope.report.run import (
+    SCHEMA,
+    DeletedRead,
+    Device,
+    DonationHazard,
+    Environment,
+    HazardKind,
+    LiveGrowth,
+    LiveSample,
+    LiveTimeline,
+    MemorySample,
+    Outcome,
+    Overhead,
+    ProcessPart,
+    Report,
+    RunInfo,
+    Runtime,
+)
+
+__all__ = [
+    "INPUT_FATES",
+    "OUTPUT_FATES",
+    "SCHEMA",
+    "Advice",
+    "AllocationGroup",
+    "AllocationKind",
+    "BufferBreakdown",
+    "DeletedRead",
+    "Device",
+    "Differentiation",
+    "DonationHazard",
+    "Environment",
+    "FitRow",
+    "Forecast",
+    "FunctionReport",
+    "HazardKind",
+    "HostMemory",
+    "InputBuffer",
+    "InputFate",
+    "LiveArray",
+    "LiveArrays",
+    "LiveAtPeak",
+    "LiveBuffer",
+    "LiveGrowth",
+    "LiveKind",
+    "LiveSample",
+    "LiveTimeline",
+    "MeasuredMemory",
+    "Memory",
+    "MemorySample",
+    "MemoryTimeline",
+    "Observed",
+    "OutOfMemory",
+    "Outcome",
+    "OutputBuffer",
+    "OutputFate",
+    "Overhead",
+    "PeakRule",
+    "ProcessPart",
+    "Recompile",
+    "RecompileKind",
+    "RecompileReason",
+    "Remat",
+    "RematAdvice",
+    "RematVariant",
+    "Report",
+    "Residual",
+    "ResidualLine",
+    "RunInfo",
+    "Runtime",
+    "SourceLine",
+    "TempBuffer",
+    "TimelineRule",
+    "Variant",
+    "VariantName",
+    "XlaBuffer",
+    "load_report",
+    "peak_rule",
+    "save_report",
+    "with_peak_rule",
+    "write_whole",
+]

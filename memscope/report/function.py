@@ -1,0 +1,407 @@
+"""The record of one jitted function at one signature: its buffers' fates, variants, advice, residuals, forecast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, get_args
+
+from memscope.report.memory import (
+    BufferBreakdown,
+    LiveArrays,
+    LiveAtPeak,
+    MeasuredMemory,
+    Memory,
+    MemoryTimeline,
+    XlaBuffer,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+InputFate = Literal["aliased", "donor", "unusable", "pruned", "not_donated"]
+OutputFate = Literal["reuses_input", "copy_of_input", "new"]
+VariantName = Literal["none", "all", "advised", "requested"]
+Observed = Literal["confirmed", "not_reused", "n/a"]
+
+INPUT_FATES: tuple[str, ...] = get_args(InputFate)
+OUTPUT_FATES: tuple[str, ...] = get_args(OutputFate)
+
+
+@dataclass(frozen=True)
+class InputBuffer:
+    """One leaf of the arguments, and what the compiled program does with its buffer.
+
+    ``output`` names the result written into this buffer (``aliased``, or a
+    ``donor`` XLA used). ``parameter`` is the HLO parameter number, ``None``
+    when pruned. ``in_warning`` is true when JAX's "Some donated buffers were not
+    usable" warning, raised while lowering this call, named this leaf.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    donated: bool
+    fate: InputFate
+    output: str | None = None
+    sharding: str | None = None
+    parameter: int | None = None
+    in_warning: bool = False
+    candidate: bool = False
+    reason: str | None = None
+    #: at the first call: did an output land in this donated buffer (``n/a``:
+    #: not donated, or no device address to compare); ``None``: not observed
+    observed: Observed | None = None
+    #: at the first call: was the input deleted by it; ``None``: not an array
+    deleted: bool | None = None
+    #: its shape and bytes on each device it is sharded over (``None``: unknown)
+    shard_shape: tuple[int, ...] | None = None
+    device_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputBuffer:
+    """One leaf of the results; ``input`` names the argument it reuses or copies."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    fate: OutputFate
+    input: str | None = None
+    sharding: str | None = None
+    shard_shape: tuple[int, ...] | None = None
+    device_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The same function and signature compiled with another donation.
+
+    Measured, never estimated: ``memory`` and the fates come from compiling
+    the function with ``setting`` (in ``jax.jit``'s own keywords). When the
+    setting is the one the function was written with, nothing is compiled
+    again and ``same_as_written`` is true. ``error`` says why a variant could
+    not be compiled or the request could not be applied.
+    """
+
+    name: VariantName
+    setting: str
+    memory: Memory | None
+    inputs: tuple[InputBuffer, ...] = ()
+    outputs: tuple[OutputBuffer, ...] = ()
+    warnings: tuple[str, ...] = ()
+    same_as_written: bool = False
+    error: str | None = None
+    #: another variant with the very same donation, whose one compile this shares
+    same_as: VariantName | None = None
+    #: memory over program order of this compile, and what is live at its peak
+    #: (as :class:`FunctionReport`'s); ``None`` when not compiled or unreadable
+    memory_timeline: MemoryTimeline | None = None
+    live_at_peak: LiveAtPeak | None = None
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What to donate, in the user's own terms, and what it was measured to save.
+
+    ``setting`` is the whole donation to write in ``jax.jit(...)`` (what is
+    donated already, plus ``add``). ``peak_after`` comes from compiling with
+    that setting; ``None`` if that compile failed.
+    """
+
+    setting: str
+    add: tuple[str, ...]
+    candidate_bytes: int
+    peak_before: int | None
+    peak_after: int | None
+    caveat: str
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One value the forward pass saves for the backward pass, as JAX's
+    ``saved_residuals`` lists it: ``origin`` is JAX's own words
+    (``output of dot_general from model.py:12:8 (forward)``, ``from the
+    argument x``), ``primitive`` and ``source`` (``path:line``) are read from
+    them (``None`` for an argument or constant)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    origin: str
+    primitive: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class FitRow:
+    """The function compiled at one batch size: its peak by memscope's rule."""
+
+    batch: int
+    peak_bytes: int | None
+    #: the advised donation's peak at that size; ``None`` without advice
+    advised_peak_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The largest batch that fits a budget, found by compiling (``memscope fit``).
+
+    ``fixed_bytes`` + ``per_example_bytes`` x batch is the line through the two
+    smallest sizes compiled; ``linear`` says whether every other size compiled
+    lies on it. ``largest`` was compiled and fits; ``largest`` + ``step`` was
+    compiled and does not (``None``: no size fits, or the search could not end).
+    """
+
+    function: str
+    source: str | None
+    argument: str
+    axis: int
+    batch: int
+    step: int
+    budget_bytes: int | None
+    rows: tuple[FitRow, ...]
+    fixed_bytes: int | None
+    per_example_bytes: int | None
+    linear: bool
+    largest: int | None
+    advised_largest: int | None = None
+    advised_setting: str | None = None
+    compiles: int = 0
+    seconds: float = 0.0
+    note: str | None = None
+    #: the batch axis was inferred (not given with --batch), and how
+    inferred: bool = False
+    choice_note: str | None = None
+    #: the budget's parts: the memory given or the device's limit, less what the
+    #: process held outside the function's arguments when the capture stopped
+    memory_bytes: int | None = None
+    held_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """A call (or compile) of the function that ran out of memory: the post-mortem.
+
+    The compiled peak, the largest buffers and the advice are the function's
+    own (``memory``, ``buffers``, ``advice``); this holds what only the failure
+    shows. ``device_limit_bytes`` and ``bytes_in_use`` are ``None`` where the
+    device keeps no statistics (CPU).
+    """
+
+    error: str
+    failed_in: Literal["call", "compile"]
+    requested_bytes: int | None = None
+    device_limit_bytes: int | None = None
+    bytes_in_use: int | None = None
+    #: XLA:TPU's compiler: what the program needed, and the memory it had
+    xla_used_bytes: int | None = None
+    xla_capacity_bytes: int | None = None
+    listed_buffers: tuple[XlaBuffer, ...] = ()
+    live_arrays: LiveArrays | None = None
+    forecast: Forecast | None = None
+    #: the function's largest buffers of any kind (outputs, parameters,
+    #: temporaries), from its buffer assignment, with op and source line
+    largest_buffers: tuple[XlaBuffer, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResidualLine:
+    """The residuals one source line produces (``None``: arguments and constants)."""
+
+    source: str | None
+    bytes: int
+    count: int
+    primitives: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Differentiation:
+    """One reverse-mode differentiation the function traces (``jax.grad``,
+    ``jax.value_and_grad``, ``jax.vjp`` or a framework's wrapper over them).
+
+    ``api`` is how the user wrote it (``jax.value_and_grad``,
+    ``eqx.filter_value_and_grad``, ``nnx.value_and_grad``), ``function`` the
+    differentiated function's name and ``source`` the user's line that calls
+    it. ``by_line`` groups the residuals by source line, largest first.
+    """
+
+    api: str
+    function: str | None
+    source: str | None
+    residuals: tuple[Residual, ...]
+    total_bytes: int
+    by_line: tuple[ResidualLine, ...] = ()
+
+
+@dataclass(frozen=True)
+class RematVariant:
+    """The function compiled with its differentiated functions under
+    ``jax.checkpoint(policy=jax.checkpoint_policies.<policy>)``, or as written
+    (``policy`` ``"as_written"``). ``peak_bytes`` follows the report's peak
+    rule; ``flops`` is XLA's ``cost_analysis()``; ``None`` where not known."""
+
+    policy: str
+    peak_bytes: int | None
+    flops: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RematAdvice:
+    """The checkpoint policy with the largest measured peak saving within
+    ``max_flops_increase`` (a fraction of the function's FLOPs as written).
+
+    ``code`` is the change in the user's terms. When donation advice applies
+    too, ``donation`` is its setting and ``peak_after`` was measured with both
+    applied (``combined``); otherwise with the policy alone.
+    """
+
+    policy: str
+    code: str
+    peak_before: int | None
+    peak_after: int | None
+    flops_before: float | None
+    flops_after: float | None
+    max_flops_increase: float
+    donation: str | None = None
+    combined: bool = False
+
+
+@dataclass(frozen=True)
+class Remat:
+    """What the backward pass keeps, and what each checkpoint policy would trade.
+
+    ``current_policies`` names the policies of the ``jax.checkpoint`` the
+    function already uses (``"none"`` for no policy), ``uses_scan`` whether it
+    has a ``scan``. ``error`` says why the variants could not be measured.
+    """
+
+    differentiations: tuple[Differentiation, ...]
+    variants: tuple[RematVariant, ...] = ()
+    advice: RematAdvice | None = None
+    current_policies: tuple[str, ...] = ()
+    uses_scan: bool = False
+    error: str | None = None
+    #: the FLOPs increase the advice allowed (a fraction), ``None`` if not measured
+    max_flops_increase: float | None = None
+
+    @property
+    def residual_bytes(self) -> int:
+        return sum(d.total_bytes for d in self.differentiations)
+
+
+@dataclass(frozen=True)
+class FunctionReport:
+    """One jitted function at one signature.
+
+    ``memory`` is ``None`` and ``error`` says why when memscope could not read
+    the compiled program (the user's program ran regardless).
+    """
+
+    name: str
+    source: str | None
+    calls: int
+    signature: str
+    memory: Memory | None
+    inputs: tuple[InputBuffer, ...] = ()
+    outputs: tuple[OutputBuffer, ...] = ()
+    warnings: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+    error: str | None = None
+    variants: tuple[Variant, ...] = ()
+    advice: Advice | None = None
+    #: the donation as written, in jax.jit's keywords (``donate_argnums=(0,)``)
+    setting: str | None = None
+    #: where the first call's buffers disagree with the compiled program
+    findings: tuple[str, ...] = ()
+    #: device memory around the first call, where the backend reports it
+    measured: MeasuredMemory | None = None
+    #: devices the program runs on; ``memory`` is per device
+    devices: int | None = None
+    #: for a merged multi-process report: the processes that ran it
+    processes: tuple[int, ...] = ()
+    #: what holds the memory (XLA's buffer assignment); ``None`` when unavailable
+    buffers: BufferBreakdown | None = None
+    #: the installed package that jitted this function (``optax``), not the user's
+    #: code: its figures are reported, with no advice the user could not apply
+    library: str | None = None
+    #: bytes live over program order (the compiled schedule, or XLA's trace)
+    memory_timeline: MemoryTimeline | None = None
+    #: the buffers live at that timeline's peak
+    live_at_peak: LiveAtPeak | None = None
+    #: why ``memory_timeline`` is ``None``
+    memory_timeline_note: str | None = None
+    #: why this signature compiled again: what differs from the nearest earlier
+    #: signature of the same function; ``None`` for a function's first signature
+    recompile: Recompile | None = None
+    #: seconds JAX spent tracing, lowering and compiling at this signature's first
+    #: call (its monitoring events; 0.0: its caches had the program); ``None``: not measured
+    compile_seconds: float | None = None
+    #: the number of the top-level jitted call that first ran this signature
+    first_call: int | None = None
+    #: a call or compile of it ran out of memory: the post-mortem
+    out_of_memory: OutOfMemory | None = None
+    #: residuals of its differentiations and measured checkpoint policies
+    #: (``None``: it differentiates nothing, or the analysis was off)
+    remat: Remat | None = None
+    #: ``path:line`` of the user's code that made the jit (the decorator's function
+    #: or the ``jax.jit(...)`` call): what ``memscope fix`` edits; ``None``: unknown
+    jit_site: str | None = None
+    #: SHA-256 of that file when the jit was made: ``memscope fix`` edits only that text
+    jit_file_sha256: str | None = None
+    #: ``path:line`` of the user's code that made the first call of this signature
+    call_site: str | None = None
+
+    def variant(self, name: str) -> Variant | None:
+        """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""
+        return next((v for v in self.variants if v.name == name), None)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per buffer (inputs, then outputs), for analysis and export."""
+        import pandas as pd
+
+        rows = [{"kind": "input", "path": b.path, "shape": b.shape, "dtype": b.dtype,
+                 "bytes": b.bytes, "donated": b.donated, "fate": b.fate, "partner": b.output,
+                 "candidate": b.candidate, "reason": b.reason}
+                for b in self.inputs]
+        rows += [{"kind": "output", "path": b.path, "shape": b.shape, "dtype": b.dtype,
+                  "bytes": b.bytes, "donated": None, "fate": b.fate, "partner": b.input,
+                  "candidate": None, "reason": None}
+                 for b in self.outputs]
+        return pd.DataFrame(rows, columns=["kind", "path", "shape", "dtype", "bytes",
+                                           "donated", "fate", "partner", "candidate",
+                                           "reason"])
+
+
+RecompileKind = Literal["shape", "dtype", "weak_type", "kind", "sharding", "sharding_spelling",
+                        "tree", "static", "donation", "unknown"]
+
+
+@dataclass(frozen=True)
+class RecompileReason:
+    """One way a signature differs from an earlier one of the same function.
+
+    ``path`` is the argument leaf (``params['w']``), the static argument
+    (``#1``, ``lr``), or empty for the call as a whole; ``before``/``after`` are
+    the two values in words; ``advice`` says what to change.
+    """
+
+    path: str
+    kind: RecompileKind
+    before: str
+    after: str
+    advice: str
+
+
+@dataclass(frozen=True)
+class Recompile:
+    """Why a signature compiled again: compared with signature number ``since``
+    (1-based, in the order of first calls) of the same function, the nearest one."""
+
+    since: int
+    reasons: tuple[RecompileReason, ...]
+    #: differing leaves past the ones listed
+    more: int = 0

@@ -1,0 +1,293 @@
+"""The memory records of one compiled program: its figures, what holds its buffers, what is live at its peak; arrays alive."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from memscope.report.units import format_bytes
+
+#: How ``Memory.peak_bytes`` was obtained: XLA's ``peak_memory_in_bytes`` (``xla``),
+#: or argument + output - alias + temp (``sum``), see :func:`peak_rule`.
+PeakRule = Literal["xla", "sum"]
+AllocationKind = Literal["parameter", "aliased", "output", "temporary", "constant",
+                         "thread_local"]
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """Host-side figures of ``memory_analysis()`` (zero on most programs)."""
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    generated_code_bytes: int | None = None
+
+    def any_nonzero(self) -> bool:
+        return any(v for v in dataclasses.astuple(self))
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What XLA's ``memory_analysis()`` says of one compiled program, per device.
+
+    ``peak_bytes`` is memscope's one definition of the peak: the bytes the
+    device holds at the program's high-water mark, by :func:`peak_rule`.
+    ``xla_peak_bytes`` is XLA's own ``peak_memory_in_bytes`` (``None`` where
+    this jaxlib reports none), ``peak_rule`` names the rule that gave
+    ``peak_bytes`` and ``peak_rule_text`` says it in one line.
+    ``peak_is_computed`` is true where ``peak_bytes`` is not XLA's figure.
+    """
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    generated_code_bytes: int | None = None
+    peak_bytes: int | None = None
+    peak_is_computed: bool = False
+    host: HostMemory = field(default_factory=HostMemory)
+    xla_peak_bytes: int | None = None
+    peak_rule: PeakRule | None = None
+    peak_rule_text: str | None = None
+
+
+def peak_rule(argument: int | None, output: int | None, alias: int | None,
+              temp: int | None, xla_peak: int | None
+              ) -> tuple[int | None, PeakRule | None, str | None]:
+    """The peak of one compiled program: ``(peak_bytes, rule, text)``.
+
+    At the start of a call the device holds the arguments, the outputs that do
+    not alias an argument and the temporary allocation all at once: XLA
+    allocates every temporary block for the whole execution (XLA:CPU and GPU
+    both). So the peak is at least argument + output - alias + temp. XLA's
+    ``peak_memory_in_bytes`` replays its heap-simulator traces; XLA:CPU records
+    none, so there it is argument + output - alias, the temporaries left out.
+    The peak is the larger of the two; ``None`` only when both are unknown.
+    """
+    parts = (None if None in (argument, output, alias, temp)
+             else argument + output - alias + temp)  # type: ignore[operator]
+    if parts is None:
+        if xla_peak is None:
+            return None, None, None
+        return xla_peak, "xla", "peak: XLA's peak_memory_in_bytes (its parts are unknown)"
+    if xla_peak is None:
+        return parts, "sum", ("peak = argument + output - alias + temp "
+                              "(this jaxlib reports no peak)")
+    if xla_peak >= parts:
+        return xla_peak, "xla", ("peak: XLA's peak_memory_in_bytes, at least "
+                                 "argument + output - alias + temp")
+    return parts, "sum", (f"peak = argument + output - alias + temp; XLA's own peak "
+                          f"({format_bytes(xla_peak)}) leaves out the temporaries, "
+                          "which are held for the whole call")
+
+
+def with_peak_rule(memory: Memory) -> Memory:
+    """``memory`` with its peak by :func:`peak_rule`, for a report saved before
+    memscope stated the rule (its ``peak_bytes`` was XLA's figure, or computed)."""
+    if memory.peak_rule is not None:
+        return memory
+    xla = None if memory.peak_is_computed else memory.peak_bytes
+    peak, rule, text = peak_rule(memory.argument_bytes, memory.output_bytes,
+                                 memory.alias_bytes, memory.temp_bytes, xla)
+    return dataclasses.replace(memory, peak_bytes=peak, xla_peak_bytes=xla, peak_rule=rule,
+                               peak_rule_text=text, peak_is_computed=rule == "sum")
+
+
+@dataclass(frozen=True)
+class MeasuredMemory:
+    """``Device.memory_stats()`` of the busiest local device around the first call.
+
+    JAX dispatches asynchronously, so "after" is when the call returned: its
+    outputs are allocated, its temporaries may not be yet. ``peak_bytes_in_use``
+    is the process's peak so far, an upper bound for this call's own.
+    """
+
+    bytes_in_use_before: int
+    bytes_in_use_after: int
+    peak_bytes_in_use: int
+
+
+@dataclass(frozen=True)
+class AllocationGroup:
+    """The allocations of one kind (``parameter``, ``aliased``, ``output``,
+    ``temporary``, ``constant``, ``thread_local``) in XLA's buffer assignment."""
+
+    kind: AllocationKind
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TempBuffer:
+    """One logical buffer in a temporary allocation and the code that defines it.
+
+    ``op`` is the JAX primitive (``dot_general``; the HLO opcode when JAX named
+    none), ``op_name`` JAX's full name (``jit(step)/dot_general``), ``source``
+    the user's ``path:line``. ``offset`` is where it lies in allocation
+    ``allocation``: buffers whose ranges overlap are never live together.
+    """
+
+    instruction: str
+    opcode: str
+    shape: str
+    bytes: int
+    op: str
+    op_name: str | None = None
+    source: str | None = None
+    allocation: int = 0
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    """The temporary buffers defined on one source line (``None``: no line known).
+
+    ``bytes`` adds the buffers' sizes; buffers reuse each other's memory over
+    time, so these sums may exceed the temporary allocation.
+    """
+
+    source: str | None
+    bytes: int
+    buffers: int
+    ops: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BufferBreakdown:
+    """What holds the memory of one compiled function, from XLA's buffer assignment.
+
+    ``temp_buffers`` lists the largest temporary buffers (at most
+    :data:`memscope.compiled.buffers.MAX_LISTED`); ``more_buffers`` and ``more_bytes``
+    count the rest. ``temp_bytes`` adds the temporary allocations, as XLA's
+    ``temp_size_in_bytes`` does; ``reconciled`` says whether they agree and
+    ``reconcile_note`` why not. ``timeline`` is the replayed heap-simulator trace
+    as (step, bytes), ``None`` where XLA records none (``timeline_note`` says why).
+    """
+
+    allocations: tuple[AllocationGroup, ...]
+    temp_bytes: int
+    temp_buffers: tuple[TempBuffer, ...] = ()
+    more_buffers: int = 0
+    more_bytes: int = 0
+    by_source: tuple[SourceLine, ...] = ()
+    reconciled: bool | None = None
+    reconcile_note: str | None = None
+    timeline: tuple[tuple[int, int], ...] | None = None
+    timeline_note: str | None = None
+    replayed_peak: int | None = None
+    live_at_peak: tuple[TempBuffer, ...] = ()
+
+
+#: Which rule produced a :class:`MemoryTimeline`: the compiled schedule replayed
+#: over the buffer assignment (``schedule``, every backend), or XLA's own
+#: heap-simulator trace replayed (``heap_trace``, where XLA records one).
+TimelineRule = Literal["schedule", "heap_trace"]
+LiveKind = Literal["parameter", "aliased", "output", "constant", "temporary"]
+
+
+@dataclass(frozen=True)
+class MemoryTimeline:
+    """Bytes live over the entry computation's program order.
+
+    ``points`` are (entry step, bytes): the most held while that entry
+    instruction runs (with the loop bodies and branches it calls), decimated to
+    at most 400 points, each the largest of its stretch, so the peak is kept.
+    ``peak_bytes`` is reached at ``peak_step``, while ``peak_instruction`` runs.
+    ``held_bytes`` (parameters, outputs, constants) are held for the whole
+    call; of the ``temp_block_bytes`` of temporary allocations,
+    ``temp_live_bytes`` hold buffers live at the peak. ``peak_note`` says how
+    ``peak_bytes`` relates to ``Memory.peak_bytes`` and its rule;
+    ``schedule_peak_bytes`` is the schedule's peak where the curve is XLA's
+    trace, and ``trace_note`` whether the two agree.
+    """
+
+    rule: TimelineRule
+    steps: int
+    points: tuple[tuple[int, int], ...]
+    peak_bytes: int
+    peak_step: int
+    peak_instruction: str
+    held_bytes: int
+    temp_block_bytes: int
+    temp_live_bytes: int
+    peak_note: str | None = None
+    schedule_peak_bytes: int | None = None
+    trace_note: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveBuffer:
+    """One buffer holding memory at the peak of a :class:`MemoryTimeline`.
+
+    ``kind``: ``parameter`` and ``aliased`` (a donated argument XLA writes an
+    output into) are the call's arguments, ``output`` a result's allocation,
+    ``constant`` the executable's, all held for the whole call; ``temporary``
+    a buffer live from entry step ``live_from`` to ``live_to``. ``donated`` is
+    ``None`` for what is not an argument; ``argument`` names the argument leaf.
+    """
+
+    kind: LiveKind
+    bytes: int
+    shape: str
+    dtype: str | None
+    instruction: str
+    opcode: str
+    op: str
+    op_name: str | None = None
+    source: str | None = None
+    donated: bool | None = None
+    argument: str | None = None
+    live_from: int | None = None
+    live_to: int | None = None
+
+
+@dataclass(frozen=True)
+class LiveAtPeak:
+    """The buffers live at the peak of the memory timeline, largest first.
+
+    ``bytes`` adds every one of them and equals the timeline's peak;
+    ``buffers`` lists at most 50 (``more_buffers`` and ``more_bytes`` count
+    the rest). ``arguments`` parameter buffers hold ``argument_bytes``;
+    ``by_source`` groups all the others by the source line of the instruction
+    that defines them (``None``: no line, e.g. a constant).
+    """
+
+    bytes: int
+    buffers: tuple[LiveBuffer, ...] = ()
+    more_buffers: int = 0
+    more_bytes: int = 0
+    by_source: tuple[SourceLine, ...] = ()
+    argument_bytes: int = 0
+    arguments: int = 0
+
+
+@dataclass(frozen=True)
+class XlaBuffer:
+    """One buffer an out-of-memory error lists, in XLA's words (``None``: not said)."""
+
+    bytes: int | None
+    shape: str | None = None
+    op: str | None = None
+    source: str | None = None
+    #: XLA's label for it (``fusion.3``), where the message gives one
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveArray:
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    sharding: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveArrays:
+    """``jax.live_arrays()`` when the target ended (the largest listed)."""
+
+    count: int
+    total_bytes: int
+    largest: tuple[LiveArray, ...] = ()

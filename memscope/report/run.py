@@ -1,0 +1,311 @@
+"""The whole report: the run, its environment, what happened between calls, and the functions."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from memscope.errors import ReportFormatError
+from memscope.report.decode import _decode
+from memscope.report.function import FunctionReport
+from memscope.report.memory import LiveArrays, Memory, with_peak_rule
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA = "memscope.report/1"
+Outcome = Literal["completed", "failed", "interrupted", "stopped"]
+
+
+@dataclass(frozen=True)
+class Device:
+    id: int
+    platform: str
+    kind: str
+    process_index: int = 0
+
+
+@dataclass(frozen=True)
+class Environment:
+    jax: str
+    jaxlib: str
+    backend: str
+    devices: tuple[Device, ...]
+    python: str | None = None
+    xla_flags: str | None = None
+    #: this process under jax.distributed (0 and 1 for a single process)
+    process_index: int = 0
+    process_count: int = 1
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """How the target ran; ``error`` is the uncaught exception, as one line."""
+
+    target: str
+    argv: tuple[str, ...]
+    outcome: Outcome
+    exit_code: int
+    module: bool = False
+    error: str | None = None
+
+    @property
+    def command(self) -> str:
+        """The target and its arguments as a shell would take them (``-m`` for a module)."""
+        text = shlex.join(["-m", self.target] if self.module else [self.target])
+        return f"{text} {shlex.join(self.argv)}" if self.argv else text
+
+    @property
+    def ending(self) -> str:
+        """How the run ended: ``failed (exit code 1): ValueError: bad shape``."""
+        text = f"{self.outcome} (exit code {self.exit_code})"
+        return f"{text}: {self.error}" if self.error else text
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """Device memory right after one top-level jitted call (the busiest device)."""
+
+    call: int
+    function: str
+    bytes_in_use: int
+    peak_bytes_in_use: int
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the run itself showed, beside the compiled figures.
+
+    ``device_memory`` is ``None`` where ``Device.memory_stats()`` reports
+    nothing (CPU), and ``device_memory_note`` says so; it is never zeros.
+    """
+
+    device_memory: tuple[MemorySample, ...] | None = None
+    device_memory_note: str | None = None
+    timeline_truncated: bool = False
+    live_arrays: LiveArrays | None = None
+    #: what memscope's own work cost the run
+    overhead: Overhead | None = None
+    #: ``jax.live_arrays()`` sampled after top-level calls; ``None`` when no call ran
+    live_timeline: LiveTimeline | None = None
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """What memscope's own work cost the run it measured.
+
+    Reading compiled programs and compiling donation variants run in a worker
+    thread beside the program; the report waits for what is left of it once the
+    program has ended (``after_exit_seconds``). ``host_bytes`` is memscope's own
+    host memory at its largest: the largest growth of the process's resident
+    memory over one piece of that work (reading one signature's compiled program
+    and compiling its variants), taken before memscope hands the free memory back
+    to the system; what the program's own threads allocated meanwhile counts
+    too. ``None`` where the system does not say, or when there was no such work.
+    """
+
+    analysis_seconds: float
+    after_exit_seconds: float
+    host_bytes: int | None
+    #: XLA compiles of donation variants memscope made
+    variant_compiles: int
+    #: variants answered without a compile of their own: the program as written,
+    #: or another variant with the same donation
+    variants_reused: int
+
+
+@dataclass(frozen=True)
+class LiveSample:
+    """``jax.live_arrays()`` right after top-level call number ``call``."""
+
+    call: int
+    function: str
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class LiveGrowth:
+    """Live arrays of one shape, dtype and sharding whose count kept growing.
+
+    ``produced_by`` is the jitted function and output path the arrays came from
+    (``train_step result[1]``), ``None`` where memscope could not tell.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    sharding: str | None
+    bytes_each: int
+    first_call: int
+    first_count: int
+    last_call: int
+    last_count: int
+    produced_by: str | None = None
+
+    @property
+    def per_call(self) -> float:
+        calls = self.last_call - self.first_call
+        return (self.last_count - self.first_count) / calls if calls > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class LiveTimeline:
+    """Live arrays over the run; ``sampling`` says when a sample was taken."""
+
+    samples: tuple[LiveSample, ...]
+    sampling: str
+    #: seconds the sampling took in all (on the program's path)
+    sample_seconds: float
+    growth: tuple[LiveGrowth, ...] = ()
+
+
+HazardKind = Literal["donated_twice", "donated_and_passed"]
+
+
+@dataclass(frozen=True)
+class DonationHazard:
+    """At a donating signature's first call: one buffer donated twice
+    (``donated_twice``), or donated and also passed as a non-donated argument
+    (``donated_and_passed``); JAX refuses both at run time."""
+
+    kind: HazardKind
+    function: str
+    source: str | None
+    call: int
+    #: the user's line that made the call (``train.py:42``)
+    line: str | None
+    paths: tuple[str, str]
+
+
+@dataclass(frozen=True)
+class DeletedRead:
+    """The run ended reading an array that a jitted call had donated (deleted)."""
+
+    error: str
+    function: str
+    source: str | None
+    path: str
+    call: int
+    line: str | None
+
+
+@dataclass(frozen=True)
+class ProcessPart:
+    """One process's report inside a merged one: where it came from and how it ran."""
+
+    process_index: int
+    file: str
+    run: RunInfo | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    memscope_version: str
+    environment: Environment
+    run: RunInfo | None
+    functions: tuple[FunctionReport, ...]
+    schema: str = SCHEMA
+    runtime: Runtime | None = None
+    #: for ``memscope merge``: the per-process reports this one combines
+    merged_from: tuple[ProcessPart, ...] = ()
+    #: what memscope could not see or verify in this run, one line each (an
+    #: unsupported JAX, pmap programs JAX compiled outside jax.jit)
+    notes: tuple[str, ...] = ()
+    #: donations that JAX refuses or that delete what the call also reads
+    donation_hazards: tuple[DonationHazard, ...] = ()
+    #: the donation that deleted the array whose read ended the run
+    deleted_read: DeletedRead | None = None
+
+    def unreadable(self) -> tuple[FunctionReport, ...]:
+        """The functions whose compiled program memscope could not read (``error``)."""
+        return tuple(fn for fn in self.functions if fn.error is not None and fn.memory is None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        return {"schema": data.pop("schema"), **data}
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Report:
+        """Build a report from parsed JSON.
+
+        Raises:
+            ReportFormatError: not a memscope report, or a field has the wrong type.
+        """
+        if not isinstance(data, dict) or "schema" not in data:
+            raise ReportFormatError("not a memscope report (it has no \"schema\" field)")
+        if data["schema"] != SCHEMA:
+            raise ReportFormatError(
+                f"unsupported report schema {data['schema']!r}; this memscope reads {SCHEMA!r}")
+        report = _decode(cls, data, "report")
+        # A report saved before memscope stated its peak rule has no "peak_rule" key.
+        raw = data.get("functions")
+        old = {i for i, fn in enumerate(raw if isinstance(raw, list) else ())
+               if isinstance(fn, dict) and isinstance(fn.get("memory"), dict)
+               and "peak_rule" not in fn["memory"]}
+        return _with_peak_rule(report, old) if old else report
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ReportFormatError(f"not valid JSON ({e.msg} at line {e.lineno})") from None
+        except RecursionError:
+            raise ReportFormatError("not a memscope report (nested too deeply)") from None
+        except ValueError as e:  # an integer longer than python reads (4300 digits)
+            raise ReportFormatError(f"not a memscope report ({e})") from None
+        try:
+            return cls.from_dict(data)
+        except RecursionError:
+            raise ReportFormatError("not a memscope report (nested too deeply)") from None
+
+    def peak_rule_texts(self) -> tuple[str, ...]:
+        """The distinct ``peak_rule_text`` of the functions, in order: what the
+        renderers say where the peak first appears."""
+        texts = (fn.memory.peak_rule_text for fn in self.functions if fn.memory is not None)
+        return tuple(dict.fromkeys(t for t in texts if t))
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per function and signature with its memory figures."""
+        import pandas as pd
+
+        figures = [f.name for f in dataclasses.fields(Memory) if f.name.endswith("_bytes")]
+        rows = []
+        for fn in self.functions:
+            row: dict[str, Any] = {"name": fn.name, "source": fn.source, "calls": fn.calls,
+                                   "signature": fn.signature}
+            for fig in figures:
+                row[fig] = getattr(fn.memory, fig) if fn.memory else None
+            rows.append(row)
+        return pd.DataFrame(rows, columns=["name", "source", "calls", "signature", *figures])
+
+
+def _with_peak_rule(report: Report, old: set[int]) -> Report:
+    """A report saved before memscope stated its peak rule, with every peak (and the
+    advice's before and after) by :func:`peak_rule`, so old and new compare alike."""
+    def memory(m: Memory | None) -> Memory | None:
+        return None if m is None else with_peak_rule(m)
+
+    def function(fn: FunctionReport) -> FunctionReport:
+        if fn.memory is None or fn.memory.peak_rule is not None:
+            return fn
+        now = memory(fn.memory)
+        variants = tuple(dataclasses.replace(v, memory=memory(v.memory)) for v in fn.variants)
+        advised = next((v for v in variants if v.name == "advised"), None)
+        advice = fn.advice
+        if advice is not None:
+            advice = dataclasses.replace(
+                advice, peak_before=now.peak_bytes if now else None,
+                peak_after=(advised.memory.peak_bytes if advised and advised.memory
+                            else advice.peak_after))
+        return dataclasses.replace(fn, memory=now, variants=variants, advice=advice)
+
+    functions = tuple(function(fn) if i in old else fn
+                      for i, fn in enumerate(report.functions))
+    return dataclasses.replace(report, functions=functions)

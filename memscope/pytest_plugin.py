@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from memscope.check import limit_problems
+from memscope.check.judge import limit_problems
 from memscope.errors import MemscopeError
 from memscope.render.text import visible
 from memscope.report.summary import bounded

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import pytest
 
 from memscope.capture import capture
-from memscope.check import check
+from memscope.check.judge import check
 from memscope.program.runner import Target
 from memscope.report import FunctionReport, Report
 from memscope.report.build import analyze, function_report, run_and_report

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from memscope import between
 from memscope.analysis.growth import MIN_GROWTH, GroupSample, growing
 from memscope.analysis.recompiles import LeafShape, SignatureShape, differences, explain
-from memscope.check import Budget, Config, check
+from memscope.check.judge import Budget, Config, check
 from memscope.cli import cli
 from memscope.program.runner import Target
 from memscope.render.html import render_html

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memscope.check import (
+from memscope.check.config import find_pyproject, load_config, parse_config, with_options
+from memscope.check.judge import (
     Budget,
     Config,
     FigureChange,
@@ -22,7 +23,6 @@ from memscope.check import (
     split_source,
     target_failure,
 )
-from memscope.config import find_pyproject, load_config, parse_config, with_options
 from memscope.errors import MemscopeError
 from memscope.report import (
     Device,

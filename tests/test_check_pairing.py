@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
 
-from memscope.check import check, pair_functions, signature_changes
+from memscope.check.compare import compare_reports
+from memscope.check.judge import check, pair_functions, signature_changes
 from memscope.cli import cli
-from memscope.compare import compare_reports
 from memscope.report import FunctionReport, InputBuffer, Memory, load_report
 from memscope.report.units import format_bytes
 from tests.test_check_model import mem, report

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope.compare import compare_reports
+from memscope.check.compare import compare_reports
 from memscope.report import (
     Environment,
     FunctionReport,

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memscope import fix
 from memscope.cli import cli
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_FAILED
+from memscope.fix.plan import plan as fix
 from memscope.program.runner import Target
 from memscope.render.fix import render_checks, render_problems
 from memscope.report import load_report, save_report

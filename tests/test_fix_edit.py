@@ -1,4 +1,4 @@
-"""memscope.fix_edit: each jit spelling edited in its own terms, and nothing else touched.
+"""memscope.fix.edit: each jit spelling edited in its own terms, and nothing else touched.
 
 Each case is the whole file before and after: the edit is exactly the donation
 keyword (and ``partial``'s import where a bare ``@jax.jit`` needs one), with
@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from memscope.errors import EXIT_FIX_REFUSED
-from memscope.fix_edit import EditRequest, FixRefused, edit_source, parse_setting
+from memscope.fix.edit import EditRequest, FixRefused, edit_source, parse_setting
 
 NAMES = parse_setting('donate_argnames=("params", "opt_state")')
 

@@ -1,4 +1,4 @@
-"""memscope.fix_flow: is a donated argument read after the call?
+"""memscope.fix.flow: is a donated argument read after the call?
 
 Each case is checked against what JAX does with the same code: where the check
 says "read after", running it with the donation raises on the deleted array;
@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope.fix_flow import check_call, parameters
+from memscope.fix.flow import check_call, parameters
 
 STEP = '''\
 import jax

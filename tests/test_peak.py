@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope.check import Budget, Config, check, figure_value, limit_problems
-from memscope.compare import compare_reports
+from memscope.check.compare import compare_reports
+from memscope.check.judge import Budget, Config, check, figure_value, limit_problems
 from memscope.render.html import render_html
 from memscope.report import Report, load_report, peak_rule, save_report
 from memscope.report.build import analyze

@@ -366,7 +366,7 @@ def test_show_leaves_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_diff_groups_many_changed_leaves_by_argument_and_fates():
-    from memscope.compare import FunctionDiff, LeafChange
+    from memscope.check.compare import FunctionDiff, LeafChange
     from memscope.render.diff import render_diff
 
     changes = tuple(LeafChange("input", f"opt_state[0].mu['layers'][{i}]['w']", "not_donated",

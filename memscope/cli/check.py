@@ -8,8 +8,9 @@ from typing import IO
 
 import click
 
-from memscope.check import check as check_report
-from memscope.check import target_failure
+from memscope.check.config import load_config, with_options
+from memscope.check.judge import check as check_report
+from memscope.check.judge import target_failure
 from memscope.cli._common import (
     misplaced_hint,
     module_option,
@@ -18,7 +19,6 @@ from memscope.cli._common import (
     unreadable_line,
     unsupported_jax_line,
 )
-from memscope.config import load_config, with_options
 from memscope.errors import (
     EXIT_REGRESSION,
     EXIT_TARGET_FAILED,

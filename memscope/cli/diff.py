@@ -10,6 +10,8 @@ from typing import Any
 import click
 
 from memscope.capture import VariantRequest
+from memscope.check.compare import FunctionDiff, compare_reports, compare_variant
+from memscope.check.config import load_config
 from memscope.cli._common import (
     misplaced_hint,
     module_option,
@@ -18,8 +20,6 @@ from memscope.cli._common import (
     output_paths,
     stop_after_option,
 )
-from memscope.compare import FunctionDiff, compare_reports, compare_variant
-from memscope.config import load_config
 from memscope.donation import parse_spec
 from memscope.errors import EXIT_USAGE, MemscopeError
 from memscope.program.ending import Guard

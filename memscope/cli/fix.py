@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from memscope import fix as fixing
 from memscope.cli._common import misplaced_hint, module_option
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
+from memscope.fix.plan import plan as fixing
 from memscope.program.runner import Target, check_target
 from memscope.render.fix import render_checks, render_diff, render_problems
 

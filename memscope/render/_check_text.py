@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memscope.check import CheckResult, EnvDifference, FunctionVerdict
+from memscope.check.judge import CheckResult, EnvDifference, FunctionVerdict
 from memscope.report.summary import parenthesized
 
 

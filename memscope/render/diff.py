@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from memscope.compare import FunctionDiff
+from memscope.check.compare import FunctionDiff
 from memscope.render.terminal import Lines, make_console
 from memscope.render.text import visible
 from memscope.report.units import format_bytes, format_change

@@ -1,6 +1,6 @@
 """``memscope fix``'s output: refusals and notes, the diff, and the measurement after.
 
-Renderers take the records :mod:`memscope.fix` made and a file; they compute
+Renderers take the records :mod:`memscope.fix.plan` made and a file; they compute
 nothing. Refusals and notes are one line each (``memscope fix: ...``).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
-from memscope.fix import Check, Plan
+from memscope.fix.plan import Check, Plan
 from memscope.render.text import visible
 from memscope.report.units import format_bytes
 

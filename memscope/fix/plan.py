@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from memscope.analysis.advice import AdviceLevel
 from memscope.errors import EXIT_TARGET_FAILED, MemscopeError
-from memscope.fix_edit import Donate, EditRequest, FixRefused, edit_source, parse_setting
-from memscope.fix_flow import check_call, parameters
+from memscope.fix.edit import Donate, EditRequest, FixRefused, edit_source, parse_setting
+from memscope.fix.flow import check_call, parameters
 from memscope.program import sites
 from memscope.program.runner import Target
 from memscope.report import FunctionReport, Report, load_report
@@ -134,7 +134,7 @@ def capture(target: Target, *, stop_after: int, advice: AdviceLevel) -> Report:
 
 def _env() -> dict[str, str]:
     # The child imports this very memscope, wherever it was imported from.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(sites.OWN_ROOT)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from memscope.check import Tolerances, judge, pair_functions, signature_changes
+from memscope.check.judge import Tolerances, judge, pair_functions, signature_changes
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
 from memscope.report.summary import argument_of, bounded_leaves, parenthesized, short_signature
 
@@ -109,8 +109,8 @@ def compare_variant(fn: FunctionReport, variant: Variant,
 def compare_reports(old: Report, new: Report, tolerances: Tolerances | None = None
                     ) -> tuple[FunctionDiff, ...]:
     """Every function of either report, paired and judged as ``memscope check``
-    pairs and judges them (:func:`memscope.check.pair_functions`,
-    :func:`memscope.check.judge`), in the new report's order."""
+    pairs and judges them (:func:`memscope.check.judge.pair_functions`,
+    :func:`memscope.check.judge.judge`), in the new report's order."""
     pairing = pair_functions(new.functions, old.functions)
     diffs = []
     for fn, before in pairing.pairs:

@@ -1,0 +1,1 @@
+"""``memscope fix``: planning, editing and verifying the source change."""

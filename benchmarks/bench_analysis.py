@@ -30,9 +30,9 @@ from _models import train_step, transformer_step_args
 from memscope import _compat
 from memscope.analysis import advice
 from memscope.analysis.fates import classify
-from memscope.capture import display_path
 from memscope.compiled.buffers import breakdown
 from memscope.compiled.read import read_compiled
+from memscope.program.sites import display_path
 
 
 def analyze_once(layers: int, width: int) -> tuple[float, float, int]:

@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_programs
 import jax
 import transformer_adam as model
 
-from memscope import between
-from memscope.capture import capture
+from memscope.capture import between, capture
 
 
 def steps(args: argparse.Namespace, step: object, after: object = None) -> list[float]:

@@ -25,7 +25,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax
 
-from memscope import remat
+from memscope.variants import remat
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
 

@@ -28,7 +28,7 @@ from _models import train_step, transformer_step_args
 from jax import monitoring
 
 from memscope.capture import capture
-from memscope.compiled.read import compile_variants, lower_variant
+from memscope.variants.compile import compile_variants, lower_variant
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _compiles: list[str] = []

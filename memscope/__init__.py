@@ -47,7 +47,7 @@ __all__ = [
     "save_report",
 ]
 
-_LAZY = {"analyze": "memscope.report.build", "build_report": "memscope.report.build",
+_LAZY = {"analyze": "memscope.flow", "build_report": "memscope.report.build",
          "capture": "memscope.capture"}
 
 

@@ -74,7 +74,7 @@ class MemscopeFixture:
         Returns the same :class:`~memscope.report.FunctionReport` the CLI reports
         (``.memory``, ``.inputs``, ``.outputs``, ``.to_dataframe()``).
         """
-        from memscope.report.build import analyze
+        from memscope.flow import analyze
 
         report = analyze(jitted, *args, **kwargs)
         self.reports.append(report)

@@ -22,8 +22,8 @@ from jax import monitoring
 
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.capture import capture
+from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Target
-from memscope.report.build import analyze, run_and_report
 from tests.truth import assert_matches_runtime, expected_peak, fates
 from tests.truth import run_and_report as run_truth
 from tests.versions import NO_SAME_SIZE_DONORS

@@ -16,9 +16,10 @@ import pytest
 
 from memscope.capture import capture
 from memscope.check.judge import check
+from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Target
 from memscope.report import FunctionReport, Report
-from memscope.report.build import analyze, function_report, run_and_report
+from memscope.report.build import function_report
 from tests.test_samples import SAMPLES, _run
 from tests.truth import expected_peak
 

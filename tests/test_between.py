@@ -16,16 +16,16 @@ import jax
 import pytest
 from click.testing import CliRunner
 
-from memscope import between
 from memscope.analysis.growth import MIN_GROWTH, GroupSample, growing
 from memscope.analysis.recompiles import LeafShape, SignatureShape, differences, explain
+from memscope.capture import between
 from memscope.check.judge import Budget, Config, check
 from memscope.cli import cli
+from memscope.flow import run_and_report
 from memscope.program.runner import Target
 from memscope.render.html import render_html
 from memscope.render.terminal import render_report
 from memscope.report import Report, load_report, save_report
-from memscope.report.build import run_and_report
 from memscope.report.summary import summarize
 from tests.test_samples import SAMPLES
 

@@ -25,8 +25,8 @@ from memscope.compiled.buffers import (
 )
 from memscope.compiled.hlo import parse_module
 from memscope.compiled.read import buffers
+from memscope.flow import analyze
 from memscope.report import Memory
-from memscope.report.build import analyze
 
 
 def forward(x, w):

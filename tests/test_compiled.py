@@ -13,7 +13,7 @@ from jax import monitoring
 from memscope import _compat
 from memscope.capture import capture
 from memscope.compiled.hlo import read_module
-from memscope.report.build import analyze
+from memscope.flow import analyze
 from tests.truth import device_held, expected_peak
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"

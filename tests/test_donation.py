@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from memscope.analysis.advice import annotate, candidates
-from memscope.donation import (
+from memscope.errors import MemscopeError
+from memscope.report import InputBuffer, OutputBuffer
+from memscope.variants.donation import (
     Argument,
     Donation,
     advised,
@@ -14,8 +16,6 @@ from memscope.donation import (
     parse_spec,
     resolve_spec,
 )
-from memscope.errors import MemscopeError
-from memscope.report import InputBuffer, OutputBuffer
 
 # step(params, opt_state, lr, batch=...) with lr static and batch passed by keyword
 ARGS = (

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from memscope.flow import run_and_report
 from memscope.program.runner import Target
 from memscope.report import load_report
-from memscope.report.build import run_and_report
 from tests.test_samples import MEMSCOPE
 
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "JAX_PLATFORMS": "cpu"}

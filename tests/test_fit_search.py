@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from memscope.fit import MAX_COMPILES, BatchChoice, search
+from memscope.variants.fit import MAX_COMPILES, BatchChoice, search
 
 
 def _choice(size: int, step: int = 1) -> BatchChoice:

@@ -23,11 +23,11 @@ from click.testing import CliRunner
 
 from memscope.cli import cli
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_FAILED
-from memscope.fix.plan import plan as fix
+from memscope.fix import plan as fix
+from memscope.flow import run_and_report
 from memscope.program.runner import Target
 from memscope.render.fix import render_checks, render_problems
 from memscope.report import load_report, save_report
-from memscope.report.build import run_and_report
 from memscope.report.units import format_bytes
 
 ROOT = Path(__file__).resolve().parent.parent

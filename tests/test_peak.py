@@ -21,9 +21,9 @@ import pytest
 
 from memscope.check.compare import compare_reports
 from memscope.check.judge import Budget, Config, check, figure_value, limit_problems
+from memscope.flow import analyze
 from memscope.render.html import render_html
 from memscope.report import Report, load_report, peak_rule, save_report
-from memscope.report.build import analyze
 from memscope.report.units import format_bytes
 from tests.test_check_model import report
 from tests.truth import device_held, expected_peak

@@ -1,4 +1,4 @@
-"""Residuals and checkpoint policies (memscope.remat) against JAX's own ground truth.
+"""Residuals and checkpoint policies (memscope.variants.remat) against JAX's own ground truth.
 
 Residuals are compared with what ``jax.ad_checkpoint.print_saved_residuals``
 prints for the same differentiation; each policy's figures with a direct
@@ -22,10 +22,11 @@ import jax.ad_checkpoint
 import jax.numpy as jnp
 import pytest
 
-from memscope import _compat, remat
+from memscope import _compat
 from memscope.capture import capture
 from memscope.compiled.read import memory_figures
 from memscope.report import Differentiation, Remat, RematVariant, Report, remat_text
+from memscope.variants import remat
 from tests.samples import sample_module
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"

@@ -18,13 +18,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope import capture as capture_module
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.analysis.observed import Observation, check
 from memscope.capture import capture
+from memscope.capture import jit as capture_module
+from memscope.flow import run_and_report
 from memscope.program.runner import Target, run_target
 from memscope.report import InputBuffer, OutputBuffer, load_report
-from memscope.report.build import function_report, run_and_report
+from memscope.report.build import function_report
 from tests.test_samples import MEMSCOPE, SAMPLES
 
 PROGRAMS = sorted(p.name for p in SAMPLES.glob("[a-z]*.py"))

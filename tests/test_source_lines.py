@@ -36,7 +36,7 @@ args = (params, opt.init(params))
 #: The same program read without memscope's capture: what JAX itself records.
 PLAIN = PROGRAM + '''
 import json
-from memscope.capture import display_path
+from memscope.program.sites import display_path
 from memscope.compiled.read import read_compiled
 from memscope.compiled.buffers import breakdown
 facts = read_compiled(jax.jit(step), args, {})

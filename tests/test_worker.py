@@ -27,8 +27,8 @@ from jax import monitoring
 from memscope import _compat
 from memscope.capture import capture
 from memscope.cli import cli
+from memscope.flow import analyze
 from memscope.report import load_report
-from memscope.report.build import analyze
 from tests.test_advice import SAMPLES, args, direct_figures, figures, step
 from tests.versions import enable_x64
 
@@ -101,7 +101,7 @@ def test_pending_work_keeps_no_array_of_the_call_alive(monkeypatch):
 
 
 def test_variants_lower_under_the_settings_the_call_ran_with(monkeypatch):
-    from memscope import capture as capture_module
+    from memscope.variants import donations as capture_module
 
     seen = []
     real = capture_module.lower_variant
@@ -236,8 +236,8 @@ def test_ctrl_c_while_the_report_waits_keeps_what_was_read(monkeypatch):
 def test_real_sized_sample_one_advised_compile_and_memscope_cost_reported():
     # transformer_adam.py: 405 input leaves; the default advice compiles the advised
     # donation once, and "donate all" is not compiled.
+    from memscope.flow import run_and_report
     from memscope.program.runner import Target
-    from memscope.report.build import run_and_report
 
     def run():
         with warnings.catch_warnings():

@@ -22,9 +22,9 @@ import jax
 import pytest
 
 from memscope.capture import capture
-from memscope.donation import Argument, Donation, FilterJit, NnxJit, wider_note
 from memscope.report import FunctionReport
 from memscope.report.build import function_report
+from memscope.variants.donation import Argument, Donation, FilterJit, NnxJit, wider_note
 from tests.samples import sample_module
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"

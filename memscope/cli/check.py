@@ -25,6 +25,7 @@ from memscope.errors import (
     EXIT_UNREADABLE,
     MemscopeError,
 )
+from memscope.flow import run_and_report
 from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
 from memscope.render.check import render_check
@@ -33,7 +34,6 @@ from memscope.render.junit import render_check_junit
 from memscope.render.markdown import render_check_markdown
 from memscope.render.text import visible
 from memscope.report import Report, load_report, save_report
-from memscope.report.build import run_and_report
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from memscope.capture import VariantRequest
 from memscope.check.compare import FunctionDiff, compare_reports, compare_variant
 from memscope.check.config import load_config
 from memscope.cli._common import (
@@ -20,13 +19,14 @@ from memscope.cli._common import (
     output_paths,
     stop_after_option,
 )
-from memscope.donation import parse_spec
 from memscope.errors import EXIT_USAGE, MemscopeError
+from memscope.flow import run_and_report
 from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
 from memscope.render.diff import render_diff
 from memscope.report import FunctionReport, load_report, save_report
-from memscope.report.build import run_and_report
+from memscope.variants.donation import parse_spec
+from memscope.variants.donations import VariantRequest
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -7,7 +7,7 @@ import sys
 import click
 
 from memscope.cli._common import module_option, stop_after_option
-from memscope.fit import run_fit
+from memscope.flow import run_fit
 from memscope.program.runner import Target, check_target
 from memscope.render.fit import render_fit_json, render_fit_text
 from memscope.report.units import parse_size

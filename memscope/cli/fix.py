@@ -8,7 +8,7 @@ import click
 
 from memscope.cli._common import misplaced_hint, module_option
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
-from memscope.fix.plan import plan as fixing
+from memscope.fix import plan as fixing
 from memscope.program.runner import Target, check_target
 from memscope.render.fix import render_checks, render_diff, render_problems
 

@@ -23,13 +23,13 @@ from memscope.cli._common import (
     write_html,
 )
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
+from memscope.flow import run_and_report
 from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
-from memscope.remat import remat_setting
 from memscope.render.buffers import render_buffers
 from memscope.render.terminal import LeafFilter, render_report
 from memscope.report import Report, save_report
-from memscope.report.build import run_and_report
+from memscope.variants.remat import remat_setting
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -9,10 +9,7 @@ executable JAX runs and never compiles a second time.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,7 +115,7 @@ def read_liveness(module: Any, buffers: BufferAssignment | None
     """Bytes live over ``module``'s schedule under ``buffers``; else ``None`` and why.
 
     This runs where the compiled program is read: in memscope's worker, off
-    the program's path (:mod:`memscope.worker`).
+    the program's path (:mod:`memscope.capture.worker`).
     """
     if buffers is None:
         return None, "no buffer assignment to replay the schedule over"
@@ -126,81 +123,6 @@ def read_liveness(module: Any, buffers: BufferAssignment | None
         return analyze(module, buffers), None
     except (KeyError, IndexError, ValueError) as e:  # a module shaped unlike any seen
         return None, f"the schedule could not be replayed ({type(e).__name__}: {e})"
-
-
-@dataclass(frozen=True)
-class LoweredVariant:
-    """A donation variant lowered and waiting for its compile (see :func:`compile_variants`)."""
-
-    traced: Any
-    lowered: Any
-
-
-def lower_variant(traced: Any, donated: Sequence[bool]) -> LoweredVariant:
-    """Lower ``traced`` (a call's ``jax.stages.Traced``) as if it donated the flat
-    leaves in ``donated``.
-
-    The jaxpr is JAX's cached trace of the call: the function is not traced
-    again. JAX's donation warnings for the variant are raised here, as usual;
-    the caller decides what to do with them.
-    """
-    variant = _compat.with_donation(traced, tuple(donated))
-    return LoweredVariant(variant, variant.lower())
-
-
-def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[Any] = (),
-                     workers: int | None = None, pool: Executor | None = None,
-                     settings: _compat.ConfigSnapshot = ()
-                     ) -> list[CompiledFacts | Exception]:
-    """Compile lowered variants and read them; one real XLA compile each.
-
-    These are programs the user's code never runs, and nothing of them is kept
-    in JAX's caches. A variant that fails gives its exception in its place.
-    They compile side by side, ``workers`` at a time (default: one per core),
-    as XLA compiles outside the GIL: benchmarks/bench_variants.py measured
-    this faster than one after the other (docs/performance.md). ``pool`` (at
-    least ``workers`` threads) runs the compiles themselves, and only them: the
-    reading, Python that holds the GIL, stays on the calling thread. The
-    compiles run under the JAX ``settings`` given (see
-    :func:`memscope._compat.config_snapshot`).
-    """
-    def compile_one(v: LoweredVariant) -> Any:
-        try:
-            with _compat.applied_config(settings):
-                return _compat.compile_uncached(v.lowered)
-        except Exception as e:  # reported with the variant; the program is unaffected
-            return e
-
-    def read_one(v: LoweredVariant, compiled: Any) -> CompiledFacts | Exception:
-        if isinstance(compiled, Exception):
-            return compiled
-        try:
-            stats = compiled.memory_analysis()
-            module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
-            buffers, error = read_buffers(stats, module)
-            liveness, liveness_error = read_liveness(module, buffers)
-            return CompiledFacts(memory=memory_figures(stats),
-                                 program=_program(v.traced, v.lowered, compiled, shardings,
-                                                  module),
-                                 buffers=buffers, buffers_error=error, liveness=liveness,
-                                 liveness_error=liveness_error)
-        except Exception as e:
-            return e
-
-    workers = min(len(variants), workers or os.cpu_count() or 1)
-    if pool is None and workers <= 1:
-        return [read_one(v, compile_one(v)) for v in variants]
-    results: list[CompiledFacts | Exception] = []
-    with contextlib.ExitStack() as stack:
-        if pool is None:
-            pool = stack.enter_context(ThreadPoolExecutor(max_workers=workers,
-                                                          thread_name_prefix="memscope"))
-        for start in range(0, len(variants), max(workers, 1)):
-            batch = variants[start:start + workers]
-            compiled = [f.result() for f in [pool.submit(compile_one, v) for v in batch]]
-            results += [read_one(v, c) for v, c in zip(batch, compiled, strict=True)]
-            del compiled  # each executable goes once read
-    return results
 
 
 def memory_figures(stats: Any) -> Memory:

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
+import linecache
 import os
 import sys
 import sysconfig
+import types
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
 #: memscope's own package folder (``.../memscope``): frames there are never the user's.
 OWN_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: memscope's own folder with a trailing separator, as frame paths are compared.
+OWN_FILES = OWN_ROOT + os.sep
 
 #: How far up the stack the user's frame may be (JAX, a framework, memscope).
 MAX_FRAMES = 64
@@ -69,3 +76,75 @@ def file_sha256(path: str, cache: dict[str, str | None] | None = None) -> str | 
     if cache is not None:
         cache[path] = digest
     return digest
+
+
+_INSTALLED = installed_roots()
+#: Frames that are not the user's: memscope's own and installed packages'.
+NOT_USER = (OWN_FILES, *_INSTALLED)
+
+
+def library(fun: Any) -> str | None:
+    """The installed package (``optax``) that defines ``fun``; ``None`` for the
+    user's own code. Its jits are the library's: reported, never given advice
+    the user cannot apply."""
+    code = getattr(inspect.unwrap(base_function(fun)), "__code__", None)
+    if code is None:
+        return None
+    path = os.path.realpath(code.co_filename)
+    for root in _INSTALLED:
+        if path.startswith(root):
+            return path[len(root):].split(os.sep)[0].removesuffix(".py")
+    return None
+
+
+def base_function(fun: Any) -> Any:
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    return fun
+
+
+def definition(fun: Any) -> tuple[str, str | None]:
+    """The user's name for ``fun`` and where it is defined, as ``path:line``.
+
+    The line is the ``def`` line, not a decorator's; the path is relative to the
+    working directory when under it.
+    """
+    base = inspect.unwrap(base_function(fun))
+    name = getattr(base, "__name__", None) or type(base).__name__
+    code = getattr(base, "__code__", None)
+    if code is None:
+        return name, None
+    path, line = code.co_filename, code.co_firstlineno
+    if linecache.getline(path, line).lstrip().startswith("@"):
+        for candidate in range(line + 1, line + 50):  # skip decorators to the def line
+            text = linecache.getline(path, candidate).lstrip()
+            if text.startswith(("def ", "async def ")):
+                line = candidate
+                break
+    return name, f"{display_path(path)}:{line}"
+
+
+def site_text(where: tuple[str, int]) -> str:
+    return f"{display_path(where[0])}:{where[1]}"
+
+
+def display_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies under it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith(os.pardir) else rel
+
+
+def without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` less memscope's own frames (python shows none of its machinery either)."""
+    kept = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(OWN_FILES):
+            kept.append(tb)
+        tb = tb.tb_next
+    result = None
+    for entry in reversed(kept):
+        result = types.TracebackType(result, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import IO
 
 from rich import box
@@ -10,8 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memscope.render.live import live_lines
 from memscope.render.terminal import make_console
-from memscope.render.text import visible
+from memscope.render.text import sparkline, visible
 from memscope.report import BufferBreakdown, FunctionReport, Report
 from memscope.report.units import format_bytes
 
@@ -20,8 +20,6 @@ TERMINAL_ROWS = 10
 KIND_TITLES = {"parameter": "parameter", "aliased": "aliased", "output": "output",
                "temporary": "temporary", "constant": "constant",
                "thread_local": "thread-local"}
-_BARS = " ▁▂▃▄▅▆▇█"
-_ASCII_BARS = " .:-=+*#%@"
 
 
 def render_buffers(report: Report, file: IO[str], *, width: int | None = None,
@@ -44,10 +42,7 @@ def buffers_section(console: Console, fn: FunctionReport, table_box: box.Box) ->
         console.print(Text(f"buffer assignment: n/a ({visible(why)})", style="dim"),
                       overflow="fold")
         return
-    # The answer first: what is live at the peak (memscope.render.live imports
-    # this module, hence the import here).
-    from memscope.render.live import live_lines
-
+    # The answer first: what is live at the peak.
     for line in live_lines(fn, ascii_only=console.no_color):
         console.print(line, overflow="fold")
     console.print(_allocations_line(b), overflow="fold")
@@ -127,14 +122,3 @@ def _notes(fn: FunctionReport, b: BufferBreakdown, *, ascii_only: bool) -> list[
                          for t in b.live_at_peak[:5])
         notes.append(Text(f"live at the peak: {live}"))
     return notes
-
-
-def sparkline(values: Sequence[int], width: int, *, ascii_only: bool = True) -> str:
-    """``values`` as one line of ``width`` bars at most (each the largest of its stretch)."""
-    if not values:
-        return ""
-    bars = _ASCII_BARS if ascii_only else _BARS
-    step = max(1, -(-len(values) // width))
-    cols = [max(values[i:i + step]) for i in range(0, len(values), step)]
-    top = max(cols) or 1
-    return "".join(bars[round(v / top * (len(bars) - 1))] for v in cols)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from memscope.render.buffers import sparkline
-from memscope.render.text import visible
+from memscope.render.text import sparkline, visible
 from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
 from memscope.report.units import format_bytes
 

@@ -8,14 +8,15 @@ terminal never acts on them and a log keeps one record per line. The terminal
 console never reads markup (``[bold]`` prints as typed); HTML, markdown, JUnit and
 GitHub annotations add their own escaping on top of this one.
 
-No rich here, so the pytest plugin and the command line use it too.
+No rich here, so the pytest plugin and the command line use it too. Also the
+one-line chart (:func:`sparkline`) the terminal views share.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -89,3 +90,18 @@ def fates_text(g: LeafGroup, *, fate: Callable[[str], str] = str,
     if g.observed:
         line += "; at run time: " + ", ".join(f"{n} {text(label)}" for label, n in g.observed)
     return line
+
+
+_BARS = " ▁▂▃▄▅▆▇█"
+_ASCII_BARS = " .:-=+*#%@"
+
+
+def sparkline(values: Sequence[int], width: int, *, ascii_only: bool = True) -> str:
+    """``values`` as one line of ``width`` bars at most (each the largest of its stretch)."""
+    if not values:
+        return ""
+    bars = _ASCII_BARS if ascii_only else _BARS
+    step = max(1, -(-len(values) // width))
+    cols = [max(values[i:i + step]) for i in range(0, len(values), step)]
+    top = max(cols) or 1
+    return "".join(bars[round(v / top * (len(bars) - 1))] for v in cols)

@@ -5,31 +5,20 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import jax
 
 from memscope import _compat
 from memscope.analysis import advice, observed, oom
-from memscope.analysis.advice import AdviceLevel
 from memscope.analysis.fates import classify
 from memscope.analysis.live import memory_view
 from memscope.analysis.recompiles import SignatureShape, explain
-from memscope.between import DonationLedger, signature_shape
-from memscope.capture import (
-    Entry,
-    MeasuredJit,
-    VariantFacts,
-    VariantRequest,
-    capture,
-    display_path,
-)
+from memscope.capture.between import DonationLedger, signature_shape
+from memscope.capture.entry import Entry
 from memscope.compiled.buffers import breakdown
 from memscope.compiled.read import CompiledFacts
-from memscope.errors import MemscopeError
-from memscope.program.ending import EXIT_TERMINATED, Guard
-from memscope.program.runner import RunResult, Target, run_target
+from memscope.program.sites import display_path
 from memscope.report import (
     Advice,
     DeletedRead,
@@ -50,6 +39,7 @@ from memscope.report import (
     Variant,
     XlaBuffer,
 )
+from memscope.variants.donations import VariantFacts
 from memscope.version import __version__
 
 
@@ -109,7 +99,7 @@ def forecast_failures(entries: Iterable[Entry]) -> None:
         in_use, limit = entry.failure_memory or (0, None)
         if entry.failure is None or entry.call is None or entry.facts is None or limit is None:
             continue
-        from memscope import fit
+        from memscope.variants import fit
 
         held = max(in_use - (entry.facts.memory.argument_bytes or 0), 0)
         try:
@@ -286,91 +276,3 @@ def run_notes(uncaptured_pmaps: int = 0) -> tuple[str, ...]:
                      "(jax_pmap_shmap_merge is off): they are not in this report; set "
                      "jax.config.update('jax_pmap_shmap_merge', True) to see them")
     return tuple(notes)
-
-
-def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
-                   request: VariantRequest | None = None,
-                   stop_after: int | None = None, guard: Guard | None = None,
-                   deliver: Callable[[Report], None] | None = None,
-                   remat_flops: float | None = None) -> Report:
-    """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
-
-    ``advise``, ``request``, ``stop_after`` and ``remat_flops`` are :func:`capture`'s. Never raises
-    for the target: how it ended (and its exit code) is in ``report.run``, and
-    whatever was captured before is reported. ``deliver`` (writing the report
-    where the user asked) gets the report however the run ends: at its end,
-    with SIGINT and SIGTERM held until it returns, or at a SIGTERM during the
-    run, after which the process ends by SIGTERM as it would under python.
-
-    Raises:
-        SystemExit: in a child process the target forked, with the child's exit
-            status: only the process that started the run reports.
-    """
-    if guard is None:
-        with Guard() as own:
-            return run_and_report(target, advise=advise, request=request,
-                                  stop_after=stop_after, guard=own, deliver=deliver,
-                                  remat_flops=remat_flops)
-
-    def run_info(result: RunResult) -> RunInfo:
-        return RunInfo(target=target.name, argv=target.args, outcome=result.outcome,
-                       exit_code=result.exit_code, module=target.module,
-                       error=result.error)
-
-    with capture(advise=advise, request=request, stop_after=stop_after,
-                 remat_flops=remat_flops) as session:
-        def terminated() -> None:
-            session.finish()
-            report = build_report(session.entries, run_info(RunResult(
-                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime(),
-                uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)
-            if deliver is not None:
-                deliver(report)
-
-        with guard.terminated_by(terminated):
-            result = run_target(target, on_finish=session.finish,
-                                on_error=session.ledger.explain)
-    if not guard.owns_the_report():
-        raise SystemExit(result.exit_code)
-    if session.stopped:  # even where the target caught TargetStopped and went on
-        result = RunResult("stopped", 0)
-    forecast_failures(session.entries)
-    with guard.deferred_signals():
-        report = build_report(session.entries, run_info(result), session.runtime(),
-                              uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)
-        if deliver is not None:
-            deliver(report)
-    return report
-
-
-def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
-            **kwargs: Any) -> FunctionReport:
-    """Call ``jitted(*args, **kwargs)`` once and report what XLA compiled for it.
-
-    ``jitted`` is any ``jax.jit`` object. The call is a real one: donated
-    arguments are donated (and deleted) as without memscope, and the result is
-    discarded. JAX's donation warnings are recorded only if this call is the one
-    that lowers the function. With ``advise`` (the default, ``"full"``) the
-    function is also compiled with no donation, with every array argument
-    donated and with the advisor's donation, for ``variants`` and ``advice``
-    (``"advised"``: the advisor's only; ``False``/``"off"``: none); each distinct
-    donation is compiled once, and before this returns. A jit object made
-    outside :func:`capture` does not tell how its donation was spelled, so the
-    advice names arguments (``donate_argnames``) wherever they have names.
-
-    Returns:
-        The :class:`FunctionReport` of that call.
-
-    Raises:
-        MemscopeError: ``jitted`` is not a ``jax.jit`` object, or the call was
-            made inside a trace (so nothing was compiled for it).
-    """
-    jitted = getattr(jitted, "_memscope_jitted", jitted)
-    fun = getattr(jitted, "__wrapped__", None)
-    if fun is None or not _compat.is_jit_object(jitted):
-        raise MemscopeError(f"analyze() needs a jax.jit object, got {type(jitted).__name__}")
-    with capture(advise=advise) as session:
-        MeasuredJit(jitted, fun, session)(*args, **kwargs)
-    if not session.entries:
-        raise MemscopeError("analyze() was called inside a trace; nothing was compiled")
-    return function_report(session.entries[0])

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import sys
 import threading
 from collections import defaultdict
@@ -34,7 +33,8 @@ import jax
 import numpy as np
 
 from memscope import _compat, _frameworks
-from memscope.compiled.read import memory_figures
+from memscope.compiled.read import CompiledFacts, CompiledHandles, memory_figures
+from memscope.program.sites import OWN_FILES, display_path, library
 from memscope.report import (
     Differentiation,
     Remat,
@@ -43,6 +43,7 @@ from memscope.report import (
     Residual,
     ResidualLine,
 )
+from memscope.variants.donations import Host, VariantFacts
 
 #: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
 #: the baseline (every residual saved: what plain ``jax.grad`` does).
@@ -191,14 +192,12 @@ _JAX_APIS = {"value_and_grad_f": "jax.value_and_grad", "grad_f": "jax.grad",
 def _caller() -> tuple[str, str | None, str | None]:
     """How the differentiation now being traced was written: the API, the
     differentiated function's name, and the user's line that calls it."""
-    from memscope.capture import display_path, library
-
     frame = sys._getframe(2)
     api, name = "jax.vjp", None
     while frame is not None:
         code = frame.f_code
         package = library(_Code(code))
-        if package is None and not code.co_filename.startswith(_OWN):
+        if package is None and not code.co_filename.startswith(OWN_FILES):
             return api, name, f"{display_path(code.co_filename)}:{frame.f_lineno}"
         if package == "jax" and code.co_name in _JAX_APIS:
             api = _JAX_APIS[code.co_name]
@@ -210,11 +209,10 @@ def _caller() -> tuple[str, str | None, str | None]:
     return api, name, None
 
 
-_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 class _Code:
-    """A stand-in function for :func:`memscope.capture.library`, which reads ``__code__``."""
+    """A stand-in function for :func:`memscope.program.sites.library`, which reads ``__code__``."""
 
     def __init__(self, code: Any) -> None:
         self.__code__ = code
@@ -276,8 +274,6 @@ def differentiation(found: Found) -> Differentiation:
 def _shown(source: str | None) -> str | None:
     if source is None:
         return None
-    from memscope.capture import display_path
-
     path, _, line = source.rpartition(":")
     return f"{display_path(path)}:{line}"
 
@@ -437,3 +433,50 @@ def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
     except Exception as e:
         return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
     return measure(lowered, policy, compile_in)
+
+
+def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any, ...],
+              kwargs: dict[str, Any], max_flops_increase: float) -> Plan | None:
+    """What :func:`analyse` needs of a call (its arrays as shapes); ``None`` if
+    it cannot be had (the user's call succeeded; memscope must not fail it)."""
+    try:
+        return Plan(fun, options, abstract((args, kwargs)), max_flops_increase)
+    except Exception:
+        return None
+
+
+def measure_call(plan: Plan, facts: CompiledFacts, handles: CompiledHandles,
+                 settings: _compat.ConfigSnapshot, variants: Sequence[VariantFacts],
+                 host: Host) -> Remat | None:
+    """Residuals and checkpoint policies of a recorded call, measured (see
+    :func:`analyse`); ``variants`` are its donation variants, the advised one
+    measured together with the chosen policy. Compiles at the lowest priority
+    while the program runs, as the donation variants do."""
+    if not _compat.transposes(handles.traced.jaxpr):
+        return None  # no grad or vjp: nothing to trace again for
+    written = RematVariant("as_written", facts.memory.peak_bytes,
+                           _compat.flops(handles.compiled))
+    fix = next((v for v in variants if v.name == "advised" and v.facts is not None
+                and not v.same_as_written), None)
+    donation = (fix.setting, fix.facts.program.donated) if fix and fix.facts else None
+
+    def compile_in(thunk: Callable[[], Any]) -> Any:
+        def run() -> Any:
+            with _compat.applied_config(settings):
+                return thunk()
+        if host.worker.draining:
+            return run()
+        return host.worker.compiler.submit(run).result()
+
+    try:
+        # JAX's lowering warnings for programs the user never runs are not the user's.
+        with host.recording_warnings(emit=False):
+            result = analyse(plan, written, compile_in=compile_in, donation=donation,
+                             cancelled=lambda: host.worker.cancelled)
+    except Exception as e:  # the trace again failed: say so, keep the rest
+        return Remat(differentiations=(), error=f"{type(e).__name__}: {e}")
+    if result is not None:
+        host.count_variants(compiled=len(result.variants) - 1
+                            + (result.advice is not None and result.advice.combined),
+                            reused=0)
+    return result

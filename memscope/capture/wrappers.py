@@ -2,7 +2,7 @@
 
 ``eqx.filter_jit`` and ``nnx.jit`` hand ``jax.jit`` a function and arguments of
 their own. For one call, :func:`describe` maps what JAX sees back to the user:
-the user's function, one :class:`~memscope.donation.Argument` per argument the
+the user's function, one :class:`~memscope.variants.donation.Argument` per argument the
 user passed (each holding its flat leaves in JAX's order), every flat input and
 output named by the user's argument names and module fields
 (``model.layers[0].weight``, ``opt_state[0].mu['w']``), and the wrapper's own
@@ -22,7 +22,7 @@ import numpy as np
 
 from memscope import _frameworks
 from memscope._frameworks import Framework
-from memscope.donation import Argument, FilterJit, NnxJit, Spelling, Style
+from memscope.variants.donation import Argument, FilterJit, NnxJit, Spelling, Style
 
 if TYPE_CHECKING:
     from memscope.compiled.read import CompiledFacts

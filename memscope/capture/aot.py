@@ -16,7 +16,11 @@ from typing import Any
 import jax
 
 from memscope import _compat
+from memscope.capture import keys, reading
+from memscope.capture.entry import Entry
+from memscope.capture.observe import addresses, any_pending, observe
 from memscope.compiled.read import CompiledHandles
+from memscope.program import sites
 
 
 class Stage:
@@ -89,18 +93,16 @@ class Compiled(Stage):
         return out
 
     def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        from memscope.capture import Entry, _addresses, _any_pending, _observe
-
         origin = self._memscope_origin
         session = origin._memscope_session
         leaves = jax.tree_util.tree_leaves((args, kwargs))
-        before = [_addresses(x) for x in leaves]
-        late = _any_pending(leaves)
+        before = [addresses(x) for x in leaves]
+        late = any_pending(leaves)
         out = self._memscope_real(*args, **kwargs)
-        observation = _observe(before, leaves, out, late=late)
+        observation = observe(before, leaves, out, late=late)
         call_args, call_kwargs = self._memscope_call
         try:
-            entry = origin._entry(origin._call_key(call_args, call_kwargs)[0],
+            entry = origin._entry(keys.call_key(origin._memscope_spec, call_args, call_kwargs)[0],
                                   call_args, call_kwargs, out)
         except Exception as e:
             entry = Entry(name=origin._memscope_name, source=origin._memscope_source,
@@ -122,9 +124,9 @@ class Compiled(Stage):
         entry.calls = 1
         self._memscope_entry = session.add(("aot", id(self)), entry)
         if handles is not None and self._memscope_entry is entry:
-            # The read and the variants, off the program's path (memscope.worker).
-            session.defer(functools.partial(origin._analyse, entry, handles, shardings,
-                                            _compat.config_snapshot()))
+            # The read and the variants, off the program's path (memscope.capture.worker).
+            session.defer(functools.partial(reading.analyse, session, entry, origin._memscope_fun,
+                                            handles, shardings, _compat.config_snapshot()))
         session.sample(entry.name)
         session.count_call()
         return out
@@ -144,6 +146,4 @@ def abstract_call(args: tuple[Any, ...], kwargs: dict[str, Any]
 
 
 def _user_frames(tb: Any) -> Any:
-    from memscope.capture import _without_own_frames
-
-    return _without_own_frames(tb)
+    return sites.without_own_frames(tb)

@@ -1,6 +1,6 @@
 """Will it fit? A captured function's peak at other batch sizes, by compiling.
 
-A captured call is kept in shapes (:class:`memscope.capture.KeptCall`). Here its
+A captured call is kept in shapes (:class:`KeptCall`). Here its
 batch axis is resized, the function is traced, lowered and compiled for those
 shapes (``jax.ShapeDtypeStruct`` arguments with the same shardings: nothing
 runs on a device), and ``memory_analysis()`` gives the peak by memscope's rule
@@ -12,26 +12,57 @@ linear in the batch, a bisection of compiles finds it.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import jax
 
 from memscope import _compat
-from memscope.capture import Entry, KeptCall
-from memscope.compiled.read import lower_variant, memory_figures
-from memscope.donation import Argument
+from memscope.compiled.read import CompiledFacts, memory_figures
 from memscope.errors import MemscopeError
 from memscope.report import FitRow, Forecast
+from memscope.variants.compile import lower_variant
+from memscope.variants.donation import Argument
+from memscope.variants.donations import VariantFacts
 
 #: Compiles a search may make before it gives up (and says so).
 MAX_COMPILES = 24
+
+
+@dataclass(frozen=True)
+class KeptCall:
+    """A call in shapes: the jit object JAX made, the call's arguments with every
+    array as a ``jax.ShapeDtypeStruct`` (shape, dtype, sharding), and its dynamic
+    top-level arguments in JAX's terms. Enough to compile it again at other
+    shapes; no array is kept."""
+
+    jitted: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    arguments: tuple[Argument, ...]
+
+
+
+class Recorded(Protocol):
+    """What the fit needs of a recorded call (a capture's entry)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def facts(self) -> CompiledFacts | None: ...
+    @property
+    def variants(self) -> Sequence[VariantFacts]: ...
+    @property
+    def call(self) -> KeptCall | None: ...
+
+
+E = TypeVar("E", bound=Recorded)
 
 
 @dataclass(frozen=True)
@@ -50,7 +81,7 @@ class BatchChoice:
         return ", ".join(a.label for a in self.arguments)
 
 
-def choose_function(entries: Sequence[Entry], name: str | None) -> Entry:
+def choose_function(entries: Sequence[E], name: str | None) -> E:
     """The entry called ``name`` (its largest-peak signature), else the one with
     the largest peak.
 
@@ -70,11 +101,11 @@ def choose_function(entries: Sequence[Entry], name: str | None) -> Entry:
     return max(kept, key=lambda e: _peak(e) or -1)
 
 
-def _peak(entry: Entry) -> int | None:
+def _peak(entry: Recorded) -> int | None:
     return entry.facts.memory.peak_bytes if entry.facts is not None else None
 
 
-def choose_batch(entry: Entry, spec: str | None) -> BatchChoice:
+def choose_batch(entry: Recorded, spec: str | None) -> BatchChoice:
     """The batch axis: ``spec`` (``ARG[:AXIS]``, an argument's name or position),
     else axis 0 of the arguments that are not state (not donated, and not of the
     shapes the function returns), at their most common leading size.
@@ -143,13 +174,13 @@ def _value(call: KeptCall, a: Argument) -> Any:
     return call.args[a.position] if a.position is not None else call.kwargs[a.name or ""]
 
 
-def _output_shapes(entry: Entry) -> set[tuple[int, ...]]:
+def _output_shapes(entry: Recorded) -> set[tuple[int, ...]]:
     if entry.facts is None:
         return set()
     return {leaf.shape for leaf in entry.facts.program.outputs}
 
 
-def _donated(entry: Entry) -> dict[int, bool]:
+def _donated(entry: Recorded) -> dict[int, bool]:
     if entry.facts is None:
         return {}
     return dict(enumerate(entry.facts.program.donated))
@@ -362,7 +393,7 @@ def _local_slope(a: Answer) -> Fraction | None:
     return Fraction(p2 - p1, b2 - b1) if b2 > b1 and p2 > p1 else None
 
 
-def forecast(entry: Entry, choice: BatchChoice, budget: int | None, *,
+def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
              memory: int | None = None, held: int | None = None) -> Forecast:
     """The forecast for ``entry`` as written and with the advised donation (when
     the capture compiled one), each confirmed by compiling."""
@@ -390,64 +421,3 @@ def forecast(entry: Entry, choice: BatchChoice, budget: int | None, *,
         compiles=written.compiles + (fix.compiles if fix else 0),
         seconds=time.perf_counter() - start, note=written.note, inferred=choice.inferred,
         choice_note=choice.note, memory_bytes=memory, held_bytes=held)
-
-
-@dataclass(frozen=True)
-class FitRun:
-    """``memscope fit``'s answer: the forecast, and how the target's capture ended."""
-
-    forecast: Forecast
-    outcome: str
-    exit_code: int
-
-
-def run_fit(target: Any, *, function: str | None = None, batch: str | None = None,
-            memory: int | None = None, stop_after: int | None = None) -> FitRun:
-    """Run ``target`` until its loop begins (a signature called again) or
-    ``stop_after`` jitted calls, then forecast the chosen function's batch.
-
-    Raises:
-        MemscopeError: nothing to compile, a bad ``function`` or ``batch``, or no
-            budget (no ``memory`` on a device that keeps no limit).
-    """
-    from memscope.capture import capture
-    from memscope.program.runner import run_target
-
-    held: dict[str, tuple[int, int | None] | None] = {}
-    with capture(advise="advised", stop_after=stop_after, keep_calls=True,
-                 stop_at_repeat=stop_after is None) as session:
-        def finish() -> None:  # while what the target holds still exists
-            held["in_use"] = _in_use(session)
-            session.finish()
-
-        # The target's prints go to stderr: stdout is the forecast (--format json).
-        with contextlib.redirect_stdout(sys.stderr):
-            result = run_target(target, on_finish=finish)
-    entry = choose_function(session.entries, function)
-    choice = choose_batch(entry, batch)
-    in_use = held.get("in_use")
-    limit = memory if memory is not None else (in_use[1] if in_use else None)
-    if limit is None:
-        raise MemscopeError(f"{jax.default_backend()} reports no device memory limit: give "
-                            "the budget with --memory SIZE (e.g. --memory 80GiB)")
-    arguments = (entry.facts.memory.argument_bytes or 0) if entry.facts is not None else 0
-    outside = None if in_use is None else max(in_use[0] - arguments, 0)
-    budget = limit - (outside or 0)
-    outcome = "stopped" if session.stopped else result.outcome
-    return FitRun(forecast(entry, choice, budget, memory=limit, held=outside), outcome,
-                  0 if session.stopped else result.exit_code)
-
-
-def _in_use(session: Any) -> tuple[int, int | None] | None:
-    """(bytes the process holds on its busiest device, that device's limit): from
-    ``memory_stats()``, else (CPU) from ``jax.live_arrays()`` with no limit."""
-    stats = session.device_limits()
-    if stats is not None:
-        return stats
-    if not _compat.backends_initialized():
-        return None
-    per_device: dict[Any, int] = {}
-    for array in jax.live_arrays():
-        for shard in array.addressable_shards:
-            per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
-    return (max(per_device.values(), default=0), None)

@@ -189,3 +189,33 @@ def leaf_text(key: tuple[Any, ...]) -> str:
     if kind in ("array", "numpy") and aval is not None:
         return f"{aval.dtype}[{','.join(map(str, aval.shape))}]"
     return kind.__name__ if isinstance(kind, type) else str(kind)
+
+
+def call_key(spec: _compat.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+             ) -> tuple[Any, list[Any]]:
+    """What JAX keys this call's executable on, and the call's flat dynamic
+    leaves; ``spec`` is the jit object's (its static arguments)."""
+    positional: tuple[Any, ...] = ()
+    named: tuple[Any, ...] = ()
+    if spec.static_argnums or spec.static_argnames:
+        n = len(args)
+        positions = {i % n for i in spec.static_argnums if -n <= i < n}
+        positional = tuple((i, StaticKey(args[i])) for i in sorted(positions))
+        named = tuple(sorted((k, StaticKey(v)) for k, v in kwargs.items()
+                             if k in spec.static_argnames))
+        args = tuple(a for i, a in enumerate(args) if i not in positions)
+        kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    key = (positional, named, treedef, tuple(leaf_key(x) for x in leaves))
+    hash(key)
+    return key, leaves
+
+
+def signature_text(key: Any) -> str:
+    """``(float32[4,8], int, #1=3, lr=0.1)``: what distinguishes one signature, in
+    names that are the same in every run (no memory addresses)."""
+    positional, named, _, leaf_keys = key
+    parts = [leaf_text(k) for k in leaf_keys]
+    parts += [f"#{i}={static.name()}" for i, static in positional]
+    parts += [f"{k}={static.name()}" for k, static in named]
+    return f"({', '.join(parts)})"

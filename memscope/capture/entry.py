@@ -1,0 +1,90 @@
+"""One jitted function at one signature, as recorded while a capture runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memscope import _compat
+from memscope.analysis.observed import Observation
+from memscope.capture import wrappers
+from memscope.compiled.read import (
+    CompiledFacts,
+)
+from memscope.report import (
+    Forecast,
+    LiveArrays,
+    MeasuredMemory,
+    Remat,
+)
+from memscope.variants.donation import Argument, Spelling, as_written
+from memscope.variants.donations import VariantFacts
+from memscope.variants.fit import KeptCall
+
+
+@dataclass
+class Entry:
+    """One jitted function at one signature, as observed during a capture.
+
+    Mutable while the capture runs (``calls`` grows); turned into a frozen
+    :class:`memscope.report.FunctionReport` by :mod:`memscope.report.build`.
+    """
+
+    name: str
+    source: str | None
+    signature: str
+    spec: _compat.JitSpec
+    calls: int = 0
+    facts: CompiledFacts | None = None
+    warnings: tuple[str, ...] = ()
+    error: str | None = None
+    #: the call's top-level dynamic arguments, and how the user spells donation
+    arguments: tuple[Argument, ...] = ()
+    style: Spelling = "argnames"
+    #: the call as the user wrote it, when a framework's wrapper made the jit
+    wrapper: wrappers.Wrapped | None = None
+    variants: list[VariantFacts] = field(default_factory=list)
+    #: the first call's buffers, as integers
+    observation: Observation | None = None
+    measured: MeasuredMemory | None = None
+    #: the installed package that defines the function, when it is not the user's
+    library: str | None = None
+    #: what JAX keys the executable on (:meth:`MeasuredJit._call_key`), for
+    #: explaining a recompile; holds no array
+    key: Any = None
+    #: seconds JAX spent compiling at the first call (its monitoring events)
+    compile_seconds: float | None = None
+    #: the number of the top-level call that first ran this signature
+    first_call: int | None = None
+    #: the flat leaves the jit object donates (JAX's order)
+    donated: tuple[int, ...] = ()
+    #: each leaf's sharding as spelled, read off the program's path
+    shardings: tuple[str | None, ...] = ()
+    #: the out-of-memory error a call of it ended in, as JAX's text
+    failure: str | None = None
+    #: where it failed: "call" (running) or "compile"
+    failed_in: str | None = None
+    #: jax.live_arrays() and device memory when it failed
+    failure_live: LiveArrays | None = None
+    failure_memory: tuple[int, int | None] | None = None
+    #: the jit object and its call with arrays as ShapeDtypeStructs, kept when the
+    #: session keeps calls (``memscope fit``) or the call ran out of memory
+    call: KeptCall | None = None
+    #: what batch would fit, for the post-mortem (see :mod:`memscope.variants.fit`)
+    forecast: Forecast | None = None
+    #: residuals and measured checkpoint policies (see :mod:`memscope.variants.remat`)
+    remat: Remat | None = None
+    #: the user's line that made the jit, its file's SHA-256 then, and the first
+    #: call's line (``path:line``; ``None``: not in the user's code)
+    jit_site: str | None = None
+    jit_file_sha256: str | None = None
+    call_site: str | None = None
+
+    @property
+    def setting(self) -> str | None:
+        """The donation as written, in jax.jit's keywords; ``None`` if unknown."""
+        if self.facts is None or (sum(len(a.leaves) for a in self.arguments)
+                                  != len(self.facts.program.donated)):
+            return None
+        return as_written(self.arguments, self.facts.program.donated).setting(
+            self.arguments, self.style)

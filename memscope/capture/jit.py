@@ -1,0 +1,356 @@
+"""The jit stand-in: the call path of a captured ``jax.jit`` object.
+
+Inside :func:`memscope.capture.capture`, every jit object JAX makes is handed
+back inside a :class:`MeasuredJit`: a transparent stand-in that forwards every
+attribute to the real jit object and, for each top-level call, counts the call
+under its signature. The first call of a new signature is recorded (its buffers'
+addresses, JAX's warnings, its traced, lowered and compiled stages: cache hits
+only, see :mod:`memscope.compiled.read`) and its reading handed to the session's
+worker (:mod:`memscope.capture.reading`), which schedules the variants.
+
+What is kept per signature: shapes, dtypes, shardings, static argument values
+and the facts read from the compiled program. Arrays are only looked at during
+the call that passes them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.analysis import oom
+from memscope.capture import between, keys, reading, wrappers
+from memscope.capture.arguments import argument_values, call_arguments
+from memscope.capture.entry import Entry
+from memscope.capture.observe import addresses, any_pending, observe
+from memscope.capture.session import Session
+from memscope.compiled.read import (
+    take_compiled,
+)
+from memscope.program import sites
+from memscope.program.sites import NOT_USER, definition, library, site_text
+from memscope.report import (
+    MeasuredMemory,
+)
+from memscope.variants import remat
+from memscope.variants.donation import Argument, Style
+from memscope.variants.fit import KeptCall
+
+# memscope's own frames are never the user's source line (see _compat).
+_compat.exclude_from_source_info(sites.OWN_ROOT)
+
+
+class MeasuredJit:
+    """A ``jax.jit`` object that also reports its calls to a :class:`Session`.
+
+    Every attribute (``lower``, ``trace``, ``eval_shape``, ``clear_cache``,
+    ``__wrapped__``, the function's own attributes) reads through to the jit
+    object JAX made, so code that uses them behaves as without memscope.
+    """
+
+    def __init__(self, jitted: Any, fun: Callable[..., Any], session: Session,
+                 options: dict[str, Any] | None = None, *,
+                 named_after: Callable[..., Any] | None = None) -> None:
+        self.__dict__.update(getattr(jitted, "__dict__", {}))
+        self._memscope_jitted = jitted
+        self._memscope_session = session
+        self._memscope_spec = _compat.jit_spec(jitted)
+        self._memscope_fun = fun
+        # None for a jit made outside a capture (analyze()): its options are unknown
+        self._memscope_options = None if options is None else dict(options)
+        # The user's own spelling (JAX fills in the other from the signature).
+        wrote_numbers = (options or {}).get("donate_argnums") is not None
+        wrote_names = (options or {}).get("donate_argnames") is not None
+        self._memscope_style: Style = ("argnums" if wrote_numbers and not wrote_names
+                                       else "argnames")
+        shown = named_after if named_after is not None else fun
+        self._memscope_name, self._memscope_source = definition(shown)
+        self._memscope_framework = wrappers.framework(fun)
+        try:  # making the user's jit object must never fail for memscope's sake
+            self._memscope_key: Any = keys.function_key(fun)
+            self._memscope_library = (None if self._memscope_framework is not None
+                                      else library(shown))
+        except Exception:
+            self._memscope_key, self._memscope_library = object(), None
+        self._memscope_seen: dict[Any, Entry] = {}
+        # a library's own jit has no line of the user's to edit
+        self._memscope_site = (_site(session) if self._memscope_library is None
+                               else (None, None))
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not set on the wrapper: the jit object's methods.
+        try:
+            jitted = self.__dict__["_memscope_jitted"]
+        except KeyError:  # mid-construction (copy, pickle): nothing to forward to yet
+            raise AttributeError(name) from None
+        return getattr(jitted, name)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        # A jitted function stored on a class binds like a method, as jax.jit's does.
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __repr__(self) -> str:
+        return repr(self._memscope_jitted)
+
+    def __copy__(self) -> MeasuredJit:
+        return self._like(copy.copy(self._memscope_jitted))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MeasuredJit:
+        return self._like(copy.deepcopy(self._memscope_jitted, memo))
+
+    def __reduce__(self) -> Any:
+        # Pickled as the jit object it stands for: where that pickles, this does,
+        # and where it does not, the error is the same.
+        return _as_is, (self._memscope_jitted,)
+
+    def _like(self, jitted: Any) -> MeasuredJit:
+        """A stand-in for a copy of the jit object, recording into the same session."""
+        twin = object.__new__(MeasuredJit)
+        twin.__dict__.update(self.__dict__, _memscope_jitted=jitted, _memscope_seen={})
+        return twin
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        """``jitted.trace``: JAX's ``Traced``, in a stand-in whose compiled calls count."""
+        return self._stage(self._memscope_jitted.trace(*args, **kwargs), args, kwargs,
+                           traced=True)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """``jitted.lower``: JAX's ``Lowered``, in a stand-in whose compiled calls count."""
+        return self._stage(self._memscope_jitted.lower(*args, **kwargs), args, kwargs)
+
+    def _stage(self, real: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+               traced: bool = False) -> Any:
+        if not self._memscope_session.active:
+            return real
+        from memscope.capture import aot  # the ahead-of-time path, only when used
+
+        call = aot.abstract_call(args, kwargs)
+        return aot.Stage(real, self, call, traced=real if traced else None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # pytest: the user's frames only
+        try:
+            return self._measured_call(args, kwargs)
+        except BaseException as e:
+            # The user's traceback shows their call, not memscope's frames.
+            e.with_traceback(sites.without_own_frames(e.__traceback__))
+            raise
+
+    def _measured_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        jitted = self._memscope_jitted
+        if not self._memscope_session.active or not _compat.is_top_level_call():
+            return jitted(*args, **kwargs)
+        self._memscope_session.settle()
+        try:
+            key, leaves = keys.call_key(self._memscope_spec, args, kwargs)
+        except Exception:
+            # Unhashable static arguments and the like: JAX will say what is wrong.
+            return jitted(*args, **kwargs)
+        entry = self._memscope_seen.get(key)
+        session = self._memscope_session
+        if entry is None:
+            out, entry = self._first_call(key, leaves, args, kwargs)
+        else:
+            try:
+                out = jitted(*args, **kwargs)
+            except Exception as e:
+                self._memscope_session.failed(entry, e)
+                raise
+            entry.calls += 1
+            if entry.donated:  # after the call: only a call that ran donated anything
+                session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
+                                      NOT_USER)
+        session.after_call(entry, out)
+        session.count_call(repeat=entry.calls > 1)
+        return out
+
+    def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> tuple[Any, Entry]:
+        session = self._memscope_session
+        session_key = (self._memscope_key, self._memscope_spec.token, key)
+        entry = session.lookup(session_key)
+        if entry is not None:  # the same function jitted again alike: already read
+            out = self._memscope_jitted(*args, **kwargs)
+            if entry.donated:
+                session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
+                                      NOT_USER)
+            entry.calls += 1
+            self._memscope_seen[key] = entry
+            return out, entry
+        before = [addresses(x) for x in leaves]
+        donated = self._donation_check(leaves, before, args, kwargs)
+        late = any_pending(leaves)
+        memory_before = session.device_memory()
+        session.clock.start()
+        try:
+            with session.recording_warnings() as lowering_warnings:
+                try:
+                    out = self._memscope_jitted(*args, **kwargs)
+                except Exception as e:
+                    if oom.is_out_of_memory(str(e)):
+                        self._failed_first_call(key, session_key, leaves, args, kwargs, e)
+                    raise
+        finally:
+            compile_seconds = session.clock.stop()
+        memory_after = session.device_memory()
+        observation = observe(before, leaves, out, late=late)
+        try:
+            entry = self._entry(key, args, kwargs, out)
+        except Exception as e:  # the user's call succeeded; memscope must not fail it
+            entry = Entry(name=self._memscope_name, source=self._memscope_source,
+                          signature="(?)", spec=self._memscope_spec,
+                          error=f"could not describe the call: {type(e).__name__}: {e}")
+        entry.library = self._memscope_library
+        self.stamp(entry)
+        entry.warnings = tuple(lowering_warnings)
+        session.observed(entry, observation)
+        entry.key, entry.compile_seconds, entry.donated = key, compile_seconds, donated
+        entry.first_call = session.calls + 1
+        if donated:
+            session.ledger.record(entry, entry.first_call, leaves, donated, NOT_USER)
+        if memory_before is not None and memory_after is not None:
+            entry.measured = MeasuredMemory(memory_before[0], *memory_after)
+        shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
+        handles = None
+        try:  # cache hits: what must be read while the call's arguments are at hand
+            handles = take_compiled(self._memscope_jitted, args, kwargs)
+        except Exception as e:  # never let the measurement break the program
+            entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        if session.keep_calls:
+            entry.call = self._kept_call(args, kwargs)
+        mine = entry
+        entry = session.add(session_key, entry)
+        if handles is not None and entry is mine:
+            plan = None
+            if (session.remat and self._memscope_library is None
+                    and self._memscope_options is not None):
+                plan = remat.plan_call(self._memscope_fun, self._memscope_options, args, kwargs,
+                                       session.remat_flops)
+            # The read and the variants, off the program's path (memscope.capture.worker).
+            session.defer(functools.partial(reading.analyse, session, entry, self._memscope_fun,
+                                            handles, shardings, _compat.config_snapshot(), plan))
+        entry.calls += 1
+        self._memscope_seen[key] = entry
+        return out, entry
+
+    def _donation_check(self, leaves: Sequence[Any], addresses: Sequence[Any],
+                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...]:
+        """The leaves this signature donates; first, any buffer donated twice, or
+        donated and passed again, is named (JAX's own error comes at the call)."""
+        spec = self._memscope_spec
+        if not (spec.donate_argnums or spec.donate_argnames):
+            return ()
+        session = self._memscope_session
+        try:
+            arguments = call_arguments(self._memscope_fun, spec, args, kwargs)
+            donated = between.donated_leaves(arguments, spec)
+            if len(leaves) != sum(len(a.leaves) for a in arguments):
+                return ()
+            session.ledger.check(
+                self._memscope_name, self._memscope_source, session.calls + 1, leaves,
+                addresses, donated, lambda: between.leaf_paths(
+                    arguments, argument_values(arguments, args, kwargs)), NOT_USER)
+        except Exception:  # never let the measurement break the program
+            return ()
+        return donated
+
+    def _kept_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KeptCall | None:
+        from memscope.capture import aot
+
+        try:
+            call_args, call_kwargs = aot.abstract_call(args, kwargs)
+            return KeptCall(self._memscope_jitted, call_args, call_kwargs,
+                            call_arguments(self._memscope_fun, self._memscope_spec, args, kwargs))
+        except Exception:  # memscope must not fail the call
+            return None
+
+    def _failed_first_call(self, key: Any, session_key: Any, leaves: Sequence[Any],
+                           args: tuple[Any, ...], kwargs: dict[str, Any],
+                           error: Exception) -> None:
+        """Record a first call that ran out of memory, for the post-mortem: its
+        compiled program is read later, off the program's path, from the call's
+        shapes (an executable that failed to compile is compiled there again)."""
+        session = self._memscope_session
+        try:
+            entry = self._entry(key, args, kwargs, None)
+        except Exception:
+            entry = Entry(name=self._memscope_name, source=self._memscope_source,
+                          signature=keys.signature_text(key), spec=self._memscope_spec)
+        entry.library = self._memscope_library
+        try:
+            # Only the failed executable's cache tells a compile from a run.
+            handles = take_compiled(self._memscope_jitted, args, kwargs)
+            where = "call"
+        except Exception:
+            handles, where = None, "compile"
+        session.failed(entry, error, where)
+        entry.call = self._kept_call(args, kwargs)
+        if session.add(session_key, entry) is not entry:
+            return
+        self._memscope_seen[key] = entry
+        if handles is not None:
+            shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
+            session.defer(functools.partial(reading.analyse, session, entry, self._memscope_fun,
+                                            handles, shardings, _compat.config_snapshot()))
+
+    def stamp(self, entry: Entry) -> None:
+        """Record on ``entry`` where the jit was made and where this call came from."""
+        entry.jit_site, entry.jit_file_sha256 = self._memscope_site
+        where = sites.user_frame(NOT_USER)
+        entry.call_site = site_text(where) if where is not None else None
+
+    def _entry(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+               out: Any) -> Entry:
+        """A new entry for the first call of a signature, in the user's terms when a
+        framework's wrapper made the jit (see :mod:`memscope.capture.wrappers`)."""
+        fun, spec = self._memscope_fun, self._memscope_spec
+
+        def jax_arguments() -> tuple[Argument, ...]:
+            return call_arguments(fun, spec, args, kwargs)
+
+        wrapped = None
+        if self._memscope_framework is not None:
+            wrapped = wrappers.describe(self._memscope_framework, fun, args, kwargs, out,
+                                        style=self._memscope_style,
+                                        jax_arguments=jax_arguments)
+        if wrapped is None:
+            return Entry(name=self._memscope_name, source=self._memscope_source,
+                         signature=keys.signature_text(key), spec=spec,
+                         style=self._memscope_style, arguments=jax_arguments())
+        name, source = definition(wrapped.function)
+        if wrapped.donated_positions is not None:
+            # Equinox donates in its own terms; say which user arguments that covers.
+            spec = dataclasses.replace(spec, static_argnums=(), static_argnames=(),
+                                       donate_argnums=wrapped.donated_positions,
+                                       donate_argnames=wrapped.donated_names or ())
+        return Entry(name=name, source=source, signature=wrapped.signature or keys.signature_text(key),
+                     spec=spec, style=wrapped.style, wrapper=wrapped,
+                     arguments=(wrapped.arguments if wrapped.arguments is not None
+                                else jax_arguments()))
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def is_jax_internal(fun: Any) -> bool:
+    module = getattr(sites.base_function(fun), "__module__", None) or ""
+    return module.split(".")[0] in _compat.JAX_PACKAGES
+
+
+def _site(session: Session) -> tuple[str | None, str | None]:
+    """``(path:line, file SHA-256)`` of the user's code making a jit now."""
+    try:
+        where = sites.user_frame(NOT_USER)
+        if where is None:
+            return None, None
+        return site_text(where), sites.file_sha256(where[0], session.file_hashes)
+    except Exception:  # making the user's jit object must never fail for memscope's sake
+        return None, None

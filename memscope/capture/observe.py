@@ -1,0 +1,87 @@
+"""What a first call's buffers show, read as integers while the call is at hand.
+
+The device address of every input and output buffer, and whether each input was
+deleted (donated); the pure check of what they mean is
+:mod:`memscope.analysis.observed`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.analysis.observed import Addresses, Observation
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A call's computation failed: its error, and its outputs (they hold the error)."""
+
+    error: Exception
+    outputs: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A first call whose outputs' addresses cannot be read yet: it was made while
+    an input was pending, so on CPU its outputs may have no buffer until it runs
+    (see :func:`memscope._compat.allocated_late`). Weak references only."""
+
+    inputs_before: tuple[Addresses, ...]
+    inputs_deleted: tuple[bool | None, ...]
+    outputs: tuple[weakref.ref[Any] | None, ...]
+
+    def read(self, *, final: bool) -> Observation | Failed | None:
+        """The observation once every output is ready (``final``: waits); the
+        error the call ended in; ``None`` when it cannot be known (an output
+        already freed, or not ready yet and not ``final``)."""
+        arrays = [ref() if ref is not None else None for ref in self.outputs]
+        if any(ref is not None and a is None for ref, a in zip(self.outputs, arrays,
+                                                               strict=True)):
+            return None  # freed before memscope could look; the check is skipped
+        live = [a for a in arrays if a is not None and not a.is_deleted()]
+        if not final and not all(_compat.is_ready(a) for a in live):
+            return None
+        failure = next((f for a in live if (f := _compat.buffer_failure(a, wait=True))), None)
+        if failure is not None:
+            return Failed(failure, tuple(live))
+        return Observation(self.inputs_before, self.inputs_deleted,
+                           tuple(addresses(a) for a in arrays))
+
+
+def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: bool
+             ) -> Observation | Unread | Failed:
+    """The call's buffers as integers; :class:`Unread` when its outputs may not
+    exist yet; the error its computation ended in, when that is known already
+    (its outputs hold it, for the program to meet)."""
+    outputs = jax.tree_util.tree_leaves(out)
+    arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
+    deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)
+    if late and any(_compat.allocated_late(y) for y in arrays):
+        return Unread(tuple(before), deleted,
+                      tuple(weakref.ref(y) if isinstance(y, jax.Array) else None
+                            for y in outputs))
+    failure = next((f for y in arrays if (f := _compat.buffer_failure(y))), None)
+    if failure is not None:
+        return Failed(failure, tuple(arrays))
+    return Observation(tuple(before), deleted, tuple(addresses(y) for y in outputs))
+
+
+def any_pending(leaves: Sequence[Any]) -> bool:
+    return any(isinstance(x, jax.Array) and not x.is_deleted() and not _compat.is_ready(x)
+               for x in leaves)
+
+
+def addresses(x: Any) -> Addresses:
+    """The device address of each addressable shard of ``x``, as integers."""
+    if not isinstance(x, jax.Array) or x.is_deleted() or _compat.buffer_failure(x, wait=False):
+        return None  # a failed computation's array has no buffer to read (see _compat)
+    try:
+        return tuple(shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards)
+    except Exception:  # a backend without raw addresses
+        return None

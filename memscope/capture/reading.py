@@ -1,0 +1,64 @@
+"""The first call's compiled program, read off the program's path, and the recorded
+call handed to the variants (:mod:`memscope.variants`) that the session asks for."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from memscope import _compat
+from memscope.capture import wrappers
+from memscope.capture.arguments import parameter_names
+from memscope.capture.entry import Entry
+from memscope.capture.session import Session
+from memscope.compiled.read import (
+    CompiledHandles,
+    describe_sharding,
+    read_handles,
+)
+from memscope.variants import donations, remat
+
+
+def analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: CompiledHandles,
+            shardings: list[Any], settings: _compat.ConfigSnapshot,
+            plan: remat.Plan | None = None) -> None:
+    """Read the compiled program of ``entry``'s first call, then hand the
+    recorded call to the variants (in the worker thread, under the JAX settings
+    the call ran with). ``fun`` is the jitted function (the parameters a
+    requested donation may name)."""
+    with contextlib.suppress(Exception):
+        texts = tuple(describe_sharding(s) for s in shardings)
+        session.publish(lambda: setattr(entry, "shardings", texts))
+    try:
+        with _compat.applied_config(settings):
+            facts = wrappers.renamed(entry.wrapper,
+                                     read_handles(handles, shardings=shardings))
+            session.publish(lambda: setattr(entry, "facts", facts))
+            if facts is not None and (session.advice != "off" or session.request) \
+                    and entry.library is None:
+                variants = donations.donation_variants(
+                    recorded(entry, fun, session), facts, handles.traced, shardings, session)
+                session.publish(lambda: setattr(entry, "variants", variants))
+            if facts is not None and plan is not None and entry.library is None:
+                found = remat.measure_call(plan, facts, handles, settings, entry.variants,
+                                           session)
+                session.publish(lambda: setattr(entry, "remat", found))
+    except Exception as e:  # never let the measurement break the program
+        error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        session.publish(lambda: setattr(entry, "error", error))
+
+
+def recorded(entry: Entry, fun: Callable[..., Any], session: Session) -> donations.Call:
+    """What the variants need of ``entry``, in plain terms (no array)."""
+    parameters = None
+    if session.request is not None:
+        parameters = (entry.wrapper.parameters
+                      if entry.wrapper is not None and entry.wrapper.parameters
+                      else parameter_names(fun))
+    return donations.Call(
+        name=entry.name, arguments=entry.arguments, style=entry.style,
+        warnings=entry.warnings, parameters=parameters,
+        static=frozenset({*entry.spec.static_argnums, *entry.spec.static_argnames}),
+        rename=functools.partial(wrappers.renamed, entry.wrapper))

@@ -1,0 +1,83 @@
+"""``capture()``: record every jitted function called inside a block.
+
+Inside it, every jit object JAX makes is handed back inside a
+:class:`~memscope.capture.jit.MeasuredJit`, recording into one
+:class:`~memscope.capture.session.Session`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from memscope import _compat
+from memscope.analysis.advice import AdviceLevel
+from memscope.capture.jit import MeasuredJit, is_jax_internal
+from memscope.capture.session import Session
+from memscope.errors import MemscopeError
+from memscope.variants.donations import VariantRequest
+
+
+@contextlib.contextmanager
+def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
+            stop_after: int | None = None, keep_calls: bool = False,
+            stop_at_repeat: bool = False,
+            remat_flops: float | None = None) -> Iterator[Session]:
+    """Record every jitted function called inside the block.
+
+    ``advise`` also compiles each signature with other donations: ``"advised"``
+    the advisor's donation, ``"full"`` (or ``True``) also no donation and every
+    array argument donated; ``"off"`` (or ``False``) none. Each distinct
+    donation is one XLA compile, made in memscope's worker thread while the
+    program goes on. ``request`` compiles the donation a ``memscope diff`` asked
+    for. With advice on and ``remat_flops`` given (a fraction, e.g.
+    :data:`memscope.variants.remat.DEFAULT_MAX_FLOPS_INCREASE`), each function that
+    differentiates is also traced again to list its residuals and compiled
+    under each ``jax.checkpoint`` policy (:mod:`memscope.variants.remat`); the policy
+    advised saves the most peak within ``remat_flops`` more FLOPs. ``None``
+    (the default) skips this: it costs about one compile per policy.
+    ``stop_after`` ends the block's code with
+    :class:`~memscope.errors.TargetStopped` once that many jitted calls ran;
+    ``stop_at_repeat`` at the first call of a signature called before (a loop
+    has begun). ``keep_calls`` keeps each signature's call in shapes
+    (:class:`KeptCall`), to compile it again (``memscope fit``).
+
+    Reading the compiled programs and the variants' compiles finish before the
+    block exits. Jit objects made inside the block stay usable after it; they
+    just stop recording.
+    """
+    if stop_after is not None and stop_after < 1:
+        raise MemscopeError(f"stop_after must be at least 1, got {stop_after}")
+    unsupported = _compat.support_problem()
+    if unsupported is not None and not _compat.unsupported_allowed():
+        raise MemscopeError(unsupported)
+    with _compat.lowering_warnings() as proxy:
+        session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
+                          remat_flops=remat_flops)
+        with contextlib.suppress(Exception):  # compile times are then n/a
+            session.clock.install()
+        session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat
+
+        def wrap(jitted: Any, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
+            if not is_jax_internal(fun):
+                return MeasuredJit(jitted, fun, session, options)
+            # jax.pmap jits a function of its own around the user's: report it
+            # under the user's name; its leaves keep pmap's flat names.
+            user = _compat.pmap_user_function(fun)
+            if user is None:
+                return jitted
+            return MeasuredJit(jitted, fun, session, options, named_after=user)
+
+        def uncaptured_pmap() -> None:
+            session.uncaptured_pmaps += 1
+
+        try:
+            with _compat.patched_make_jit(wrap), _compat.pmap_outside_jit(uncaptured_pmap):
+                yield session
+        finally:
+            session.active = False
+            session.clock.remove()
+            session.finish()
+            # Before the warnings proxy goes: the variants' lowerings record through it.
+            session.wait()

@@ -1,0 +1,310 @@
+"""The entries of one capture, and what the run showed between and after calls.
+
+A :class:`Session` keeps the entries in the order their first call happened,
+counts top-level calls (and ends the target at ``stop_after``), samples device
+memory and live arrays after calls, and runs memscope's own work in its worker,
+off the program's path. It is also the host that the variants it schedules
+report to (:class:`memscope.variants.donations.Host`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.analysis import oom
+from memscope.analysis.advice import AdviceLevel, advice_level
+from memscope.analysis.observed import Observation
+from memscope.capture import between
+from memscope.capture.entry import Entry
+from memscope.capture.observe import Failed, Unread
+from memscope.capture.worker import Worker
+from memscope.compiled.read import (
+    describe_sharding,
+)
+from memscope.errors import MemscopeError, TargetStopped
+from memscope.report import (
+    LiveArray,
+    LiveArrays,
+    MemorySample,
+    Overhead,
+    Runtime,
+)
+from memscope.variants import remat
+from memscope.variants.donations import VariantRequest
+
+#: Device-memory samples kept per run (one per top-level call); later calls are
+#: not sampled, and the report says the timeline was cut.
+MAX_SAMPLES = 10_000
+#: Live arrays listed by size at the end of a run.
+LARGEST_LIVE_ARRAYS = 10
+
+
+class Session:
+    """The entries of one capture, in the order their first call happened."""
+
+    def __init__(self, proxy: Any, *, advise: bool | AdviceLevel = False,
+                 request: VariantRequest | None = None,
+                 stop_after: int | None = None,
+                 remat_flops: float | None = None) -> None:
+        self.entries: list[Entry] = []
+        self.active = True
+        self.advice: AdviceLevel = advice_level(advise)
+        #: measure checkpoint policies of differentiated functions (with advice)
+        self.remat = remat_flops is not None and self.advice != "off"
+        self.remat_flops = (remat_flops if remat_flops is not None
+                            else remat.DEFAULT_MAX_FLOPS_INCREASE)
+        if remat_flops is not None and remat_flops < 0:
+            raise MemscopeError(f"remat_flops must be at least 0, got {remat_flops}")
+        self.request = request
+        self.stop_after = stop_after
+        #: keep each entry's call in shapes (``memscope fit`` compiles it again)
+        self.keep_calls = False
+        #: end the target at the first call of a signature seen before (the loop began)
+        self.stop_at_repeat = False
+        self._stop_hit = False
+        self.calls = 0
+        self._proxy = proxy
+        self._lock = threading.Lock()
+        self._by_key: dict[Any, Entry] = {}
+        self._stats_available: bool | None = None  # asked at the first call, not before
+        self._samples: list[MemorySample] = []
+        self._truncated = False
+        self._live: LiveArrays | None = None
+        self._unread: list[tuple[Entry, Unread]] = []
+        self._finished = False
+        #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capture.between`)
+        self.clock = between.CompileClock()
+        self.live_sampler = between.LiveSampler()
+        self.ledger = between.DonationLedger()
+        #: memscope's work off the program's path (see :mod:`memscope.capture.worker`)
+        self.worker = Worker()
+        self._waited: float | None = None
+        self.variant_compiles = 0
+        self.variants_reused = 0
+        #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
+        self.uncaptured_pmaps = 0
+        #: the SHA-256 of each file a jit was made in (read once per run)
+        self.file_hashes: dict[str, str | None] = {}
+
+    @property
+    def stopped(self) -> bool:
+        """True once ``stop_after`` calls ran and the target was told to end."""
+        return self._stop_hit or (self.stop_after is not None and self.calls >= self.stop_after)
+
+    def device_memory(self) -> tuple[int, int] | None:
+        """(bytes in use, peak bytes in use) of the busiest local device, or ``None``
+        where the backend keeps no such statistics (CPU)."""
+        if self._stats_available is False:
+            return None
+        try:
+            stats = [d.memory_stats() for d in jax.local_devices()]
+            figures = (max(int(s["bytes_in_use"]) for s in stats),
+                       max(int(s["peak_bytes_in_use"]) for s in stats))
+        except Exception:  # None (CPU), a missing key, or no devices
+            self._stats_available = False
+            return None
+        self._stats_available = True
+        return figures
+
+    def sample(self, function: str) -> None:
+        """Record device memory right after a top-level call, where it is kept."""
+        if self._stats_available is False:
+            return
+        if len(self._samples) >= MAX_SAMPLES:
+            self._truncated = True
+            return
+        figures = self.device_memory()
+        if figures is not None:
+            self._samples.append(MemorySample(self.calls + 1, function, *figures))
+
+    def finish(self) -> None:
+        """Note what the run left alive; the first call counts (the target's end)."""
+        if self._finished:
+            return
+        self._finished = True
+        self.settle(final=True)
+        if not _compat.backends_initialized():
+            return  # the target used no device; do not start one now
+        with contextlib.suppress(Exception):
+            self.live_sampler.at_end(self.calls)
+        self._live = live_arrays()
+
+    def runtime(self) -> Runtime:
+        """What the run showed of device memory and live arrays, frozen."""
+        overhead = self.overhead()
+        timeline = self.live_sampler.timeline(output_label)
+        if self._stats_available:
+            return Runtime(device_memory=tuple(self._samples),
+                           timeline_truncated=self._truncated, live_arrays=self._live,
+                           overhead=overhead, live_timeline=timeline)
+        note = ("no jitted call ran" if self._stats_available is None else
+                f"{jax.default_backend()} keeps no device memory statistics: "
+                "Device.memory_stats() is None")
+        return Runtime(device_memory_note=note, live_arrays=self._live, overhead=overhead,
+                       live_timeline=timeline)
+
+    def after_call(self, entry: Entry, out: Any) -> None:
+        """Device memory and live arrays after a top-level call (before it is counted)."""
+        self.sample(entry.name)
+        with contextlib.suppress(Exception):  # never break the program for a sample
+            self.live_sampler.after_call(self.calls + 1, entry.name, entry, out)
+
+    def defer(self, job: Callable[[], None]) -> None:
+        """Run ``job`` off the program's path, before the capture ends."""
+        self.worker.submit(job)
+
+    def wait(self) -> None:
+        """Wait for the deferred work: the program has ended, the report needs it.
+
+        Ctrl-C while waiting drops the work not done yet: its entries say so in
+        ``error``, and the report is built from the rest.
+        """
+        if self._waited is not None:
+            return
+        start = time.perf_counter()
+        try:
+            self._waited = self.worker.wait() if self.worker.started else 0.0
+        except KeyboardInterrupt:
+            self._waited = time.perf_counter() - start
+            with self._lock:  # after the cancel: no result is published any more
+                for entry in self.entries:
+                    if entry.facts is None and entry.error is None:
+                        entry.error = ("not read: memscope's analysis was interrupted "
+                                       "after the program ended")
+        finally:
+            self.worker.close()
+
+    def publish(self, apply: Callable[[], None]) -> None:
+        """Apply deferred results to the entries, unless the wait was abandoned
+        (the report may then be being built from them)."""
+        with self._lock:
+            if not self.worker.cancelled:
+                apply()
+
+    def count_variants(self, *, compiled: int, reused: int) -> None:
+        """Count the variants compiled, and those answered without a compile."""
+        with self._lock:
+            self.variant_compiles += compiled
+            self.variants_reused += reused
+
+    def overhead(self) -> Overhead | None:
+        """What memscope's own work cost; ``None`` before :meth:`wait`."""
+        if self._waited is None:
+            return None
+        return Overhead(analysis_seconds=self.worker.busy_seconds,
+                        after_exit_seconds=self._waited,
+                        host_bytes=self.worker.largest_growth,
+                        variant_compiles=self.variant_compiles,
+                        variants_reused=self.variants_reused)
+
+    def observed(self, entry: Entry, seen: Observation | Unread | Failed) -> None:
+        """Keep what a first call's buffers showed; read later what is not ready."""
+        if isinstance(seen, Unread):
+            with self._lock:
+                self._unread.append((entry, seen))
+        elif isinstance(seen, Failed):
+            self.failed(entry, seen.error, exclude=seen.outputs)
+        else:
+            entry.observation = seen
+
+    def settle(self, *, final: bool = False) -> None:
+        """Read the outputs of earlier first calls that are ready by now (all of
+        them, waiting, when ``final``: the program has ended)."""
+        if not self._unread:
+            return
+        with self._lock:
+            unread, self._unread = self._unread, []
+        for entry, pending in unread:
+            seen = pending.read(final=final)
+            if seen is None and not final and all(r is None or r() is not None
+                                                  for r in pending.outputs):
+                with self._lock:
+                    self._unread.append((entry, pending))
+            elif isinstance(seen, Failed):
+                self.failed(entry, seen.error, exclude=seen.outputs)
+            elif seen is not None:
+                entry.observation = seen
+
+    def failed(self, entry: Entry, error: BaseException, where: str = "call",
+               exclude: Sequence[Any] = ()) -> None:
+        """Note that a call of ``entry`` ended in ``error`` (the program meets it),
+        when the error says memory ran out: what was alive then, in figures."""
+        if entry.failure is not None or not oom.is_out_of_memory(str(error)):
+            return
+        entry.failure, entry.failed_in = f"{type(error).__name__}: {error}", where
+        entry.failure_live = live_arrays(exclude)
+        entry.failure_memory = self.device_limits()
+
+    def device_limits(self) -> tuple[int, int | None] | None:
+        """(bytes in use, the device's limit) on the busiest local device; ``None``
+        where the backend keeps no statistics (CPU)."""
+        try:
+            stats = [d.memory_stats() for d in jax.local_devices()]
+            busiest = max(stats, key=lambda s: int(s["bytes_in_use"]))
+        except Exception:  # None (CPU), a missing key, or no devices
+            return None
+        limit = busiest.get("bytes_limit")
+        return int(busiest["bytes_in_use"]), None if limit is None else int(limit)
+
+    def count_call(self, *, repeat: bool = False) -> None:
+        """Count one top-level jitted call; end the target once ``stop_after`` ran
+        (or at a ``repeat``: a signature called before, with ``stop_at_repeat``).
+
+        Raises:
+            TargetStopped: this call was number ``stop_after``.
+        """
+        with self._lock:
+            self.calls += 1
+            stop = ((self.stop_after is not None and self.calls == self.stop_after)
+                    or (self.stop_at_repeat and repeat))
+        if stop:
+            self._stop_hit = True
+            self.active = False  # nothing more to record, even if the target goes on
+            raise TargetStopped(self.calls)
+
+    def lookup(self, key: Any) -> Entry | None:
+        return self._by_key.get(key)
+
+    def add(self, key: Any, entry: Entry) -> Entry:
+        with self._lock:
+            existing = self._by_key.setdefault(key, entry)
+            if existing is entry:
+                self.entries.append(entry)
+            return existing
+
+    def recording_warnings(self, *, emit: bool = True
+                           ) -> contextlib.AbstractContextManager[list[str]]:
+        return self._proxy.recording(emit=emit)
+
+
+def live_arrays(exclude: Sequence[Any] = ()) -> LiveArrays | None:
+    """``jax.live_arrays()`` in figures, the largest listed; ``None`` if unreadable.
+    ``exclude``: arrays not to count (a failed call's outputs hold no memory)."""
+    try:
+        skip = {id(x) for x in exclude}
+        arrays = [a for a in jax.live_arrays() if id(a) not in skip]
+        largest = sorted(arrays, key=lambda a: a.nbytes, reverse=True)
+        live = LiveArrays(
+            count=len(arrays), total_bytes=sum(int(a.nbytes) for a in arrays),
+            largest=tuple(LiveArray(tuple(a.shape), str(a.dtype), int(a.nbytes),
+                                    describe_sharding(a.sharding))
+                          for a in largest[:LARGEST_LIVE_ARRAYS]))
+        del arrays, largest
+        return live
+    except Exception:
+        return None
+
+
+def output_label(entry: Any, index: int) -> str:
+    """``train_step result[1]``: output leaf ``index`` of ``entry``'s calls."""
+    facts = getattr(entry, "facts", None)
+    outputs = facts.program.outputs if facts is not None else ()
+    path = outputs[index].path if index < len(outputs) else f"output leaf {index}"
+    return f"{getattr(entry, 'name', '?')} {path}"

@@ -1,0 +1,177 @@
+"""The whole flow, as the library's entry points run it: a target run under
+:func:`~memscope.capture.capture` and then reported (:func:`run_and_report`,
+``memscope run``, ``diff``, ``check``), one call analyzed (:func:`analyze`), and
+a target run until its loop begins, then fitted (:func:`run_fit`, ``memscope fit``).
+
+Each step is another package's: running the script (:mod:`memscope.program`),
+recording its calls (:mod:`memscope.capture`), building the report
+(:mod:`memscope.report.build`), compiling other batch sizes
+(:mod:`memscope.variants.fit`). This module only puts them in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.analysis.advice import AdviceLevel
+from memscope.capture import MeasuredJit, capture
+from memscope.errors import MemscopeError
+from memscope.program.ending import EXIT_TERMINATED, Guard
+from memscope.program.runner import RunResult, Target, run_target
+from memscope.report import Forecast, FunctionReport, Report, RunInfo
+from memscope.report.build import build_report, forecast_failures, function_report
+from memscope.variants.donations import VariantRequest
+from memscope.variants.fit import choose_batch, choose_function, forecast
+
+
+def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
+                   request: VariantRequest | None = None,
+                   stop_after: int | None = None, guard: Guard | None = None,
+                   deliver: Callable[[Report], None] | None = None,
+                   remat_flops: float | None = None) -> Report:
+    """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
+
+    ``advise``, ``request``, ``stop_after`` and ``remat_flops`` are :func:`capture`'s. Never raises
+    for the target: how it ended (and its exit code) is in ``report.run``, and
+    whatever was captured before is reported. ``deliver`` (writing the report
+    where the user asked) gets the report however the run ends: at its end,
+    with SIGINT and SIGTERM held until it returns, or at a SIGTERM during the
+    run, after which the process ends by SIGTERM as it would under python.
+
+    Raises:
+        SystemExit: in a child process the target forked, with the child's exit
+            status: only the process that started the run reports.
+    """
+    if guard is None:
+        with Guard() as own:
+            return run_and_report(target, advise=advise, request=request,
+                                  stop_after=stop_after, guard=own, deliver=deliver,
+                                  remat_flops=remat_flops)
+
+    def run_info(result: RunResult) -> RunInfo:
+        return RunInfo(target=target.name, argv=target.args, outcome=result.outcome,
+                       exit_code=result.exit_code, module=target.module,
+                       error=result.error)
+
+    with capture(advise=advise, request=request, stop_after=stop_after,
+                 remat_flops=remat_flops) as session:
+        def terminated() -> None:
+            session.finish()
+            report = build_report(session.entries, run_info(RunResult(
+                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime(),
+                uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)
+            if deliver is not None:
+                deliver(report)
+
+        with guard.terminated_by(terminated):
+            result = run_target(target, on_finish=session.finish,
+                                on_error=session.ledger.explain)
+    if not guard.owns_the_report():
+        raise SystemExit(result.exit_code)
+    if session.stopped:  # even where the target caught TargetStopped and went on
+        result = RunResult("stopped", 0)
+    forecast_failures(session.entries)
+    with guard.deferred_signals():
+        report = build_report(session.entries, run_info(result), session.runtime(),
+                              uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)
+        if deliver is not None:
+            deliver(report)
+    return report
+
+
+def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
+            **kwargs: Any) -> FunctionReport:
+    """Call ``jitted(*args, **kwargs)`` once and report what XLA compiled for it.
+
+    ``jitted`` is any ``jax.jit`` object. The call is a real one: donated
+    arguments are donated (and deleted) as without memscope, and the result is
+    discarded. JAX's donation warnings are recorded only if this call is the one
+    that lowers the function. With ``advise`` (the default, ``"full"``) the
+    function is also compiled with no donation, with every array argument
+    donated and with the advisor's donation, for ``variants`` and ``advice``
+    (``"advised"``: the advisor's only; ``False``/``"off"``: none); each distinct
+    donation is compiled once, and before this returns. A jit object made
+    outside :func:`capture` does not tell how its donation was spelled, so the
+    advice names arguments (``donate_argnames``) wherever they have names.
+
+    Returns:
+        The :class:`FunctionReport` of that call.
+
+    Raises:
+        MemscopeError: ``jitted`` is not a ``jax.jit`` object, or the call was
+            made inside a trace (so nothing was compiled for it).
+    """
+    jitted = getattr(jitted, "_memscope_jitted", jitted)
+    fun = getattr(jitted, "__wrapped__", None)
+    if fun is None or not _compat.is_jit_object(jitted):
+        raise MemscopeError(f"analyze() needs a jax.jit object, got {type(jitted).__name__}")
+    with capture(advise=advise) as session:
+        MeasuredJit(jitted, fun, session)(*args, **kwargs)
+    if not session.entries:
+        raise MemscopeError("analyze() was called inside a trace; nothing was compiled")
+    return function_report(session.entries[0])
+
+
+@dataclass(frozen=True)
+class FitRun:
+    """``memscope fit``'s answer: the forecast, and how the target's capture ended."""
+
+    forecast: Forecast
+    outcome: str
+    exit_code: int
+
+
+def run_fit(target: Any, *, function: str | None = None, batch: str | None = None,
+            memory: int | None = None, stop_after: int | None = None) -> FitRun:
+    """Run ``target`` until its loop begins (a signature called again) or
+    ``stop_after`` jitted calls, then forecast the chosen function's batch.
+
+    Raises:
+        MemscopeError: nothing to compile, a bad ``function`` or ``batch``, or no
+            budget (no ``memory`` on a device that keeps no limit).
+    """
+    held: dict[str, tuple[int, int | None] | None] = {}
+    with capture(advise="advised", stop_after=stop_after, keep_calls=True,
+                 stop_at_repeat=stop_after is None) as session:
+        def finish() -> None:  # while what the target holds still exists
+            held["in_use"] = _in_use(session)
+            session.finish()
+
+        # The target's prints go to stderr: stdout is the forecast (--format json).
+        with contextlib.redirect_stdout(sys.stderr):
+            result = run_target(target, on_finish=finish)
+    entry = choose_function(session.entries, function)
+    choice = choose_batch(entry, batch)
+    in_use = held.get("in_use")
+    limit = memory if memory is not None else (in_use[1] if in_use else None)
+    if limit is None:
+        raise MemscopeError(f"{jax.default_backend()} reports no device memory limit: give "
+                            "the budget with --memory SIZE (e.g. --memory 80GiB)")
+    arguments = (entry.facts.memory.argument_bytes or 0) if entry.facts is not None else 0
+    outside = None if in_use is None else max(in_use[0] - arguments, 0)
+    budget = limit - (outside or 0)
+    outcome = "stopped" if session.stopped else result.outcome
+    return FitRun(forecast(entry, choice, budget, memory=limit, held=outside), outcome,
+                  0 if session.stopped else result.exit_code)
+
+
+def _in_use(session: Any) -> tuple[int, int | None] | None:
+    """(bytes the process holds on its busiest device, that device's limit): from
+    ``memory_stats()``, else (CPU) from ``jax.live_arrays()`` with no limit."""
+    stats = session.device_limits()
+    if stats is not None:
+        return stats
+    if not _compat.backends_initialized():
+        return None
+    per_device: dict[Any, int] = {}
+    for array in jax.live_arrays():
+        for shard in array.addressable_shards:
+            per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
+    return (max(per_device.values(), default=0), None)

@@ -1,0 +1,276 @@
+"""Donation variants of a recorded call: the donations to measure, each lowered
+from the very program JAX traced for the call and compiled, and the advice kept
+consistent with what its own compile shows.
+
+Scheduled by the capture (:mod:`memscope.capture.reading`), which hands over the
+recorded call as a :class:`Call` and itself as the :class:`Host`; nothing here
+knows the capture's own records. Runs in memscope's worker thread, never on the
+program's path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from memscope import _compat
+from memscope.analysis import advice
+from memscope.analysis.advice import AdviceLevel
+from memscope.analysis.fates import classify
+from memscope.compiled.read import CompiledFacts
+from memscope.errors import MemscopeError
+from memscope.report import VariantName
+from memscope.variants.compile import LoweredVariant, compile_variants, lower_variant
+from memscope.variants.donation import (
+    Argument,
+    Donation,
+    DonationSpec,
+    Spelling,
+    advised,
+    as_written,
+    donate_all,
+    donate_none,
+    resolve_spec,
+    wider_note,
+)
+
+
+@dataclass(frozen=True)
+class VariantRequest:
+    """Also compile the captured functions with the donation ``spec`` (``memscope diff``).
+
+    ``functions`` names the functions to do it for; ``None`` means all.
+    """
+
+    spec: DonationSpec
+    functions: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """One entry compiled with another donation; ``setting`` in jax.jit's keywords."""
+
+    name: VariantName
+    setting: str
+    facts: CompiledFacts | None
+    warnings: tuple[str, ...] = ()
+    same_as_written: bool = False
+    error: str | None = None
+    #: labels of the arguments this variant donates that the function does not
+    added: tuple[str, ...] = ()
+    #: what the setting does beyond the donation asked for (a wrapper's limits)
+    note: str | None = None
+    #: the variant planned before this one with the same donation (one compile)
+    same_as: VariantName | None = None
+
+
+
+@dataclass(frozen=True)
+class Call:
+    """What the variants need of a recorded call: its name, its top-level
+    arguments and how the user spells donation, the warnings JAX raised lowering
+    it, the parameters a requested donation may name, its static arguments, and
+    how its compiled facts are renamed into the user's terms (a framework's
+    wrapper). No array."""
+
+    name: str
+    arguments: tuple[Argument, ...]
+    style: Spelling
+    warnings: tuple[str, ...] = ()
+    parameters: tuple[str, ...] | None = None
+    static: frozenset[int | str] = frozenset()
+    rename: Callable[[CompiledFacts], CompiledFacts | None] = lambda facts: facts
+
+
+class Worker(Protocol):
+    """The capture's worker thread, as the variants use it."""
+
+    @property
+    def cancelled(self) -> bool: ...
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def compiler(self) -> Executor: ...
+
+
+class Host(Protocol):
+    """What the variants need of the capture that schedules them."""
+
+    advice: AdviceLevel
+    request: VariantRequest | None
+
+    @property
+    def worker(self) -> Worker: ...
+
+    def recording_warnings(self, *, emit: bool = True
+                           ) -> contextlib.AbstractContextManager[list[str]]: ...
+
+    def count_variants(self, *, compiled: int, reused: int) -> None: ...
+
+
+def donation_variants(call: Call, facts: CompiledFacts, traced: Any, shardings: list[Any],
+                      host: Host) -> list[VariantFacts]:
+    """Compile the donation variants the session asks for: one compile per
+    donation that is neither the program's own nor an earlier variant's."""
+    arguments = call.arguments
+    if sum(len(a.leaves) for a in arguments) != len(facts.program.inputs):
+        return [VariantFacts("none", "n/a", None, error="the call's arguments do not "
+                             "line up with the compiled program's; no variants")]
+    plan, done, note = _plan(call, facts, host)
+    pending: list[tuple[VariantFacts, LoweredVariant]] = []
+    first: dict[tuple[bool, ...], VariantName] = {}
+    shared: list[VariantFacts] = []
+    for name, donation in plan:
+        if host.worker.cancelled:
+            return []  # the report is being built without them
+        ready, mask = _describe(call, facts, name, donation)
+        if mask == facts.program.donated:
+            done.append(ready)
+        elif mask in first:
+            shared.append(replace(ready, same_as=first[mask]))
+        else:
+            first[mask] = name
+            lowered, ready = _lower_variant(ready, mask, traced, host)
+            if lowered is None:
+                done.append(ready)
+            else:
+                pending.append((ready, lowered))
+    done += _compile(call, pending, shardings, host)
+    by_name = {v.name: v for v in done}
+    done += [replace(v, facts=by_name[v.same_as].facts, warnings=by_name[v.same_as].warnings,
+                     error=by_name[v.same_as].error)
+             for v in shared if v.same_as is not None]
+    host.count_variants(compiled=len(pending), reused=sum(
+        v.same_as_written or v.same_as is not None for v in done))
+    order = [name for name, _ in plan]
+    done.sort(key=lambda v: order.index(v.name) if v.name in order else -1)
+    done = [replace(v, note=note) if v.name == "advised" else v for v in done]
+    return _consistent_advice(call, facts, done, traced, shardings, host)
+
+
+def _compile(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
+             shardings: list[Any], host: Host) -> list[VariantFacts]:
+    """Compile the lowered variants: one at a time at the lowest priority while
+    the program runs; side by side at the usual priority once it has ended and
+    the report waits for them."""
+    ended = host.worker.draining
+    results = compile_variants([lowered for _, lowered in pending], shardings=shardings,
+                               workers=None if ended else 1,
+                               pool=None if ended else host.worker.compiler,
+                               settings=_compat.config_snapshot())
+    done = []
+    for (ready, _), result in zip(pending, results, strict=True):
+        if isinstance(result, Exception):
+            done.append(replace(ready, error=f"could not compile with {ready.setting}: "
+                                             f"{type(result).__name__}: {result}"))
+        else:
+            done.append(replace(ready, facts=call.rename(result)))
+    return done
+
+
+def _plan(call: Call, facts: CompiledFacts, host: Host
+          ) -> tuple[list[tuple[VariantName, Donation]], list[VariantFacts], str | None]:
+    """The donations to measure, the variants already answered (a request that
+    cannot be applied), and the note on the advised setting."""
+    arguments = call.arguments
+    plan: list[tuple[VariantName, Donation]] = []
+    done: list[VariantFacts] = []
+    note = None
+    if host.advice == "full":
+        plan += [("none", donate_none()), ("all", donate_all(arguments))]
+    if host.advice != "off":
+        inputs, outputs = classify(facts.program, call.warnings)
+        chosen = advice.candidates(inputs, outputs)
+        if chosen:  # no candidate: the advice is known without a compile
+            written = as_written(arguments, facts.program.donated)
+            wanted = advised(arguments, written, chosen)
+            fix = wanted.closest(arguments, call.style)
+            plan.append(("advised", fix))
+            note = wider_note(fix, wanted, arguments, call.style)
+    request = host.request
+    if request is not None and (request.functions is None
+                                or call.name in request.functions):
+        try:
+            plan.append(("requested", resolve_spec(
+                request.spec, arguments, function=call.name,
+                parameters=call.parameters, static=set(call.static))))
+        except MemscopeError as e:
+            done.append(VariantFacts("requested", request.spec.text, None, error=str(e)))
+    return plan, done, note
+
+
+def _consistent_advice(call: Call, facts: CompiledFacts, variants: list[VariantFacts],
+                       traced: Any, shardings: list[Any], host: Host
+                       ) -> list[VariantFacts]:
+    """The variants, the advised one never donating an argument that its own
+    compile shows ``unusable``: such arguments are left out and the rest
+    compiled again, or, where the spelling cannot leave them out (Equinox),
+    kept with a note saying so."""
+    at = next((i for i, v in enumerate(variants) if v.name == "advised"), None)
+    if at is None or variants[at].facts is None:
+        return variants
+    fixed = variants[at]
+    assert fixed.facts is not None
+    arguments, style = call.arguments, call.style
+    written = as_written(arguments, facts.program.donated)
+    inputs, _ = classify(fixed.facts.program, fixed.warnings)
+    mask = fixed.facts.program.donated
+    donated = Donation(frozenset(i for i, a in enumerate(arguments)
+                                 if any(mask[leaf] for leaf in a.leaves)))
+    bad = sorted(i for i in donated.arguments - written.arguments
+                 if any(inputs[leaf].fate == "unusable" for leaf in arguments[i].leaves))
+    if not bad:
+        return variants
+    unusable = [inputs[leaf].path for i in bad for leaf in arguments[i].leaves
+                if inputs[leaf].fate == "unusable"]
+    leaves, labels = ", ".join(unusable), ", ".join(arguments[i].label for i in bad)
+    one = len(unusable) == 1
+    rest = Donation(donated.arguments - frozenset(bad))
+    refix = rest.closest(arguments, style)
+    if refix.arguments & frozenset(bad):
+        why = (f"{leaves} stay{'s' if one else ''} unusable (no output can take "
+               f"{'it' if one else 'them'}): {fixed.setting} cannot leave out {labels}.")
+        variants[at] = replace(fixed, note=f"{fixed.note} {why}" if fixed.note else why)
+        return variants
+    dropped = (f"The advice leaves out {labels}: donating {'it' if len(bad) == 1 else 'them'}"
+               f" leaves {leaves} unusable (no output can take the buffer).")
+    if refix.arguments == written.arguments:
+        return [v for v in variants if v.name != "advised"]
+    ready, refix_mask = _describe(call, facts, "advised", refix)
+    lowered, ready = _lower_variant(ready, refix_mask, traced, host)
+    if lowered is not None:
+        (ready,) = _compile(call, [(ready, lowered)], shardings, host)
+        host.count_variants(compiled=1, reused=0)
+    wider = wider_note(refix, rest, arguments, style)
+    variants[at] = replace(ready, note=f"{dropped} {wider}" if wider else dropped)
+    return _consistent_advice(call, facts, variants, traced, shardings, host)
+
+
+def _describe(call: Call, facts: CompiledFacts, name: VariantName,
+              donation: Donation) -> tuple[VariantFacts, tuple[bool, ...]]:
+    """The variant's record, and the flat leaves its donation donates."""
+    mask = tuple(donation.leaf_mask(call.arguments, len(facts.program.inputs)))
+    setting = donation.setting(call.arguments, call.style)
+    written = as_written(call.arguments, facts.program.donated)
+    added = tuple(call.arguments[i].label
+                  for i in sorted(donation.arguments - written.arguments))
+    if mask == facts.program.donated:
+        return VariantFacts(name, setting, facts, call.warnings, same_as_written=True,
+                            added=added), mask
+    return VariantFacts(name, setting, None, added=added), mask
+
+
+def _lower_variant(ready: VariantFacts, mask: tuple[bool, ...], traced: Any,
+                   host: Host) -> tuple[LoweredVariant | None, VariantFacts]:
+    """The variant lowered (``None`` if it could not be) and its record."""
+    # JAX's warnings for a program the user never runs are not the user's.
+    with host.recording_warnings(emit=False) as lowering_warnings:
+        try:
+            lowered = lower_variant(traced, mask)
+        except Exception as e:
+            return None, replace(ready, error=f"could not lower with {ready.setting}: "
+                                              f"{type(e).__name__}: {e}")
+    return lowered, replace(ready, warnings=tuple(lowering_warnings))

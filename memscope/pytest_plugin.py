@@ -37,7 +37,7 @@ import pytest
 from memscope.check.judge import limit_problems
 from memscope.errors import MemscopeError
 from memscope.render.text import visible
-from memscope.report.summary import bounded
+from memscope.report.leaves import bounded
 from memscope.report.units import format_bytes, parse_size
 
 if TYPE_CHECKING:

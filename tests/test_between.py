@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from memscope.analysis.growth import MIN_GROWTH, GroupSample, growing
 from memscope.analysis.recompiles import LeafShape, SignatureShape, differences, explain
 from memscope.capture import between
-from memscope.check.judge import Budget, Config, check
+from memscope.check.judge import check
+from memscope.check.records import Budget, Config
 from memscope.cli import cli
 from memscope.flow import run_and_report
 from memscope.program.runner import Target

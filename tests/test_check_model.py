@@ -10,19 +10,14 @@ import pytest
 
 from memscope.check.config import find_pyproject, load_config, parse_config, with_options
 from memscope.check.judge import (
-    Budget,
-    Config,
-    FigureChange,
-    Tolerance,
-    Tolerances,
     budget_problems,
     check,
     environment_differences,
     limit_problems,
-    match_functions,
-    split_source,
     target_failure,
 )
+from memscope.check.pairing import match_functions
+from memscope.check.records import Budget, Config, FigureChange, Tolerance, Tolerances, split_source
 from memscope.errors import MemscopeError
 from memscope.report import (
     Device,

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from memscope.check.compare import compare_reports
-from memscope.check.judge import check, pair_functions, signature_changes
+from memscope.check.judge import check
+from memscope.check.pairing import pair_functions, signature_changes
 from memscope.cli import cli
 from memscope.report import FunctionReport, InputBuffer, Memory, load_report
 from memscope.report.units import format_bytes

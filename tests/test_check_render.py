@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from memscope.check.judge import CheckResult, EnvDifference, FigureChange, FunctionVerdict
+from memscope.check.records import CheckResult, EnvDifference, FigureChange, FunctionVerdict
 from memscope.render.check import render_check
 from memscope.render.github import MAX_ANNOTATIONS, render_check_annotations
 from memscope.render.junit import render_check_junit

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import pytest
 
 from memscope.check.compare import compare_reports
-from memscope.check.judge import Budget, Config, check, figure_value, limit_problems
+from memscope.check.judge import check, figure_value, limit_problems
+from memscope.check.records import Budget, Config
 from memscope.flow import analyze
 from memscope.render.html import render_html
 from memscope.report import Report, load_report, peak_rule, save_report

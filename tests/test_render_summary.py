@@ -28,7 +28,7 @@ from memscope.report import (
     Variant,
     save_report,
 )
-from memscope.report.summary import (
+from memscope.report.leaves import (
     argument_signatures,
     bounded,
     bounded_leaves,
@@ -39,8 +39,8 @@ from memscope.report.summary import (
     path_steps,
     reason_groups,
     static_arguments,
-    summarize,
 )
+from memscope.report.summary import summarize
 from tests.test_cli_errors import invoke
 
 KiB = 1024

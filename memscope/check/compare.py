@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from memscope.check.judge import Tolerances, judge, pair_functions, signature_changes
+from memscope.check.judge import judge
+from memscope.check.pairing import pair_functions, signature_changes
+from memscope.check.records import Tolerances
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
-from memscope.report.summary import argument_of, bounded_leaves, parenthesized, short_signature
+from memscope.report.leaves import argument_of, bounded_leaves, parenthesized, short_signature
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
 

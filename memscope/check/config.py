@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from memscope.check.judge import FIGURES, Budget, Config, Tolerance, Tolerances
+from memscope.check.records import FIGURES, Budget, Config, Tolerance, Tolerances
 from memscope.errors import MemscopeError
 from memscope.report.units import parse_percent, parse_size
 

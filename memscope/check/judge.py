@@ -1,11 +1,14 @@
 """Compare a report with a baseline report and with budgets: pure functions, frozen verdicts.
 
+The records are :mod:`memscope.check.records`; which function is which,
+:mod:`memscope.check.pairing`.
+
 Nothing here prints or touches a file: the command line reads the inputs, calls
-:func:`check`, and hands the :class:`CheckResult` to the renderers.
+:func:`check`, and hands the :class:`~memscope.check.records.CheckResult` to the renderers.
 
 Three figures are compared per function: ``peak`` (memscope's one peak, see
 :func:`memscope.report.peak_rule`), ``temp`` and ``io`` (argument + output
-bytes). A figure may grow by its :class:`Tolerance` (a percentage, a byte
+bytes). A figure may grow by its :class:`~memscope.check.records.Tolerance` (a percentage, a byte
 count, or both, in which case both limits hold); with no tolerance, any growth
 is over it. The peak is gated: growth over its tolerance fails. ``temp`` and
 ``io`` are components of the peak and only reported, unless the user gates
@@ -17,226 +20,36 @@ the same rules (:func:`judge`).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from collections.abc import Sequence
+from dataclasses import replace
 
+from memscope.check.pairing import (
+    pair_functions,
+    signature_changes,
+)
+from memscope.check.records import (
+    FIGURE_LABELS,
+    Budget,
+    CheckResult,
+    Config,
+    EnvDifference,
+    Figure,
+    FigureChange,
+    FunctionVerdict,
+    Status,
+    Tolerance,
+    Tolerances,
+)
 from memscope.report import Environment, FunctionReport, InputBuffer, Report
-from memscope.report.summary import (
+from memscope.report.leaves import (
     MAX_LISTED,
     bounded,
     bounded_leaves,
-    growth_text,
     parenthesized,
-    recompile_text,
     short_signature,
 )
+from memscope.report.summary import growth_text, recompile_text
 from memscope.report.units import format_bytes, format_change
-
-Figure = Literal["peak", "temp", "io"]
-FIGURES: tuple[str, ...] = get_args(Figure)
-FIGURE_LABELS: dict[str, str] = {"peak": "peak", "temp": "temp", "io": "argument+output"}
-
-Status = Literal["pass", "fail", "new", "vanished", "not_called", "unchecked"]
-#: Statuses that fail the check.
-FAILING: tuple[str, ...] = ("fail", "not_called")
-
-
-# --- what to check against -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How much one figure may grow over its baseline; ``None`` is "not limited this way".
-
-    With neither set, no growth at all is allowed.
-    """
-
-    percent: float | None = None
-    bytes: int | None = None
-    #: growth over the tolerance fails (``True``), or is only reported; ``None``:
-    #: not said, which gates the peak and reports the components
-    gated: bool | None = None
-
-    def allowed(self, baseline: int) -> int:
-        """The largest value that passes, for this baseline."""
-        limits = [baseline]
-        if self.percent is not None or self.bytes is not None:
-            limits = []
-            if self.percent is not None:
-                limits.append(baseline + int(baseline * self.percent / 100))
-            if self.bytes is not None:
-                limits.append(baseline + self.bytes)
-        return min(limits)
-
-    def describe(self) -> str:
-        """``+ 5%``, ``+ 16.0 MiB``, ``+ 5% and + 16.0 MiB``; empty when no growth is allowed."""
-        parts = []
-        if self.percent is not None:
-            parts.append(f"+ {self.percent:g}%")
-        if self.bytes is not None:
-            parts.append(f"+ {format_bytes(self.bytes)}")
-        return " and ".join(parts)
-
-
-@dataclass(frozen=True)
-class Tolerances:
-    """One :class:`Tolerance` per figure."""
-
-    peak: Tolerance = Tolerance()
-    temp: Tolerance = Tolerance()
-    io: Tolerance = Tolerance()
-
-    def over(self, base: Tolerances) -> Tolerances:
-        """These tolerances, falling back on ``base`` figure by figure, percent and bytes apart."""
-        merged = {}
-        for figure in FIGURES:
-            mine, theirs = getattr(self, figure), getattr(base, figure)
-            merged[figure] = Tolerance(
-                percent=mine.percent if mine.percent is not None else theirs.percent,
-                bytes=mine.bytes if mine.bytes is not None else theirs.bytes,
-                gated=mine.gated if mine.gated is not None else theirs.gated)
-        return Tolerances(**merged)
-
-    def gated(self, figure: str) -> bool:
-        """Whether growth of ``figure`` over its tolerance fails: the peak unless
-        told otherwise, a component only when the user named it."""
-        said = getattr(self, figure).gated
-        return said if said is not None else figure == "peak"
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Limits for every signature of the function called ``function``, without a baseline."""
-
-    function: str
-    max_peak: int | None = None
-    forbid_unusable_donation: bool = False
-    #: argument names or leaf-path prefixes (``"state"``, ``"params[0]"``) that must be aliased
-    require_aliased: tuple[str, ...] = ()
-    #: fail when the function compiled for more than one signature
-    forbid_recompiles: bool = False
-
-
-@dataclass(frozen=True)
-class Config:
-    """What ``[tool.memscope]`` (or a ``--config`` file) says; ``source`` is that file."""
-
-    source: str | None = None
-    tolerances: Tolerances = Tolerances()
-    budgets: tuple[Budget, ...] = ()
-    #: the most bytes the live arrays that kept growing may have gained over the run
-    max_live_growth: int | None = None
-
-
-# --- what the check says -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FigureChange:
-    """One figure of one function, then and now; ``None`` where unknown or absent."""
-
-    figure: Figure
-    baseline: int | None
-    now: int | None
-
-    @property
-    def change(self) -> int | None:
-        if self.baseline is None or self.now is None:
-            return None
-        return self.now - self.baseline
-
-    @property
-    def percent(self) -> float | None:
-        """The change as a percentage of the baseline; ``None`` when the baseline is 0."""
-        change = self.change
-        if change is None or not self.baseline:
-            return None
-        return 100 * change / self.baseline
-
-
-@dataclass(frozen=True)
-class FunctionVerdict:
-    """One function (at one signature) and what the check found.
-
-    ``problems`` are the reasons it fails, one line each; ``notes`` are said but
-    do not fail. ``file`` and ``line`` locate its definition when known.
-    """
-
-    name: str
-    signature: str | None
-    source: str | None
-    status: Status
-    figures: tuple[FigureChange, ...] = ()
-    problems: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    #: the baseline's signature, where it was paired with another signature
-    baseline_signature: str | None = None
-    #: what changed in the signature, one line per argument leaf
-    signature_change: tuple[str, ...] = ()
-    #: the signature abbreviated per argument, as every renderer shows it
-    short_signature: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.status in FAILING
-
-    @property
-    def shown_signature(self) -> str | None:
-        """The signature to show: abbreviated where known, else as recorded."""
-        return self.short_signature or self.signature
-
-    @property
-    def file(self) -> str | None:
-        return split_source(self.source)[0]
-
-    @property
-    def line(self) -> int | None:
-        return split_source(self.source)[1]
-
-    def figure(self, figure: Figure) -> FigureChange:
-        return next(f for f in self.figures if f.figure == figure)
-
-
-@dataclass(frozen=True)
-class EnvDifference:
-    """One way the environment differs from the baseline's."""
-
-    field: str
-    baseline: str
-    now: str
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    functions: tuple[FunctionVerdict, ...]
-    environment: tuple[EnvDifference, ...] = ()
-    strict_env: bool = False
-    has_baseline: bool = False
-    #: the baseline's file name as given, when there is a baseline and it has one
-    baseline_source: str | None = None
-    #: the config file the budgets and tolerances came from, if any
-    config_source: str | None = None
-    summary: str = field(default="")
-
-    @property
-    def environment_failed(self) -> bool:
-        return self.strict_env and bool(self.environment)
-
-    @property
-    def failed(self) -> bool:
-        return self.environment_failed or any(f.failed for f in self.functions)
-
-
-def split_source(source: str | None) -> tuple[str | None, int | None]:
-    """``"train.py:18"`` -> ``("train.py", 18)``; no line -> ``(source, None)``."""
-    if source is None:
-        return None, None
-    path, sep, line = source.rpartition(":")
-    if sep and line.isdigit():
-        return path, int(line)
-    return source, None
-
 
 # --- the check -----------------------------------------------------------------------
 
@@ -297,175 +110,6 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
     result = CheckResult(tuple(verdicts), env, strict_env, baseline is not None,
                          baseline_source, config.source)
     return replace(result, summary=_summary(result))
-
-
-@dataclass(frozen=True)
-class Pairing:
-    """Current functions with their baseline partner (``None``: none), the
-    baseline functions left over, and, by ``id`` of a current function that has
-    baseline signatures but no partner, why it could not be paired."""
-
-    pairs: list[tuple[FunctionReport, FunctionReport | None]]
-    vanished: list[FunctionReport]
-    unpaired: dict[int, str]
-
-
-def match_functions(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
-                    ) -> tuple[list[tuple[FunctionReport, FunctionReport | None]],
-                               list[FunctionReport]]:
-    """:func:`pair_functions` without the reasons: (pairs, vanished)."""
-    pairing = pair_functions(current, baseline)
-    return pairing.pairs, pairing.vanished
-
-
-def pair_functions(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
-                   ) -> Pairing:
-    """Pair each current function with its baseline.
-
-    First by (name, signature), the source file telling apart what is alike.
-    Then what is left, by the function itself: its name and definition file
-    (the line moves as code is edited). One signature on each side pairs; of
-    several, each pairs with the one it shares the most argument leaves with
-    (same path, then same shape and dtype), where that choice is unambiguous.
-    The rest is vanished (baseline) or new (current), or, for a current
-    function whose definition has baseline signatures left, unpaired with the
-    reason. Pairs come in the current order.
-    """
-    partner, left = _exact_pairs(current, baseline)
-    unpaired: dict[int, str] = {}
-    groups: dict[tuple[str, str | None], tuple[list[FunctionReport], list[FunctionReport]]]
-    groups = defaultdict(lambda: ([], []))
-    for fn in current:
-        if id(fn) not in partner:
-            groups[_identity(fn)][0].append(fn)
-    for fn in left:
-        groups[_identity(fn)][1].append(fn)
-    for (name, _), (now, then) in groups.items():
-        if not now or not then:
-            continue
-        chosen = _pair_by_shared_leaves(now, then)
-        for fn in now:
-            if id(fn) in chosen:
-                partner[id(fn)] = chosen[id(fn)]
-            else:
-                unpaired[id(fn)] = (
-                    f"could not be paired with a baseline signature of {name}: "
-                    f"{len(then)} baseline signature{'s' if len(then) != 1 else ''} left "
-                    f"for {len(now)} now, none sharing its argument leaves unambiguously "
-                    "(--update-baseline takes the new signatures in)")
-    matched = {id(p) for p in partner.values()}
-    return Pairing([(fn, partner.get(id(fn))) for fn in current],
-                   [fn for fn in baseline if id(fn) not in matched], unpaired)
-
-
-def _exact_pairs(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
-                 ) -> tuple[dict[int, FunctionReport], list[FunctionReport]]:
-    def key(fn: FunctionReport) -> tuple[str, str]:
-        return fn.name, fn.signature
-
-    count_now, count_then = _count(current, key), _count(baseline, key)
-
-    def refined(fn: FunctionReport) -> tuple[object, ...]:
-        k = key(fn)
-        return ((*k, split_source(fn.source)[0]) if count_now[k] > 1 or count_then[k] > 1
-                else k)
-
-    waiting: dict[tuple[object, ...], list[FunctionReport]] = defaultdict(list)
-    for fn in baseline:
-        waiting[refined(fn)].append(fn)
-    partner: dict[int, FunctionReport] = {}
-    for fn in current:
-        queue = waiting.get(refined(fn))
-        if queue:
-            partner[id(fn)] = queue.pop(0)
-    matched = {id(p) for p in partner.values()}
-    return partner, [fn for fn in baseline if id(fn) not in matched]
-
-
-def _identity(fn: FunctionReport) -> tuple[str, str | None]:
-    """A function apart from its signature: its name and the file defining it."""
-    return fn.name, split_source(fn.source)[0]
-
-
-def _pair_by_shared_leaves(now: Sequence[FunctionReport], then: Sequence[FunctionReport]
-                           ) -> dict[int, FunctionReport]:
-    """Pair signatures of one function by what they share; ambiguous ones stay apart."""
-    if len(now) == 1 and len(then) == 1:
-        return {id(now[0]): then[0]}
-
-    def shared(a: FunctionReport, b: FunctionReport) -> tuple[int, int]:
-        avals = {x.path: (x.shape, x.dtype) for x in b.inputs}
-        same_path = [x for x in a.inputs if x.path in avals]
-        return (len(same_path),
-                sum(1 for x in same_path if avals[x.path] == (x.shape, x.dtype)))
-
-    scores = sorted(((shared(n, t), i, j) for i, n in enumerate(now)
-                     for j, t in enumerate(then)), key=lambda s: s[0], reverse=True)
-    free_now, free_then = set(range(len(now))), set(range(len(then)))
-    chosen: dict[int, FunctionReport] = {}
-    for score, i, j in scores:
-        if i not in free_now or j not in free_then or score[0] == 0:
-            continue
-        rivals = [s for s, a, b in scores if s == score and (a, b) != (i, j)
-                  and ((a == i and b in free_then) or (b == j and a in free_now))]
-        if rivals:
-            continue
-        chosen[id(now[i])] = then[j]
-        free_now.discard(i)
-        free_then.discard(j)
-    return chosen
-
-
-def signature_changes(then: FunctionReport, now: FunctionReport) -> tuple[str, ...]:
-    """What changed between two signatures of one function, one line per argument
-    leaf (``x: float32[32,256] -> float32[512,256]``); empty when none did."""
-    if then.signature == now.signature:
-        return ()
-    before = {b.path: _aval(b) for b in then.inputs}
-    after = {b.path: _aval(b) for b in now.inputs}
-    lines = [f"{p}: {before[p]} -> {a}" for p, a in after.items()
-             if p in before and before[p] != a]
-    lines += [f"{p}: new ({a})" for p, a in after.items() if p not in before]
-    lines += [f"{p}: gone (was {a})" for p, a in before.items() if p not in after]
-    if not lines:  # static arguments or weak types: the signature text says which
-        old, new = _signature_parts(then.signature), _signature_parts(now.signature)
-        lines = [f"{', '.join(p for p in old if p not in new) or '(none)'} -> "
-                 f"{', '.join(p for p in new if p not in old) or '(none)'}"]
-    if len(lines) > MAX_SIGNATURE_LINES:
-        lines = [*lines[:MAX_SIGNATURE_LINES],
-                 f"and {len(lines) - MAX_SIGNATURE_LINES} more"]
-    return tuple(lines)
-
-
-#: Lines of a signature change listed before "and N more".
-MAX_SIGNATURE_LINES = 5
-
-
-def _aval(b: InputBuffer) -> str:
-    return f"{b.dtype}[{','.join(map(str, b.shape))}]"
-
-
-def _signature_parts(signature: str) -> list[str]:
-    """``(float32[4,8], #1=3)`` -> its top-level parts (commas inside brackets kept)."""
-    parts, depth, current = [], 0, ""
-    for ch in signature.strip()[1:-1]:
-        depth += 1 if ch in "[(" else -1 if ch in "])" else 0
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        parts.append(current.strip())
-    return parts
-
-
-def _count(fns: Sequence[FunctionReport], key: Callable[[FunctionReport], tuple[str, str]]
-           ) -> dict[tuple[str, str], int]:
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    for fn in fns:
-        counts[key(fn)] += 1
-    return counts
 
 
 def figure_value(fn: FunctionReport | None, figure: Figure) -> int | None:

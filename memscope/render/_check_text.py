@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from memscope.check.judge import CheckResult, EnvDifference, FunctionVerdict
-from memscope.report.summary import parenthesized
+from memscope.check.records import CheckResult, EnvDifference, FunctionVerdict
+from memscope.report.leaves import parenthesized
 
 
 def against(result: CheckResult, code: str = "") -> str:

@@ -7,7 +7,7 @@ from typing import IO
 from rich.table import Table
 from rich.text import Text
 
-from memscope.check.judge import CheckResult, FunctionVerdict
+from memscope.check.records import CheckResult, FunctionVerdict
 from memscope.render import STATUS_LABELS
 from memscope.render._check_text import against, environment_note
 from memscope.render.terminal import Lines, make_console

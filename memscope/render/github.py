@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import IO
 
-from memscope.check.judge import CheckResult
+from memscope.check.records import CheckResult
 from memscope.render._check_text import environment_note, function_label
 from memscope.render.text import visible
 

@@ -26,13 +26,8 @@ from memscope.report import (
     Report,
     remat_text,
 )
-from memscope.report.summary import (
-    FunctionSummary,
-    LeafGroup,
-    ReportSummary,
-    leaf_reason,
-    summarize,
-)
+from memscope.report.leaves import LeafGroup, leaf_reason
+from memscope.report.summary import FunctionSummary, ReportSummary, summarize
 from memscope.report.units import format_bytes
 
 _CSS = """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import IO
 
-from memscope.check.judge import CheckResult, FunctionVerdict
+from memscope.check.records import CheckResult, FunctionVerdict
 from memscope.render._check_text import differences, function_label
 from memscope.render.text import visible
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import IO
 
-from memscope.check.judge import CheckResult, FunctionVerdict
+from memscope.check.records import CheckResult, FunctionVerdict
 from memscope.render import STATUS_LABELS
 from memscope.render._check_text import against, environment_note
 from memscope.render.text import visible

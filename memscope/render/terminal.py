@@ -34,15 +34,12 @@ from memscope.report import (
     Report,
     remat_text,
 )
+from memscope.report.leaves import LeafGroup, bounded_leaves, leaf_reason, select_leaves
 from memscope.report.summary import (
     FIGURES_SHOWN,
     Finding,
     FunctionSummary,
-    LeafGroup,
     ReportSummary,
-    bounded_leaves,
-    leaf_reason,
-    select_leaves,
     summarize,
 )
 from memscope.report.units import format_bytes

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memscope.report.summary import LeafGroup
+    from memscope.report.leaves import LeafGroup
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

@@ -1,0 +1,161 @@
+"""The layout: data flows one way through memscope's folders (docs/how-it-works.md).
+
+Read from the source with ``ast``, not by importing: every ``import`` between
+memscope modules counts, at module level and inside functions alike (an import
+deferred to call time is still a dependency), with ``from memscope.x import y``
+resolved to the module ``memscope.x.y`` where ``y`` is one, else to ``memscope.x``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "memscope"
+#: A module longer than this says why in its docstring (STYLE: one reason to change).
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The memscope modules ``name`` imports, anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                submodule = f"{module}.{alias.name}"
+                found.add(submodule if submodule in MODULES else module)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_is_read():
+    # The reader sees both spellings and imports inside functions.
+    assert "memscope.capture.jit" in GRAPH["memscope.capture.recorder"]
+    assert "memscope._compat" in GRAPH["memscope.capture.jit"]
+    assert "memscope.capture.aot" in GRAPH["memscope.capture.jit"]  # imported when used
+    assert "memscope.capture" in GRAPH["memscope.flow"]  # the package's __init__
+
+
+def test_no_import_circle():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _under(prefixes: tuple[str, ...], name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+#: What each stage must not import: a later stage, or one beside it that it does
+#: not need. capture schedules the variants; the variants know nothing of capture.
+FORBIDDEN = {
+    "memscope.program": ("memscope.capture", "memscope.compiled", "memscope.variants",
+                         "memscope.analysis", "memscope.flow", "memscope.cli",
+                         "memscope.render", "memscope.check", "memscope.fix"),
+    "memscope.compiled": ("memscope.capture", "memscope.variants", "memscope.analysis",
+                          "memscope.report.build", "memscope.flow", "memscope.program",
+                          "memscope.cli", "memscope.render", "memscope.check", "memscope.fix"),
+    "memscope.analysis": ("memscope.capture", "memscope.variants", "memscope.program",
+                          "memscope.report.build", "memscope.flow", "memscope.cli",
+                          "memscope.render", "memscope.check", "memscope.fix"),
+    "memscope.variants": ("memscope.capture", "memscope.report.build", "memscope.flow",
+                          "memscope.cli", "memscope.render", "memscope.check", "memscope.fix"),
+    "memscope.capture": ("memscope.report.build", "memscope.flow", "memscope.cli",
+                         "memscope.render", "memscope.check", "memscope.fix"),
+    "memscope.render": ("memscope.capture", "memscope.compiled", "memscope.variants",
+                        "memscope.program", "memscope.flow", "memscope.report.build",
+                        "memscope._compat", "memscope.cli"),
+    "memscope.check": ("memscope.capture", "memscope.compiled", "memscope.variants",
+                       "memscope.flow", "memscope.report.build", "memscope._compat",
+                       "memscope.cli", "memscope.render"),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(FORBIDDEN))
+def test_a_stage_imports_no_later_one(stage):
+    wrong = sorted(f"{name} -> {target}" for name, targets in GRAPH.items()
+                   if _under((stage,), name)
+                   for target in targets if _under(FORBIDDEN[stage], target))
+    assert wrong == []
+
+
+def test_the_report_records_import_no_stage():
+    records = ("memscope.report.memory", "memscope.report.function", "memscope.report.run",
+               "memscope.report.decode", "memscope.report.files", "memscope.report.units")
+    allowed = ("memscope.report", "memscope.errors")
+    wrong = sorted(f"{name} -> {target}" for name in records for target in GRAPH[name]
+                   if not _under(allowed, target))
+    assert wrong == []
+
+
+def test_a_long_module_says_why():
+    long = []
+    for name, path in MODULES.items():
+        text = path.read_text(encoding="utf-8")
+        docstring = ast.get_docstring(ast.parse(text)) or ""
+        if text.count("\n") > MAX_LINES and str(MAX_LINES) not in docstring:
+            long.append(name)
+    assert long == []

@@ -24,7 +24,7 @@ from memscope.compiled.buffers import (
     replay,
 )
 from memscope.compiled.hlo import parse_module
-from memscope.compiled.read import buffers
+from memscope.compiled import buffers
 from memscope.flow import analyze
 from memscope.report import Memory
 

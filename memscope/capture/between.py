@@ -318,7 +318,7 @@ def leaf_paths(arguments: Sequence[Any], values: Sequence[Any]) -> list[str]:
 
 def signature_shape(key: Any, paths: Sequence[str] | None, shardings: Sequence[str | None],
                     donation: str) -> SignatureShape:
-    """A signature's key (:meth:`MeasuredJit._call_key`) as a :class:`SignatureShape`;
+    """A signature's key (:func:`memscope.capture.keys.call_key`) as a :class:`SignatureShape`;
     ``paths`` name the leaves (``None``: JAX's flat positions)."""
     positional, named, treedef, leaf_keys = key
     leaves = []

@@ -49,7 +49,7 @@ class Entry:
     measured: MeasuredMemory | None = None
     #: the installed package that defines the function, when it is not the user's
     library: str | None = None
-    #: what JAX keys the executable on (:meth:`MeasuredJit._call_key`), for
+    #: what JAX keys the executable on (:func:`memscope.capture.keys.call_key`), for
     #: explaining a recompile; holds no array
     key: Any = None
     #: seconds JAX spent compiling at the first call (its monitoring events)

@@ -14,8 +14,8 @@ run outside the GIL, go to :attr:`Worker.compiler`, threads at the lowest
 priority the system gives (Linux schedules threads one by one, so the program's
 own threads keep theirs): on a 2-core machine a variant compile then takes the
 cores the program leaves idle. Once the program has ended, the compiles left
-run at the usual priority (see ``MeasuredJit._compile`` in
-:mod:`memscope.capture`). docs/performance.md says what was measured.
+run at the usual priority (see ``_compile`` in
+:mod:`memscope.variants.donations`). docs/performance.md says what was measured.
 """
 
 from __future__ import annotations

@@ -215,6 +215,30 @@ def is_top_level_call() -> bool:
     return _core.trace_state_clean() and not _config.disable_jit.value
 
 
+def is_concrete_call(leaves: Any) -> bool:
+    """True when a call (or an ahead-of-time stage) with these flat ``leaves``
+    runs at the top level on concrete values: what memscope records.
+
+    Anything else is staged into an enclosing trace (``jit``, ``grad``,
+    ``eval_shape``, a ``scan`` or ``while_loop`` body), or holds tracers that
+    leaked into a call at the top level (``ensure_compile_time_eval``), and
+    passes through to JAX untouched: a tracer has no ``sharding``, no buffer
+    and no address to read.
+    """
+    return is_top_level_call() and not any(isinstance(x, _core.Tracer) for x in leaves)
+
+
+def executable_fingerprint(compiled: Any) -> bytes | str | None:
+    """The XLA executable's fingerprint (``PjRtLoadedExecutable.fingerprint``):
+    equal for the same program compiled alike, whichever jit object compiled it;
+    ``None`` where the backend gives none. A few microseconds."""
+    try:
+        value = compiled.runtime_executable().fingerprint
+    except Exception:
+        return None
+    return value if isinstance(value, bytes | str) and value else None
+
+
 class _WarningsProxy:
     """Stands in for the ``warnings`` module inside JAX's MLIR lowering.
 

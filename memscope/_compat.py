@@ -225,7 +225,13 @@ def is_concrete_call(leaves: Any) -> bool:
     passes through to JAX untouched: a tracer has no ``sharding``, no buffer
     and no address to read.
     """
-    return is_top_level_call() and not any(isinstance(x, _core.Tracer) for x in leaves)
+    return is_top_level_call() and not any(is_tracer(x) for x in leaves)
+
+
+def is_tracer(x: Any) -> bool:
+    """True for a value being traced: a ``jax.Array`` by ``isinstance``, yet with
+    no buffer, sharding or deletion state to read."""
+    return isinstance(x, _core.Tracer)
 
 
 def executable_fingerprint(compiled: Any) -> bytes | str | None:

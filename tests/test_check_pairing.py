@@ -247,7 +247,7 @@ def test_a_renamed_script_is_compared_by_name(tmp_path: Path,
     assert "FAIL: 1 of 1 checked function failed (sgd_step); 1 paired across files" in text
 
 
-def test_a_check_that_compares_nothing_fails_unless_allowed(
+def test_a_run_that_compares_nothing_with_its_baseline_exits_1_unless_allowed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(SGD, encoding="utf-8")

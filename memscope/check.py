@@ -176,6 +176,9 @@ class FunctionVerdict:
     signature_change: tuple[str, ...] = ()
     #: the signature abbreviated per argument, as every renderer shows it
     short_signature: str | None = None
+    #: how it was paired with a baseline defined in another file
+    #: (``paired by name (train.py -> train_v2.py)``); ``None``: same file, or unpaired
+    paired_by: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -218,14 +221,25 @@ class CheckResult:
     #: the config file the budgets and tolerances came from, if any
     config_source: str | None = None
     summary: str = field(default="")
+    #: why nothing was compared with the baseline, when it has functions and
+    #: none was paired with one called now; ``None`` otherwise
+    nothing_compared: str | None = None
+    #: a check that compared nothing passes (``--allow-empty``)
+    allow_empty: bool = False
 
     @property
     def environment_failed(self) -> bool:
         return self.strict_env and bool(self.environment)
 
     @property
+    def empty_failed(self) -> bool:
+        """Nothing was compared with the baseline, and that was not allowed."""
+        return self.nothing_compared is not None and not self.allow_empty
+
+    @property
     def failed(self) -> bool:
-        return self.environment_failed or any(f.failed for f in self.functions)
+        return (self.environment_failed or self.empty_failed
+                or any(f.failed for f in self.functions))
 
 
 def split_source(source: str | None) -> tuple[str | None, int | None]:
@@ -242,14 +256,17 @@ def split_source(source: str | None) -> tuple[str | None, int | None]:
 
 
 def check(current: Report, baseline: Report | None, config: Config = Config(), *,
-          strict_env: bool = False, baseline_source: str | None = None) -> CheckResult:
+          strict_env: bool = False, baseline_source: str | None = None,
+          allow_empty: bool = False) -> CheckResult:
     """Compare ``current`` with ``baseline`` (if any) and with ``config``'s budgets.
 
     Each function is paired with its baseline by :func:`pair_functions` (across
-    a change of signature too) and judged by :func:`judge`. A budget fails when
-    broken, and when its function was never called. A function that has
-    baseline signatures but could not be paired with one fails, saying why;
-    functions that truly appear or disappear are listed as new or vanished.
+    a change of signature or of file too) and judged by :func:`judge`. A budget
+    fails when broken, and when its function was never called. A function that
+    has baseline signatures but could not be paired with one fails, saying why;
+    functions that truly appear or disappear are listed as new or vanished. A
+    baseline with functions none of which was compared fails the check, unless
+    ``allow_empty``: a check that compares nothing must not pass unnoticed.
     """
     budgets = _budgets_by_name(config.budgets)
     pairing = pair_functions(current.functions, baseline.functions if baseline else ())
@@ -260,6 +277,8 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
         if now.memory is None:
             problems.append(f"its memory figures could not be read now: {now.error or 'n/a'}")
         changed: tuple[str, ...] = ()
+        if id(now) in pairing.moved:
+            notes.append(pairing.moved[id(now)])
         if then is not None:
             changed = signature_changes(then, now)
             if changed:
@@ -280,7 +299,8 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
             now.name, now.signature, now.source, status, _figures(then, now),
             tuple(problems), tuple(notes),
             baseline_signature=then.signature if changed and then else None,
-            signature_change=changed, short_signature=short_signature(now)))
+            signature_change=changed, short_signature=short_signature(now),
+            paired_by=pairing.moved.get(id(now))))
     for then in pairing.vanished:
         verdicts.append(FunctionVerdict(then.name, then.signature, then.source, "vanished",
                                         _figures(then, None),
@@ -295,19 +315,42 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
                 problems=(f"has a budget in {where} but was never called",)))
     env = environment_differences(baseline.environment, current.environment) if baseline else ()
     result = CheckResult(tuple(verdicts), env, strict_env, baseline is not None,
-                         baseline_source, config.source)
+                         baseline_source, config.source,
+                         nothing_compared=_nothing_compared(pairing, baseline),
+                         allow_empty=allow_empty)
     return replace(result, summary=_summary(result))
+
+
+def _nothing_compared(pairing: Pairing, baseline: Report | None) -> str | None:
+    """Why nothing was compared with ``baseline``, or ``None`` when something was
+    (or the baseline has no function to compare)."""
+    if baseline is None or not baseline.functions or pairing.unpaired or any(
+            then is not None for _, then in pairing.pairs):
+        return None
+    count, called = len(baseline.functions), len(pairing.pairs)
+    names = bounded(list(dict.fromkeys(fn.name for fn in baseline.functions)))
+    new = bounded(list(dict.fromkeys(fn.name for fn, _ in pairing.pairs)))
+    them = "them" if count != 1 else "it"
+    return (f"nothing was compared with the baseline: its {count} "
+            f"function{'s' if count != 1 else ''} ({names}) vanished and "
+            + (f"none of the {called} called now ({new}) pairs with {them}" if called
+               else "nothing was called now")
+            + "; check that the baseline is this program's, retake it with "
+              "--update-baseline, or pass --allow-empty")
 
 
 @dataclass(frozen=True)
 class Pairing:
     """Current functions with their baseline partner (``None``: none), the
-    baseline functions left over, and, by ``id`` of a current function that has
-    baseline signatures but no partner, why it could not be paired."""
+    baseline functions left over, by ``id`` of a current function that has
+    baseline signatures but no partner why it could not be paired, and by
+    ``id`` of a current function paired with a baseline defined in another
+    file how it was paired (``paired by name (train.py -> train_v2.py)``)."""
 
     pairs: list[tuple[FunctionReport, FunctionReport | None]]
     vanished: list[FunctionReport]
     unpaired: dict[int, str]
+    moved: dict[int, str] = field(default_factory=dict)
 
 
 def match_functions(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
@@ -324,12 +367,15 @@ def pair_functions(current: Sequence[FunctionReport], baseline: Sequence[Functio
 
     First by (name, signature), the source file telling apart what is alike.
     Then what is left, by the function itself: its name and definition file
-    (the line moves as code is edited). One signature on each side pairs; of
-    several, each pairs with the one it shares the most argument leaves with
-    (same path, then same shape and dtype), where that choice is unambiguous.
-    The rest is vanished (baseline) or new (current), or, for a current
-    function whose definition has baseline signatures left, unpaired with the
-    reason. Pairs come in the current order.
+    (the line moves as code is edited). Then, for a file moved or renamed, by
+    name alone: a name that only one file defines among the baseline functions
+    left and only one other file among the current ones left is one function.
+    In the last two, one signature on each side pairs; of several, each pairs
+    with the one it shares the most argument leaves with (same path, then same
+    shape and dtype), where that choice is unambiguous. The rest is vanished
+    (baseline) or new (current), or, for a current function whose definition
+    has baseline signatures left, unpaired with the reason. Pairs come in the
+    current order.
     """
     partner, left = _exact_pairs(current, baseline)
     unpaired: dict[int, str] = {}
@@ -340,7 +386,7 @@ def pair_functions(current: Sequence[FunctionReport], baseline: Sequence[Functio
             groups[_identity(fn)][0].append(fn)
     for fn in left:
         groups[_identity(fn)][1].append(fn)
-    for (name, _), (now, then) in groups.items():
+    for (name, _), (now, then) in [*groups.items(), *_moved_groups(groups).items()]:
         if not now or not then:
             continue
         chosen = _pair_by_shared_leaves(now, then)
@@ -355,7 +401,43 @@ def pair_functions(current: Sequence[FunctionReport], baseline: Sequence[Functio
                     "(--update-baseline takes the new signatures in)")
     matched = {id(p) for p in partner.values()}
     return Pairing([(fn, partner.get(id(fn))) for fn in current],
-                   [fn for fn in baseline if id(fn) not in matched], unpaired)
+                   [fn for fn in baseline if id(fn) not in matched], unpaired,
+                   _moves(current, partner))
+
+
+def _moved_groups(groups: dict[tuple[str, str | None],
+                               tuple[list[FunctionReport], list[FunctionReport]]]
+                  ) -> dict[tuple[str, None], tuple[list[FunctionReport], list[FunctionReport]]]:
+    """The functions of ``groups`` (by name and file) left on one side only, joined
+    by name where one file defines the name among the current ones and one other
+    among the baseline's: a file moved or renamed, not a second function."""
+    files: dict[str, tuple[list[str | None], list[str | None]]] = defaultdict(lambda: ([], []))
+    for (name, file), (now, then) in groups.items():
+        if now and not then:
+            files[name][0].append(file)
+        elif then and not now:
+            files[name][1].append(file)
+    moved = {}
+    for name, (now_files, then_files) in files.items():
+        if len(now_files) == 1 and len(then_files) == 1:
+            moved[(name, None)] = (groups[(name, now_files[0])][0],
+                                   groups[(name, then_files[0])][1])
+    return moved
+
+
+def _moves(current: Sequence[FunctionReport], partner: dict[int, FunctionReport]
+           ) -> dict[int, str]:
+    """How each pair defined in two files was paired: ``paired by name (a.py -> b.py)``."""
+    moves = {}
+    for fn in current:
+        then = partner.get(id(fn))
+        if then is None:
+            continue
+        before, now = split_source(then.source)[0], split_source(fn.source)[0]
+        if before != now:
+            how = "name and signature" if then.signature == fn.signature else "name"
+            moves[id(fn)] = f"paired by {how} ({before or 'n/a'} -> {now or 'n/a'})"
+    return moves
 
 
 def _exact_pairs(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
@@ -723,15 +805,24 @@ def _summary(result: CheckResult) -> str:
     if failed:
         names = ", ".join(dict.fromkeys(f.name for f in failed))
         text = f"FAIL: {len(failed)} of {len(checked)} checked function{plural} failed ({names})"
+    elif result.empty_failed:
+        text = "FAIL: " + str(result.nothing_compared)
     else:
         text = f"{len(checked)} function{plural} checked, none failed"
         text = ("FAIL: " if result.environment_failed else "PASS: ") + text
+    if result.empty_failed and failed:
+        text += f"; {result.nothing_compared}"
     if result.environment_failed:
         text += "; the environment differs from the baseline's (--strict-env)"
     others = [f"{n} {status}" for status in ("new", "vanished", "unchecked")
               if (n := sum(1 for f in result.functions if f.status == status))]
-    if others:
+    if result.nothing_compared is not None and result.allow_empty:
+        text += "; nothing was compared with the baseline (--allow-empty)"
+    if others and not result.empty_failed:
         text += f"; {', '.join(others)}"
-    if any(f.status == "new" for f in result.functions):
+    if any(f.status == "new" for f in result.functions) and not result.empty_failed:
         text += " (--update-baseline takes new functions in)"
+    moved = sum(1 for f in result.functions if f.paired_by)
+    if moved:
+        text += f"; {moved} paired across files"
     return text

@@ -21,8 +21,9 @@ Exit codes (documented in docs/cli.md):
 
 ``memscope fix`` exits 3 when the target fails under it.
 
-``memscope check`` has its own: 0 pass, 1 a regression or broken budget
-(:data:`EXIT_REGRESSION`), 2 as above, 3 the target itself failed
+``memscope check`` has its own: 0 pass, 1 a regression, a broken budget, or
+nothing compared with a baseline that has functions (:data:`EXIT_REGRESSION`),
+2 as above, 3 the target itself failed
 (:data:`EXIT_TARGET_FAILED`).
 """
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,7 +128,7 @@ class FitRun:
     exit_code: int
 
 
-def run_fit(target: Any, *, function: str | None = None, batch: str | None = None,
+def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = (),
             memory: int | None = None, stop_after: int | None = None) -> FitRun:
     """Run ``target`` until its loop begins (a signature called again) or
     ``stop_after`` jitted calls, then forecast the chosen function's batch.

@@ -9,7 +9,24 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {DEVICES_FLAG}".strip()
+
+
+# The real-sized, version-agnostic end-to-end tests: everything run on the
+# 8-layer transformer sample, and the benchmarks' smoke runs. They test nothing
+# that differs between JAX series, and take most of the suite's time, so CI runs
+# them on the newest series only (.ci/run: -m "not real_sized" for the older
+# ones); `python -m pytest` runs them all. `pytest --collect-only -m real_sized`
+# lists them.
+_REAL_SIZED = ("transformer", "real_sized", "test_benchmarks.py", "test_large_reports.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(word in item.nodeid for word in _REAL_SIZED):
+            item.add_marker(pytest.mark.real_sized)

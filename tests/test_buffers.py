@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 from memscope import _compat
+from memscope.compiled import buffers
 from memscope.compiled.buffers import (
     Allocation,
     BufferAssignment,
@@ -24,7 +25,6 @@ from memscope.compiled.buffers import (
     replay,
 )
 from memscope.compiled.hlo import parse_module
-from memscope.compiled import buffers
 from memscope.flow import analyze
 from memscope.report import Memory
 

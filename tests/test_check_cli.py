@@ -148,8 +148,9 @@ def test_saved_report_junit_summary_and_annotations(project: Path, baseline: str
     assert annotations == [
         f"::error file={script},line=18,title=memscope check%3A train_step::train_step "
         f"(params: 4 arrays, {state}; momentum: 4 arrays, {state}; x: float32[128,32]; "
-        "y: float32[128,1]; lr=0.01): 4 leaves lost their alias (now not_donated): "
-        "momentum[0]['b'], momentum[0]['w'], momentum[1]['b'], momentum[1]['w']"]
+        "y: float32[128,1]; lr=0.01) [paired by name and signature "
+        f"({project / 'donated.py'} -> {script})]: 4 leaves lost their alias (now "
+        "not_donated): momentum[0]['b'], momentum[0]['w'], momentum[1]['b'], momentum[1]['w']"]
     xml = junit.read_text(encoding="utf-8")
     assert '<testsuites tests="1" failures="1"' in xml
     assert 'classname="memscope.train_step"' in xml

@@ -92,12 +92,65 @@ def test_what_cannot_be_paired_is_said_and_fails() -> None:
 
 
 def test_other_functions_stay_new_and_vanished() -> None:
-    base = report(fn(leaf("x", 32), name="old_eval"))
-    now = report(fn(leaf("x", 32), name="new_eval"))
-    assert [v.status for v in check(now, base).functions] == ["new", "vanished"]
-    # the same name in another file is another function
-    moved = report(fn(leaf("x", 64), name="old_eval", source="other.py:3"))
-    assert [v.status for v in check(moved, base).functions] == ["new", "vanished"]
+    base = report(fn(leaf("x", 32), name="old_eval"), fn(leaf("w", 8), name="step"))
+    now = report(fn(leaf("x", 32), name="new_eval"), fn(leaf("w", 8), name="step"))
+    assert [v.status for v in check(now, base).functions] == ["new", "pass", "vanished"]
+
+
+def test_a_function_whose_file_moved_is_paired_by_name() -> None:
+    base = report(fn(leaf("x", 32), name="train_step", source="train.py:8", peak=1000))
+    now = report(fn(leaf("x", 64), name="train_step", source="train_v2.py:9", peak=2000))
+    result = check(now, base)
+    (v,) = result.functions
+    assert v.status == "fail" and v.paired_by == "paired by name (train.py -> train_v2.py)"
+    assert v.notes[0] == "paired by name (train.py -> train_v2.py)"
+    assert v.signature_change == ("x: float32[32] -> float32[64]",)
+    assert result.summary == ("FAIL: 1 of 1 checked function failed (train_step); "
+                              "1 paired across files")
+    (d,) = compare_reports(base, now)
+    assert d.verdict == "worse" and d.notes[0] == "paired by name (train.py -> train_v2.py)"
+    # the same signature in another file pairs as before, and says the file moved
+    same = report(fn(leaf("x", 32), name="train_step", source="train_v2.py:9", peak=1000))
+    (v,) = check(same, base).functions
+    assert (v.status, v.paired_by) == (
+        "pass", "paired by name and signature (train.py -> train_v2.py)")
+
+
+def test_a_name_two_files_define_is_not_paired_by_name() -> None:
+    base = report(fn(leaf("x", 32), name="step", source="a.py:3"),
+                  fn(leaf("w", 8), name="keep"))
+    now = report(fn(leaf("x", 64), name="step", source="b.py:3"),
+                 fn(leaf("x", 16), name="step", source="c.py:3"), fn(leaf("w", 8), name="keep"))
+    result = check(now, base)
+    assert [v.status for v in result.functions] == ["new", "new", "pass", "vanished"]
+    assert not result.failed and result.nothing_compared is None
+    # and the other way round: two baseline files, one now
+    twice = report(fn(leaf("x", 32), name="step", source="a.py:3"),
+                   fn(leaf("x", 16), name="step", source="c.py:3"))
+    once = report(fn(leaf("x", 64), name="step", source="b.py:3"))
+    assert [v.status for v in check(once, twice, allow_empty=True).functions] == [
+        "new", "vanished", "vanished"]
+
+
+def test_a_check_that_compares_nothing_fails_unless_allowed() -> None:
+    base = report(fn(leaf("x", 32), name="train_step"), fn(leaf("x", 8), name="eval_step"))
+    now = report(fn(leaf("x", 32), name="step", source="other.py:3"))
+    result = check(now, base)
+    assert [v.status for v in result.functions] == ["new", "vanished", "vanished"]
+    assert result.failed and result.empty_failed
+    assert result.summary == (
+        "FAIL: nothing was compared with the baseline: its 2 functions (train_step, "
+        "eval_step) vanished and none of the 1 called now (step) pairs with them; check that "
+        "the baseline is this program's, retake it with --update-baseline, or pass "
+        "--allow-empty")
+    allowed = check(now, base, allow_empty=True)
+    assert not allowed.failed
+    assert allowed.summary == (
+        "PASS: 0 functions checked, none failed; nothing was compared with the baseline "
+        "(--allow-empty); 1 new, 2 vanished (--update-baseline takes new functions in)")
+    # an empty baseline, or one that compared something, is not this case
+    assert check(now, report()).nothing_compared is None
+    assert check(base, base).nothing_compared is None
 
 
 def test_a_static_argument_change_is_named() -> None:
@@ -173,3 +226,43 @@ def test_the_same_program_passes_its_own_baseline(tmp_path: Path, rows: int) -> 
     result = _invoke("check", "--baseline", str(base), str(script), "--batch", str(rows))
     assert result.exit_code == 0, result.output
     assert "PASS: 1 function checked, none failed" in result.output
+
+
+def test_a_renamed_script_is_compared_by_name(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SGD, encoding="utf-8")
+    (tmp_path / "train_v2.py").write_text(SGD, encoding="utf-8")
+    assert _invoke("check", "--update-baseline", "--baseline", "base.json",
+                   "train.py").exit_code == 0
+    same = _invoke("check", "--baseline", "base.json", "train_v2.py")
+    assert same.exit_code == 0, same.output
+    text = " ".join(same.output.split())
+    assert "note paired by name and signature (train.py -> train_v2.py)" in text
+    assert "PASS: 1 function checked, none failed; 1 paired across files" in text
+    grown = _invoke("check", "--baseline", "base.json", "train_v2.py", "--batch", "512")
+    assert grown.exit_code == 1, grown.output
+    text = " ".join(grown.output.split())
+    assert "note paired by name (train.py -> train_v2.py)" in text
+    assert "x: float32[32,256] -> float32[512,256]" in text
+    assert "FAIL: 1 of 1 checked function failed (sgd_step); 1 paired across files" in text
+
+
+def test_a_run_that_compares_nothing_with_its_baseline_exits_1_unless_allowed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SGD, encoding="utf-8")
+    (tmp_path / "other.py").write_text(SGD.replace("sgd_step", "step"), encoding="utf-8")
+    assert _invoke("check", "--update-baseline", "--baseline", "base.json",
+                   "train.py").exit_code == 0
+    empty = _invoke("check", "--baseline", "base.json", "--junit-xml", "junit.xml", "other.py")
+    assert empty.exit_code == 1, empty.output
+    assert " ".join(empty.output.split()).endswith(
+        "FAIL: nothing was compared with the baseline: its 1 function (sgd_step) vanished and "
+        "none of the 1 called now (step) pairs with it; check that the baseline is this "
+        "program's, retake it with --update-baseline, or pass --allow-empty")
+    assert 'name="baseline"' in (tmp_path / "junit.xml").read_text(encoding="utf-8")
+    allowed = _invoke("check", "--baseline", "base.json", "--allow-empty", "other.py")
+    assert allowed.exit_code == 0, allowed.output
+    assert ("PASS: 0 functions checked, none failed; nothing was compared with the baseline "
+            "(--allow-empty); 1 new, 1 vanished") in " ".join(allowed.output.split())

@@ -211,3 +211,61 @@ def test_github_annotations_are_at_most_ten() -> None:
     assert len(got) == MAX_ANNOTATIONS == 10
     assert got[0].startswith("::error title=memscope check::FAIL (--strict-env)")
     assert got[1] == "::error file=m.py,line=1,title=memscope check%3A f0::f0 (): x"
+
+
+EMPTY = ("nothing was compared with the baseline: its 1 function (train_step) vanished and "
+         "none of the 1 called now (step) pairs with it; check that the baseline is this "
+         "program's, retake it with --update-baseline, or pass --allow-empty")
+
+
+def empty_result(*, allow_empty: bool = False) -> CheckResult:
+    functions = (
+        FunctionVerdict("step", "(float32[8])", "other.py:3", "new", figures(None, 64)),
+        FunctionVerdict("train_step", "(float32[8])", "train.py:8", "vanished",
+                        figures(64, None)))
+    return CheckResult(functions, has_baseline=True, baseline_source="base.json",
+                       summary=f"FAIL: {EMPTY}", nothing_compared=EMPTY,
+                       allow_empty=allow_empty)
+
+
+def test_a_check_that_compared_nothing_fails_in_junit_and_annotations() -> None:
+    out = io.StringIO()
+    render_check_junit(empty_result(), out)
+    root = ET.fromstring(out.getvalue().split("\n", 1)[1])
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "2")
+    case = root.find("testsuite/testcase[@name='baseline']/failure")
+    assert case is not None and case.get("message") == EMPTY
+    out = io.StringIO()
+    render_check_annotations(empty_result(), out)
+    assert out.getvalue() == f"::error title=memscope check::{EMPTY}\n"
+    # --allow-empty: no failing case, no annotation
+    out = io.StringIO()
+    render_check_junit(empty_result(allow_empty=True), out)
+    assert 'failures="0"' in out.getvalue()
+    out = io.StringIO()
+    render_check_annotations(empty_result(allow_empty=True), out)
+    assert out.getvalue() == ""
+
+
+def test_a_function_paired_by_name_says_so_in_every_format() -> None:
+    moved = "paired by name (train.py -> train_v2.py)"
+    result = CheckResult((FunctionVerdict(
+        "train_step", "(float32[16])", "train_v2.py:8", "fail", figures(64, 128),
+        problems=("peak grew by +64 B (+100.0%) to 128 B, over the baseline 64 B",),
+        notes=(moved,), paired_by=moved),), has_baseline=True, baseline_source="base.json",
+        summary="FAIL: 1 of 1 checked function failed (train_step); 1 paired across files")
+    out = io.StringIO()
+    render_check(result, out, width=80, plain=True)
+    assert "  note paired by name (train.py -> train_v2.py)" in lines(out.getvalue())
+    out = io.StringIO()
+    render_check_markdown(result, out)
+    assert "- note: paired by name (train.py -\\> train\\_v2.py)" in out.getvalue()
+    out = io.StringIO()
+    render_check_junit(result, out)
+    assert f"<system-out>{moved.replace('>', '&gt;')}</system-out>" in out.getvalue()
+    out = io.StringIO()
+    render_check_annotations(result, out)
+    assert out.getvalue() == (
+        "::error file=train_v2.py,line=8,title=memscope check%3A train_step::train_step "
+        "(float32[16]) [paired by name (train.py -> train_v2.py)]: peak grew by +64 B "
+        "(+100.0%25) to 128 B, over the baseline 64 B\n")

@@ -165,6 +165,26 @@ def test_show_other_schema(tmp_path: Path) -> None:
     assert "memscope.report/99" in cli_error("show", str(path))
 
 
+@pytest.mark.parametrize("command", [
+    ("check", "--baseline", "{fit}", "--report", "{fit}"),
+    ("check", "--baseline", "{bad}", "--report", "{fit}"),
+    ("check", "--baseline", "{missing}", "--report", "{fit}"),
+    ("diff", "{fit}", "{fit}"),
+    ("diff", "{bad}", "{fit}"),
+    ("merge", "-o", "{out}", "{fit}", "{fit}")])
+def test_another_memscope_json_or_a_broken_one_is_one_line(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    """A ``memscope fit --format json`` output where a report belongs (or a broken
+    or missing file) is one line naming the file, for every command reading reports."""
+    files = {"fit": str(write(tmp_path / "fit.json", '{"schema": "memscope.fit/1"}')),
+             "bad": str(write(tmp_path / "bad.json", "{not json")),
+             "missing": str(tmp_path / "missing.json"), "out": str(tmp_path / "out.json")}
+    message = cli_error(*(arg.format(**files) for arg in command))
+    first = next(files[k] for k in ("bad", "missing", "fit") if f"{{{k}}}" in command)
+    assert message.startswith((f"{first}: ", f"no baseline at {first}")), message
+    assert not os.path.exists(files["out"])
+
+
 def test_show_report_missing_fields_names_the_field(tmp_path: Path) -> None:
     path = write(tmp_path / "partial.json", '{"schema": "memscope.report/1"}')
     message = cli_error("show", str(path))

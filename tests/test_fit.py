@@ -105,6 +105,53 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert result.exit_code == 1 and "Largest batch that fits" in result.output
 
 
+def test_several_batch_arguments_are_resized_together():
+    result = CliRunner().invoke(cli, ["fit", "--format", "json", "--memory", "8MiB",
+                                      "--batch", "x", "--batch", "y:0", str(MLP)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    f = json.loads(result.stdout)
+    assert (f["argument"], f["axis"], f["batch"], f["inferred"]) == ("x, y", 0, 32, False)
+    assert f["choice_note"] == "x, y, axis 0 (given)"
+    mlp, _ = _mlp_args(1)
+    rows = {r["batch"]: r["peak_bytes"] for r in f["rows"]}
+    largest, budget = f["largest"], f["budget_bytes"]
+    assert rows[largest] == _peak(mlp.train_step, *_mlp_args(largest)[1]) <= budget
+    assert rows[largest + 1] == _peak(mlp.train_step, *_mlp_args(largest + 1)[1]) > budget
+
+
+def test_a_batch_that_leaves_out_an_argument_of_its_size_is_one_line():
+    """``y`` has the batch size too: resizing ``x`` alone breaks the step's own
+    broadcasting, which JAX says in a traceback; memscope says it in one line."""
+    result = CliRunner().invoke(cli, ["fit", "--memory", "8MiB", "--batch", "x", str(MLP)],
+                                catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "memscope: error: step does not trace at batch 64 with only x resized: y shares "
+        "the batch axis (y:0 is 32 too); pass --batch x --batch y, or leave --batch out "
+        "(inferred: x:0, y:0)\n")
+    assert result.stdout == ""
+    # no argument shares the size: JAX's own reason, in one line
+    result = CliRunner().invoke(cli, ["fit", "--memory", "8MiB", "--batch", "y:1", str(MLP)],
+                                catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "memscope: error: step does not trace at batch 20 with y resized (y:1): TypeError: "
+        "mul got incompatible shapes for broadcasting: (32, 10), (32, 20).\n")
+
+
+def test_batch_arguments_of_different_sizes_or_named_twice_are_refused():
+    runner = CliRunner()
+    for args, line in ((["--batch", "x:1", "--batch", "y"],
+                        "--batch x:1 --batch y: x:1 is 64, y:0 is 32; the arguments resized "
+                        "together must have one batch size"),
+                       (["--batch", "x", "--batch", "1"],
+                        "--batch 1: x is named twice; give each argument once")):
+        result = runner.invoke(cli, ["fit", "--memory", "8MiB", *args, str(MLP)])
+        assert result.exit_code == 2, result.output
+        assert result.stderr == f"memscope: error: {line}\n"
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_the_budget_is_the_device_limit_less_what_is_held():
     if jax.default_backend() != "gpu":

@@ -14,7 +14,7 @@ from memscope.variants.fit import MAX_COMPILES, BatchChoice, search
 
 
 def _choice(size: int, step: int = 1) -> BatchChoice:
-    return BatchChoice(arguments=(), axis=0, size=size, step=step, inferred=True, note="")
+    return BatchChoice(arguments=(), axes=(), size=size, step=step, inferred=True, note="")
 
 
 def _truth(peak, budget: int, step: int) -> int:

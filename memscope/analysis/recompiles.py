@@ -98,7 +98,8 @@ def differences(then: SignatureShape, now: SignatureShape) -> list[RecompileReas
         out.append(RecompileReason("", "unknown", "", "",
                                    "memscope sees no difference in the arguments, so the "
                                    "function object differs: a closure, a new lambda or "
-                                   "functools.partial made each step? Define it once"))
+                                   "functools.partial made each step, or one whose code "
+                                   "reads globals that changed? Define it once"))
     return out
 
 

@@ -77,7 +77,7 @@ class Compiled(Stage):
         origin = self._memscope_origin
         session = origin._memscope_session
         real = self._memscope_real
-        if not session.active or not _compat.is_top_level_call():
+        if not session.records(jax.tree_util.tree_leaves((args, kwargs))):
             return real(*args, **kwargs)
         entry = self._memscope_entry
         if entry is None:

@@ -271,7 +271,8 @@ def _deleted_arrays(error: BaseException) -> list[Any]:
         for frame in reversed(frames):
             for value in list(frame.f_locals.values()):
                 for x in _leaves(value):
-                    if isinstance(x, jax.Array) and id(x) not in seen and x.is_deleted():
+                    if (isinstance(x, jax.Array) and not _compat.is_tracer(x)
+                            and id(x) not in seen and x.is_deleted()):
                         seen.add(id(x))
                         found.append(x)
         chain = chain.__cause__ or chain.__context__

@@ -75,10 +75,12 @@ class MeasuredJit:
         self._memscope_framework = wrappers.framework(fun)
         try:  # making the user's jit object must never fail for memscope's sake
             self._memscope_key: Any = keys.function_key(fun)
+            self._memscope_identity: Any = keys.value_key(fun)
             self._memscope_library = (None if self._memscope_framework is not None
                                       else library(shown))
         except Exception:
             self._memscope_key, self._memscope_library = object(), None
+            self._memscope_identity = object()
         self._memscope_seen: dict[Any, Entry] = {}
         # a library's own jit has no line of the user's to edit
         self._memscope_site = (_site(session) if self._memscope_library is None
@@ -127,11 +129,16 @@ class MeasuredJit:
 
     def _stage(self, real: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                traced: bool = False) -> Any:
-        if not self._memscope_session.active:
+        # JAX's own stage, untouched, unless its compiled form could run a
+        # recorded call: staged inside another trace, or given tracers, it cannot.
+        if not self._memscope_session.records(jax.tree_util.tree_leaves((args, kwargs))):
             return real
         from memscope.capture import aot  # the ahead-of-time path, only when used
 
-        call = aot.abstract_call(args, kwargs)
+        try:
+            call = aot.abstract_call(args, kwargs)
+        except Exception:  # never let the measurement break the program
+            return real
         return aot.Stage(real, self, call, traced=real if traced else None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -145,16 +152,18 @@ class MeasuredJit:
 
     def _measured_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         jitted = self._memscope_jitted
-        if not self._memscope_session.active or not _compat.is_top_level_call():
+        session = self._memscope_session
+        if not session.records():  # staged into a trace: JAX's alone
             return jitted(*args, **kwargs)
-        self._memscope_session.settle()
         try:
             key, leaves = keys.call_key(self._memscope_spec, args, kwargs)
         except Exception:
             # Unhashable static arguments and the like: JAX will say what is wrong.
             return jitted(*args, **kwargs)
+        if not session.records(leaves):  # tracers at the top level
+            return jitted(*args, **kwargs)
+        session.settle()
         entry = self._memscope_seen.get(key)
-        session = self._memscope_session
         if entry is None:
             out, entry = self._first_call(key, leaves, args, kwargs)
         else:
@@ -174,15 +183,13 @@ class MeasuredJit:
     def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> tuple[Any, Entry]:
         session = self._memscope_session
-        session_key = (self._memscope_key, self._memscope_spec.token, key)
-        entry = session.lookup(session_key)
-        if entry is not None:  # the same function jitted again alike: already read
+        # JAX keeps one executable per function object, options and signature:
+        # the same function jitted again alike runs the program already read.
+        same_function = (self._memscope_identity, self._memscope_spec.token, key)
+        entry = session.lookup(same_function)
+        if entry is not None:
             out = self._memscope_jitted(*args, **kwargs)
-            if entry.donated:
-                session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
-                                      NOT_USER)
-            entry.calls += 1
-            self._memscope_seen[key] = entry
+            self._merged(entry, key, leaves)
             return out, entry
         before = [addresses(x) for x in leaves]
         donated = self._donation_check(leaves, before, args, kwargs)
@@ -195,12 +202,28 @@ class MeasuredJit:
                     out = self._memscope_jitted(*args, **kwargs)
                 except Exception as e:
                     if oom.is_out_of_memory(str(e)):
-                        self._failed_first_call(key, session_key, leaves, args, kwargs, e)
+                        self._failed_first_call(key, same_function, leaves, args, kwargs, e)
                     raise
         finally:
             compile_seconds = session.clock.stop()
         memory_after = session.device_memory()
         observation = observe(before, leaves, out, late=late)
+        handles, handles_error = None, None
+        try:  # cache hits: what must be read while the call's arguments are at hand
+            handles = take_compiled(self._memscope_jitted, args, kwargs)
+        except Exception as e:  # never let the measurement break the program
+            handles_error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        # Another function object of the same code (a jit made in a loop) is the
+        # same entry only where XLA compiled the same program: globals and
+        # constants it reads may differ (a fingerprint of a few microseconds).
+        same_program = (self._memscope_key, self._memscope_spec.token, key,
+                        None if handles is None
+                        else _compat.executable_fingerprint(handles.compiled))
+        entry = session.lookup(same_program)
+        if entry is not None:
+            session.alias(same_function, entry)
+            self._merged(entry, key, leaves)
+            return out, entry
         try:
             entry = self._entry(key, args, kwargs, out)
         except Exception as e:  # the user's call succeeded; memscope must not fail it
@@ -218,15 +241,13 @@ class MeasuredJit:
         if memory_before is not None and memory_after is not None:
             entry.measured = MeasuredMemory(memory_before[0], *memory_after)
         shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
-        handles = None
-        try:  # cache hits: what must be read while the call's arguments are at hand
-            handles = take_compiled(self._memscope_jitted, args, kwargs)
-        except Exception as e:  # never let the measurement break the program
-            entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        if handles_error is not None:
+            entry.error = handles_error
         if session.keep_calls:
             entry.call = self._kept_call(args, kwargs)
         mine = entry
-        entry = session.add(session_key, entry)
+        entry = session.add(same_program, entry)
+        session.alias(same_function, entry)
         if handles is not None and entry is mine:
             plan = None
             if (session.remat and self._memscope_library is None
@@ -239,6 +260,14 @@ class MeasuredJit:
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out, entry
+
+    def _merged(self, entry: Entry, key: Any, leaves: Sequence[Any]) -> None:
+        """Count a first call of this jit object under ``entry``: the same program."""
+        session = self._memscope_session
+        if entry.donated:
+            session.ledger.record(entry, session.calls + 1, leaves, entry.donated, NOT_USER)
+        entry.calls += 1
+        self._memscope_seen[key] = entry
 
     def _donation_check(self, leaves: Sequence[Any], addresses: Sequence[Any],
                         args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...]:

@@ -269,6 +269,14 @@ class Session:
             self.active = False  # nothing more to record, even if the target goes on
             raise TargetStopped(self.calls)
 
+    def records(self, leaves: Sequence[Any] = ()) -> bool:
+        """The one rule for what memscope records: a call (or an ahead-of-time
+        stage) made while the capture is active, at the top level, on concrete
+        values (the flat ``leaves``, where known). Anything else passes straight
+        through to JAX with no work of memscope's (see
+        :func:`memscope._compat.is_concrete_call`)."""
+        return self.active and _compat.is_concrete_call(leaves)
+
     def lookup(self, key: Any) -> Entry | None:
         return self._by_key.get(key)
 
@@ -278,6 +286,11 @@ class Session:
             if existing is entry:
                 self.entries.append(entry)
             return existing
+
+    def alias(self, key: Any, entry: Entry) -> None:
+        """Find ``entry`` under ``key`` too (it is already one of the entries)."""
+        with self._lock:
+            self._by_key.setdefault(key, entry)
 
     def recording_warnings(self, *, emit: bool = True
                            ) -> contextlib.AbstractContextManager[list[str]]:

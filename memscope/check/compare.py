@@ -7,7 +7,7 @@ No JAX and no printing: reports in, frozen :class:`FunctionDiff` records out, fo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from memscope.check.judge import judge
@@ -117,7 +117,9 @@ def compare_reports(old: Report, new: Report, tolerances: Tolerances | None = No
     diffs = []
     for fn, before in pairing.pairs:
         if before is not None:
-            diffs.append(_diff(before, fn, before.setting, fn.setting, tolerances))
+            diff = _diff(before, fn, before.setting, fn.setting, tolerances)
+            moved = pairing.moved.get(id(fn))
+            diffs.append(replace(diff, notes=(moved, *diff.notes)) if moved else diff)
         elif id(fn) in pairing.unpaired:
             diffs.append(FunctionDiff(fn.name, fn.source, fn.signature, "worse",
                                       after_setting=fn.setting,

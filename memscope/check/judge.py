@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from memscope.check.pairing import (
+    Pairing,
     pair_functions,
     signature_changes,
 )
@@ -55,14 +56,17 @@ from memscope.report.units import format_bytes, format_change
 
 
 def check(current: Report, baseline: Report | None, config: Config = Config(), *,
-          strict_env: bool = False, baseline_source: str | None = None) -> CheckResult:
+          strict_env: bool = False, baseline_source: str | None = None,
+          allow_empty: bool = False) -> CheckResult:
     """Compare ``current`` with ``baseline`` (if any) and with ``config``'s budgets.
 
     Each function is paired with its baseline by :func:`pair_functions` (across
-    a change of signature too) and judged by :func:`judge`. A budget fails when
-    broken, and when its function was never called. A function that has
-    baseline signatures but could not be paired with one fails, saying why;
-    functions that truly appear or disappear are listed as new or vanished.
+    a change of signature or of file too) and judged by :func:`judge`. A budget
+    fails when broken, and when its function was never called. A function that
+    has baseline signatures but could not be paired with one fails, saying why;
+    functions that truly appear or disappear are listed as new or vanished. A
+    baseline with functions none of which was compared fails the check, unless
+    ``allow_empty``: a check that compares nothing must not pass unnoticed.
     """
     budgets = _budgets_by_name(config.budgets)
     pairing = pair_functions(current.functions, baseline.functions if baseline else ())
@@ -73,6 +77,8 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
         if now.memory is None:
             problems.append(f"its memory figures could not be read now: {now.error or 'n/a'}")
         changed: tuple[str, ...] = ()
+        if id(now) in pairing.moved:
+            notes.append(pairing.moved[id(now)])
         if then is not None:
             changed = signature_changes(then, now)
             if changed:
@@ -93,7 +99,8 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
             now.name, now.signature, now.source, status, _figures(then, now),
             tuple(problems), tuple(notes),
             baseline_signature=then.signature if changed and then else None,
-            signature_change=changed, short_signature=short_signature(now)))
+            signature_change=changed, short_signature=short_signature(now),
+            paired_by=pairing.moved.get(id(now))))
     for then in pairing.vanished:
         verdicts.append(FunctionVerdict(then.name, then.signature, then.source, "vanished",
                                         _figures(then, None),
@@ -108,8 +115,28 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
                 problems=(f"has a budget in {where} but was never called",)))
     env = environment_differences(baseline.environment, current.environment) if baseline else ()
     result = CheckResult(tuple(verdicts), env, strict_env, baseline is not None,
-                         baseline_source, config.source)
+                         baseline_source, config.source,
+                         nothing_compared=_nothing_compared(pairing, baseline),
+                         allow_empty=allow_empty)
     return replace(result, summary=_summary(result))
+
+
+def _nothing_compared(pairing: Pairing, baseline: Report | None) -> str | None:
+    """Why nothing was compared with ``baseline``, or ``None`` when something was
+    (or the baseline has no function to compare)."""
+    if baseline is None or not baseline.functions or pairing.unpaired or any(
+            then is not None for _, then in pairing.pairs):
+        return None
+    count, called = len(baseline.functions), len(pairing.pairs)
+    names = bounded(list(dict.fromkeys(fn.name for fn in baseline.functions)))
+    new = bounded(list(dict.fromkeys(fn.name for fn, _ in pairing.pairs)))
+    them = "them" if count != 1 else "it"
+    return (f"nothing was compared with the baseline: its {count} "
+            f"function{'s' if count != 1 else ''} ({names}) vanished and "
+            + (f"none of the {called} called now ({new}) pairs with {them}" if called
+               else "nothing was called now")
+            + "; check that the baseline is this program's, retake it with "
+              "--update-baseline, or pass --allow-empty")
 
 
 def figure_value(fn: FunctionReport | None, figure: Figure) -> int | None:
@@ -242,7 +269,7 @@ LIVE_ARRAYS = "live arrays"
 
 def live_growth_verdicts(report: Report, limit: int | None) -> list[FunctionVerdict]:
     """The verdict on ``max_live_growth``: the bytes gained by the live arrays
-    that kept growing over the run (see :mod:`memscope.analysis.growth`)."""
+    that kept growing over the run (see :mod:`memscope.growth`)."""
     if limit is None:
         return []
     timeline = report.runtime.live_timeline if report.runtime is not None else None
@@ -367,15 +394,24 @@ def _summary(result: CheckResult) -> str:
     if failed:
         names = ", ".join(dict.fromkeys(f.name for f in failed))
         text = f"FAIL: {len(failed)} of {len(checked)} checked function{plural} failed ({names})"
+    elif result.empty_failed:
+        text = "FAIL: " + str(result.nothing_compared)
     else:
         text = f"{len(checked)} function{plural} checked, none failed"
         text = ("FAIL: " if result.environment_failed else "PASS: ") + text
+    if result.empty_failed and failed:
+        text += f"; {result.nothing_compared}"
     if result.environment_failed:
         text += "; the environment differs from the baseline's (--strict-env)"
     others = [f"{n} {status}" for status in ("new", "vanished", "unchecked")
               if (n := sum(1 for f in result.functions if f.status == status))]
-    if others:
+    if result.nothing_compared is not None and result.allow_empty:
+        text += "; nothing was compared with the baseline (--allow-empty)"
+    if others and not result.empty_failed:
         text += f"; {', '.join(others)}"
-    if any(f.status == "new" for f in result.functions):
+    if any(f.status == "new" for f in result.functions) and not result.empty_failed:
         text += " (--update-baseline takes new functions in)"
+    moved = sum(1 for f in result.functions if f.paired_by)
+    if moved:
+        text += f"; {moved} paired across files"
     return text

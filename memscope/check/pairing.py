@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memscope.check.records import (
     split_source,
@@ -15,12 +15,15 @@ from memscope.report import FunctionReport, InputBuffer
 @dataclass(frozen=True)
 class Pairing:
     """Current functions with their baseline partner (``None``: none), the
-    baseline functions left over, and, by ``id`` of a current function that has
-    baseline signatures but no partner, why it could not be paired."""
+    baseline functions left over, by ``id`` of a current function that has
+    baseline signatures but no partner why it could not be paired, and by
+    ``id`` of a current function paired with a baseline defined in another
+    file how it was paired (``paired by name (train.py -> train_v2.py)``)."""
 
     pairs: list[tuple[FunctionReport, FunctionReport | None]]
     vanished: list[FunctionReport]
     unpaired: dict[int, str]
+    moved: dict[int, str] = field(default_factory=dict)
 
 
 def match_functions(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]
@@ -37,12 +40,15 @@ def pair_functions(current: Sequence[FunctionReport], baseline: Sequence[Functio
 
     First by (name, signature), the source file telling apart what is alike.
     Then what is left, by the function itself: its name and definition file
-    (the line moves as code is edited). One signature on each side pairs; of
-    several, each pairs with the one it shares the most argument leaves with
-    (same path, then same shape and dtype), where that choice is unambiguous.
-    The rest is vanished (baseline) or new (current), or, for a current
-    function whose definition has baseline signatures left, unpaired with the
-    reason. Pairs come in the current order.
+    (the line moves as code is edited). Then, for a file moved or renamed, by
+    name alone: a name that only one file defines among the baseline functions
+    left and only one other file among the current ones left is one function.
+    In the last two, one signature on each side pairs; of several, each pairs
+    with the one it shares the most argument leaves with (same path, then same
+    shape and dtype), where that choice is unambiguous. The rest is vanished
+    (baseline) or new (current), or, for a current function whose definition
+    has baseline signatures left, unpaired with the reason. Pairs come in the
+    current order.
     """
     partner, left = _exact_pairs(current, baseline)
     unpaired: dict[int, str] = {}
@@ -53,7 +59,7 @@ def pair_functions(current: Sequence[FunctionReport], baseline: Sequence[Functio
             groups[_identity(fn)][0].append(fn)
     for fn in left:
         groups[_identity(fn)][1].append(fn)
-    for (name, _), (now, then) in groups.items():
+    for (name, _), (now, then) in [*groups.items(), *_moved_groups(groups).items()]:
         if not now or not then:
             continue
         chosen = _pair_by_shared_leaves(now, then)
@@ -68,7 +74,43 @@ def pair_functions(current: Sequence[FunctionReport], baseline: Sequence[Functio
                     "(--update-baseline takes the new signatures in)")
     matched = {id(p) for p in partner.values()}
     return Pairing([(fn, partner.get(id(fn))) for fn in current],
-                   [fn for fn in baseline if id(fn) not in matched], unpaired)
+                   [fn for fn in baseline if id(fn) not in matched], unpaired,
+                   _moves(current, partner))
+
+
+def _moved_groups(groups: dict[tuple[str, str | None],
+                               tuple[list[FunctionReport], list[FunctionReport]]]
+                  ) -> dict[tuple[str, None], tuple[list[FunctionReport], list[FunctionReport]]]:
+    """The functions of ``groups`` (by name and file) left on one side only, joined
+    by name where one file defines the name among the current ones and one other
+    among the baseline's: a file moved or renamed, not a second function."""
+    files: dict[str, tuple[list[str | None], list[str | None]]] = defaultdict(lambda: ([], []))
+    for (name, file), (now, then) in groups.items():
+        if now and not then:
+            files[name][0].append(file)
+        elif then and not now:
+            files[name][1].append(file)
+    moved = {}
+    for name, (now_files, then_files) in files.items():
+        if len(now_files) == 1 and len(then_files) == 1:
+            moved[(name, None)] = (groups[(name, now_files[0])][0],
+                                   groups[(name, then_files[0])][1])
+    return moved
+
+
+def _moves(current: Sequence[FunctionReport], partner: dict[int, FunctionReport]
+           ) -> dict[int, str]:
+    """How each pair defined in two files was paired: ``paired by name (a.py -> b.py)``."""
+    moves = {}
+    for fn in current:
+        then = partner.get(id(fn))
+        if then is None:
+            continue
+        before, now = split_source(then.source)[0], split_source(fn.source)[0]
+        if before != now:
+            how = "name and signature" if then.signature == fn.signature else "name"
+            moves[id(fn)] = f"paired by {how} ({before or 'n/a'} -> {now or 'n/a'})"
+    return moves
 
 
 def _exact_pairs(current: Sequence[FunctionReport], baseline: Sequence[FunctionReport]

@@ -150,6 +150,9 @@ class FunctionVerdict:
     signature_change: tuple[str, ...] = ()
     #: the signature abbreviated per argument, as every renderer shows it
     short_signature: str | None = None
+    #: how it was paired with a baseline defined in another file
+    #: (``paired by name (train.py -> train_v2.py)``); ``None``: same file, or unpaired
+    paired_by: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -192,14 +195,25 @@ class CheckResult:
     #: the config file the budgets and tolerances came from, if any
     config_source: str | None = None
     summary: str = field(default="")
+    #: why nothing was compared with the baseline, when it has functions and
+    #: none was paired with one called now; ``None`` otherwise
+    nothing_compared: str | None = None
+    #: a check that compared nothing passes (``--allow-empty``)
+    allow_empty: bool = False
 
     @property
     def environment_failed(self) -> bool:
         return self.strict_env and bool(self.environment)
 
     @property
+    def empty_failed(self) -> bool:
+        """Nothing was compared with the baseline, and that was not allowed."""
+        return self.nothing_compared is not None and not self.allow_empty
+
+    @property
     def failed(self) -> bool:
-        return self.environment_failed or any(f.failed for f in self.functions)
+        return (self.environment_failed or self.empty_failed
+                or any(f.failed for f in self.functions))
 
 
 def split_source(source: str | None) -> tuple[str | None, int | None]:

@@ -52,6 +52,8 @@ from memscope.report import Report, load_report, save_report
               help="Allowed growth in bytes, e.g. 16MiB or peak=1GB. Repeatable.")
 @click.option("--strict-env", is_flag=True,
               help="Fail when the environment differs from the baseline's.")
+@click.option("--allow-empty", is_flag=True,
+              help="Pass when no function of the baseline was compared (all vanished).")
 @click.option("--format", "output_format", type=click.Choice(["terminal", "markdown"]),
               default="terminal", show_default=True, help="How to print the result.")
 @click.option("--junit-xml", metavar="FILE.xml", help="Also write JUnit XML, a case per function.")
@@ -62,15 +64,16 @@ from memscope.report import Report, load_report, save_report
 @click.pass_context
 def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
           report_file: str | None, config_file: str | None, max_increase: tuple[str, ...],
-          max_increase_bytes: tuple[str, ...], strict_env: bool, output_format: str,
-          junit_xml: str | None, output: str | None, as_module: bool, target: str | None,
-          args: tuple[str, ...]) -> None:
+          max_increase_bytes: tuple[str, ...], strict_env: bool, allow_empty: bool,
+          output_format: str, junit_xml: str | None, output: str | None, as_module: bool,
+          target: str | None, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or check --report REPORT.json) and compare every jitted
     function with --baseline and the budgets in [tool.memscope].
 
     Fails when peak, temp or argument+output bytes grow beyond tolerance, a
-    function gains an unusable donation, an aliased leaf loses its alias, or a
-    budget is broken. Exit codes: 0 pass, 1 regression, 2 usage or input
+    function gains an unusable donation, an aliased leaf loses its alias, a
+    budget is broken, or no function of the baseline was compared (unless
+    --allow-empty). Exit codes: 0 pass, 1 regression, 2 usage or input
     error, 3 the target itself failed, 4 a compiled program could not be read.
     """
     if (target is None) == (report_file is None):
@@ -128,7 +131,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         ctx.exit(0)
 
     result = check_report(report, base, config, strict_env=strict_env,
-                          baseline_source=baseline)
+                          baseline_source=baseline, allow_empty=allow_empty)
     if output_format == "markdown":
         guard.write(lambda out: render_check_markdown(result, out))
     else:

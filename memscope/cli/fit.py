@@ -20,9 +20,10 @@ EXIT_NOTHING_FITS = 1
 @module_option
 @click.option("--function", metavar="NAME",
               help="The jitted function to forecast (default: the largest peak).")
-@click.option("--batch", metavar="ARG[:AXIS]",
-              help="The argument (name or position) and axis to resize (default: axis 0 "
-                   "of the arguments that are not state; the output says which).")
+@click.option("--batch", metavar="ARG[:AXIS]", multiple=True,
+              help="An argument (name or position) and axis to resize; repeat it to "
+                   "resize several together (default: axis 0 of the arguments that are "
+                   "not state; the output says which).")
 @click.option("--memory", metavar="SIZE",
               help="The budget per device, e.g. 80GiB (default: the device's limit from "
                    "memory_stats(); CPU has none).")
@@ -32,7 +33,7 @@ EXIT_NOTHING_FITS = 1
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def fit(ctx: click.Context, as_module: bool, function: str | None, batch: str | None,
+def fit(ctx: click.Context, as_module: bool, function: str | None, batch: tuple[str, ...],
         memory: str | None, stop_after: int | None, fmt: str, target: str,
         args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... until its loop begins (a jitted signature called a
@@ -44,7 +45,8 @@ def fit(ctx: click.Context, as_module: bool, function: str | None, batch: str | 
     The budget is --memory, or the device's limit, less what the process holds
     outside the function's arguments. Exit codes: 0 a batch fits; 1 none fits;
     2 bad input (no function captured, an unknown --function or --batch, no
-    budget on a device without a limit).
+    budget on a device without a limit, a function that does not trace or
+    compile at another size with what --batch resizes).
     """
     what = Target(target, tuple(args), module=as_module)
     check_target(what)

@@ -15,12 +15,15 @@ MAX_ANNOTATIONS = 10
 def render_check_annotations(result: CheckResult, file: IO[str]) -> None:
     """One ``::error`` per failing function at its definition, at most :data:`MAX_ANNOTATIONS`.
 
-    An environment that differs is a ``::warning`` (an ``::error`` under ``--strict-env``).
+    An environment that differs is a ``::warning`` (an ``::error`` under ``--strict-env``);
+    a check that compared nothing with its baseline is an ``::error``.
     """
     lines = []
     if result.environment:
         kind = "error" if result.environment_failed else "warning"
         lines.append(f"::{kind} title=memscope check::{_data(environment_note(result))}")
+    if result.empty_failed:
+        lines.append(f"::error title=memscope check::{_data(str(result.nothing_compared))}")
     for fn in result.functions:
         if not fn.failed:
             continue
@@ -30,7 +33,7 @@ def render_check_annotations(result: CheckResult, file: IO[str]) -> None:
         if fn.line is not None:
             props.append(f"line={fn.line}")
         props.append(f"title={_property(visible(f'memscope check: {fn.name}'))}")
-        name = function_label(fn)
+        name = function_label(fn) + (f" [{fn.paired_by}]" if fn.paired_by else "")
         message = f"{visible(name)}: " + "\n".join(visible(p) for p in fn.problems)
         lines.append(f"::error {','.join(props)}::{_data(message)}")
     for line in lines[:MAX_ANNOTATIONS]:

@@ -14,7 +14,8 @@ _SKIPPED = {"new": "new: not in the baseline", "vanished": "vanished: in the bas
 
 
 def render_check_junit(result: CheckResult, file: IO[str]) -> None:
-    """Write ``<testsuites>`` with one ``<testcase>`` per function (and one for the environment)."""
+    """Write ``<testsuites>`` with one ``<testcase>`` per function (and one for the
+    environment, and one failing when nothing was compared with the baseline)."""
     cases = [_case(fn) for fn in result.functions]
     if result.environment:
         env = ET.Element("testcase", classname="memscope.environment", name="environment")
@@ -25,6 +26,11 @@ def render_check_junit(result: CheckResult, file: IO[str]) -> None:
         else:
             ET.SubElement(env, "system-out").text = text
         cases.append(env)
+    if result.empty_failed:
+        empty = ET.Element("testcase", classname="memscope.baseline", name="baseline")
+        text = visible(str(result.nothing_compared))
+        ET.SubElement(empty, "failure", message=text, type="nothing_compared").text = text
+        cases.append(empty)
     failures = sum(1 for c in cases if c.find("failure") is not None)
     skipped = sum(1 for c in cases if c.find("skipped") is not None)
     counts = {"tests": str(len(cases)), "failures": str(failures), "errors": "0",

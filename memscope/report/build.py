@@ -103,7 +103,7 @@ def forecast_failures(entries: Iterable[Entry]) -> None:
 
         held = max(in_use - (entry.facts.memory.argument_bytes or 0), 0)
         try:
-            choice = fit.choose_batch(entry, None)
+            choice = fit.choose_batch(entry)
             entry.forecast = fit.forecast(entry, choice, limit - held, memory=limit,
                                           held=held)
         except Exception:  # the post-mortem goes without it (it says n/a)

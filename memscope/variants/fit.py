@@ -67,10 +67,11 @@ E = TypeVar("E", bound=Recorded)
 
 @dataclass(frozen=True)
 class BatchChoice:
-    """The arguments whose leaves are resized, on which axis, from which size."""
+    """The arguments whose leaves are resized, each on its axis (``axes``, one
+    per argument), from which size."""
 
     arguments: tuple[Argument, ...]
-    axis: int
+    axes: tuple[int, ...]
     size: int
     step: int
     inferred: bool
@@ -79,6 +80,17 @@ class BatchChoice:
     @property
     def label(self) -> str:
         return ", ".join(a.label for a in self.arguments)
+
+    @property
+    def axis(self) -> int:
+        """The first argument's axis (``note`` says each where they differ)."""
+        return self.axes[0] if self.axes else 0
+
+    @property
+    def specs(self) -> str:
+        """The choice as ``ARG:AXIS`` specs: ``x:0, y:0``."""
+        return ", ".join(f"{_spec_name(a)}:{axis}" for a, axis in zip(self.arguments,
+                                                                     self.axes, strict=True))
 
 
 def choose_function(entries: Sequence[E], name: str | None) -> E:
@@ -105,32 +117,22 @@ def _peak(entry: Recorded) -> int | None:
     return entry.facts.memory.peak_bytes if entry.facts is not None else None
 
 
-def choose_batch(entry: Recorded, spec: str | None) -> BatchChoice:
-    """The batch axis: ``spec`` (``ARG[:AXIS]``, an argument's name or position),
-    else axis 0 of the arguments that are not state (not donated, and not of the
-    shapes the function returns), at their most common leading size.
+def choose_batch(entry: Recorded, specs: Sequence[str] = ()) -> BatchChoice:
+    """The batch axis: each of ``specs`` (``ARG[:AXIS]``, an argument's name or
+    position), resized together, else axis 0 of the arguments that are not state
+    (not donated, and not of the shapes the function returns), at their most
+    common leading size.
 
     Raises:
-        MemscopeError: ``spec`` names no argument, or no axis can be inferred.
+        MemscopeError: a spec names no argument or axis, names one argument
+            twice, or the named arguments differ in size; no axis can be inferred.
     """
     call = entry.call
     assert call is not None
     shapes = _leaf_shapes(call)
-    if spec is not None:
-        chosen, axis = _parse_batch(spec, call.arguments)
-        sizes = [shape[axis] for i in chosen.leaves
-                 if (shape := shapes[i]) is not None and len(shape) > axis]
-        if not sizes:
-            raise MemscopeError(f"--batch {spec}: {chosen.label} has no array with an "
-                                f"axis {axis}")
-        size = max(set(sizes), key=sizes.count)
-        return _with_step(call, (chosen,), axis, size, False,
-                          f"{chosen.label}, axis {axis} (given)")
-    outputs = _output_shapes(entry)
-    donated = _donated(entry)
-    data = [a for a in call.arguments if a.has_arrays
-            and not any(donated.get(i, False) for i in a.leaves)
-            and not all(shapes[i] is None or shapes[i] in outputs for i in a.leaves)]
+    if specs:
+        return _given_batch(call, specs, shapes)
+    data = _data_arguments(entry, shapes)
     lead = [_leading(shapes[i]) for i in range(len(shapes))]
     leading = [n for a in data for i in a.leaves if (n := lead[i]) is not None]
     if not leading:
@@ -141,7 +143,52 @@ def choose_batch(entry: Recorded, spec: str | None) -> BatchChoice:
     state = [a.label for a in call.arguments if a.has_arrays and a not in data]
     why = (f"{', '.join(a.label for a in chosen_args)}, axis 0 (inferred: the arguments "
            "that are not state" + (f"; state: {', '.join(state)}" if state else "") + ")")
-    return _with_step(call, chosen_args, 0, size, True, why)
+    return _with_step(call, chosen_args, (0,) * len(chosen_args), size, True, why)
+
+
+def _given_batch(call: KeptCall, specs: Sequence[str],
+                 shapes: list[tuple[int, ...] | None]) -> BatchChoice:
+    """The choice ``--batch`` gives: each ``ARG[:AXIS]`` at its most common size
+    along that axis, all at one size."""
+    chosen: list[tuple[Argument, int, int]] = []
+    for spec in specs:
+        argument, axis = _parse_batch(spec, call.arguments)
+        if any(argument is a for a, _, _ in chosen):
+            raise MemscopeError(f"--batch {spec}: {argument.label} is named twice; "
+                                "give each argument once")
+        sizes = [shape[axis] for i in argument.leaves
+                 if (shape := shapes[i]) is not None and len(shape) > axis]
+        if not sizes:
+            raise MemscopeError(f"--batch {spec}: {argument.label} has no array with an "
+                                f"axis {axis}")
+        chosen.append((argument, axis, max(set(sizes), key=sizes.count)))
+    if len({size for _, _, size in chosen}) > 1:
+        said = ", ".join(f"{_spec_name(a)}:{axis} is {size}" for a, axis, size in chosen)
+        raise MemscopeError(f"--batch {' --batch '.join(specs)}: {said}; the arguments "
+                            "resized together must have one batch size")
+    arguments = tuple(a for a, _, _ in chosen)
+    axes = tuple(axis for _, axis, _ in chosen)
+    note = (f"{', '.join(a.label for a in arguments)}, axis {axes[0]} (given)"
+            if len(set(axes)) == 1 else
+            ", ".join(f"{a.label} axis {axis}" for a, axis, _ in chosen) + " (given)")
+    return _with_step(call, arguments, axes, chosen[0][2], False, note)
+
+
+def _data_arguments(entry: Recorded, shapes: list[tuple[int, ...] | None]) -> list[Argument]:
+    """The arguments with arrays that are not state: not donated, and not all of
+    the shapes the function returns."""
+    call = entry.call
+    assert call is not None
+    outputs = _output_shapes(entry)
+    donated = _donated(entry)
+    return [a for a in call.arguments if a.has_arrays
+            and not any(donated.get(i, False) for i in a.leaves)
+            and not all(shapes[i] is None or shapes[i] in outputs for i in a.leaves)]
+
+
+def _spec_name(a: Argument) -> str:
+    """How ``--batch`` names the argument: its name, else its position."""
+    return a.name if a.name is not None else str(a.position)
 
 
 def _leading(shape: tuple[int, ...] | None) -> int | None:
@@ -186,35 +233,36 @@ def _donated(entry: Recorded) -> dict[int, bool]:
     return dict(enumerate(entry.facts.program.donated))
 
 
-def _with_step(call: KeptCall, chosen: tuple[Argument, ...], axis: int, size: int,
-               inferred: bool, note: str) -> BatchChoice:
+def _with_step(call: KeptCall, chosen: tuple[Argument, ...], axes: tuple[int, ...],
+               size: int, inferred: bool, note: str) -> BatchChoice:
     """The choice, with the step its shardings allow: a batch must split evenly
     over the devices the batch axis is sharded across."""
     step = 1
-    for a in chosen:
+    for a, axis in zip(chosen, axes, strict=True):
         for leaf in jax.tree_util.tree_leaves(_value(call, a)):
             if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > axis
                     and leaf.shape[axis] == size and leaf.sharding is not None):
                 shard = leaf.sharding.shard_shape(leaf.shape)[axis]
                 step = math.lcm(step, max(size // max(shard, 1), 1))
-    return BatchChoice(chosen, axis, size, step, inferred, note)
+    return BatchChoice(chosen, axes, size, step, inferred, note)
 
 
 def resized(call: KeptCall, choice: BatchChoice, batch: int) -> tuple[tuple[Any, ...],
                                                                       dict[str, Any]]:
     """The call's arguments with the batch axis at ``batch``."""
-    def resize(leaf: Any) -> Any:
-        if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > choice.axis
-                and leaf.shape[choice.axis] == choice.size):
+    def resize(leaf: Any, axis: int) -> Any:
+        if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > axis
+                and leaf.shape[axis] == choice.size):
             shape = list(leaf.shape)
-            shape[choice.axis] = batch
+            shape[axis] = batch
             return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype, sharding=leaf.sharding,
                                         weak_type=leaf.weak_type)
         return leaf
 
     args, kwargs = list(call.args), dict(call.kwargs)
-    for a in choice.arguments:
-        value = jax.tree_util.tree_map(resize, _value(call, a))
+    for a, axis in zip(choice.arguments, choice.axes, strict=True):
+        value = jax.tree_util.tree_map(lambda leaf, axis=axis: resize(leaf, axis),
+                                       _value(call, a))
         if a.position is not None:
             args[a.position] = value
         else:
@@ -227,11 +275,73 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
     """The function's peak at ``batch`` by memscope's rule: one XLA compile, with
     the function's own donation or the flat leaves in ``donated``."""
     args, kwargs = resized(call, choice, batch)
-    traced = call.jitted.trace(*args, **kwargs)
-    lowered = (traced.lower() if donated is None
-               else lower_variant(traced, donated).lowered)
-    compiled = _compat.compile_uncached(lowered)
+    try:
+        traced = call.jitted.trace(*args, **kwargs)
+    except Exception as e:  # the user's function, at shapes it was never called with
+        raise NotCompiled(batch, "trace", e) from e
+    try:
+        lowered = (traced.lower() if donated is None
+                   else lower_variant(traced, donated).lowered)
+        compiled = _compat.compile_uncached(lowered)
+    except Exception as e:
+        raise NotCompiled(batch, "compile", e) from e
     return memory_figures(compiled.memory_analysis()).peak_bytes
+
+
+class NotCompiled(Exception):
+    """The function could not be traced (``stage`` ``"trace"``) or lowered and
+    compiled (``"compile"``) at ``batch``; ``error`` is why."""
+
+    def __init__(self, batch: int, stage: str, error: Exception) -> None:
+        super().__init__(f"{stage} at batch {batch}: {error}")
+        self.batch, self.stage, self.error = batch, stage, error
+
+
+def not_compiled_line(entry: Recorded, choice: BatchChoice, failed: NotCompiled) -> str:
+    """One line for a forecast that could not compile the function at another
+    size: which function, the size, what was resized and, where other arguments
+    (not state) have the batch size along some axis, which and what to pass."""
+    call = entry.call
+    assert call is not None
+    head = f"{entry.name} does not {failed.stage} at batch {failed.batch}"
+    sharing = _sharing(entry, choice)
+    if not sharing:
+        why = str(failed.error).strip().splitlines()
+        return (f"{head} with {choice.label} resized ({choice.specs}): "
+                f"{type(failed.error).__name__}: {why[0] if why else 'n/a'}")
+    names = ", ".join(a.label for a, _ in sharing)
+    said = ", ".join(f"{_spec_name(a)}:{axis} is {choice.size}" for a, axis in sharing)
+    every = [*zip(choice.arguments, choice.axes, strict=True), *sharing]
+    flags = " ".join(f"--batch {_spec_name(a)}" + (f":{axis}" if axis else "")
+                     for a, axis in every)
+    text = (f"{head} with only {choice.label} resized: {names} "
+            f"{'shares' if len(sharing) == 1 else 'share'} the batch axis ({said} too); "
+            f"pass {flags}")
+    if not choice.inferred:
+        try:
+            inferred = choose_batch(entry)
+        except MemscopeError:
+            return text
+        if {id(a) for a, _ in every} <= {id(a) for a in inferred.arguments}:
+            text += f", or leave --batch out (inferred: {inferred.specs})"
+    return text
+
+
+def _sharing(entry: Recorded, choice: BatchChoice) -> list[tuple[Argument, int]]:
+    """The arguments that are not state, not resized, with a leaf of the batch
+    size along some axis: each with the first such axis."""
+    call = entry.call
+    assert call is not None
+    shapes = _leaf_shapes(call)
+    found = []
+    for a in _data_arguments(entry, shapes):
+        if any(a is b for b in choice.arguments):
+            continue
+        axes = [axis for i in a.leaves if (shape := shapes[i]) is not None
+                for axis, n in enumerate(shape) if n == choice.size]
+        if axes:
+            found.append((a, min(axes)))
+    return found
 
 
 class _Search:
@@ -396,17 +506,25 @@ def _local_slope(a: Answer) -> Fraction | None:
 def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
              memory: int | None = None, held: int | None = None) -> Forecast:
     """The forecast for ``entry`` as written and with the advised donation (when
-    the capture compiled one), each confirmed by compiling."""
+    the capture compiled one), each confirmed by compiling.
+
+    Raises:
+        MemscopeError: the function does not trace or compile at a size tried
+            (:func:`not_compiled_line` says which and what to pass).
+    """
     call = entry.call
     assert call is not None
     start = time.perf_counter()
-    written = search(call, choice, budget, known=_peak(entry))
     advised = next((v for v in entry.variants if v.name == "advised" and v.facts is not None
                     and not v.same_as_written), None)
     fix = None
-    if advised is not None and advised.facts is not None:
-        fix = search(call, choice, budget, donated=advised.facts.program.donated,
-                     known=advised.facts.memory.peak_bytes, hint=_local_slope(written))
+    try:
+        written = search(call, choice, budget, known=_peak(entry))
+        if advised is not None and advised.facts is not None:
+            fix = search(call, choice, budget, donated=advised.facts.program.donated,
+                         known=advised.facts.memory.peak_bytes, hint=_local_slope(written))
+    except NotCompiled as failed:
+        raise MemscopeError(not_compiled_line(entry, choice, failed)) from None
     by_batch = dict(fix.rows) if fix is not None else {}
     rows = tuple(FitRow(b, p, by_batch.get(b)) for b, p in written.rows)
     rows += tuple(FitRow(b, None, p) for b, p in (fix.rows if fix else ())

@@ -1,7 +1,7 @@
 """What sampling ``jax.live_arrays()`` after top-level calls costs a real-sized training loop.
 
 Runs sample_programs/transformer_adam.py's step (8 layers, optax Adam, 405 input
-leaves, about 800 live arrays) plainly and under :func:`memscope.capture`, in
+leaves, about 800 live arrays) plainly and under :func:`memscope.capturing`, in
 one process, and prints side by side the median step time of each, their ratio,
 the samples taken and what one sample costs at that count of live arrays:
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_programs
 import jax
 import transformer_adam as model
 
-from memscope.capture import between, capture
+from memscope.capturing import between, capture
 
 
 def steps(args: argparse.Namespace, step: object, after: object = None) -> list[float]:

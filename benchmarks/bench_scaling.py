@@ -21,7 +21,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax
 import jax.numpy as jnp
 
-from memscope.capture import capture
+from memscope.capturing import capture
 
 
 def workload(n: int, calls: int) -> float:

@@ -27,7 +27,7 @@ import jax
 from _models import train_step, transformer_step_args
 from jax import monitoring
 
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.variants.compile import compile_variants, lower_variant
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 _LAZY = {"analyze": "memscope.flow", "build_report": "memscope.report.build",
-         "capture": "memscope.capture"}
+         "capture": "memscope.capturing"}
 
 
 def __getattr__(name: str) -> Any:

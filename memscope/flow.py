@@ -1,10 +1,10 @@
 """The whole flow, as the library's entry points run it: a target run under
-:func:`~memscope.capture.capture` and then reported (:func:`run_and_report`,
+:func:`~memscope.capturing.capture` and then reported (:func:`run_and_report`,
 ``memscope run``, ``diff``, ``check``), one call analyzed (:func:`analyze`), and
 a target run until its loop begins, then fitted (:func:`run_fit`, ``memscope fit``).
 
 Each step is another package's: running the script (:mod:`memscope.program`),
-recording its calls (:mod:`memscope.capture`), building the report
+recording its calls (:mod:`memscope.capturing`), building the report
 (:mod:`memscope.report.build`), compiling other batch sizes
 (:mod:`memscope.variants.fit`). This module only puts them in order.
 """
@@ -21,7 +21,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis.advice import AdviceLevel
-from memscope.capture import MeasuredJit, capture
+from memscope.capturing import MeasuredJit, capture
 from memscope.errors import MemscopeError
 from memscope.program.ending import EXIT_TERMINATED, Guard
 from memscope.program.runner import RunResult, Target, run_target

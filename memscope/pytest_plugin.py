@@ -41,7 +41,7 @@ from memscope.report.leaves import bounded
 from memscope.report.units import format_bytes, parse_size
 
 if TYPE_CHECKING:
-    from memscope.capture import Session
+    from memscope.capturing import Session
     from memscope.report import FunctionReport
 
 MARKER = "limit_device_memory"
@@ -93,7 +93,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     if marker is None:
         return (yield)
     spec = _read_marker(marker)
-    from memscope.capture import capture
+    from memscope.capturing import capture
     from memscope.report.build import function_report
 
     with capture() as session, _measured_globals(item, session):
@@ -142,7 +142,7 @@ def _measured_globals(item: pytest.Item, session: Session) -> Iterator[None]:
     were made at import, before the test, so they are wrapped here for the
     call and put back after.
     """
-    from memscope.capture import MeasuredJit
+    from memscope.capturing import MeasuredJit
 
     function = getattr(item, "obj", None)
     namespace = getattr(getattr(function, "__func__", function), "__globals__", None)

@@ -21,7 +21,7 @@ import pytest
 from jax import monitoring
 
 from memscope._compat import SAME_SIZE_DONORS
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Target
 from tests.truth import assert_matches_runtime, expected_peak, fates

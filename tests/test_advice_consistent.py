@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.check.judge import check
 from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Target

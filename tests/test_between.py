@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from memscope.analysis.growth import MIN_GROWTH, GroupSample, growing
 from memscope.analysis.recompiles import LeafShape, SignatureShape, differences, explain
-from memscope.capture import between
+from memscope.capturing import between
 from memscope.check.judge import check
 from memscope.check.records import Budget, Config
 from memscope.cli import cli

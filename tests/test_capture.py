@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memscope.capture import capture
+from memscope.capturing import capture
 from tests.versions import jax_since
 
 

@@ -11,7 +11,7 @@ import pytest
 from jax import monitoring
 
 from memscope import _compat
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.compiled.hlo import read_module
 from memscope.flow import analyze
 from tests.truth import device_held, expected_peak

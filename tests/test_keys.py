@@ -20,7 +20,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.program.sites import library
 from memscope.report.build import function_report
 from tests.versions import jax_since

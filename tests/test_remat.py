@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import pytest
 
 from memscope import _compat
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.compiled.read import memory_figures
 from memscope.report import Differentiation, Remat, RematVariant, Report, remat_text
 from memscope.variants import remat

@@ -20,8 +20,8 @@ import pytest
 
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.analysis.observed import Observation, check
-from memscope.capture import capture
-from memscope.capture import jit as capture_module
+from memscope.capturing import capture
+from memscope.capturing import jit as capture_module
 from memscope.flow import run_and_report
 from memscope.program.runner import Target, run_target
 from memscope.report import InputBuffer, OutputBuffer, load_report

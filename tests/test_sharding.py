@@ -19,7 +19,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from memscope._compat import SAME_SIZE_DONORS
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.errors import ReportFormatError
 from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Target

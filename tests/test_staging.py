@@ -22,7 +22,7 @@ import numpy as np
 import optax
 import pytest
 
-from memscope.capture import capture
+import memscope
 from tests.test_endings import ENV
 from tests.test_samples import MEMSCOPE
 
@@ -85,7 +85,7 @@ def _staged_programs() -> dict[str, Any]:
 @pytest.mark.parametrize("name", list(_staged_programs()))
 def test_staging_inside_a_trace_behaves_as_without_memscope(name: str) -> None:
     expected = _staged_programs()[name]()
-    with capture() as session:
+    with memscope.capture() as session:
         got = _staged_programs()[name]()
     assert got == expected
     # Top-level calls are still recorded, with their compiled figures.
@@ -93,7 +93,7 @@ def test_staging_inside_a_trace_behaves_as_without_memscope(name: str) -> None:
 
 
 def test_staged_calls_are_not_recorded_and_top_level_ones_are() -> None:
-    with capture() as session:
+    with memscope.capture() as session:
         double = jax.jit(lambda x: x * 2)
         jax.eval_shape(double, jnp.ones(3))
         jax.jit(lambda x: double(x) + 1)(jnp.ones(3))
@@ -107,7 +107,7 @@ def test_staged_calls_are_not_recorded_and_top_level_ones_are() -> None:
 
 def test_the_stand_in_s_stages_are_jax_s_own_inside_a_trace() -> None:
     seen: list[type] = []
-    with capture():
+    with memscope.capture():
         double = jax.jit(lambda x: x * 2)
 
         def body(x: Any) -> Any:
@@ -153,7 +153,7 @@ def test_jits_of_one_code_reading_different_globals_are_two_entries() -> None:
         for _ in range(3):
             jax.jit(f)(jnp.ones(3))
     """)
-    with capture() as session:
+    with memscope.capture() as session:
         exec(source, {"jax": jax, "jnp": jnp})
     calls = sorted((e.name, e.calls, e.facts is not None) for e in session.entries)
     assert calls == [("<lambda>", 1, True), ("<lambda>", 1, True), ("<lambda>", 3, True),

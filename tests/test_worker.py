@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from jax import monitoring
 
 from memscope import _compat
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.cli import cli
 from memscope.flow import analyze
 from memscope.report import load_report

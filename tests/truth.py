@@ -12,7 +12,7 @@ from typing import Any
 
 import jax
 
-from memscope.capture import capture
+from memscope.capturing import capture
 from memscope.report import FunctionReport
 from memscope.report.build import function_report
 

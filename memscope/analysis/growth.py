@@ -1,6 +1,6 @@
 """Which live arrays kept growing over a run: pure functions over sampled counts.
 
-:mod:`memscope.capture.between` samples ``jax.live_arrays()`` after top-level calls and
+:mod:`memscope.capturing.between` samples ``jax.live_arrays()`` after top-level calls and
 counts the arrays per (shape, dtype, sharding). A group *grows steadily* when,
 after the first sample (the program's set-up), its count never falls, rose by
 at least :data:`MIN_GROWTH` arrays, and was still rising in the second half of

@@ -1,6 +1,6 @@
 """Pure functions: the buffers of a real call -> did the compiler's promises hold?
 
-No JAX here. :mod:`memscope.capture` records, for the first call of a signature,
+No JAX here. :mod:`memscope.capturing` records, for the first call of a signature,
 integers only: the device addresses of every input leaf before the call, of
 every output leaf after it, and whether each input was deleted. This module
 holds them against the fates read from the compiled program.

@@ -1,12 +1,12 @@
 """Why a function compiled again: pure comparisons of two signatures of one function.
 
-A signature is what JAX keys its executables on (see :mod:`memscope.capture.keys`): per
+A signature is what JAX keys its executables on (see :mod:`memscope.capturing.keys`): per
 dynamic leaf its kind (array or Python scalar), shape, dtype, weak type and
 placement; the static arguments' values; the tree structure of the arguments;
 and the jit object's donation. :func:`explain` says, leaf by leaf, what differs
 between a signature and the nearest earlier one, in words a user can act on.
 
-No JAX here: :mod:`memscope.capture.between` turns a captured call into these records.
+No JAX here: :mod:`memscope.capturing.between` turns a captured call into these records.
 """
 
 from __future__ import annotations

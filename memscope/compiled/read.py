@@ -115,7 +115,7 @@ def read_liveness(module: Any, buffers: BufferAssignment | None
     """Bytes live over ``module``'s schedule under ``buffers``; else ``None`` and why.
 
     This runs where the compiled program is read: in memscope's worker, off
-    the program's path (:mod:`memscope.capture.worker`).
+    the program's path (:mod:`memscope.capturing.worker`).
     """
     if buffers is None:
         return None, "no buffer assignment to replay the schedule over"

@@ -1,7 +1,7 @@
 """Where in the user's code something happened: the first frame outside given folders.
 
 ``memscope fix`` edits the jit call a function was made by and checks the code
-that called it; :mod:`memscope.capture` records both lines with this module
+that called it; :mod:`memscope.capturing` records both lines with this module
 while the program runs, and a hash of the file the jit was made in, so that a
 fix never edits a file that changed since.
 """

@@ -14,8 +14,8 @@ from memscope.analysis import advice, observed, oom
 from memscope.analysis.fates import classify
 from memscope.analysis.live import memory_view
 from memscope.analysis.recompiles import SignatureShape, explain
-from memscope.capture.between import DonationLedger, signature_shape
-from memscope.capture.entry import Entry
+from memscope.capturing.between import DonationLedger, signature_shape
+from memscope.capturing.entry import Entry
 from memscope.compiled.buffers import breakdown
 from memscope.compiled.read import CompiledFacts
 from memscope.program.sites import display_path

@@ -1,6 +1,6 @@
 """Donation settings as plain data: which arguments a variant donates, and how to say it.
 
-Pure: no JAX. :mod:`memscope.capture` describes each call's top-level arguments
+Pure: no JAX. :mod:`memscope.capturing` describes each call's top-level arguments
 as :class:`Argument` records; this module turns a request ("none", "all", the
 advisor's choice, or a ``--donate`` SPEC) into a :class:`Donation`, into the
 ``donate_argnums``/``donate_argnames`` pair ``jax.jit`` takes, and into the text

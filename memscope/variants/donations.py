@@ -2,7 +2,7 @@
 from the very program JAX traced for the call and compiled, and the advice kept
 consistent with what its own compile shows.
 
-Scheduled by the capture (:mod:`memscope.capture.reading`), which hands over the
+Scheduled by the capture (:mod:`memscope.capturing.reading`), which hands over the
 recorded call as a :class:`Call` and itself as the :class:`Host`; nothing here
 knows the capture's own records. Runs in memscope's worker thread, never on the
 program's path.

@@ -1,6 +1,6 @@
 """Calls through JAX's ahead-of-time stages: ``jitted.lower(x).compile()(x)``.
 
-A jit object made under :func:`memscope.capture.capture` hands out stand-ins for
+A jit object made under :func:`memscope.capturing.capture` hands out stand-ins for
 its ``Traced``, ``Lowered`` and ``Compiled`` stages. They forward everything to
 JAX's own (``isinstance`` included); the ``Compiled`` one also counts its
 top-level calls, and reads its executable at the first: the very program the
@@ -16,9 +16,9 @@ from typing import Any
 import jax
 
 from memscope import _compat
-from memscope.capture import keys, reading
-from memscope.capture.entry import Entry
-from memscope.capture.observe import addresses, any_pending, observe
+from memscope.capturing import keys, reading
+from memscope.capturing.entry import Entry
+from memscope.capturing.observe import addresses, any_pending, observe
 from memscope.compiled.read import CompiledHandles
 from memscope.program import sites
 
@@ -124,7 +124,7 @@ class Compiled(Stage):
         entry.calls = 1
         self._memscope_entry = session.add(("aot", id(self)), entry)
         if handles is not None and self._memscope_entry is entry:
-            # The read and the variants, off the program's path (memscope.capture.worker).
+            # The read and the variants, off the program's path (memscope.capturing.worker).
             session.defer(functools.partial(reading.analyse, session, entry, origin._memscope_fun,
                                             handles, shardings, _compat.config_snapshot()))
         session.sample(entry.name)

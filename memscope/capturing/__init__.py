@@ -5,15 +5,15 @@ program's path.
 
 It records and schedules: reading the compiled program is :mod:`memscope.compiled`'s,
 compiling other donations and policies :mod:`memscope.variants`', deciding the
-advice :mod:`memscope.analysis`'. ``from memscope.capture import capture`` is the
+advice :mod:`memscope.analysis`'. ``from memscope.capturing import capture`` is the
 public entry point (also ``memscope.capture()``).
 """
 
 from __future__ import annotations
 
-from memscope.capture.entry import Entry
-from memscope.capture.jit import MeasuredJit
-from memscope.capture.recorder import capture
-from memscope.capture.session import Session
+from memscope.capturing.entry import Entry
+from memscope.capturing.jit import MeasuredJit
+from memscope.capturing.recorder import capture
+from memscope.capturing.session import Session
 
 __all__ = ["Entry", "MeasuredJit", "Session", "capture"]

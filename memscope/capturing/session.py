@@ -21,10 +21,10 @@ from memscope import _compat
 from memscope.analysis import oom
 from memscope.analysis.advice import AdviceLevel, advice_level
 from memscope.analysis.observed import Observation
-from memscope.capture import between
-from memscope.capture.entry import Entry
-from memscope.capture.observe import Failed, Unread
-from memscope.capture.worker import Worker
+from memscope.capturing import between
+from memscope.capturing.entry import Entry
+from memscope.capturing.observe import Failed, Unread
+from memscope.capturing.worker import Worker
 from memscope.compiled.read import (
     describe_sharding,
 )
@@ -79,11 +79,11 @@ class Session:
         self._live: LiveArrays | None = None
         self._unread: list[tuple[Entry, Unread]] = []
         self._finished = False
-        #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capture.between`)
+        #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
         self.clock = between.CompileClock()
         self.live_sampler = between.LiveSampler()
         self.ledger = between.DonationLedger()
-        #: memscope's work off the program's path (see :mod:`memscope.capture.worker`)
+        #: memscope's work off the program's path (see :mod:`memscope.capturing.worker`)
         self.worker = Worker()
         self._waited: float | None = None
         self.variant_compiles = 0

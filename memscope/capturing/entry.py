@@ -7,7 +7,7 @@ from typing import Any
 
 from memscope import _compat
 from memscope.analysis.observed import Observation
-from memscope.capture import wrappers
+from memscope.capturing import wrappers
 from memscope.compiled.read import (
     CompiledFacts,
 )
@@ -49,7 +49,7 @@ class Entry:
     measured: MeasuredMemory | None = None
     #: the installed package that defines the function, when it is not the user's
     library: str | None = None
-    #: what JAX keys the executable on (:func:`memscope.capture.keys.call_key`), for
+    #: what JAX keys the executable on (:func:`memscope.capturing.keys.call_key`), for
     #: explaining a recompile; holds no array
     key: Any = None
     #: seconds JAX spent compiling at the first call (its monitoring events)

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from memscope import _compat
-from memscope.capture import wrappers
-from memscope.capture.arguments import parameter_names
-from memscope.capture.entry import Entry
-from memscope.capture.session import Session
+from memscope.capturing import wrappers
+from memscope.capturing.arguments import parameter_names
+from memscope.capturing.entry import Entry
+from memscope.capturing.session import Session
 from memscope.compiled.read import (
     CompiledHandles,
     describe_sharding,

@@ -1,6 +1,6 @@
 """What happens between calls: compile time, live arrays, and donated buffers.
 
-Three recorders a capture keeps beside its entries (see :mod:`memscope.capture`):
+Three recorders a capture keeps beside its entries (see :mod:`memscope.capturing`):
 
 * :class:`CompileClock` adds up JAX's own monitoring events (tracing, lowering,
   XLA compile) that fire in the thread making a signature's first call.
@@ -319,7 +319,7 @@ def leaf_paths(arguments: Sequence[Any], values: Sequence[Any]) -> list[str]:
 
 def signature_shape(key: Any, paths: Sequence[str] | None, shardings: Sequence[str | None],
                     donation: str) -> SignatureShape:
-    """A signature's key (:func:`memscope.capture.keys.call_key`) as a :class:`SignatureShape`;
+    """A signature's key (:func:`memscope.capturing.keys.call_key`) as a :class:`SignatureShape`;
     ``paths`` name the leaves (``None``: JAX's flat positions)."""
     positional, named, treedef, leaf_keys = key
     leaves = []

@@ -1,12 +1,12 @@
 """The jit stand-in: the call path of a captured ``jax.jit`` object.
 
-Inside :func:`memscope.capture.capture`, every jit object JAX makes is handed
+Inside :func:`memscope.capturing.capture`, every jit object JAX makes is handed
 back inside a :class:`MeasuredJit`: a transparent stand-in that forwards every
 attribute to the real jit object and, for each top-level call, counts the call
 under its signature. The first call of a new signature is recorded (its buffers'
 addresses, JAX's warnings, its traced, lowered and compiled stages: cache hits
 only, see :mod:`memscope.compiled.read`) and its reading handed to the session's
-worker (:mod:`memscope.capture.reading`), which schedules the variants.
+worker (:mod:`memscope.capturing.reading`), which schedules the variants.
 
 What is kept per signature: shapes, dtypes, shardings, static argument values
 and the facts read from the compiled program. Arrays are only looked at during
@@ -26,11 +26,11 @@ import jax
 
 from memscope import _compat
 from memscope.analysis import oom
-from memscope.capture import between, keys, reading, wrappers
-from memscope.capture.arguments import argument_values, call_arguments
-from memscope.capture.entry import Entry
-from memscope.capture.observe import addresses, any_pending, observe
-from memscope.capture.session import Session
+from memscope.capturing import between, keys, reading, wrappers
+from memscope.capturing.arguments import argument_values, call_arguments
+from memscope.capturing.entry import Entry
+from memscope.capturing.observe import addresses, any_pending, observe
+from memscope.capturing.session import Session
 from memscope.compiled.read import (
     take_compiled,
 )
@@ -133,7 +133,7 @@ class MeasuredJit:
         # recorded call: staged inside another trace, or given tracers, it cannot.
         if not self._memscope_session.records(jax.tree_util.tree_leaves((args, kwargs))):
             return real
-        from memscope.capture import aot  # the ahead-of-time path, only when used
+        from memscope.capturing import aot  # the ahead-of-time path, only when used
 
         try:
             call = aot.abstract_call(args, kwargs)
@@ -254,7 +254,7 @@ class MeasuredJit:
                     and self._memscope_options is not None):
                 plan = remat.plan_call(self._memscope_fun, self._memscope_options, args, kwargs,
                                        session.remat_flops)
-            # The read and the variants, off the program's path (memscope.capture.worker).
+            # The read and the variants, off the program's path (memscope.capturing.worker).
             session.defer(functools.partial(reading.analyse, session, entry, self._memscope_fun,
                                             handles, shardings, _compat.config_snapshot(), plan))
         entry.calls += 1
@@ -291,7 +291,7 @@ class MeasuredJit:
         return donated
 
     def _kept_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KeptCall | None:
-        from memscope.capture import aot
+        from memscope.capturing import aot
 
         try:
             call_args, call_kwargs = aot.abstract_call(args, kwargs)
@@ -338,7 +338,7 @@ class MeasuredJit:
     def _entry(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                out: Any) -> Entry:
         """A new entry for the first call of a signature, in the user's terms when a
-        framework's wrapper made the jit (see :mod:`memscope.capture.wrappers`)."""
+        framework's wrapper made the jit (see :mod:`memscope.capturing.wrappers`)."""
         fun, spec = self._memscope_fun, self._memscope_spec
 
         def jax_arguments() -> tuple[Argument, ...]:

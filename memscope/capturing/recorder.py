@@ -1,8 +1,8 @@
 """``capture()``: record every jitted function called inside a block.
 
 Inside it, every jit object JAX makes is handed back inside a
-:class:`~memscope.capture.jit.MeasuredJit`, recording into one
-:class:`~memscope.capture.session.Session`.
+:class:`~memscope.capturing.jit.MeasuredJit`, recording into one
+:class:`~memscope.capturing.session.Session`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from memscope import _compat
 from memscope.analysis.advice import AdviceLevel
-from memscope.capture.jit import MeasuredJit, is_jax_internal
-from memscope.capture.session import Session
+from memscope.capturing.jit import MeasuredJit, is_jax_internal
+from memscope.capturing.session import Session
 from memscope.errors import MemscopeError
 from memscope.variants.donations import VariantRequest
 

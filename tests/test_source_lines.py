@@ -2,7 +2,7 @@
 
 A library's jitted helper made while memscope runs (optax's ``bias_correction``,
 an ``inline=True`` jit) is called through memscope's stand-in during the outer
-trace; its ops were attributed to ``memscope/capture.py``. JAX is told to skip
+trace; its ops were attributed to ``memscope/capture.py`` (now ``memscope/capturing/``). JAX is told to skip
 memscope's frames as it skips its own, so the lines are the ones JAX records
 without memscope.
 """

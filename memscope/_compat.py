@@ -864,6 +864,29 @@ def _policy_name(policy: Any) -> str:
     return str(getattr(policy, "__name__", policy))
 
 
+def lowers_with_foreign_rules(jaxpr: Any) -> bool:
+    """True when lowering ``jaxpr`` runs a lowering rule defined outside JAX
+    (a custom primitive's, registered with ``mlir.register_lowering`` by the
+    program or a library such as Equinox): code that may count or print."""
+    tables = [_mlir._lowerings, *_mlir._platform_specific_lowerings.values()]
+    seen: set[Any] = set()
+    for eqn in _all_eqns(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr):
+        primitive = eqn.primitive
+        if primitive in seen:
+            continue
+        seen.add(primitive)
+        for table in tables:
+            rule: Any = table.get(primitive)
+            rule = getattr(rule, "rule", rule)  # a LoweringRuleEntry, where JAX wraps rules
+            while isinstance(rule, functools.partial):
+                rule = rule.func
+            module = getattr(rule, "__module__", None) or ""
+            if rule is not None and not module.startswith(("jax.", "jaxlib.")) \
+                    and module not in ("jax", "jaxlib"):
+                return True
+    return False
+
+
 def _all_eqns(jaxpr: Any) -> Iterator[Any]:
     for eqn in jaxpr.eqns:
         yield eqn

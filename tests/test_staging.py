@@ -158,3 +158,51 @@ def test_jits_of_one_code_reading_different_globals_are_two_entries() -> None:
     calls = sorted((e.name, e.calls, e.facts is not None) for e in session.entries)
     assert calls == [("<lambda>", 1, True), ("<lambda>", 1, True), ("<lambda>", 3, True),
                      ("f", 3, True)]
+
+
+COUNTED_LOWERING = """\
+import jax, jax.numpy as jnp
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+lowerings = 0
+p = Primitive("counted_identity")
+p.def_impl(lambda x: x)
+p.def_abstract_eval(lambda x: x)
+
+def lowering(ctx, x):
+    global lowerings
+    lowerings += 1
+    return [x]
+
+mlir.register_lowering(p, lowering)
+
+@jax.jit
+def f(x):
+    return p.bind(x) * 2
+
+f(jnp.ones(3))
+f(jnp.ones(3))
+import time; time.sleep(0.5)  # room for memscope's worker, had it lowered now
+print("lowerings:", lowerings)
+"""
+
+
+def test_a_program_s_own_lowering_rule_runs_as_often_as_under_python(tmp_path: Path) -> None:
+    # Lowering a donation variant runs every lowering rule again; a custom
+    # primitive's rule is the program's code (Equinox's tests count them), so
+    # those variants are compiled once the program has ended.
+    path = tmp_path / "counted.py"
+    path.write_text(COUNTED_LOWERING)
+    report = tmp_path / "report.json"
+    plain = subprocess.run([sys.executable, str(path)], env=ENV, capture_output=True,
+                           text=True, timeout=300)
+    measured = subprocess.run([MEMSCOPE, "run", "-q", "--advice", "full", "-o", str(report),
+                               str(path)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout == "lowerings: 1\n"
+    assert (measured.returncode, measured.stdout) == (0, plain.stdout), measured.stderr
+    # ...and the variants are still measured, after the end.
+    (function,) = memscope.load_report(report).functions
+    assert function.memory is not None
+    assert {v.name for v in function.variants} >= {"none", "all"}

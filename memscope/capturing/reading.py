@@ -36,12 +36,35 @@ def analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: Co
             facts = wrappers.renamed(entry.wrapper,
                                      read_handles(handles, shardings=shardings))
             session.publish(lambda: setattr(entry, "facts", facts))
-            if facts is not None and (session.advice != "off" or session.request) \
-                    and entry.library is None:
+        if facts is None or entry.library is not None or not (
+                session.advice != "off" or session.request or plan is not None):
+            return
+        later = functools.partial(_alternatives, session, entry, fun, handles, shardings,
+                                  settings, plan, facts)
+        if _compat.lowers_with_foreign_rules(handles.traced.jaxpr):
+            # Lowering a variant runs every lowering rule of the program again,
+            # the program's own too (a custom primitive's, which may count or
+            # print): they run once the program has ended, when it cannot see them.
+            session.defer_to_end(later)
+        else:
+            later()
+    except Exception as e:  # never let the measurement break the program
+        error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        session.publish(lambda: setattr(entry, "error", error))
+
+
+def _alternatives(session: Session, entry: Entry, fun: Callable[..., Any],
+                  handles: CompiledHandles, shardings: list[Any],
+                  settings: _compat.ConfigSnapshot, plan: remat.Plan | None,
+                  facts: Any) -> None:
+    """The variants the session asks for, and the checkpoint policies of ``plan``."""
+    try:
+        with _compat.applied_config(settings):
+            if session.advice != "off" or session.request:
                 variants = donations.donation_variants(
                     recorded(entry, fun, session), facts, handles.traced, shardings, session)
                 session.publish(lambda: setattr(entry, "variants", variants))
-            if facts is not None and plan is not None and entry.library is None:
+            if plan is not None:
                 found = remat.measure_call(plan, facts, handles, settings, entry.variants,
                                            session)
                 session.publish(lambda: setattr(entry, "remat", found))

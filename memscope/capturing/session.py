@@ -86,6 +86,7 @@ class Session:
         #: memscope's work off the program's path (see :mod:`memscope.capturing.worker`)
         self.worker = Worker()
         self._waited: float | None = None
+        self._after_end: list[Callable[[], None]] = []
         self.variant_compiles = 0
         self.variants_reused = 0
         #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
@@ -160,6 +161,15 @@ class Session:
         """Run ``job`` off the program's path, before the capture ends."""
         self.worker.submit(job)
 
+    def defer_to_end(self, job: Callable[[], None]) -> None:
+        """Run ``job`` once the program has ended (it runs code of the program's
+        own, which the program must not see run again); at once if it has."""
+        with self._lock:
+            if not self.worker.draining:
+                self._after_end.append(job)
+                return
+        job()
+
     def wait(self) -> None:
         """Wait for the deferred work: the program has ended, the report needs it.
 
@@ -171,6 +181,12 @@ class Session:
         start = time.perf_counter()
         try:
             self._waited = self.worker.wait() if self.worker.started else 0.0
+            with self._lock:  # the program has ended: what had to wait for that
+                after_end, self._after_end = self._after_end, []
+            for job in after_end:
+                self.worker.submit(job)
+            if after_end:
+                self._waited += self.worker.wait()
         except KeyboardInterrupt:
             self._waited = time.perf_counter() - start
             with self._lock:  # after the cancel: no result is published any more

@@ -188,12 +188,29 @@ print("lowerings:", lowerings)
 """
 
 
-def test_a_program_s_own_lowering_rule_runs_as_often_as_under_python(tmp_path: Path) -> None:
+# Equinox's spelling: the rule is JAX's mlir.lower_fun around the program's impl.
+LOWER_FUN = COUNTED_LOWERING.replace("""def lowering(ctx, x):
+    global lowerings
+    lowerings += 1
+    return [x]
+
+mlir.register_lowering(p, lowering)""", """def impl(x):
+    global lowerings
+    lowerings += 1
+    return x
+
+mlir.register_lowering(p, mlir.lower_fun(impl, multiple_results=False))""")
+
+
+@pytest.mark.parametrize("program", [COUNTED_LOWERING, LOWER_FUN], ids=["rule", "lower_fun"])
+def test_a_program_s_own_lowering_rule_runs_as_often_as_under_python(
+        tmp_path: Path, program: str) -> None:
     # Lowering a donation variant runs every lowering rule again; a custom
     # primitive's rule is the program's code (Equinox's tests count them), so
     # those variants are compiled once the program has ended.
+    assert program.count("lowerings += 1") == 1
     path = tmp_path / "counted.py"
-    path.write_text(COUNTED_LOWERING)
+    path.write_text(program)
     report = tmp_path / "report.json"
     plain = subprocess.run([sys.executable, str(path)], env=ENV, capture_output=True,
                            text=True, timeout=300)

@@ -10,6 +10,11 @@ The public API::
     report = memscope.load_report("report.json")
 
 Importing memscope does not import JAX; the names that need it load on first use.
+
+PYTEST_DONT_REWRITE: ``memscope run -m pytest`` imports memscope before pytest
+starts, and pytest would then warn that it cannot rewrite the asserts of its
+plugin's package (an error under ``filterwarnings = error``); memscope has no
+test asserts to rewrite.
 """
 
 from __future__ import annotations

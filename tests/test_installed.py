@@ -1,0 +1,41 @@
+"""memscope installed as a user installs it (not editable) runs a pytest suite
+that treats warnings as errors, as ``python -m pytest`` does.
+
+pytest marks an installed plugin's package for assertion rewriting; memscope is
+imported before pytest starts, and the warning that it cannot be rewritten would
+end, under ``filterwarnings = error``, every suite run under ``memscope run``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_memscope_run_pytest_with_warnings_as_errors_from_a_plain_install(
+        tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-compile", "--target", str(site), str(ROOT)],
+                   check=True, capture_output=True, timeout=600)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    (project / "test_one.py").write_text(
+        "import jax, jax.numpy as jnp\n\n"
+        "def test_double():\n"
+        "    assert jax.jit(lambda x: x * 2)(jnp.ones(3)).sum() == 6\n")
+    env = {**os.environ, "PYTHONPATH": str(site), "JAX_PLATFORMS": "cpu"}
+    command = ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    plain = subprocess.run([sys.executable, *command], cwd=project, env=env,
+                           capture_output=True, text=True, timeout=300)
+    measured = subprocess.run([sys.executable, "-m", "memscope", "run", "-q", *command],
+                              cwd=project, env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert measured.returncode == 0, measured.stdout + measured.stderr
+    assert "1 passed" in measured.stdout

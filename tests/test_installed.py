@@ -8,16 +8,21 @@ end, under ``filterwarnings = error``, every suite run under ``memscope run``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_memscope_run_pytest_with_warnings_as_errors_from_a_plain_install(
         tmp_path: Path) -> None:
+    if importlib.util.find_spec("pip") is None:  # CI's older series: environments made by uv
+        pytest.skip("this environment has no pip to install memscope with")
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                     "--no-compile", "--target", str(site), str(ROOT)],

@@ -829,7 +829,7 @@ def checkpoint_policies(jaxpr: Any) -> tuple[tuple[str, ...], bool]:
     whether it has a ``scan``: the rematerialization the user already wrote."""
     names: list[str] = []
     scan = False
-    for eqn in _all_eqns(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr):
+    for eqn in _all_eqns(jaxpr):
         if eqn.primitive.name in ("checkpoint", "remat2", "remat"):
             policy = eqn.params.get("policy")
             names.append(_policy_name(policy))
@@ -845,7 +845,7 @@ def transposes(jaxpr: Any) -> bool:
     nothing in reverse mode, and is not traced again to look for it.
     """
     return any("transpose(" in str(eqn.source_info.name_stack)
-               for eqn in _all_eqns(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr))
+               for eqn in _all_eqns(jaxpr))
 
 
 def _policy_name(policy: Any) -> str:
@@ -871,7 +871,7 @@ def lowers_with_foreign_rules(jaxpr: Any) -> bool:
     code may count or print, as Equinox's own tests do."""
     tables = [_mlir._lowerings, *_mlir._platform_specific_lowerings.values()]
     seen: set[Any] = set()
-    for eqn in _all_eqns(jaxpr.jaxpr if hasattr(jaxpr, "jaxpr") else jaxpr):
+    for eqn in _all_eqns(jaxpr):
         primitive = eqn.primitive
         if primitive in seen:
             continue
@@ -905,6 +905,8 @@ def _runs_foreign_code(fun: Any, depth: int = 3) -> bool:
 
 
 def _all_eqns(jaxpr: Any) -> Iterator[Any]:
+    """Every equation of ``jaxpr`` (open or closed) and of the jaxprs inside it."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr's open jaxpr
     for eqn in jaxpr.eqns:
         yield eqn
         for sub in _core.jaxprs_in_params(eqn.params):

@@ -535,13 +535,14 @@ def without_call_arrays(traced: Any) -> Any:
 
     JAX 0.7's ``Traced`` binds the call's arguments into its lowering function
     (``_lfg``), where lowering reads only their shardings and layouts; kept for a
-    pending variant, it would keep the user's arrays alive. From JAX 0.8 a
+    pending variant, it would keep the user's arrays (and Refs) alive. From JAX 0.8 a
     ``Traced`` holds abstract values only, and is returned as it is.
     """
     if _TRACED_META_TYS:
         return traced
     lfg = traced._lfg
-    facts = [_ArgumentFacts(x) if isinstance(x, jax.Array) else x for x in lfg.args[0]]
+    facts = [_ArgumentFacts(x) if isinstance(x, jax.Array) or is_ref(x) else x
+             for x in lfg.args[0]]
     bound = functools.partial(lfg.func, facts, *lfg.args[1:], **lfg.keywords)
     return type(traced)(bound, traced._params, traced._in_tree, traced._out_tree,
                         traced._num_consts)
@@ -590,6 +591,114 @@ def partition_spec_text(spec: Any) -> str:
     text = str(spec)
     old = "PartitionSpec("
     return f"P({text[len(old):]}" if text.startswith(old) else text
+
+
+# ------------------------------------------------------------------- refs --
+
+#: ``jax.Ref`` (``jax.new_ref``) is ``core.Ref`` from JAX 0.7.2; 0.7.0 and 0.7.1
+#: named it ``ArrayRef`` / ``MutableArray`` (unsupported for Refs: see
+#: docs/versions.md). ``None`` where this JAX has none.
+_REF_TYPE: Any = getattr(_core, "Ref", None)
+#: ``jax.empty_ref``, ``jax.free_ref``, ``jax.freeze`` and ``jax.vjp(...).with_refs``
+#: came with JAX 0.9.
+REF_LIFETIME_API: bool = all(hasattr(jax, n) for n in ("empty_ref", "free_ref", "freeze"))
+
+#: What a jitted function does with a Ref it is given or closes over, from the
+#: read, write and accumulate effects JAX records on the traced jaxpr.
+RefAccess = str  # "updated" | "read" | "written" | "unused"
+
+
+def is_ref(x: Any) -> bool:
+    """True for a ``jax.Ref`` (``jax.new_ref``) held at the top level, not a
+    tracer of one."""
+    return _REF_TYPE is not None and isinstance(x, _REF_TYPE) and not is_tracer(x)
+
+
+def ref_array(x: Any) -> Any:
+    """The ``jax.Array`` that holds a Ref's buffer now (``Ref._refs._buf``), for
+    reading its address only; ``None`` for a Ref built of several arrays (a
+    "high" Ref). JAX writes each call's new value into this same object
+    (``_replace_with``), so it is never to be kept."""
+    buf = getattr(getattr(x, "_refs", None), "_buf", None)
+    return buf if isinstance(buf, jax.Array) else None
+
+
+def is_ref_aval(aval: Any) -> bool:
+    """True for the abstract value of a Ref (``jax.typeof(ref)``: ``Ref{f32[4]}``)."""
+    from jax._src.state.types import AbstractRef
+
+    return isinstance(aval, AbstractRef)
+
+
+@dataclass(frozen=True)
+class RefLayout:
+    """How JAX lowered a call's Refs (``pxla._discharge_refs``): each Ref the
+    program keeps becomes an extra result of ``main`` aliased to its argument,
+    and each Ref it closes over an extra argument after the kept ones.
+
+    ``writes_back`` has one entry per non-token result of ``main``: the
+    non-token argument whose Ref it holds the new value of, else ``None``.
+    ``closed_over`` counts the Refs appended to the arguments.
+    """
+
+    writes_back: tuple[int | None, ...]
+    closed_over: int
+
+
+def ref_layout(lowered: Any) -> RefLayout | None:
+    """The lowering's ``MutationData`` (its compile arguments' ``mut``) as
+    indices; ``None`` when the program has no Ref argument (0.7 to 0.10)."""
+    mut = lowered._lowering.compile_args.get("mut")
+    if mut is None:
+        return None
+    return RefLayout(writes_back=tuple(mut.out_mut), closed_over=len(mut.in_mut))
+
+
+def closed_over_refs(lowered: Any) -> list[Any]:
+    """The Refs a lowered program closes over, in the order JAX appended them to
+    ``main``'s arguments. The caller reads them and lets go."""
+    mut = lowered._lowering.compile_args.get("mut")
+    return [] if mut is None else list(mut.in_mut)
+
+
+def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefAccess | None, ...],
+                                             list[tuple[Any, RefAccess]]]:
+    """What the traced program does with each Ref: per argument (``None`` for
+    one that is not a Ref), and ``(ref, access)`` for each Ref it closes over.
+
+    JAX records a read, write or accumulate effect per Ref on the traced jaxpr
+    (also for uses inside ``scan``, ``cond`` and inner jits). JAX 0.7 to 0.9 name
+    the Ref by its position in ``constvars + invars`` (``input_index``); JAX 0.10
+    by its variable (``input``).
+    """
+    from jax._src.state import types as state
+
+    jaxpr = closed_jaxpr.jaxpr
+    variables = [*jaxpr.constvars, *jaxpr.invars]
+    seen: dict[int, set[str]] = {}
+    for effect in closed_jaxpr.effects:
+        if not isinstance(effect, state.RefEffect):
+            continue
+        where = getattr(effect, "input", getattr(effect, "input_index", None))
+        if not isinstance(where, int):
+            where = next((i for i, v in enumerate(variables) if v is where), None)
+        if where is None:
+            continue
+        kind = ("read" if isinstance(effect, state.ReadEffect) else
+                "written" if isinstance(effect, state.WriteEffect) else "updated")
+        seen.setdefault(where, set()).add(kind)
+
+    def access(i: int) -> RefAccess:
+        kinds = seen.get(i, set())
+        if "updated" in kinds or kinds == {"read", "written"}:
+            return "updated"
+        return next(iter(kinds)) if kinds else "unused"
+
+    n = len(jaxpr.constvars)
+    args = tuple(access(n + i) if is_ref_aval(v.aval) else None
+                 for i, v in enumerate(jaxpr.invars))
+    consts = [(c, access(i)) for i, c in enumerate(closed_jaxpr.consts) if is_ref(c)]
+    return args, consts
 
 
 # ------------------------------------------------------------- signatures --

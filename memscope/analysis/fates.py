@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from memscope.compiled.program import Program
-from memscope.report import InputBuffer, InputFate, OutputBuffer, OutputFate
+from memscope.report import (
+    REF_ACCESSES,
+    InputBuffer,
+    InputFate,
+    OutputBuffer,
+    OutputFate,
+    RefAccess,
+)
 
 
 def classify(program: Program, warnings: Sequence[str] = ()
@@ -42,8 +49,13 @@ def classify(program: Program, warnings: Sequence[str] = ()
         arg = arg_of_input.get(i)
         fate: InputFate
         partner = None
+        ref = _ref_access(program.ref_access(i), arg)
         if arg is None:
             fate = "pruned"
+        elif ref is not None:
+            # JAX aliases every Ref it keeps to its own new value (a result that
+            # is none of the call's outputs), donated or not.
+            fate = "aliased" if program.requested_alias[arg] is not None else "not_donated"
         elif not program.donated[i]:
             fate = "not_donated"
         elif program.requested_alias[arg] is not None:
@@ -56,7 +68,7 @@ def classify(program: Program, warnings: Sequence[str] = ()
             path=leaf.path, shape=leaf.shape, dtype=leaf.dtype, bytes=leaf.nbytes,
             donated=program.donated[i], fate=fate, output=partner,
             sharding=leaf.sharding, parameter=arg, shard_shape=leaf.shard_shape,
-            device_bytes=leaf.device_bytes))
+            device_bytes=leaf.device_bytes, ref=ref))
 
     outputs = []
     for result, out in enumerate(program.result_outputs):
@@ -77,6 +89,33 @@ def classify(program: Program, warnings: Sequence[str] = ()
                                     sharding=leaf.sharding, shard_shape=leaf.shard_shape,
                                     device_bytes=leaf.device_bytes))
     return _mark_warned(tuple(inputs), program, warnings), tuple(outputs)
+
+
+def _ref_access(access: str | None, arg: int | None) -> RefAccess | None:
+    if access is None:
+        return None
+    if arg is None:
+        return "unused"
+    for known in REF_ACCESSES:
+        if access == known:
+            return known
+    return "updated"  # an effect this version does not name: read and written
+
+
+def closed_over(program: Program) -> tuple[InputBuffer, ...]:
+    """The Refs ``program`` closes over, each with its fate: JAX passes each one
+    as an argument aliased to its own new value, like a Ref argument."""
+    result = []
+    for leaf, access, arg in zip(program.closed_refs, program.closed_ref_access,
+                                 program.closed_ref_args, strict=True):
+        aliased = arg < len(program.requested_alias) and \
+            program.requested_alias[arg] is not None
+        result.append(InputBuffer(
+            path=leaf.path, shape=leaf.shape, dtype=leaf.dtype, bytes=leaf.nbytes,
+            donated=False, fate="aliased" if aliased else "not_donated",
+            sharding=leaf.sharding, parameter=arg, shard_shape=leaf.shard_shape,
+            device_bytes=leaf.device_bytes, ref=_ref_access(access, arg)))
+    return tuple(result)
 
 
 _NOT_USABLE = re.compile(r"Some donated buffers were not usable:\s*(.*?)\.\s*(?:\n|$)")

@@ -52,3 +52,15 @@ class Program:
     hlo: HloFacts
     #: devices the program runs on (its figures are per device); None if unknown
     devices: int | None = None
+    #: per input: what the program does with it when it is a ``jax.Ref``
+    #: (``updated``, ``read``, ``written``, ``unused``), else None; empty: no Ref
+    refs: tuple[str | None, ...] = ()
+    #: the Refs the function closes over (JAX passes each as an extra argument
+    #: after the kept ones), what it does with each, and each one's main argument
+    closed_refs: tuple[Leaf, ...] = ()
+    closed_ref_access: tuple[str, ...] = ()
+    closed_ref_args: tuple[int, ...] = ()
+
+    def ref_access(self, i: int) -> str | None:
+        """What the program does with input ``i`` if it is a Ref, else None."""
+        return self.refs[i] if i < len(self.refs) else None

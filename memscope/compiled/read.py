@@ -9,7 +9,7 @@ executable JAX runs and never compiles a second time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,18 +66,21 @@ def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> C
     return CompiledHandles(_compat.without_call_arrays(traced), lowered, lowered.compile())
 
 
-def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = ()) -> CompiledFacts:
+def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = (),
+                 ref_names: Mapping[int, str] | None = None) -> CompiledFacts:
     """Read the memory figures and buffer facts of the executable in ``handles``.
 
     ``shardings`` holds each flat dynamic input's ``jax.sharding.Sharding``
-    (``None`` for a non-array).
+    (``None`` for a non-array); ``ref_names`` names, by ``id``, the Refs the
+    function closes over.
     """
     return read_stages(handles.traced, handles.lowered, handles.compiled,
-                       shardings=shardings)
+                       shardings=shardings, ref_names=ref_names)
 
 
 def read_stages(traced: Any, lowered: Any, compiled: Any, *,
-                shardings: Sequence[Any] = ()) -> CompiledFacts:
+                shardings: Sequence[Any] = (),
+                ref_names: Mapping[int, str] | None = None) -> CompiledFacts:
     """Read one compiled program from its three stages (``jax.stages``): the
     executable ``compiled``, the ``lowered`` module it came from, and the
     ``traced`` call that names its arguments."""
@@ -86,7 +89,8 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     buffers, error = read_buffers(stats, module)
     liveness, liveness_error = read_liveness(module, buffers)
     return CompiledFacts(memory=memory_figures(stats),
-                         program=_program(traced, lowered, compiled, shardings, module),
+                         program=_program(traced, lowered, compiled, shardings, module,
+                                          ref_names),
                          buffers=buffers, buffers_error=error, liveness=liveness,
                          liveness_error=liveness_error)
 
@@ -211,7 +215,8 @@ def _device_count(shardings: Sequence[Any]) -> int | None:
 
 
 def _program(traced: Any, lowered: Any, compiled: Any,
-             shardings: Sequence[Any], module: Any = None) -> Program:
+             shardings: Sequence[Any], module: Any = None,
+             ref_names: Mapping[int, str] | None = None) -> Program:
     arg_infos = jax.tree_util.tree_leaves(traced.args_info)
     out_infos = jax.tree_util.tree_leaves(traced.out_info)
     arg_names = _compat.flat_arg_names(traced)
@@ -222,36 +227,54 @@ def _program(traced: Any, lowered: Any, compiled: Any,
         result_paths = None
 
     layout = _compat.parameter_layout(lowered)
+    refs = _compat.ref_layout(lowered)
     main = _compat.main_signature(lowered)
     arg_inputs: list[int | None] = []
+    closed_ref_args: list[int] = []
     kept = iter(layout.kept)
-    for attrs in main.args:
+    closed_left = refs.closed_over if refs is not None else 0
+    for arg, attrs in enumerate(main.args):
         if attrs.get("jax.token"):
             arg_inputs.append(None)
             continue
         flat = next(kept, None)
+        if flat is None and closed_left:  # a Ref the function closes over
+            closed_left -= 1
+            closed_ref_args.append(arg)
+            arg_inputs.append(None)
+            continue
         if flat is None:
             raise CompiledReadError("the lowered main has more arguments than JAX kept")
         arg_inputs.append(flat - layout.num_const_args if flat >= layout.num_const_args
                           else None)
-    if next(kept, None) is not None:
+    if next(kept, None) is not None or closed_left:
         raise CompiledReadError("JAX kept more arguments than the lowered main has")
 
+    # Each Ref kept is also a result (its new value, aliased to its argument):
+    # not one of the call's outputs.
+    writes_back = refs.writes_back if refs is not None else ()
     result_outputs: list[int | None] = []
-    outputs_seen = 0
+    outputs_seen = results_seen = 0
     for attrs in main.results:
         if attrs.get("jax.token"):
+            result_outputs.append(None)
+            continue
+        ref_result = results_seen < len(writes_back) and writes_back[results_seen] is not None
+        results_seen += 1
+        if ref_result:
             result_outputs.append(None)
         else:
             result_outputs.append(outputs_seen)
             outputs_seen += 1
     if outputs_seen != len(out_infos):
         raise CompiledReadError("the lowered main's results do not match the outputs")
+    accesses, closed = _compat.ref_accesses(traced.jaxpr)
 
     if module is None:
         module = _compat.optimized_hlo_module_protos(compiled)[0]
     hlo = read_module(module, tuple_args=layout.tuple_args)
     alias_attr = [a.get("tf.aliasing_output") for a in main.args]
+    ref_names = ref_names or {}
     out_shardings = _output_shardings(compiled, len(out_infos))
     return Program(
         inputs=_leaves(arg_infos, arg_names, "arg", shardings),
@@ -264,4 +287,25 @@ def _program(traced: Any, lowered: Any, compiled: Any,
         requested_donor=tuple(bool(a.get("jax.buffer_donor")) for a in main.args),
         hlo=hlo,
         devices=_device_count([*shardings, *out_shardings]),
+        refs=accesses if any(a is not None for a in accesses) else (),
+        **_closed_refs(lowered, closed, closed_ref_args, ref_names),
     )
+
+
+def _closed_refs(lowered: Any, closed: list[tuple[Any, str]], args: list[int],
+                 names: Mapping[int, str]) -> dict[str, Any]:
+    """The :class:`Program` fields of the Refs a function closes over, each named
+    as the user's code names it (``names``: by ``id``), else ``closed-over Ref #k``.
+    The Refs are read here and let go."""
+    kept = _compat.closed_over_refs(lowered)
+    access = {id(ref): a for ref, a in closed}
+    leaves = []
+    for k, ref in enumerate(kept):
+        aval = jax.typeof(ref)
+        sharding = getattr(ref, "sharding", None)
+        (leaf,) = _leaves([aval], [names.get(id(ref), f"closed-over Ref #{k}")], "",
+                          [sharding])
+        leaves.append(leaf)
+    return {"closed_refs": tuple(leaves),
+            "closed_ref_access": tuple(access.get(id(ref), "updated") for ref in kept),
+            "closed_ref_args": tuple(args)}

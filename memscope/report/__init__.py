@@ -26,6 +26,7 @@ from memscope.report.files import (
 from memscope.report.function import (
     INPUT_FATES,
     OUTPUT_FATES,
+    REF_ACCESSES,
     Advice,
     Differentiation,
     FitRow,
@@ -40,6 +41,7 @@ from memscope.report.function import (
     Recompile,
     RecompileKind,
     RecompileReason,
+    RefAccess,
     Remat,
     RematAdvice,
     RematVariant,
@@ -91,6 +93,7 @@ from memscope.report.run import (
 __all__ = [
     "INPUT_FATES",
     "OUTPUT_FATES",
+    "REF_ACCESSES",
     "SCHEMA",
     "Advice",
     "AllocationGroup",
@@ -131,6 +134,7 @@ __all__ = [
     "Recompile",
     "RecompileKind",
     "RecompileReason",
+    "RefAccess",
     "Remat",
     "RematAdvice",
     "RematVariant",

@@ -11,7 +11,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis import advice, observed, oom
-from memscope.analysis.fates import classify
+from memscope.analysis.fates import classify, closed_over
 from memscope.analysis.live import memory_view
 from memscope.analysis.recompiles import SignatureShape, explain
 from memscope.capturing.between import DonationLedger, signature_shape
@@ -48,8 +48,10 @@ def function_report(entry: Entry) -> FunctionReport:
     inputs: tuple[InputBuffer, ...] = ()
     outputs: tuple[OutputBuffer, ...] = ()
     findings: tuple[str, ...] = ()
+    refs: tuple[InputBuffer, ...] = ()
     if entry.facts is not None:
         inputs, outputs = classify(entry.facts.program, entry.warnings)
+        refs = closed_over(entry.facts.program)
         inputs = advice.annotate(inputs, outputs,
                                  same_size_donors=_compat.SAME_SIZE_DONORS)
         if entry.observation is not None:
@@ -68,7 +70,7 @@ def function_report(entry: Entry) -> FunctionReport:
         compile_seconds=entry.compile_seconds, first_call=entry.first_call,
         remat=entry.remat,
         jit_site=entry.jit_site, jit_file_sha256=entry.jit_file_sha256,
-        call_site=entry.call_site,
+        call_site=entry.call_site, closed_over_refs=refs,
         devices=entry.facts.program.devices if entry.facts is not None else None,
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None),

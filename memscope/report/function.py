@@ -22,8 +22,13 @@ InputFate = Literal["aliased", "donor", "unusable", "pruned", "not_donated"]
 OutputFate = Literal["reuses_input", "copy_of_input", "new"]
 VariantName = Literal["none", "all", "advised", "requested"]
 Observed = Literal["confirmed", "not_reused", "n/a"]
+#: What a jitted function does with a ``jax.Ref`` it is given or closes over:
+#: reads and writes it (``updated``: JAX writes the new value into the Ref's
+#: own buffer), only reads it, only writes it, or never touches it (pruned).
+RefAccess = Literal["updated", "read", "written", "unused"]
 
 INPUT_FATES: tuple[str, ...] = get_args(InputFate)
+REF_ACCESSES: tuple[str, ...] = get_args(RefAccess)
 OUTPUT_FATES: tuple[str, ...] = get_args(OutputFate)
 
 
@@ -57,6 +62,9 @@ class InputBuffer:
     #: its shape and bytes on each device it is sharded over (``None``: unknown)
     shard_shape: tuple[int, ...] | None = None
     device_bytes: int | None = None
+    #: for a ``jax.Ref``: what the program does with it (``None``: not a Ref). A
+    #: Ref the program keeps is ``aliased`` to its own new value, in place.
+    ref: RefAccess | None = None
 
 
 @dataclass(frozen=True)
@@ -354,6 +362,10 @@ class FunctionReport:
     jit_file_sha256: str | None = None
     #: ``path:line`` of the user's code that made the first call of this signature
     call_site: str | None = None
+    #: the ``jax.Ref`` s the function closes over, named as the user's code names
+    #: them (``closed-over Ref #k`` where memscope could not tell): JAX passes
+    #: each as an extra argument, updated in place like a Ref argument
+    closed_over_refs: tuple[InputBuffer, ...] = ()
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""

@@ -25,6 +25,12 @@ class Observation:
     inputs_before: tuple[Addresses, ...]
     inputs_deleted: tuple[bool | None, ...]
     outputs_after: tuple[Addresses, ...]
+    #: per input: where a ``jax.Ref``'s buffer is after the call (``None``: not a Ref)
+    refs_after: tuple[Addresses, ...] = ()
+    #: the Refs the function closes over (in the compiled program's order):
+    #: their buffers before and after the call; ``None`` where not seen
+    closed_before: tuple[Addresses, ...] = ()
+    closed_after: tuple[Addresses, ...] = ()
 
 
 def _expects_reuse(b: InputBuffer) -> bool:
@@ -45,6 +51,14 @@ def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
     result, findings = [], []
     for i, b in enumerate(inputs):
         before = seen.inputs_before[i]
+        if b.ref is not None:
+            after = seen.refs_after[i] if i < len(seen.refs_after) else None
+            ref, found = _ref_check(b, before, after)
+            hits = sorted({j for a in before or () for j in landed.get(a, [])})
+            result.append(ref)
+            findings += found + [f"{b.path} is a Ref, yet {outputs[j].path} landed in its "
+                                 "buffer" for j in hits]
+            continue
         hits = sorted({j for a in before or () for j in landed.get(a, [])})
         observed: Observed
         if not b.donated or before is None:
@@ -80,3 +94,30 @@ def _disagreements(b: InputBuffer, observed: Observed, deleted: bool | None,
         found.append(f"{b.path} ({b.fate}) was {state}, unlike what the compiled program "
                      "says of its buffer")
     return found
+
+
+def _ref_check(b: InputBuffer, before: Addresses, after: Addresses
+               ) -> tuple[InputBuffer, list[str]]:
+    """A Ref JAX keeps must hold its new value in its own buffer after the call:
+    ``confirmed`` when its address is unchanged; ``n/a`` when pruned or unread."""
+    if b.fate == "pruned" or before is None or after is None:
+        return replace(b, observed="n/a"), []
+    if before == after:
+        return replace(b, observed="confirmed"), []
+    return replace(b, observed="not_reused"), [
+        f"{b.path} (a Ref, {b.ref}): JAX writes its new value into its own buffer, but "
+        "the buffer moved during the call"]
+
+
+def check_closed(refs: Sequence[InputBuffer], seen: Observation
+                 ) -> tuple[tuple[InputBuffer, ...], tuple[str, ...]]:
+    """The closed-over Refs with ``observed`` set, and the findings (as for
+    Ref arguments: each must keep its buffer through the call)."""
+    if len(seen.closed_after) != len(refs) or len(seen.closed_before) != len(refs):
+        return tuple(refs), ()
+    result, findings = [], []
+    for b, before, after in zip(refs, seen.closed_before, seen.closed_after, strict=True):
+        checked, found = _ref_check(b, before, after)
+        result.append(checked)
+        findings += found
+    return tuple(result), tuple(findings)

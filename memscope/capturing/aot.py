@@ -18,7 +18,7 @@ import jax
 from memscope import _compat
 from memscope.capturing import keys, reading
 from memscope.capturing.entry import Entry
-from memscope.capturing.observe import addresses, any_pending, observe
+from memscope.capturing.observe import addresses, any_pending, leaf_sharding, observe
 from memscope.compiled.read import CompiledHandles
 from memscope.program import sites
 
@@ -111,7 +111,7 @@ class Compiled(Stage):
         session.observed(entry, observation)
         entry.library = origin._memscope_library
         origin.stamp(entry)
-        shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
+        shardings = [leaf_sharding(x) for x in leaves]
         handles = None
         try:
             traced = self._memscope_traced

@@ -26,10 +26,16 @@ import jax
 
 from memscope import _compat
 from memscope.analysis import oom
-from memscope.capturing import between, keys, reading, wrappers
+from memscope.capturing import between, keys, reading, refs, wrappers
 from memscope.capturing.arguments import argument_values, call_arguments
 from memscope.capturing.entry import Entry
-from memscope.capturing.observe import addresses, any_pending, observe
+from memscope.capturing.observe import (
+    addresses,
+    any_pending,
+    closed_refs_seen,
+    leaf_sharding,
+    observe,
+)
 from memscope.capturing.session import Session
 from memscope.compiled.read import (
     take_compiled,
@@ -192,6 +198,8 @@ class MeasuredJit:
             self._merged(entry, key, leaves)
             return out, entry
         before = [addresses(x) for x in leaves]
+        visible = refs.visible_refs(self._memscope_fun)
+        refs_before = {id(ref): addresses(ref) for _, ref in visible}
         donated = self._donation_check(leaves, before, args, kwargs)
         late = any_pending(leaves)
         memory_before = session.device_memory()
@@ -213,6 +221,8 @@ class MeasuredJit:
             handles = take_compiled(self._memscope_jitted, args, kwargs)
         except Exception as e:  # never let the measurement break the program
             handles_error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        if handles is not None:
+            observation = closed_refs_seen(observation, handles, refs_before)
         # Another function object of the same code (a jit made in a loop) is the
         # same entry only where XLA compiled the same program: globals and
         # constants it reads may differ (a fingerprint of a few microseconds).
@@ -240,7 +250,7 @@ class MeasuredJit:
             session.ledger.record(entry, entry.first_call, leaves, donated, NOT_USER)
         if memory_before is not None and memory_after is not None:
             entry.measured = MeasuredMemory(memory_before[0], *memory_after)
-        shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
+        shardings = [leaf_sharding(x) for x in leaves]
         if handles_error is not None:
             entry.error = handles_error
         if session.keep_calls:
@@ -256,7 +266,8 @@ class MeasuredJit:
                                        session.remat_flops)
             # The read and the variants, off the program's path (memscope.capturing.worker).
             session.defer(functools.partial(reading.analyse, session, entry, self._memscope_fun,
-                                            handles, shardings, _compat.config_snapshot(), plan))
+                                            handles, shardings, _compat.config_snapshot(), plan,
+                                            {id(ref): name for name, ref in visible}))
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out, entry
@@ -325,7 +336,7 @@ class MeasuredJit:
             return
         self._memscope_seen[key] = entry
         if handles is not None:
-            shardings = [x.sharding if isinstance(x, jax.Array) else None for x in leaves]
+            shardings = [leaf_sharding(x) for x in leaves]
             session.defer(functools.partial(reading.analyse, session, entry, self._memscope_fun,
                                             handles, shardings, _compat.config_snapshot()))
 

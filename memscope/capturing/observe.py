@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -35,6 +35,8 @@ class Unread:
     inputs_before: tuple[Addresses, ...]
     inputs_deleted: tuple[bool | None, ...]
     outputs: tuple[weakref.ref[Any] | None, ...]
+    #: the call's Ref arguments (their buffers are read with the outputs')
+    refs: tuple[weakref.ref[Any] | None, ...] = ()
 
     def read(self, *, final: bool) -> Observation | Failed | None:
         """The observation once every output is ready (``final``: waits); the
@@ -51,7 +53,9 @@ class Unread:
         if failure is not None:
             return Failed(failure, tuple(live))
         return Observation(self.inputs_before, self.inputs_deleted,
-                           tuple(addresses(a) for a in arrays))
+                           tuple(addresses(a) for a in arrays),
+                           refs_after=tuple(None if r is None else addresses(r())
+                                            for r in self.refs))
 
 
 def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: bool
@@ -62,14 +66,44 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: b
     outputs = jax.tree_util.tree_leaves(out)
     arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
     deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)
+    refs = [x if _compat.is_ref(x) else None for x in leaves]
     if late and any(_compat.allocated_late(y) for y in arrays):
         return Unread(tuple(before), deleted,
                       tuple(weakref.ref(y) if isinstance(y, jax.Array) else None
-                            for y in outputs))
+                            for y in outputs),
+                      tuple(None if r is None else weakref.ref(r) for r in refs))
     failure = next((f for y in arrays if (f := _compat.buffer_failure(y))), None)
     if failure is not None:
         return Failed(failure, tuple(arrays))
-    return Observation(tuple(before), deleted, tuple(addresses(y) for y in outputs))
+    return Observation(tuple(before), deleted, tuple(addresses(y) for y in outputs),
+                       refs_after=tuple(None if r is None else addresses(r) for r in refs))
+
+
+def closed_refs_seen(seen: Observation | Unread | Failed, handles: Any,
+                     before: dict[int, Addresses]) -> Observation | Unread | Failed:
+    """``seen`` with the buffers of the Refs the call's program closes over:
+    before the call where memscope saw the Ref then (``before``, by ``id``), and
+    now. The Refs are read and let go."""
+    if not isinstance(seen, Observation):
+        return seen
+    try:
+        closed = _compat.closed_over_refs(handles.lowered)
+    except Exception:  # never let the measurement break the program
+        return seen
+    if not closed:
+        return seen
+    return replace(seen, closed_before=tuple(before.get(id(r)) for r in closed),
+                   closed_after=tuple(addresses(r) for r in closed))
+
+
+def leaf_sharding(x: Any) -> Any:
+    """A flat leaf's sharding (a Ref's, of its buffer); ``None`` for a non-array."""
+    if isinstance(x, jax.Array) or _compat.is_ref(x):
+        try:
+            return x.sharding
+        except Exception:  # a Ref built of several arrays
+            return None
+    return None
 
 
 def any_pending(leaves: Sequence[Any]) -> bool:
@@ -78,7 +112,10 @@ def any_pending(leaves: Sequence[Any]) -> bool:
 
 
 def addresses(x: Any) -> Addresses:
-    """The device address of each addressable shard of ``x``, as integers."""
+    """The device address of each addressable shard of ``x`` (of the buffer a
+    ``jax.Ref`` holds now), as integers."""
+    if _compat.is_ref(x):
+        x = _compat.ref_array(x)
     if not isinstance(x, jax.Array) or x.is_deleted() or _compat.buffer_failure(x, wait=False):
         return None  # a failed computation's array has no buffer to read (see _compat)
     try:

@@ -23,18 +23,20 @@ from memscope.variants import donations, remat
 
 def analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: CompiledHandles,
             shardings: list[Any], settings: _compat.ConfigSnapshot,
-            plan: remat.Plan | None = None) -> None:
+            plan: remat.Plan | None = None, ref_names: dict[int, str] | None = None) -> None:
     """Read the compiled program of ``entry``'s first call, then hand the
     recorded call to the variants (in the worker thread, under the JAX settings
     the call ran with). ``fun`` is the jitted function (the parameters a
-    requested donation may name)."""
+    requested donation may name); ``ref_names`` names, by ``id``, the Refs it
+    can see (:mod:`memscope.capturing.refs`)."""
     with contextlib.suppress(Exception):
         texts = tuple(describe_sharding(s) for s in shardings)
         session.publish(lambda: setattr(entry, "shardings", texts))
     try:
         with _compat.applied_config(settings):
             facts = wrappers.renamed(entry.wrapper,
-                                     read_handles(handles, shardings=shardings))
+                                     read_handles(handles, shardings=shardings,
+                                                  ref_names=ref_names))
             session.publish(lambda: setattr(entry, "facts", facts))
         if facts is None or entry.library is not None or not (
                 session.advice != "off" or session.request or plan is not None):

@@ -56,6 +56,8 @@ def function_report(entry: Entry) -> FunctionReport:
                                  same_size_donors=_compat.SAME_SIZE_DONORS)
         if entry.observation is not None:
             inputs, findings = observed.check(inputs, outputs, entry.observation)
+            refs, closed_findings = observed.check_closed(refs, entry.observation)
+            findings += closed_findings
     memory = entry.facts.memory if entry.facts is not None else None
     variants = tuple(_variant(v) for v in entry.variants)
     timeline, live, timeline_note = _memory_view(entry, inputs, memory)

@@ -1,0 +1,78 @@
+"""The ``jax.Ref`` s a jitted function can see without being given them: what it
+closes over, the module globals it names, a bound method's object.
+
+JAX passes such a Ref to the compiled program as an extra argument, updated in
+place (``pxla._move_mutable_consts``); it knows the Ref but not the user's name
+for it. Looked up at a signature's first call only, before the call: names and
+``id`` s are kept, never the Refs.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from memscope import _compat
+
+#: How deep into dicts, lists, tuples and objects' attributes to look, and how
+#: many values to look at in all (a first call's cost stays microseconds).
+_DEPTH = 3
+_BUDGET = 256
+
+
+def visible_refs(fun: Any) -> list[tuple[str, Any]]:
+    """``(name, ref)`` for each Ref ``fun`` can reach by name: its closure cells,
+    the globals its code names, a bound method's ``self``, a partial's arguments
+    (``state``, ``self.cache``, ``refs['a']``). The first name found wins."""
+    found: dict[int, tuple[str, Any]] = {}
+    seen: set[int] = set()
+    try:
+        for name, value in _roots(fun):
+            for path, ref in _walk(name, value, _DEPTH, seen):
+                found.setdefault(id(ref), (path, ref))
+    except Exception:  # the user's objects must never fail the call
+        return list(found.values())
+    return list(found.values())
+
+
+def _roots(fun: Any) -> Iterator[tuple[str, Any]]:
+    while isinstance(fun, types.MethodType):
+        yield "self", fun.__self__
+        fun = fun.__func__
+    fun = getattr(fun, "__wrapped__", fun)
+    code = getattr(fun, "__code__", None)
+    if code is None:
+        return
+    for name, cell in zip(code.co_freevars, getattr(fun, "__closure__", None) or (),
+                          strict=False):
+        try:
+            yield name, cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    module_globals = getattr(fun, "__globals__", {})
+    for name in code.co_names:
+        if name in module_globals:
+            yield name, module_globals[name]
+
+
+def _walk(path: str, value: Any, depth: int, seen: set[int]) -> Iterator[tuple[str, Any]]:
+    if _compat.is_ref(value):
+        yield path, value
+        return
+    if depth == 0 or len(seen) >= _BUDGET or id(value) in seen or isinstance(value, type | types.ModuleType
+                                                      | types.FunctionType):
+        return
+    seen.add(id(value))
+    if isinstance(value, dict):
+        for k, v in list(value.items())[:64]:
+            yield from _walk(f"{path}[{k!r}]", v, depth - 1, seen)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value[:64]):
+            yield from _walk(f"{path}[{i}]", v, depth - 1, seen)
+    else:
+        attributes = getattr(value, "__dict__", None)
+        if isinstance(attributes, dict):
+            for k, v in list(attributes.items())[:64]:
+                if isinstance(k, str) and not k.startswith("__"):
+                    yield from _walk(f"{path}.{k}", v, depth - 1, seen)

@@ -74,7 +74,9 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]
             free[_aval(o)].append(j)
     copied = {o.input: j for j, o in enumerate(outputs) if o.fate == "copy_of_input"}
     chosen: dict[int, int] = {}
-    open_inputs = [i for i, b in enumerate(inputs) if b.fate == "not_donated"]
+    # A jax.Ref is updated in place by JAX itself: never a candidate.
+    open_inputs = [i for i, b in enumerate(inputs)
+                   if b.fate == "not_donated" and b.ref is None]
     for i in open_inputs:
         copy = copied.get(inputs[i].path)
         if copy is not None and copy in free[_aval(inputs[i])]:
@@ -133,7 +135,9 @@ def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
     result = []
     for i, b in enumerate(inputs):
         reason = None
-        if b.fate == "donor":
+        if b.ref is not None:
+            reason = _ref_reason(b)
+        elif b.fate == "donor":
             reason = _donor_reason(b, i, pairing, outputs)
         elif b.fate == "unusable":
             reason = _unusable_reason(b, i, pairing, inputs, outputs,
@@ -147,6 +151,16 @@ def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
                       "after the call.")
         result.append(replace(b, candidate=i in chosen, reason=reason))
     return tuple(result)
+
+
+def _ref_reason(b: InputBuffer) -> str | None:
+    """Only a donated Ref needs words: donation does nothing for it."""
+    if not b.donated:
+        return None
+    return (f"{b.path} is a jax.Ref: JAX already writes its new value into its own buffer, "
+            "so donating it saves nothing (JAX may warn it \"not usable\", and donating a "
+            "Ref that an output could take fails to compile). Leave it out of the "
+            "donation.")
 
 
 def _donor_reason(b: InputBuffer, i: int, pairing: _Pairing,

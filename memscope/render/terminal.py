@@ -34,7 +34,14 @@ from memscope.report import (
     Report,
     remat_text,
 )
-from memscope.report.leaves import LeafGroup, bounded_leaves, leaf_reason, select_leaves
+from memscope.report.leaves import (
+    LeafGroup,
+    bounded_leaves,
+    fate_label,
+    leaf_reason,
+    observed_label,
+    select_leaves,
+)
 from memscope.report.summary import (
     FIGURES_SHOWN,
     Finding,
@@ -388,14 +395,16 @@ def _leaf_detail(out: Lines, fn: FunctionReport, which: LeafFilter,
     scope = f" ({', '.join(chosen)})" if chosen else ""
     if heading:
         out.line()
-        out.para(f"leaves of {visible(fn.name)}{scope}: {len(inputs)} of {len(fn.inputs)} "
+        out.para(f"leaves of {visible(fn.name)}{scope}: {len(inputs)} of "
+                 f"{len(fn.inputs) + len(fn.closed_over_refs)} "
                  f"inputs, {len(outputs)} of {len(fn.outputs)} outputs", "    ", "  ",
                  style="bold")
     at_run_time = any(b.observed not in (None, "n/a") for b in inputs)
     header = ["leaf", "shape", "dtype", "size", "donated", "fate", "partner"]
     if at_run_time:
         header.append("at run time")
-    rows = [_input_row(b, at_run_time) for b in inputs]
+    closed = {id(b) for b in fn.closed_over_refs}
+    rows = [_input_row(b, at_run_time, closed_over=id(b) in closed) for b in inputs]
     rows += [[visible(o.path), _shape(o.shape), o.dtype, format_bytes(o.bytes), "",
               o.fate, visible(o.input or ""), *([""] if at_run_time else [])] for o in outputs]
     if rows:
@@ -413,16 +422,18 @@ def _leaf_detail(out: Lines, fn: FunctionReport, which: LeafFilter,
     for b in inputs:
         reason = leaf_reason(b)
         if reason is not None:
-            out.para(f"{visible(b.path)} ({b.fate}): {visible(reason)}", "      ", "    ")
+            out.para(f"{visible(b.path)} ({fate_label(b)}): {visible(reason)}", "      ",
+                     "    ")
 
 
-def _input_row(b: InputBuffer, at_run_time: bool) -> list[str]:
-    partner = b.output or ("candidate" if b.candidate else "")
+def _input_row(b: InputBuffer, at_run_time: bool, *, closed_over: bool = False
+               ) -> list[str]:
+    partner = ("closed over" if closed_over else
+               b.output or ("candidate" if b.candidate else ""))
     row = [visible(b.path), _shape(b.shape), b.dtype, format_bytes(b.bytes),
-           "yes" if b.donated else "no", b.fate, visible(partner)]
+           "yes" if b.donated else "no", fate_label(b), visible(partner)]
     if at_run_time:
-        state = "" if b.deleted is None else (", deleted" if b.deleted else ", alive")
-        row.append("" if b.observed in (None, "n/a") else f"{b.observed}{state}")
+        row.append(observed_label(b))
     return row
 
 

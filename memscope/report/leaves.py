@@ -144,18 +144,33 @@ def bounded_leaves(paths: Sequence[str], limit: int = MAX_LISTED) -> str:
 Buffer = InputBuffer | OutputBuffer
 
 
+def fate_label(b: Buffer) -> str:
+    """The fate a reader sees: a ``jax.Ref``'s by what the program does with it
+    (``ref_updated``, ``ref_read``, ``ref_written``, ``ref_unused``), else ``fate``."""
+    if isinstance(b, InputBuffer) and b.ref is not None:
+        return f"ref_{b.ref}"
+    return b.fate
+
+
 def _observed_label(b: Buffer) -> str | None:
     if not isinstance(b, InputBuffer) or b.observed in (None, "n/a"):
         return None
+    if b.ref is not None:  # a Ref is never deleted: its buffer stays or moves
+        return "same_buffer" if b.observed == "confirmed" else "moved"
     state = "" if b.deleted is None else (", deleted" if b.deleted else ", alive")
     return f"{b.observed}{state}"
+
+
+def observed_label(b: Buffer) -> str:
+    """What the first call showed of ``b``, as the leaf tables say it (empty: nothing)."""
+    return _observed_label(b) or ""
 
 
 def _make_group(path: str, depth: int, leaves: Sequence[Buffer], candidate: set[str]
                 ) -> LeafGroup:
     fates: dict[str, list[Buffer]] = {}
     for b in leaves:
-        fates.setdefault(b.fate, []).append(b)
+        fates.setdefault(fate_label(b), []).append(b)
     observed: dict[str, int] = {}
     for b in leaves:
         label = _observed_label(b)
@@ -275,7 +290,8 @@ def _candidate_partners(fn: FunctionReport) -> dict[str, str]:
 
 
 def _aval(b: Buffer) -> str:
-    return f"{b.dtype}[{','.join(map(str, b.shape))}]"
+    aval = f"{b.dtype}[{','.join(map(str, b.shape))}]"
+    return f"Ref{{{aval}}}" if isinstance(b, InputBuffer) and b.ref is not None else aval
 
 
 def argument_signatures(fn: FunctionReport) -> tuple[ArgumentSignature, ...]:
@@ -383,5 +399,6 @@ def select_leaves(fn: FunctionReport, pattern: str | None = None,
             return True
         if fate == "candidate":
             return isinstance(b, InputBuffer) and b.candidate
-        return b.fate == fate
-    return (tuple(b for b in fn.inputs if keep(b)), tuple(o for o in fn.outputs if keep(o)))
+        return fate in (b.fate, fate_label(b))
+    return (tuple(b for b in (*fn.inputs, *fn.closed_over_refs) if keep(b)),
+            tuple(o for o in fn.outputs if keep(o)))

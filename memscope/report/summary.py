@@ -65,6 +65,16 @@ TERMS: dict[str, str] = {
     "not_reused": "at the first call no output landed at the donated input's buffer address",
     "deleted": "the call deleted the donated input (reading it again raises an error)",
     "alive": "the donated input was not deleted by the call",
+    "ref_updated": "a jax.Ref the function reads and writes: JAX writes its new value into "
+                   "the Ref's own buffer (an alias JAX sets itself; a Ref needs no donation)",
+    "ref_read": "a jax.Ref the function only reads: its buffer is passed in and kept, "
+                "unchanged, in place",
+    "ref_written": "a jax.Ref the function only writes: its new value goes into the Ref's "
+                   "own buffer",
+    "ref_unused": "a jax.Ref the function never touches: dropped from the compiled program",
+    "same_buffer": "at the first call the Ref's buffer address was the same after the call "
+                   "as before",
+    "moved": "at the first call the Ref's buffer address changed",
 }
 
 
@@ -269,7 +279,7 @@ def summarize_function(fn: FunctionReport, siblings: Sequence[FunctionReport] = 
     (``fn`` among them) when it has several signatures."""
     others = [s for s in siblings if s is not fn]
     chosen = {b.path for b in fn.inputs if b.candidate}
-    inputs = leaf_groups(fn.inputs, chosen)
+    inputs = leaf_groups((*fn.inputs, *fn.closed_over_refs), chosen)
     outputs = leaf_groups(fn.outputs)
     arguments = argument_signatures(fn)
     position = (next(i for i, s in enumerate(siblings) if s is fn) + 1, len(siblings)

@@ -179,11 +179,19 @@ def _plan(call: Call, facts: CompiledFacts, host: Host
     plan: list[tuple[VariantName, Donation]] = []
     done: list[VariantFacts] = []
     note = None
+    # An argument holding a jax.Ref is never donated by memscope's variants:
+    # JAX updates a Ref in place anyway, and a donated Ref can fail to compile.
+    with_refs = frozenset(i for i, a in enumerate(arguments)
+                          if any(facts.program.ref_access(leaf) is not None
+                                 for leaf in a.leaves))
     if host.advice == "full":
-        plan += [("none", donate_none()), ("all", donate_all(arguments))]
+        every = donate_all(arguments)
+        plan += [("none", donate_none()),
+                 ("all", Donation(every.arguments - with_refs))]
     if host.advice != "off":
         inputs, outputs = classify(facts.program, call.warnings)
-        chosen = advice.candidates(inputs, outputs)
+        chosen = {i: o for i, o in advice.candidates(inputs, outputs).items()
+                  if not any(i in arguments[a].leaves for a in with_refs)}
         if chosen:  # no candidate: the advice is known without a compile
             written = as_written(arguments, facts.program.donated)
             wanted = advised(arguments, written, chosen)

@@ -12,6 +12,7 @@ Replaying it tells *why* a leaf ended where the compiled program says it did.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -60,13 +61,15 @@ def _aval_text(b: InputBuffer | OutputBuffer) -> str:
     return f"{b.dtype}[{','.join(map(str, b.shape))}]"
 
 
-def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]
-               ) -> dict[int, int]:
+def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
+               beside_refs: bool = False) -> dict[int, int]:
     """Non-donated input leaves an output could take over: ``{input: output}``.
 
     An output that reuses no input can take a non-donated input of its shape
     and dtype. An input the output merely copies is paired first, since
-    donating it also removes the copy.
+    donating it also removes the copy. A ``jax.Ref`` is never one, nor (unless
+    ``beside_refs``) a leaf of an argument that holds a Ref: ``jax.jit``
+    donates whole arguments, and a Ref is not to be donated.
     """
     free: dict[Aval, deque[int]] = defaultdict(deque)
     for j, o in enumerate(outputs):
@@ -75,8 +78,11 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]
     copied = {o.input: j for j, o in enumerate(outputs) if o.fate == "copy_of_input"}
     chosen: dict[int, int] = {}
     # A jax.Ref is updated in place by JAX itself: never a candidate.
+    with_refs = set() if beside_refs else {_argument(b.path) for b in inputs
+                                           if b.ref is not None}
     open_inputs = [i for i, b in enumerate(inputs)
-                   if b.fate == "not_donated" and b.ref is None]
+                   if b.fate == "not_donated" and b.ref is None
+                   and _argument(b.path) not in with_refs]
     for i in open_inputs:
         copy = copied.get(inputs[i].path)
         if copy is not None and copy in free[_aval(inputs[i])]:
@@ -132,6 +138,13 @@ def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
     """
     pairing = _replay_jax(inputs, outputs, same_size_donors=same_size_donors)
     chosen = candidates(inputs, outputs)
+    refs_beside: dict[str, str] = {}
+    for b in inputs:
+        if b.ref is not None:
+            refs_beside.setdefault(_argument(b.path), b.path)
+    # Leaves an output could take but for a Ref in their argument: said, not advised.
+    blocked = {i: o for i, o in candidates(inputs, outputs, beside_refs=True).items()
+               if i not in chosen} if refs_beside else {}
     result = []
     for i, b in enumerate(inputs):
         reason = None
@@ -142,15 +155,26 @@ def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
         elif b.fate == "unusable":
             reason = _unusable_reason(b, i, pairing, inputs, outputs,
                                       same_size_donors=same_size_donors)
-        elif i in chosen:
-            o = outputs[chosen[i]]
+        elif i in chosen or i in blocked:
+            o = outputs[chosen[i] if i in chosen else blocked[i]]
             what = "a copy of it" if o.fate == "copy_of_input" else "a new buffer"
             reason = (f"{o.path} has the same shape and dtype and is {what}; donating "
                       f"{b.path} lets {o.path} reuse its buffer and saves "
                       f"{format_bytes(b.bytes)}, if the caller does not read {b.path} "
                       "after the call.")
+            beside = refs_beside.get(_argument(b.path)) if i in blocked else None
+            if beside is not None:
+                reason += (f" Its argument also holds the Ref {beside}, and jax.jit donates "
+                           f"whole arguments: pass {b.path} apart from the Ref to donate it "
+                           "(memscope does not advise donating a Ref).")
         result.append(replace(b, candidate=i in chosen, reason=reason))
     return tuple(result)
+
+
+def _argument(path: str) -> str:
+    """The top-level argument of a leaf path: ``state`` for ``state['w'].mu``."""
+    match = re.match(r"[^.\[]*", path)
+    return match.group(0) if match else path
 
 
 def _ref_reason(b: InputBuffer) -> str | None:

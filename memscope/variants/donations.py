@@ -165,10 +165,22 @@ def _compile(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
     for (ready, _), result in zip(pending, results, strict=True):
         if isinstance(result, Exception):
             done.append(replace(ready, error=f"could not compile with {ready.setting}: "
-                                             f"{type(result).__name__}: {result}"))
+                                             f"{type(result).__name__}: {result}"
+                                             f"{_ref_alias_note(result)}"))
         else:
             done.append(replace(ready, facts=call.rename(result)))
     return done
+
+
+def _ref_alias_note(error: Exception) -> str:
+    """Why XLA refused an alias, where a donation met a ``jax.Ref``: JAX (0.7 to
+    0.10) pairs a donated argument with the first output of its shape and dtype
+    left, which can be a Ref's own new value, already aliased to the Ref."""
+    if "is already aliased with param" not in str(error):
+        return ""
+    return (" (JAX paired a donated argument with a jax.Ref's new value, which is "
+            "already aliased to the Ref: donate only arguments an output of the "
+            "function itself can take)")
 
 
 def _plan(call: Call, facts: CompiledFacts, host: Host

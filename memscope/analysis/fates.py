@@ -13,7 +13,6 @@ from dataclasses import replace
 
 from memscope.compiled.program import Program
 from memscope.report import (
-    REF_ACCESSES,
     InputBuffer,
     InputFate,
     OutputBuffer,
@@ -96,9 +95,10 @@ def _ref_access(access: str | None, arg: int | None) -> RefAccess | None:
         return None
     if arg is None:
         return "unused"
-    for known in REF_ACCESSES:
-        if access == known:
-            return known
+    known: tuple[RefAccess, ...] = ("updated", "read", "written", "unused")
+    for name in known:
+        if access == name:
+            return name
     return "updated"  # an effect this version does not name: read and written
 
 

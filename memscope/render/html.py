@@ -26,7 +26,7 @@ from memscope.report import (
     Report,
     remat_text,
 )
-from memscope.report.leaves import LeafGroup, leaf_reason
+from memscope.report.leaves import LeafGroup, fate_label, leaf_reason, observed_label
 from memscope.report.summary import FunctionSummary, ReportSummary, summarize
 from memscope.report.units import format_bytes
 
@@ -41,7 +41,8 @@ th,td{border:1px solid #dde3ea;padding:3px 8px;text-align:left;vertical-align:to
 th{background:#f3f6f9}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .fate-aliased,.fate-reuses_input{color:#16794a}.fate-donor{color:#0f6c85}
 .fate-unusable{color:#b3261e;font-weight:600}.fate-copy_of_input{color:#8a5a00}
-.fate-pruned{color:#8a96a3}svg{display:block;margin:6px 0}
+.fate-pruned,.fate-ref_unused{color:#8a96a3}
+.fate-ref_updated,.fate-ref_read,.fate-ref_written{color:#16794a}svg{display:block;margin:6px 0}
 .answer{margin:6px 0 14px}.answer ul{margin:4px 0;padding-left:22px}
 li.problem{color:#b3261e}li.warning{color:#8a5a00}li.info{color:#5b6673}
 .advice{background:#f6f0fa;border-left:4px solid #8e44ad;padding:6px 10px;margin:6px 0}
@@ -356,14 +357,16 @@ def _terms(s: FunctionSummary) -> list[str]:
 
 
 def _leaf_table(fn: FunctionReport) -> list[str]:
-    leaves: list[InputBuffer | OutputBuffer] = [*fn.inputs, *fn.outputs]
+    leaves: list[InputBuffer | OutputBuffer] = [*fn.inputs, *fn.closed_over_refs,
+                                                *fn.outputs]
     if not leaves:
         return []
-    fates: list[str] = list(dict.fromkeys(b.fate for b in leaves))
+    fates: list[str] = list(dict.fromkeys(fate_label(b) for b in leaves))
     if any(b.candidate for b in fn.inputs):
         fates.append("candidate")
     options = "".join(f'<option value="{_t(f)}">{_t(f)}</option>' for f in fates)
-    rows = [_leaf_row(b) for b in leaves]
+    closed = {id(b) for b in fn.closed_over_refs}
+    rows = [_leaf_row(b, closed_over=id(b) in closed) for b in leaves]
     head = ('<tr><th data-sort="path" aria-sort="none"><button type="button">leaf</button></th>'
             "<th>kind</th><th>shape</th><th>dtype</th>"
             '<th data-sort="bytes" aria-sort="none"><button type="button">size</button></th>'
@@ -382,20 +385,20 @@ def _leaf_table(fn: FunctionReport) -> list[str]:
             "</table></div>"]
 
 
-def _leaf_row(b: InputBuffer | OutputBuffer) -> str:
+def _leaf_row(b: InputBuffer | OutputBuffer, *, closed_over: bool = False) -> str:
     if isinstance(b, InputBuffer):
-        kind, partner = "input", b.output or ("candidate" if b.candidate else "")
-        state = "" if b.deleted is None else (", deleted" if b.deleted else ", alive")
-        observed = "" if b.observed in (None, "n/a") else f"{b.observed}{state}"
+        kind = "closed-over Ref" if closed_over else "input Ref" if b.ref else "input"
+        partner = b.output or ("candidate" if b.candidate else "")
+        observed = observed_label(b)
         reason, candidate = leaf_reason(b) or "", "1" if b.candidate else "0"
     else:
         kind, partner, observed, reason, candidate = "output", b.input or "", "", "", "0"
-    path = _t(b.path)
-    return (f'<tr data-path="{path}" data-bytes="{b.bytes}" data-fate="{_t(b.fate)}" '
+    path, fate = _t(b.path), _t(fate_label(b))
+    return (f'<tr data-path="{path}" data-bytes="{b.bytes}" data-fate="{fate}" '
             f'data-candidate="{candidate}"><td><code>{path}</code></td><td>{kind}</td>'
             f"<td>{_t(_shape(b.shape))}</td><td>{_t(b.dtype)}</td>"
             f'<td class="n">{_t(format_bytes(b.bytes))}</td>'
-            f'<td class="fate-{_t(b.fate)}">{_t(b.fate)}</td>'
+            f'<td class="fate-{fate}">{fate}</td>'
             f"<td><code>{_t(partner)}</code></td><td>{_t(observed)}</td>"
             f'<td class="reason">{_t(reason)}</td></tr>')
 

@@ -522,7 +522,8 @@ class _ArgumentFacts:
     is committed, its layout), without the array: see :func:`without_call_arrays`."""
 
     def __init__(self, x: Any) -> None:
-        self.shape, self.dtype, self.ndim = x.shape, x.dtype, x.ndim
+        # (a Ref has no ndim on JAX 0.7)
+        self.shape, self.dtype, self.ndim = x.shape, x.dtype, len(x.shape)
         self.sharding = x.sharding
         self._committed = getattr(x, "_committed", True)
         # JAX asks hasattr(arg, "format"): an unreadable layout is an absent one.
@@ -616,11 +617,27 @@ def is_ref(x: Any) -> bool:
 
 def ref_array(x: Any) -> Any:
     """The ``jax.Array`` that holds a Ref's buffer now (``Ref._refs._buf``), for
-    reading its address only; ``None`` for a Ref built of several arrays (a
+    reading its state only; ``None`` for a Ref built of several arrays (a
     "high" Ref). JAX writes each call's new value into this same object
     (``_replace_with``), so it is never to be kept."""
     buf = getattr(getattr(x, "_refs", None), "_buf", None)
     return buf if isinstance(buf, jax.Array) else None
+
+
+def ref_addresses(x: Any) -> tuple[int, ...] | None:
+    """The device address of a Ref's buffer, per addressable shard; ``None``
+    where it cannot be read. One device: the Ref's own
+    ``unsafe_buffer_pointer()`` (on JAX 0.9 the shards of an array JAX wrote a
+    Ref's new value into (``_replace_with``) still name the old, deleted buffer)."""
+    buf = ref_array(x)
+    if buf is None or buf.is_deleted() or buffer_failure(buf, wait=False) is not None:
+        return None
+    try:
+        if len(buf.sharding.device_set) == 1:
+            return (int(x.unsafe_buffer_pointer()),)
+        return tuple(int(s.data.unsafe_buffer_pointer()) for s in buf.addressable_shards)
+    except Exception:  # a backend without raw addresses
+        return None
 
 
 def is_ref_aval(aval: Any) -> bool:

@@ -115,7 +115,7 @@ def addresses(x: Any) -> Addresses:
     """The device address of each addressable shard of ``x`` (of the buffer a
     ``jax.Ref`` holds now), as integers."""
     if _compat.is_ref(x):
-        x = _compat.ref_array(x)
+        return _compat.ref_addresses(x)
     if not isinstance(x, jax.Array) or x.is_deleted() or _compat.buffer_failure(x, wait=False):
         return None  # a failed computation's array has no buffer to read (see _compat)
     try:

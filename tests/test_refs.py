@@ -196,11 +196,14 @@ def test_refs_inside_a_pytree_are_named_by_path_beside_arrays():
 
 def test_flax_nnx_variables_backed_by_refs():
     nnx = pytest.importorskip("flax.nnx")
-    if not hasattr(nnx, "var_defaults"):
-        pytest.skip("this Flax has no nnx.var_defaults(ref=True)")
-    with nnx.var_defaults(ref=True):
+    # Flax 0.12.0 (with JAX 0.7) spells it nnx.use_refs(True); later 0.12 releases
+    # nnx.var_defaults(ref=True).
+    refs_on = (nnx.var_defaults(ref=True) if hasattr(nnx, "var_defaults")
+               else nnx.use_refs(True))
+    with refs_on:
         model = nnx.Linear(16, 16, rngs=nnx.Rngs(0))
-    kernel = model.kernel.get_raw_value()
+    kernel = (model.kernel.get_raw_value() if hasattr(model.kernel, "get_raw_value")
+              else model.kernel.raw_value)
     assert _compat.is_ref(kernel)
 
     def make() -> Any:

@@ -600,9 +600,6 @@ def partition_spec_text(spec: Any) -> str:
 #: named it ``ArrayRef`` / ``MutableArray`` (unsupported for Refs: see
 #: docs/versions.md). ``None`` where this JAX has none.
 _REF_TYPE: Any = getattr(_core, "Ref", None)
-#: ``jax.empty_ref``, ``jax.free_ref``, ``jax.freeze`` and ``jax.vjp(...).with_refs``
-#: came with JAX 0.9.
-REF_LIFETIME_API: bool = all(hasattr(jax, n) for n in ("empty_ref", "free_ref", "freeze"))
 
 #: What a jitted function does with a Ref it is given or closes over, from the
 #: read, write and accumulate effects JAX records on the traced jaxpr.

@@ -36,8 +36,9 @@ pytestmark = pytest.mark.skipif(
     not hasattr(jax, "new_ref") or jax.__version__.startswith(("0.7.0", "0.7.1")),
     reason=f"jax.new_ref and jax.Ref came with JAX 0.7.2; this is {jax.__version__}")
 
-#: jax.empty_ref, jax.free_ref and jax.vjp(...).with_refs came with JAX 0.9.
-REF_LIFETIME = jax_since((0, 9), "jax.empty_ref, jax.free_ref and vjp(...).with_refs")
+#: jax.vjp(...).with_refs came with JAX 0.8; jax.empty_ref and jax.free_ref with 0.9.
+WITH_REFS = jax_since((0, 8), "jax.vjp(...).with_refs")
+EMPTY_REF = jax_since((0, 9), "jax.empty_ref and jax.free_ref")
 NOT_USABLE = "ignore:Some donated buffers were not usable"
 
 
@@ -223,7 +224,7 @@ def test_flax_nnx_variables_backed_by_refs():
     assert fn.error is None and fn.memory is not None
 
 
-@REF_LIFETIME
+@WITH_REFS
 def test_gradients_accumulated_with_with_refs():
     def loss(w: Any, x: Any) -> Any:
         return jnp.sum(jnp.tanh(x @ w))
@@ -248,7 +249,7 @@ def test_gradients_accumulated_with_with_refs():
     assert fn.memory is not None and fn.memory.peak_bytes == expected_peak
 
 
-@REF_LIFETIME
+@EMPTY_REF
 def test_empty_ref_and_free_ref_inside_the_program():
     def f(x: Any) -> Any:
         scratch = jax.empty_ref(jax.typeof(x))

@@ -597,9 +597,9 @@ def partition_spec_text(spec: Any) -> str:
 # ------------------------------------------------------------------- refs --
 
 #: ``jax.Ref`` (``jax.new_ref``) is ``core.Ref`` from JAX 0.7.2; 0.7.0 and 0.7.1
-#: named it ``ArrayRef`` / ``MutableArray`` (unsupported for Refs: see
-#: docs/versions.md). ``None`` where this JAX has none.
-_REF_TYPE: Any = getattr(_core, "Ref", None)
+#: named it ``MutableArray`` / ``ArrayRef`` (untested: see docs/versions.md).
+_REF_TYPE: Any = (getattr(_core, "Ref", None) or getattr(_core, "ArrayRef", None)
+                  or getattr(_core, "MutableArray", None))
 
 #: What a jitted function does with a Ref it is given or closes over, from the
 #: read, write and accumulate effects JAX records on the traced jaxpr.

@@ -154,7 +154,7 @@ def _weak(leaf: LeafShape) -> str:
 
 
 def _kind(leaf: LeafShape) -> str:
-    if leaf.kind in ("array", "numpy array"):
+    if leaf.kind in ("array", "numpy array", "Ref"):
         return f"{leaf.kind} {_aval(leaf)}"
     return f"Python {leaf.kind}"
 

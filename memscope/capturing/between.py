@@ -327,6 +327,8 @@ def signature_shape(key: Any, paths: Sequence[str] | None, shardings: Sequence[s
         name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
         if name == "numpy":
             name = "numpy array"
+        elif name == "ref":
+            name = "Ref"
         shape = tuple(aval.shape) if aval is not None and hasattr(aval, "shape") else None
         dtype = str(aval.dtype) if aval is not None and hasattr(aval, "dtype") else None
         leaves.append(LeafShape(

@@ -162,6 +162,12 @@ def leaf_key(x: Any) -> tuple[Any, ...]:
     array is float32 with x64 off) and the weak type of Python scalars."""
     if isinstance(x, jax.Array):
         return ("array", jax.typeof(x), _placement(x.sharding, x.ndim))
+    if _compat.is_ref(x):  # a jax.Ref: JAX keys it by its aval and its buffer's sharding
+        try:
+            placement = _placement(x.sharding, len(x.shape))
+        except Exception:  # a Ref built of several arrays
+            placement = None
+        return ("ref", jax.typeof(x), placement)
     if isinstance(x, np.ndarray | np.generic):
         return ("numpy", jax.typeof(x), None)
     if isinstance(x, jax.ShapeDtypeStruct):  # an ahead-of-time call's stand-in for an array
@@ -183,11 +189,13 @@ def _placement(sharding: Any, ndim: int) -> Any:
 
 
 def leaf_text(key: tuple[Any, ...]) -> str:
-    """``float32[4,8]`` for an array leaf (its canonical dtype), the type's name for a
-    Python scalar."""
+    """``float32[4,8]`` for an array leaf (its canonical dtype), ``Ref{float32[4,8]}``
+    for a ``jax.Ref``, the type's name for a Python scalar."""
     kind, aval, _ = key
     if kind in ("array", "numpy") and aval is not None:
         return f"{aval.dtype}[{','.join(map(str, aval.shape))}]"
+    if kind == "ref" and aval is not None:
+        return f"Ref{{{aval.dtype}[{','.join(map(str, aval.shape))}]}}"
     return kind.__name__ if isinstance(kind, type) else str(kind)
 
 

@@ -622,17 +622,21 @@ def ref_array(x: Any) -> Any:
 
 
 def ref_addresses(x: Any) -> tuple[int, ...] | None:
-    """The device address of a Ref's buffer, per addressable shard; ``None``
-    where it cannot be read. One device: the Ref's own
-    ``unsafe_buffer_pointer()`` (on JAX 0.9 the shards of an array JAX wrote a
-    Ref's new value into (``_replace_with``) still name the old, deleted buffer)."""
+    """The device address of a Ref's buffer, one per addressable shard; ``None``
+    where it cannot be read.
+
+    JAX writes a call's new value into the Ref's array object itself
+    (``ArrayImpl._replace_with``, 0.7 to 0.10), which swaps its per-device
+    buffers but not the ``addressable_shards`` it cached, which then name the
+    old, deleted ones; ``addressable_data(i)`` reads the current ones.
+    """
     buf = ref_array(x)
     if buf is None or buf.is_deleted() or buffer_failure(buf, wait=False) is not None:
         return None
     try:
-        if len(buf.sharding.device_set) == 1:
-            return (int(x.unsafe_buffer_pointer()),)
-        return tuple(int(s.data.unsafe_buffer_pointer()) for s in buf.addressable_shards)
+        count = len(buf.sharding.addressable_devices)
+        return tuple(int(buf.addressable_data(i).unsafe_buffer_pointer())
+                     for i in range(count))
     except Exception:  # a backend without raw addresses
         return None
 

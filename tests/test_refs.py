@@ -46,6 +46,14 @@ def pointer(ref: Any) -> int:
     return int(ref.unsafe_buffer_pointer())
 
 
+def pointers(ref: Any) -> tuple[int, ...]:
+    """Each device's buffer of a (sharded) Ref: JAX's ``unsafe_buffer_pointer()``
+    is for one device only, so each device's array (``addressable_data``)."""
+    buf = ref._refs._buf  # the array JAX writes the Ref's new value into
+    return tuple(buf.addressable_data(i).unsafe_buffer_pointer()
+                 for i in range(len(buf.sharding.addressable_devices)))
+
+
 def captured(make: Callable[[], Any], *args: Any, calls: int = 3, refs: tuple[Any, ...] = (),
              **options: Any) -> tuple[list[FunctionReport], list[list[int]], list[Any]]:
     """Jit with ``make()`` inside a capture and call it ``calls`` times; the
@@ -264,6 +272,62 @@ def test_empty_ref_and_free_ref_inside_the_program():
     assert fn.error is None and [b.ref for b in fn.inputs] == [None]
     assert fn.closed_over_refs == ()
     assert fn.memory is not None and fn.memory.peak_bytes == direct_peak(f, x)
+
+
+@pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 devices (tests/conftest.py)")
+def test_a_sharded_ref_keeps_every_shard_in_place_and_figures_are_per_device():
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    sharding = NamedSharding(mesh, PartitionSpec("d"))
+    ref = jax.new_ref(jax.device_put(jnp.ones((8, 4)), sharding))
+    x = jax.device_put(jnp.ones((8, 4)), sharding)
+
+    def f(r, x):
+        r[...] += x
+        return x.sum()
+
+    expected_peak = direct_peak(f, ref, x)
+    seen = [pointers(ref)]
+    with capture() as session:
+        g = jax.jit(f)
+        for _ in range(3):
+            jax.block_until_ready(g(ref, x))
+            seen.append(pointers(ref))
+    (fn,) = [function_report(e) for e in session.entries]
+    assert len(set(seen)) == 1 and len(seen[0]) == 4
+    r = by_path(fn.inputs)["r"]
+    assert (r.ref, r.observed, r.device_bytes, r.shard_shape) == ("updated", "confirmed", 32,
+                                                                  (2, 4))
+    assert fn.devices == 4
+    assert fn.memory is not None and fn.memory.peak_bytes == expected_peak
+
+
+def test_ahead_of_time_calls_and_recompiles_with_refs():
+    def f(r, x):
+        r[...] += x.sum()
+        return x * 2
+
+    refs, outs = [], []
+    with capture() as session:
+        g = jax.jit(f)
+        for n in (4, 8):
+            refs.append(jax.new_ref(jnp.zeros((n,))))
+            outs.append(g(refs[-1], jnp.ones((n,))))
+        refs.append(jax.new_ref(jnp.zeros((3,))))
+        before = pointer(refs[-1])
+        compiled = g.lower(refs[-1], jnp.ones((3,))).compile()
+        outs.append(compiled(refs[-1], jnp.ones((3,))))
+    reports = [function_report(e) for e in session.entries]
+    assert [fn.signature for fn in reports[:2]] == ["(Ref{float32[4]}, float32[4])",
+                                                   "(Ref{float32[8]}, float32[8])"]
+    assert pointer(refs[-1]) == before and float(refs[-1][0]) == 3.0
+    for fn, ref in zip(reports, refs, strict=True):
+        r = by_path(fn.inputs)["r"]
+        assert (r.ref, r.observed) == ("updated", "confirmed"), fn.signature
+        assert fn.memory is not None and fn.memory.peak_bytes == direct_peak(
+            f, ref, jnp.ones(ref.shape))
 
 
 # --- donation -------------------------------------------------------------------------

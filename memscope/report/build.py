@@ -85,7 +85,7 @@ def _memory_view(entry: Entry, inputs: Sequence[InputBuffer], memory: Memory | N
     """The entry's memory timeline and what is live at its peak; else why not."""
     if entry.facts is None:
         return None, None, entry.error
-    return _facts_view(entry.facts, inputs, memory)
+    return _facts_view(entry.facts, (*inputs, *closed_over(entry.facts.program)), memory)
 
 
 def _facts_view(facts: CompiledFacts, inputs: Sequence[InputBuffer], memory: Memory | None

@@ -232,6 +232,25 @@ def test_flax_nnx_variables_backed_by_refs():
     assert fn.error is None and fn.memory is not None
 
 
+def test_a_ref_passed_to_an_equinox_filter_jit_is_closed_over_and_confirmed():
+    eqx = pytest.importorskip("equinox")
+    ref = jax.new_ref(jnp.zeros((4,)))
+
+    def make() -> Any:
+        @eqx.filter_jit
+        def f(x: Any, r: Any) -> Any:
+            r[...] += x
+            return x * 2
+        return f
+
+    (fn,), addresses, _ = captured(make, jnp.ones((4,)), ref, refs=(ref,))
+    # Equinox passes a non-array as static: JAX closes over the Ref.
+    assert len(set(addresses[0])) == 1 and float(ref[0]) == 3.0
+    assert [b.path for b in fn.inputs] == ["x"]
+    (closed,) = fn.closed_over_refs
+    assert (closed.ref, closed.fate, closed.observed) == ("updated", "aliased", "confirmed")
+
+
 @WITH_REFS
 def test_gradients_accumulated_with_with_refs():
     def loss(w: Any, x: Any) -> Any:

@@ -199,7 +199,9 @@ class MeasuredJit:
             return out, entry
         before = [addresses(x) for x in leaves]
         visible = refs.visible_refs(self._memscope_fun)
-        refs_before = {id(ref): addresses(ref) for _, ref in visible}
+        refs_before = {id(ref): addresses(ref)
+                       for _, ref in (*visible, *refs.static_refs(self._memscope_spec, args,
+                                                                  kwargs, self._memscope_framework))}
         donated = self._donation_check(leaves, before, args, kwargs)
         late = any_pending(leaves)
         memory_before = session.device_memory()

@@ -9,8 +9,9 @@ for it. Looked up at a signature's first call only, before the call: names and
 
 from __future__ import annotations
 
+import functools
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from memscope import _compat
@@ -21,14 +22,17 @@ _DEPTH = 3
 _BUDGET = 256
 
 
-def visible_refs(fun: Any) -> list[tuple[str, Any]]:
+def visible_refs(fun: Any, static: Iterable[tuple[str, Any]] = ()
+                 ) -> list[tuple[str, Any]]:
     """``(name, ref)`` for each Ref ``fun`` can reach by name: its closure cells,
     the globals its code names, a bound method's ``self``, a partial's arguments
-    (``state``, ``self.cache``, ``refs['a']``). The first name found wins."""
+    (``state``, ``self.cache``, ``refs['a']``), then ``static``: named values the
+    call passes that JAX does not trace (a wrapper's static arguments). The first
+    name found wins."""
     found: dict[int, tuple[str, Any]] = {}
     seen: set[int] = set()
     try:
-        for name, value in _roots(fun):
+        for name, value in (*_roots(fun), *static):
             for path, ref in _walk(name, value, _DEPTH, seen):
                 found.setdefault(id(ref), (path, ref))
     except Exception:  # the user's objects must never fail the call
@@ -37,9 +41,14 @@ def visible_refs(fun: Any) -> list[tuple[str, Any]]:
 
 
 def _roots(fun: Any) -> Iterator[tuple[str, Any]]:
-    while isinstance(fun, types.MethodType):
-        yield "self", fun.__self__
-        fun = fun.__func__
+    while isinstance(fun, types.MethodType | functools.partial):
+        if isinstance(fun, functools.partial):
+            yield from ((f"args[{i}]", v) for i, v in enumerate(fun.args))
+            yield from fun.keywords.items()
+            fun = fun.func
+        else:
+            yield "self", fun.__self__
+            fun = fun.__func__
     fun = getattr(fun, "__wrapped__", fun)
     code = getattr(fun, "__code__", None)
     if code is None:
@@ -76,3 +85,18 @@ def _walk(path: str, value: Any, depth: int, seen: set[int]) -> Iterator[tuple[s
             for k, v in list(attributes.items())[:64]:
                 if isinstance(k, str) and not k.startswith("__"):
                     yield from _walk(f"{path}.{k}", v, depth - 1, seen)
+
+
+def static_refs(spec: _compat.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
+                framework: Any) -> list[tuple[str, Any]]:
+    """The Refs a call passes where JAX does not trace them, so that it closes
+    over them: its static arguments, or, under a framework's wrapper (Equinox
+    passes the user's non-array arguments in one static argument), any
+    argument. For their addresses only: JAX's flat names would not be the user's."""
+    if framework is not None:
+        roots = [*(("", a) for a in args), *kwargs.items()]
+    else:
+        n = len(args)
+        roots = [("", args[i % n]) for i in spec.static_argnums if -n <= i < n]
+        roots += [(k, v) for k, v in kwargs.items() if k in spec.static_argnames]
+    return visible_refs(None, roots) if roots else []

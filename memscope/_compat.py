@@ -32,6 +32,7 @@ from jax._src import xla_bridge as _xla_bridge
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib.mlir import ir as _ir
+from jax._src.state import types as _state_types
 
 JAX_VERSION: str = jax.__version__
 JAXLIB_VERSION: str = getattr(jaxlib, "__version__", None) or jaxlib.version.__version__
@@ -643,9 +644,7 @@ def ref_addresses(x: Any) -> tuple[int, ...] | None:
 
 def is_ref_aval(aval: Any) -> bool:
     """True for the abstract value of a Ref (``jax.typeof(ref)``: ``Ref{f32[4]}``)."""
-    from jax._src.state.types import AbstractRef
-
-    return isinstance(aval, AbstractRef)
+    return isinstance(aval, _state_types.AbstractRef)
 
 
 @dataclass(frozen=True)
@@ -689,8 +688,7 @@ def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefAccess | None, ...],
     the Ref by its position in ``constvars + invars`` (``input_index``); JAX 0.10
     by its variable (``input``).
     """
-    from jax._src.state import types as state
-
+    state = _state_types
     jaxpr = closed_jaxpr.jaxpr
     variables = [*jaxpr.constvars, *jaxpr.invars]
     seen: dict[int, set[str]] = {}

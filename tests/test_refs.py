@@ -396,26 +396,22 @@ def test_a_donated_ref_is_said_to_need_no_donation():
 
 
 def test_memscope_keeps_no_ref_alive_and_changes_no_result():
-    def run(with_memscope: bool) -> tuple[Any, weakref.ref[Any]]:
+    def run() -> tuple[Any, weakref.ref[Any]]:
         ref = jax.new_ref(jnp.ones((32, 32)))
         x = jnp.ones((32, 32)) * 0.01
         f = jax.jit(_step)
-        if with_memscope:
-            with capture() as session:
-                outs = [jax.device_get(jax.jit(_step)(ref, x)) for _ in range(3)]
-            reports = [function_report(e) for e in session.entries]
-            assert reports[0].inputs[0].observed == "confirmed"
-        else:
-            outs = [jax.device_get(f(ref, x)) for _ in range(3)]
-        final = jax.device_get(ref[...])
-        gone = weakref.ref(ref)
-        del ref
-        return (outs, final), gone
+        outs = [jax.device_get(f(ref, x)) for _ in range(3)]
+        return (outs, jax.device_get(ref[...])), weakref.ref(ref)
 
-    plain, _ = run(False)
-    measured, gone = run(True)
+    plain, _ = run()
+    # keep_calls: what `memscope fit` and an OOM post-mortem keep of a call
+    with capture(keep_calls=True, advise="full") as session:
+        measured, gone = run()
     gc.collect()
-    assert gone() is None
+    (entry,) = session.entries
+    assert gone() is None  # while memscope's session and its entries still exist
+    assert entry.call is not None
+    assert function_report(entry).inputs[0].observed == "confirmed"
     assert all((a == b).all() for a, b in zip(plain[0], measured[0], strict=True))
     assert (plain[1] == measured[1]).all()
 

@@ -135,11 +135,14 @@ class Compiled(Stage):
 def abstract_call(args: tuple[Any, ...], kwargs: dict[str, Any]
                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``(args, kwargs)`` with each array as a ``ShapeDtypeStruct`` (shape, dtype,
-    sharding, weak type): enough to trace the call again, keeping no array alive."""
+    sharding, weak type) and each ``jax.Ref`` as its abstract value (JAX traces
+    a call given one): enough to trace the call again, keeping no array alive."""
     def abstract(x: Any) -> Any:
         if isinstance(x, jax.Array):
             return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
                                         weak_type=getattr(x, "weak_type", False))
+        if _compat.is_ref(x):
+            return jax.typeof(x)
         return x
 
     return jax.tree_util.tree_map(abstract, (args, kwargs))

@@ -162,6 +162,8 @@ def leaf_key(x: Any) -> tuple[Any, ...]:
     array is float32 with x64 off) and the weak type of Python scalars."""
     if isinstance(x, jax.Array):
         return ("array", jax.typeof(x), _placement(x.sharding, x.ndim))
+    if _compat.is_ref_aval(x):  # an ahead-of-time call's stand-in for a Ref
+        return ("ref", x, None)
     if _compat.is_ref(x):  # a jax.Ref: JAX keys it by its aval and its buffer's sharding
         try:
             placement = _placement(x.sharding, len(x.shape))

@@ -13,7 +13,7 @@ from memscope.errors import MemscopeError
 from memscope.program.runner import Target
 from memscope.render.terminal import LeafFilter
 from memscope.render.text import visible
-from memscope.report import INPUT_FATES, OUTPUT_FATES, Report, write_whole
+from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, write_whole
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,8 +148,9 @@ def buffers_option(f: F) -> F:
                              "per line totals.")(f)
 
 
-#: What --fate accepts: every input and output fate, and ``candidate``.
-LEAF_FATES = (*INPUT_FATES, *OUTPUT_FATES, "candidate")
+#: What --fate accepts: every input and output fate, a ``jax.Ref``'s
+#: (``ref_updated``, ...), and ``candidate``.
+LEAF_FATES = (*INPUT_FATES, *OUTPUT_FATES, *(f"ref_{a}" for a in REF_ACCESSES), "candidate")
 
 
 def leaves_options(f: F) -> F:

@@ -125,6 +125,7 @@ def test_a_ref_step_is_updated_in_place_at_one_address_and_read_like_any_program
     assert (ref.path, ref.fate, ref.ref, ref.observed, ref.parameter) == (
         "params_ref", "aliased", "updated", "confirmed", 0)
     assert ref.donated is False and ref.candidate is False and ref.output is None
+    assert ref.ref_kept is True  # read again when the capture ended, after the third call
     assert (arg.path, arg.ref, arg.fate) == ("x", None, "not_donated")
     assert [o.path for o in fn.outputs] == ["result"]
     assert len(fn.outputs) == len(jax.tree_util.tree_leaves(outs[0]))
@@ -181,8 +182,8 @@ def test_a_closed_over_ref_is_named_and_confirmed_in_place():
     # JAX appends the Ref after the call's arguments, aliased to a result of its own.
     assert aliases == {1: 1}
     (ref,) = fn.closed_over_refs
-    assert (ref.path, ref.fate, ref.ref, ref.observed, ref.parameter) == (
-        "STATE", "aliased", "updated", "confirmed", 1)
+    assert (ref.path, ref.fate, ref.ref, ref.observed, ref.parameter, ref.ref_kept) == (
+        "STATE", "aliased", "updated", "confirmed", 1, True)
     assert [b.path for b in fn.inputs] == ["x"] and [o.path for o in fn.outputs] == ["result"]
     assert fn.memory is not None and fn.memory.peak_bytes == expected_peak
 
@@ -430,6 +431,12 @@ def test_a_ref_whose_buffer_moved_is_a_finding():
                        refs_after=((100,),))
     assert observed.check([ref], [], same) == ((InputBuffer(**{
         **ref.__dict__, "observed": "confirmed"}),), ())
+    later = Observation(inputs_before=((100,),), inputs_deleted=(None,), outputs_after=(),
+                        refs_after=((100,),), refs_end=((300,),))
+    (checked,), findings = observed.check([ref], [], later)
+    assert (checked.observed, checked.ref_kept) == ("confirmed", False)
+    assert findings == ("p (a Ref): its buffer was in place through the first call but had "
+                        "moved when the run ended (replaced outside this function?)",)
 
 
 # --- the report's forms -----------------------------------------------------------------
@@ -462,15 +469,19 @@ def test_the_cli_reports_refs_in_terminal_json_and_html(tmp_path: Path):
                           cwd=tmp_path, env=_env())
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(plain.stdout)  # the program's own output, unchanged
-    assert re.search(r"params_ref .* ref_updated +same_buffer", done.stdout)
-    assert re.search(r"state .* ref_updated +closed over +same_buffer", done.stdout)
+    assert re.search(r"params_ref .* ref_updated +same_buffer, kept", done.stdout)
+    assert re.search(r"state .* ref_updated +closed over +same_buffer, kept", done.stdout)
     data = json.loads((tmp_path / "r.json").read_text())
     (fn,) = data["functions"]
     assert fn["inputs"][0]["ref"] == "updated" and fn["inputs"][1]["ref"] is None
-    assert [(b["path"], b["ref"], b["observed"]) for b in fn["closed_over_refs"]] == [
-        ("state", "updated", "confirmed")]
+    assert [(b["path"], b["ref"], b["observed"], b["ref_kept"])
+            for b in fn["closed_over_refs"]] == [("state", "updated", "confirmed", True)]
     html = (tmp_path / "r.html").read_text()
     assert 'data-fate="ref_updated"' in html and "closed-over Ref" in html
+    shown = subprocess.run([sys.executable, "-m", "memscope", "show", "--fate", "ref_updated",
+                            "r.json"], capture_output=True, text=True, cwd=tmp_path, env=_env())
+    assert shown.returncode == 0, shown.stderr
+    assert "2 of 3 inputs" in shown.stdout and "closed over" in shown.stdout
     report = load_report(str(tmp_path / "r.json"))
     save_report(report, str(tmp_path / "again.json"))
     assert load_report(str(tmp_path / "again.json")).functions[0].closed_over_refs == \

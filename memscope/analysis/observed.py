@@ -31,6 +31,10 @@ class Observation:
     #: their buffers before and after the call; ``None`` where not seen
     closed_before: tuple[Addresses, ...] = ()
     closed_after: tuple[Addresses, ...] = ()
+    #: the same Refs' buffers when the run ended, after every call (``None``:
+    #: the Ref was gone by then, or not read)
+    refs_end: tuple[Addresses, ...] = ()
+    closed_end: tuple[Addresses, ...] = ()
 
 
 def _expects_reuse(b: InputBuffer) -> bool:
@@ -53,7 +57,8 @@ def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
         before = seen.inputs_before[i]
         if b.ref is not None:
             after = seen.refs_after[i] if i < len(seen.refs_after) else None
-            ref, found = _ref_check(b, before, after)
+            end = seen.refs_end[i] if i < len(seen.refs_end) else None
+            ref, found = _ref_check(b, before, after, end)
             hits = sorted({j for a in before or () for j in landed.get(a, [])})
             result.append(ref)
             findings += found + [f"{b.path} is a Ref, yet {outputs[j].path} landed in its "
@@ -96,15 +101,20 @@ def _disagreements(b: InputBuffer, observed: Observed, deleted: bool | None,
     return found
 
 
-def _ref_check(b: InputBuffer, before: Addresses, after: Addresses
+def _ref_check(b: InputBuffer, before: Addresses, after: Addresses, end: Addresses = None
                ) -> tuple[InputBuffer, list[str]]:
     """A Ref JAX keeps must hold its new value in its own buffer after the call:
-    ``confirmed`` when its address is unchanged; ``n/a`` when pruned or unread."""
+    ``confirmed`` when its address is unchanged; ``n/a`` when pruned or unread.
+    ``end`` (its address when the run ended) sets ``ref_kept``."""
+    kept = None if before is None or end is None else end == before
     if b.fate == "pruned" or before is None or after is None:
-        return replace(b, observed="n/a"), []
+        return replace(b, observed="n/a", ref_kept=kept), []
+    found = [] if kept is not False or before != after else [
+        f"{b.path} (a Ref): its buffer was in place through the first call but had "
+        "moved when the run ended (replaced outside this function?)"]
     if before == after:
-        return replace(b, observed="confirmed"), []
-    return replace(b, observed="not_reused"), [
+        return replace(b, observed="confirmed", ref_kept=kept), found
+    return replace(b, observed="not_reused", ref_kept=kept), [
         f"{b.path} (a Ref, {b.ref}): JAX writes its new value into its own buffer, but "
         "the buffer moved during the call"]
 
@@ -116,8 +126,10 @@ def check_closed(refs: Sequence[InputBuffer], seen: Observation
     if len(seen.closed_after) != len(refs) or len(seen.closed_before) != len(refs):
         return tuple(refs), ()
     result, findings = [], []
-    for b, before, after in zip(refs, seen.closed_before, seen.closed_after, strict=True):
-        checked, found = _ref_check(b, before, after)
+    ends = seen.closed_end if len(seen.closed_end) == len(refs) else (None,) * len(refs)
+    for b, before, after, end in zip(refs, seen.closed_before, seen.closed_after, ends,
+                                     strict=True):
+        checked, found = _ref_check(b, before, after, end)
         result.append(checked)
         findings += found
     return tuple(result), tuple(findings)

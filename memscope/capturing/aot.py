@@ -18,7 +18,13 @@ import jax
 from memscope import _compat
 from memscope.capturing import keys, reading
 from memscope.capturing.entry import Entry
-from memscope.capturing.observe import addresses, any_pending, leaf_sharding, observe
+from memscope.capturing.observe import (
+    addresses,
+    any_pending,
+    leaf_sharding,
+    observe,
+    watch_refs,
+)
 from memscope.compiled.read import CompiledHandles
 from memscope.program import sites
 
@@ -109,6 +115,7 @@ class Compiled(Stage):
                           signature="(?)", spec=origin._memscope_spec,
                           error=f"could not describe the call: {type(e).__name__}: {e}")
         session.observed(entry, observation)
+        entry.watched_refs, _ = watch_refs(leaves, None)
         entry.library = origin._memscope_library
         origin.stamp(entry)
         shardings = [leaf_sharding(x) for x in leaves]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,10 @@ class Entry:
     variants: list[VariantFacts] = field(default_factory=list)
     #: the first call's buffers, as integers
     observation: Observation | None = None
+    #: weak references to the Refs the first call observed (per input, ``None``
+    #: for a non-Ref; then the closed-over ones), read again at the run's end
+    watched_refs: tuple[weakref.ref[Any] | None, ...] = ()
+    watched_closed: tuple[weakref.ref[Any] | None, ...] = ()
     measured: MeasuredMemory | None = None
     #: the installed package that defines the function, when it is not the user's
     library: str | None = None

@@ -35,6 +35,7 @@ from memscope.capturing.observe import (
     closed_refs_seen,
     leaf_sharding,
     observe,
+    watch_refs,
 )
 from memscope.capturing.session import Session
 from memscope.compiled.read import (
@@ -225,6 +226,7 @@ class MeasuredJit:
             handles_error = f"could not read the compiled program: {type(e).__name__}: {e}"
         if handles is not None:
             observation = closed_refs_seen(observation, handles, refs_before)
+        watched = watch_refs(leaves, handles)
         # Another function object of the same code (a jit made in a loop) is the
         # same entry only where XLA compiled the same program: globals and
         # constants it reads may differ (a fingerprint of a few microseconds).
@@ -246,6 +248,7 @@ class MeasuredJit:
         self.stamp(entry)
         entry.warnings = tuple(lowering_warnings)
         session.observed(entry, observation)
+        entry.watched_refs, entry.watched_closed = watched
         entry.key, entry.compile_seconds, entry.donated = key, compile_seconds, donated
         entry.first_call = session.calls + 1
         if donated:

@@ -7,6 +7,7 @@ deleted (donated); the pure check of what they mean is
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -94,6 +95,32 @@ def closed_refs_seen(seen: Observation | Unread | Failed, handles: Any,
         return seen
     return replace(seen, closed_before=tuple(before.get(id(r)) for r in closed),
                    closed_after=tuple(addresses(r) for r in closed))
+
+
+def watch_refs(leaves: Sequence[Any], handles: Any
+               ) -> tuple[tuple[weakref.ref[Any] | None, ...], tuple[weakref.ref[Any] | None, ...]]:
+    """Weak references to a first call's Refs: its Ref arguments (``None`` for
+    other leaves), and the Refs its program closes over; read again at the
+    run's end (:func:`at_end`), never kept alive."""
+    given = tuple(weakref.ref(x) if _compat.is_ref(x) else None for x in leaves)
+    if not any(r is not None for r in given):
+        given = ()
+    closed: tuple[weakref.ref[Any] | None, ...] = ()
+    if handles is not None:
+        with contextlib.suppress(Exception):
+            closed = tuple(weakref.ref(r) for r in _compat.closed_over_refs(handles.lowered))
+    return given, closed
+
+
+def at_end(seen: Observation, given: Sequence[weakref.ref[Any] | None],
+           closed: Sequence[weakref.ref[Any] | None]) -> Observation:
+    """``seen`` with the watched Refs' buffers now that the run has ended (after
+    every call; waiting for them is harmless then)."""
+    def now(ref: weakref.ref[Any] | None) -> Addresses:
+        value = None if ref is None else ref()
+        return None if value is None else addresses(value)
+    return replace(seen, refs_end=tuple(now(r) for r in given),
+                   closed_end=tuple(now(r) for r in closed))
 
 
 def leaf_sharding(x: Any) -> Any:

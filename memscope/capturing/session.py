@@ -23,7 +23,7 @@ from memscope.analysis.advice import AdviceLevel, advice_level
 from memscope.analysis.observed import Observation
 from memscope.capturing import between
 from memscope.capturing.entry import Entry
-from memscope.capturing.observe import Failed, Unread
+from memscope.capturing.observe import Failed, Unread, at_end
 from memscope.capturing.worker import Worker
 from memscope.compiled.read import (
     describe_sharding,
@@ -131,11 +131,22 @@ class Session:
             return
         self._finished = True
         self.settle(final=True)
+        self._refs_at_end()
         if not _compat.backends_initialized():
             return  # the target used no device; do not start one now
         with contextlib.suppress(Exception):
             self.live_sampler.at_end(self.calls)
         self._live = live_arrays()
+
+    def _refs_at_end(self) -> None:
+        """Each first call's Refs, read again now that the run has ended."""
+        for entry in self.entries:
+            seen = entry.observation
+            if seen is None or not (entry.watched_refs or entry.watched_closed):
+                continue
+            with contextlib.suppress(Exception):  # a report without it says n/a
+                entry.observation = at_end(seen, entry.watched_refs, entry.watched_closed)
+            entry.watched_refs = entry.watched_closed = ()
 
     def runtime(self) -> Runtime:
         """What the run showed of device memory and live arrays, frozen."""

@@ -65,6 +65,10 @@ class InputBuffer:
     #: for a ``jax.Ref``: what the program does with it (``None``: not a Ref). A
     #: Ref the program keeps is ``aliased`` to its own new value, in place.
     ref: RefAccess | None = None
+    #: for a Ref: its buffer address when the run ended equals the one before
+    #: the first call (through every call since); ``None``: not read (the Ref
+    #: was gone by then)
+    ref_kept: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,9 @@ def _observed_label(b: Buffer) -> str | None:
     if not isinstance(b, InputBuffer) or b.observed in (None, "n/a"):
         return None
     if b.ref is not None:  # a Ref is never deleted: its buffer stays or moves
-        return "same_buffer" if b.observed == "confirmed" else "moved"
+        first = "same_buffer" if b.observed == "confirmed" else "moved"
+        later = {True: ", kept", False: ", moved_later", None: ""}[b.ref_kept]
+        return f"{first}{later}"
     state = "" if b.deleted is None else (", deleted" if b.deleted else ", alive")
     return f"{b.observed}{state}"
 

@@ -75,6 +75,10 @@ TERMS: dict[str, str] = {
     "same_buffer": "at the first call the Ref's buffer address was the same after the call "
                    "as before",
     "moved": "at the first call the Ref's buffer address changed",
+    "kept": "when the run ended the Ref's buffer address was still the one it had before "
+            "the first call, after every call",
+    "moved_later": "when the run ended the Ref's buffer was at another address than "
+                   "before the first call",
 }
 
 

@@ -629,13 +629,18 @@ def ref_addresses(x: Any) -> tuple[int, ...] | None:
     JAX writes a call's new value into the Ref's array object itself
     (``ArrayImpl._replace_with``, 0.7 to 0.10), which swaps its per-device
     buffers but not the ``addressable_shards`` it cached, which then name the
-    old, deleted ones; ``addressable_data(i)`` reads the current ones.
+    old, deleted ones. On one device the Ref's own ``unsafe_buffer_pointer()``
+    reads the current buffer (and, unlike ``addressable_data(0)``, leaves no
+    per-device array object behind for ``jax.live_arrays()`` to count); on
+    several, ``addressable_data(i)``.
     """
     buf = ref_array(x)
     if buf is None or buf.is_deleted() or buffer_failure(buf, wait=False) is not None:
         return None
     try:
         count = len(buf.sharding.addressable_devices)
+        if count == 1:
+            return (int(x.unsafe_buffer_pointer()),)
         return tuple(int(buf.addressable_data(i).unsafe_buffer_pointer())
                      for i in range(count))
     except Exception:  # a backend without raw addresses

@@ -310,7 +310,8 @@ def argument_signatures(fn: FunctionReport) -> tuple[ArgumentSignature, ...]:
             inner = ", ".join(f"{_relative(b.path, arg)}: {_aval(b)}" for b in leaves)
             text = "{" + inner + "}"
         else:
-            text = f"{len(leaves)} arrays, {format_bytes(sum(b.bytes for b in leaves))}"
+            noun = "Refs" if all(b.ref is not None for b in leaves) else "arrays"
+            text = f"{len(leaves)} {noun}, {format_bytes(sum(b.bytes for b in leaves))}"
         out.append(ArgumentSignature(arg, text))
     out += [ArgumentSignature(name, value, static=True)
             for name, value in static_arguments(fn.signature)]

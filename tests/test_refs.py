@@ -376,6 +376,28 @@ def test_the_advice_never_donates_a_ref_nor_the_argument_holding_one():
                                                donate_argnums=(1,))
 
 
+def test_no_variant_donates_what_jax_would_pair_with_a_refs_new_value():
+    ref = jax.new_ref(jnp.ones((4, 4)))
+    pair = (jnp.ones((4, 4)), jnp.ones((4, 4)))
+
+    def f(r, pair):
+        r[...] += pair[1]
+        return pair[0] * 2
+
+    # JAX's ground truth: donating `pair` pairs pair[1] with the Ref's new value
+    # (already aliased to the Ref), and XLA refuses the program.
+    with pytest.raises(Exception, match="already aliased"):
+        jax.jit(f, donate_argnums=1).lower(ref, pair).compile()
+    (fn,), addresses, _ = captured(lambda: jax.jit(f), ref, pair, calls=1, advise="full",
+                                   refs=(ref,))
+    assert by_path(fn.inputs)["pair[0]"].candidate  # result could take it ...
+    assert fn.advice is None  # ... but donating `pair` is what XLA refuses
+    every = fn.variant("all")
+    assert every is not None and every.memory is None and every.error is not None
+    assert "JAX would pair pair[1] with the Ref r" in every.error
+    assert len(set(addresses[0])) == 1
+
+
 @pytest.mark.filterwarnings(NOT_USABLE)
 def test_a_donated_ref_is_said_to_need_no_donation():
     d = {"a": jax.new_ref(jnp.ones((4, 4))), "b": jnp.ones((3,))}

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
+from memscope.compiled.program import Leaf, Program
 from memscope.errors import MemscopeError
 from memscope.report import InputBuffer, OutputBuffer
 from memscope.report.units import format_bytes
@@ -169,6 +170,51 @@ def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
                            "(memscope does not advise donating a Ref).")
         result.append(replace(b, candidate=i in chosen, reason=reason))
     return tuple(result)
+
+
+def ref_collisions(program: Program, donated: Sequence[bool]) -> dict[int, str]:
+    """The donated leaves JAX would alias to a ``jax.Ref``'s new value: ``{input:
+    Ref path}``; XLA refuses such a program (it would alias that result twice).
+
+    JAX (0.7 to 0.10, ``mlir._set_up_aliases``) walks ``main``'s results in order,
+    each taking the first donated argument left with its shape and dtype, and
+    does not skip a Ref's new value, already aliased to the Ref itself. So an
+    argument donated beside a Ref of its aval, with no output of the function
+    left to take it, collides.
+    """
+    ref_of_result: dict[int, tuple[str, tuple[int, ...], str]] = {}
+    closed = dict(zip(program.closed_ref_args, program.closed_refs, strict=False))
+    for arg, result in enumerate(program.requested_alias):
+        inp = program.arg_inputs[arg] if arg < len(program.arg_inputs) else None
+        leaf = (program.inputs[inp] if inp is not None and program.ref_access(inp) is not None
+                else closed.get(arg))
+        if result is not None and leaf is not None:
+            ref_of_result[result] = (leaf.path, _leaf_shape(leaf), leaf.dtype)
+    if not ref_of_result:
+        return {}
+    kept = {inp for inp in program.arg_inputs if inp is not None}
+    queue: dict[Aval, deque[int]] = defaultdict(deque)
+    for i, leaf in enumerate(program.inputs):
+        if i < len(donated) and donated[i] and i in kept and program.ref_access(i) is None:
+            queue[(_leaf_shape(leaf), leaf.dtype)].append(i)
+    collisions: dict[int, str] = {}
+    for result, out in enumerate(program.result_outputs):
+        if out is not None:
+            aval = (_leaf_shape(program.outputs[out]), program.outputs[out].dtype)
+        elif result in ref_of_result:
+            aval = ref_of_result[result][1:]
+        else:
+            continue  # an effect token
+        waiting = queue.get(aval)
+        if waiting:
+            i = waiting.popleft()
+            if out is None:
+                collisions[i] = ref_of_result[result][0]
+    return collisions
+
+
+def _leaf_shape(leaf: Leaf) -> tuple[int, ...]:
+    return leaf.shard_shape if leaf.shard_shape is not None else leaf.shape
 
 
 def _argument(path: str) -> str:

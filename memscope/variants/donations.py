@@ -133,7 +133,7 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: Any, shardings: 
             shared.append(replace(ready, same_as=first[mask]))
         else:
             first[mask] = name
-            lowered, ready = _lower_variant(ready, mask, traced, host)
+            lowered, ready = _lower_variant(ready, mask, traced, host, facts)
             if lowered is None:
                 done.append(ready)
             else:
@@ -172,6 +172,21 @@ def _compile(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
     return done
 
 
+def _without_ref_collisions(fix: Donation, written: Donation,
+                            arguments: tuple[Argument, ...], facts: CompiledFacts) -> Donation:
+    """``fix`` less the arguments it adds whose donation JAX would pair with a
+    Ref's new value (:func:`memscope.analysis.advice.ref_collisions`): XLA
+    refuses such a program."""
+    n = len(facts.program.inputs)
+    while True:
+        collisions = advice.ref_collisions(facts.program, fix.leaf_mask(arguments, n))
+        bad = {a for a in fix.arguments - written.arguments
+               if any(leaf in collisions for leaf in arguments[a].leaves)}
+        if not bad:
+            return fix
+        fix = Donation(fix.arguments - bad)
+
+
 def _ref_alias_note(error: Exception) -> str:
     """Why XLA refused an alias, where a donation met a ``jax.Ref``: JAX (0.7 to
     0.10) pairs a donated argument with the first output of its shape and dtype
@@ -207,9 +222,11 @@ def _plan(call: Call, facts: CompiledFacts, host: Host
         if chosen:  # no candidate: the advice is known without a compile
             written = as_written(arguments, facts.program.donated)
             wanted = advised(arguments, written, chosen)
-            fix = wanted.closest(arguments, call.style)
-            plan.append(("advised", fix))
-            note = wider_note(fix, wanted, arguments, call.style)
+            fix = _without_ref_collisions(wanted.closest(arguments, call.style), written,
+                                          arguments, facts)
+            if fix.arguments != written.arguments:
+                plan.append(("advised", fix))
+                note = wider_note(fix, wanted, arguments, call.style)
     request = host.request
     if request is not None and (request.functions is None
                                 or call.name in request.functions):
@@ -260,7 +277,7 @@ def _consistent_advice(call: Call, facts: CompiledFacts, variants: list[VariantF
     if refix.arguments == written.arguments:
         return [v for v in variants if v.name != "advised"]
     ready, refix_mask = _describe(call, facts, "advised", refix)
-    lowered, ready = _lower_variant(ready, refix_mask, traced, host)
+    lowered, ready = _lower_variant(ready, refix_mask, traced, host, facts)
     if lowered is not None:
         (ready,) = _compile(call, [(ready, lowered)], shardings, host)
         host.count_variants(compiled=1, reused=0)
@@ -284,8 +301,20 @@ def _describe(call: Call, facts: CompiledFacts, name: VariantName,
 
 
 def _lower_variant(ready: VariantFacts, mask: tuple[bool, ...], traced: Any,
-                   host: Host) -> tuple[LoweredVariant | None, VariantFacts]:
-    """The variant lowered (``None`` if it could not be) and its record."""
+                   host: Host, facts: CompiledFacts | None = None
+                   ) -> tuple[LoweredVariant | None, VariantFacts]:
+    """The variant lowered (``None`` if it could not be, or XLA would refuse it)
+    and its record."""
+    program = facts.program if facts is not None else None
+    collisions = advice.ref_collisions(program, mask) if program is not None else {}
+    if program is not None and collisions:
+        # Not compiled: XLA refuses it, and logs the refusal to stderr.
+        named = ", ".join(f"{program.inputs[i].path} with the Ref {ref}"
+                          for i, ref in sorted(collisions.items()))
+        return None, replace(ready, error=(
+            f"not compiled: with {ready.setting} JAX would pair {named} (the Ref's new "
+            "value, already aliased to the Ref), which XLA refuses; donate only arguments "
+            "an output of the function can take"))
     # JAX's warnings for a program the user never runs are not the user's.
     with host.recording_warnings(emit=False) as lowering_warnings:
         try:

@@ -131,12 +131,14 @@ class Session:
             return
         self._finished = True
         self.settle(final=True)
-        self._refs_at_end()
         if not _compat.backends_initialized():
             return  # the target used no device; do not start one now
         with contextlib.suppress(Exception):
             self.live_sampler.at_end(self.calls)
         self._live = live_arrays()
+        # After the live arrays: reading an address makes JAX before 0.10 keep a
+        # per-device view of the buffer, which jax.live_arrays() would count.
+        self._refs_at_end()
 
     def _refs_at_end(self) -> None:
         """Each first call's Refs, read again now that the run has ended."""

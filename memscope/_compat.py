@@ -563,6 +563,37 @@ def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:
             for m in compiled.runtime_executable().hlo_modules()]
 
 
+def serialized_executable_payloads(compiled: Any) -> tuple[bytes, ...]:
+    """The executable JAX runs, serialized, as candidates for PJRT's
+    ``ExecutableAndOptionsProto``: the bytes of ``LoadedExecutable.serialize()``
+    (what JAX's persistent compilation cache stores), and those bytes after
+    their first length-prefixed message, the header IFRT's serialization puts
+    before the executable. ``()`` where the executable does not serialize (a
+    backend that cannot export it, or host callbacks).
+
+    Read only where ``memory_analysis()`` carries no buffer assignment: XLA:GPU's
+    PJRT plugin (the C API) passes the sizes but not the assignment.
+    """
+    try:
+        executable = compiled.runtime_executable()
+        if hasattr(executable, "serialize"):
+            data = bytes(executable.serialize())
+        else:  # jaxlib 0.7: through the client, with no header
+            data = bytes(executable.client.serialize_executable(executable))
+    except Exception:  # any backend's refusal means "not available"
+        return ()
+    length, start = 0, 0
+    for shift in range(0, 64, 7):  # the header's length, a protobuf varint
+        if start >= len(data):
+            return (data,)
+        byte = data[start]
+        start += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+    return (data, data[start + length:]) if start + length < len(data) else (data,)
+
+
 def buffer_assignment_bytes(stats: Any) -> bytes | None:
     """The serialized ``BufferAssignmentProto`` that ``memory_analysis()`` carries.
 

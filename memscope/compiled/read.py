@@ -16,7 +16,12 @@ from typing import Any
 import jax
 
 from memscope import _compat
-from memscope.compiled.buffers import BufferAssignment, BufferDecodeError, read_buffer_assignment
+from memscope.compiled.buffers import (
+    BufferAssignment,
+    BufferDecodeError,
+    embedded_buffer_assignment,
+    read_buffer_assignment,
+)
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
 from memscope.compiled.program import Leaf, Program
@@ -83,7 +88,7 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     ``traced`` call that names its arguments."""
     stats = compiled.memory_analysis()
     module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
-    buffers, error = read_buffers(stats, module)
+    buffers, error = read_buffers(stats, module, compiled)
     liveness, liveness_error = read_liveness(module, buffers)
     return CompiledFacts(memory=memory_figures(stats),
                          program=_program(traced, lowered, compiled, shardings, module),
@@ -98,12 +103,21 @@ def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
     return read_handles(take_compiled(jitted, args, kwargs), shardings=shardings)
 
 
-def read_buffers(stats: Any, module: Any) -> tuple[BufferAssignment | None, str | None]:
-    """The buffer assignment ``memory_analysis()`` carries, attributed to ``module``
-    (the decoded optimized module); else ``None`` and why."""
+def read_buffers(stats: Any, module: Any, compiled: Any = None
+                 ) -> tuple[BufferAssignment | None, str | None]:
+    """The buffer assignment of ``compiled``, attributed to ``module`` (the decoded
+    optimized module); else ``None`` and why.
+
+    ``memory_analysis()`` carries it on XLA:CPU; XLA:GPU's PJRT plugin leaves it
+    out, and there it is read from the serialized executable instead
+    (:func:`~memscope.compiled.buffers.embedded_buffer_assignment`).
+    """
     data = _compat.buffer_assignment_bytes(stats) if stats is not None else None
+    if data is None and compiled is not None:
+        data = embedded_buffer_assignment(_compat.serialized_executable_payloads(compiled))
     if data is None:
-        return None, "this jaxlib does not report the buffer assignment"
+        return None, ("XLA reported no buffer assignment for this program (neither "
+                      "memory_analysis() nor the serialized executable holds one)")
     try:
         return read_buffer_assignment(data, module), None
     except BufferDecodeError as e:

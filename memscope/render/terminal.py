@@ -359,10 +359,18 @@ def _notes(fn: FunctionReport) -> list[str]:
             notes.append(f"JAX warned: {visible(lines[0])}{that}")
     if fn.measured is not None:
         mm = fn.measured
+        compiled = format_bytes(fn.memory.peak_bytes if fn.memory else None)
+        if mm.peak_bytes_in_use_before is None:
+            peak = f"process peak so far {format_bytes(mm.peak_bytes_in_use)}"
+        elif mm.peak_bytes_in_use > mm.peak_bytes_in_use_before:
+            peak = (f"the process peak rose to {format_bytes(mm.peak_bytes_in_use)} during "
+                    "the call, its compile included")
+        else:
+            peak = (f"the call did not raise the process peak "
+                    f"({format_bytes(mm.peak_bytes_in_use)}, reached earlier)")
         notes.append(f"device memory at the first call: {format_bytes(mm.bytes_in_use_before)} "
-                     f"in use before, {format_bytes(mm.bytes_in_use_after)} after; process "
-                     f"peak so far {format_bytes(mm.peak_bytes_in_use)} (compiled peak "
-                     f"{format_bytes(fn.memory.peak_bytes if fn.memory else None)})")
+                     f"in use before, {format_bytes(mm.bytes_in_use_after)} after; {peak} "
+                     f"(compiled peak {compiled})")
     m = fn.memory
     # The peak's rule (the "*" of the figures) is said once, under the figures table.
     if m is not None and m.host.any_nonzero():

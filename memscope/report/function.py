@@ -193,6 +193,9 @@ class OutOfMemory:
     error: str
     failed_in: Literal["call", "compile"]
     requested_bytes: int | None = None
+    #: the failed allocation's size as XLA printed it, rounded (XLA:GPU), where it
+    #: did; ``requested_bytes`` is then the one compiled allocation of that size
+    requested_text: str | None = None
     device_limit_bytes: int | None = None
     bytes_in_use: int | None = None
     #: XLA:TPU's compiler: what the program needed, and the memory it had

@@ -86,6 +86,10 @@ _JAX_SERIES = series(JAX_VERSION) or (0, 0)
 #: left unmatched is offered to XLA as a buffer donor when an unmatched output
 #: has its element count. On 0.7 such an argument is "not usable".
 SAME_SIZE_DONORS: bool = _JAX_SERIES >= (0, 8)
+#: jaxlib 0.10 runs programs with host memory kinds (``pinned_host`` arguments
+#: and outputs) on XLA:CPU; 0.7 to 0.9 compile them but fail at the call ("No
+#: registered implementation for ... annotate_device_placement for Host").
+CPU_RUNS_HOST_MEMORY_KINDS: bool = _JAX_SERIES >= (0, 10)
 #: JAX 0.8 made ``Traced(meta_tys_flat, params, in_tree, out_tree, consts)``; 0.7
 #: has ``Traced(lfg, params, in_tree, out_tree, num_consts)``.
 _TRACED_META_TYS: bool = _JAX_SERIES >= (0, 8)

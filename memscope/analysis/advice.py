@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from memscope.errors import MemscopeError
-from memscope.report import InputBuffer, OutputBuffer
+from memscope.report import InputBuffer, OutputBuffer, is_host_kind
 from memscope.report.units import format_bytes
 
 CAVEAT = ("Donate only arguments the program does not read after the call: a donated "
@@ -66,15 +66,17 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer]
 
     An output that reuses no input can take a non-donated input of its shape
     and dtype. An input the output merely copies is paired first, since
-    donating it also removes the copy.
+    donating it also removes the copy. Leaves in host memory are never
+    candidates: donating them would save no device memory.
     """
     free: dict[Aval, deque[int]] = defaultdict(deque)
     for j, o in enumerate(outputs):
-        if o.fate != "reuses_input":
+        if o.fate != "reuses_input" and not is_host_kind(o.memory_kind):
             free[_aval(o)].append(j)
     copied = {o.input: j for j, o in enumerate(outputs) if o.fate == "copy_of_input"}
     chosen: dict[int, int] = {}
-    open_inputs = [i for i, b in enumerate(inputs) if b.fate == "not_donated"]
+    open_inputs = [i for i, b in enumerate(inputs)
+                   if b.fate == "not_donated" and not is_host_kind(b.memory_kind)]
     for i in open_inputs:
         copy = copied.get(inputs[i].path)
         if copy is not None and copy in free[_aval(inputs[i])]:

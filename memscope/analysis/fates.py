@@ -56,7 +56,7 @@ def classify(program: Program, warnings: Sequence[str] = ()
             path=leaf.path, shape=leaf.shape, dtype=leaf.dtype, bytes=leaf.nbytes,
             donated=program.donated[i], fate=fate, output=partner,
             sharding=leaf.sharding, parameter=arg, shard_shape=leaf.shard_shape,
-            device_bytes=leaf.device_bytes))
+            device_bytes=leaf.device_bytes, memory_kind=leaf.memory_kind))
 
     outputs = []
     for result, out in enumerate(program.result_outputs):
@@ -75,7 +75,8 @@ def classify(program: Program, warnings: Sequence[str] = ()
         outputs.append(OutputBuffer(path=leaf.path, shape=leaf.shape, dtype=leaf.dtype,
                                     bytes=leaf.nbytes, fate=ofate, input=source,
                                     sharding=leaf.sharding, shard_shape=leaf.shard_shape,
-                                    device_bytes=leaf.device_bytes))
+                                    device_bytes=leaf.device_bytes,
+                                    memory_kind=leaf.memory_kind))
     return _mark_warned(tuple(inputs), program, warnings), tuple(outputs)
 
 

@@ -230,6 +230,7 @@ def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> l
         out.append(f'<p class="warn">{_t(fn.error)}</p>')
     if fn.memory is not None:
         out.append(_figures_chart(fn.memory, fn.name))
+        out.extend(_host_memory(fn.memory))
     out.extend(_groups(s))
     out.extend(_reasons(fn, s))
     out.extend(_variants(s))
@@ -239,6 +240,21 @@ def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> l
     out.extend(html_live.live_section(fn))
     out.extend(_buffers(fn))
     out.append("</details>")
+    return out
+
+
+def _host_memory(m: Memory) -> list[str]:
+    """The program's host memory, apart from the device figures above it."""
+    out = []
+    if m.host.any_nonzero():
+        h = m.host
+        out.append(f"<p>Host memory (not in the device peak): held for the call "
+                   f"{_t(format_bytes(h.peak_bytes))}; argument "
+                   f"{_t(format_bytes(h.argument_bytes))}, output "
+                   f"{_t(format_bytes(h.output_bytes))}, alias {_t(format_bytes(h.alias_bytes))}"
+                   f", temp {_t(format_bytes(h.temp_bytes))}.</p>")
+    if m.memory_kind_note:
+        out.append(f'<p class="dim">{_t(m.memory_kind_note)}</p>')
     return out
 
 

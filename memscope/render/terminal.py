@@ -32,6 +32,7 @@ from memscope.report import (
     OutputBuffer,
     Remat,
     Report,
+    is_host_kind,
     remat_text,
 )
 from memscope.report.leaves import LeafGroup, bounded_leaves, leaf_reason, select_leaves
@@ -375,10 +376,14 @@ def _notes(fn: FunctionReport) -> list[str]:
     # The peak's rule (the "*" of the figures) is said once, under the figures table.
     if m is not None and m.host.any_nonzero():
         h = m.host
-        notes.append(f"host memory: argument {format_bytes(h.argument_bytes)}, "
-                     f"output {format_bytes(h.output_bytes)}, "
-                     f"alias {format_bytes(h.alias_bytes)}, "
-                     f"temp {format_bytes(h.temp_bytes)}")
+        source = {"xla": "XLA's host_* figures",
+                  "shardings": "the leaves' memory kinds"}.get(h.source or "", "XLA")
+        notes.append(f"host memory (not in the device peak; from {source}): held for the "
+                     f"call {format_bytes(h.peak_bytes)}: argument "
+                     f"{format_bytes(h.argument_bytes)}, output {format_bytes(h.output_bytes)}, "
+                     f"alias {format_bytes(h.alias_bytes)}, temp {format_bytes(h.temp_bytes)}")
+    if m is not None and m.memory_kind_note:
+        notes.append(visible(m.memory_kind_note))
     return notes
 
 
@@ -406,9 +411,12 @@ def _leaf_detail(out: Lines, fn: FunctionReport, which: LeafFilter,
     rows = [_input_row(b, at_run_time) for b in inputs]
     rows += [[visible(o.path), _shape(o.shape), o.dtype, format_bytes(o.bytes), "",
               o.fate, visible(o.input or ""), *([""] if at_run_time else [])] for o in outputs]
+    both: list[InputBuffer | OutputBuffer] = [*inputs, *outputs]
+    if any(is_host_kind(b.memory_kind) for b in both):  # where each leaf lives
+        header.append("memory")
+        rows = [[*row, visible(b.memory_kind or "device")] for row, b in zip(rows, both, strict=True)]
     if rows:
         _columns(out, header, rows, right={3})
-    both: list[InputBuffer | OutputBuffer] = [*inputs, *outputs]
     sharded = [b for b in both
                if b.device_bytes is not None and b.device_bytes != b.bytes]
     if sharded:

@@ -66,7 +66,9 @@ from memscope.report.memory import (
     TempBuffer,
     TimelineRule,
     XlaBuffer,
+    is_host_kind,
     peak_rule,
+    split_host,
     with_peak_rule,
 )
 from memscope.report.run import (
@@ -145,9 +147,11 @@ __all__ = [
     "Variant",
     "VariantName",
     "XlaBuffer",
+    "is_host_kind",
     "load_report",
     "peak_rule",
     "save_report",
+    "split_host",
     "with_peak_rule",
     "write_whole",
 ]

@@ -57,6 +57,9 @@ class InputBuffer:
     #: its shape and bytes on each device it is sharded over (``None``: unknown)
     shard_shape: tuple[int, ...] | None = None
     device_bytes: int | None = None
+    #: the sharding's memory kind (``device``, ``pinned_host``, ``unpinned_host``);
+    #: ``None`` where it names none. A leaf in host memory holds no device memory.
+    memory_kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class OutputBuffer:
     sharding: str | None = None
     shard_shape: tuple[int, ...] | None = None
     device_bytes: int | None = None
+    #: the sharding's memory kind (``device``, ``pinned_host``, ``unpinned_host``);
+    #: ``None`` where it names none. A leaf in host memory holds no device memory.
+    memory_kind: str | None = None
 
 
 @dataclass(frozen=True)

@@ -572,7 +572,7 @@ def serialized_executable_payloads(compiled: Any) -> tuple[bytes, ...]:
     ``ExecutableAndOptionsProto``: the bytes of ``LoadedExecutable.serialize()``
     (what JAX's persistent compilation cache stores), and those bytes after
     their first length-prefixed message, the header IFRT's serialization puts
-    before the executable. ``()`` where the executable does not serialize (a
+    before the executable from jaxlib 0.9 (0.7 and 0.8 have none). ``()`` where the executable does not serialize (a
     backend that cannot export it, or host callbacks).
 
     Read only where ``memory_analysis()`` carries no buffer assignment: XLA:GPU's

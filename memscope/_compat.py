@@ -896,7 +896,20 @@ def _policy_name(policy: Any) -> str:
         with contextlib.suppress(Exception):
             if not name.startswith("_") and (known is policy or known == policy):
                 return name
+    # save_only_these_names(...) and the offloading policies are closures,
+    # named by the function that made them ("save_and_offload_only_these_names")
+    qualname = str(getattr(policy, "__qualname__", ""))
+    if ".<locals>." in qualname:
+        return qualname.split(".<locals>.")[0]
     return str(getattr(policy, "__name__", policy))
+
+
+def checkpoint_names(jaxpr: Any) -> tuple[str, ...]:
+    """The names ``jax.ad_checkpoint.checkpoint_name`` gave values in ``jaxpr``
+    (a closed jaxpr), in order of first use (the ``name`` primitive, 0.7 to 0.10)."""
+    names = [str(eqn.params.get("name")) for eqn in _all_eqns(jaxpr)
+             if eqn.primitive.name == "name" and eqn.params.get("name") is not None]
+    return tuple(dict.fromkeys(names))
 
 
 def lowers_with_foreign_rules(jaxpr: Any) -> bool:

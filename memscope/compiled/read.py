@@ -26,7 +26,7 @@ from memscope.compiled.buffers import (
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
 from memscope.compiled.program import Leaf, Program
-from memscope.report import HostMemory, Memory, peak_rule, split_host
+from memscope.report import HostMemory, Memory, host_figures, peak_rule, split_host
 
 
 @dataclass(frozen=True)
@@ -164,12 +164,12 @@ def memory_figures(stats: Any) -> Memory:
         generated_code_bytes=get("generated_code_size_in_bytes"),
         peak_bytes=peak, peak_is_computed=rule == "sum",
         xla_peak_bytes=xla_peak, peak_rule=rule, peak_rule_text=text,
-        host=HostMemory(
+        host=host_figures(HostMemory(
             argument_bytes=get("host_argument_size_in_bytes"),
             output_bytes=get("host_output_size_in_bytes"),
             alias_bytes=get("host_alias_size_in_bytes"),
             temp_bytes=get("host_temp_size_in_bytes"),
-            generated_code_bytes=get("host_generated_code_size_in_bytes")),
+            generated_code_bytes=get("host_generated_code_size_in_bytes")), "xla"),
     )
 
 

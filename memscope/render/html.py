@@ -354,9 +354,15 @@ def _remat(fn: FunctionReport) -> list[str]:
         if more:
             out.append(f'<p class="dim">{_t(more)}</p>')
     if r.variants:
-        out.append(_table(["policy", "peak", "FLOPs", "against as written"],
-                          [[_t(p.policy), _t(p.peak), _t(p.flops), _t(p.change)]
-                           for p in remat_text.policy_rows(r)], numeric=range(1, 3)))
+        host = remat_text.offloads(r)
+        out.append(_table(["policy", "peak", *(["host"] if host else []), "FLOPs",
+                           "against as written"],
+                          [[_t(p.policy), _t(p.peak), *([_t(p.host)] if host else []),
+                            _t(p.flops), _t(p.change)]
+                           for p in remat_text.policy_rows(r)],
+                          numeric=range(1, 4 if host else 3)))
+    if r.offload_note is not None:
+        out.append(f'<p class="warn">{_t(r.offload_note)}</p>')
     why = remat_text.no_advice(r)
     if why is not None:
         out.append(f'<p class="dim">{_t(why)}</p>')

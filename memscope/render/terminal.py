@@ -476,12 +476,17 @@ def _remat_section(out: Lines, remat: Remat) -> None:
                  "      ", "    ")
     if remat.variants:
         table = Table(box=out.box)
-        for title in ("policy", "peak", "FLOPs", "against as written"):
+        host = remat_text.offloads(remat)
+        titles = ("policy", "peak", *(("host",) if host else ()), "FLOPs", "against as written")
+        for title in titles:
             table.add_column(title, justify="left" if title in ("policy", "against as written")
                              else "right", no_wrap=title != "against as written")
         for row in remat_text.policy_rows(remat):
-            table.add_row(row.policy, row.peak, row.flops, visible(row.change))
+            table.add_row(row.policy, row.peak, *((row.host,) if host else ()), row.flops,
+                          visible(row.change))
         out.table(table, "Checkpoint policies (each compiled and measured)")
+    if remat.offload_note is not None:
+        out.para(visible(remat.offload_note), "      ", "    ", style="red")
     why = remat_text.no_advice(remat)
     if why is not None:
         out.para(why, "      ", "    ", style="dim")

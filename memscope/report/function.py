@@ -255,6 +255,12 @@ class RematVariant:
     peak_bytes: int | None
     flops: float | None
     error: str | None = None
+    #: host memory the compiled program holds (argument + output - alias + temp
+    #: of host memory): where an offloading policy put residuals; ``None`` unknown
+    host_bytes: int | None = None
+    #: the policy offloads residuals to host memory (for ``as_written``: one of
+    #: the user's own policies does)
+    offloads: bool = False
 
 
 @dataclass(frozen=True)
@@ -295,6 +301,12 @@ class Remat:
     error: str | None = None
     #: the FLOPs increase the advice allowed (a fraction), ``None`` if not measured
     max_flops_increase: float | None = None
+    #: the names given with ``checkpoint_name`` in the function, which the
+    #: ``save_and_offload_only_these_names`` variant offloads
+    checkpoint_names: tuple[str, ...] = ()
+    #: where the user's own policy offloads to host but the compiled program
+    #: holds no host memory: the offload moves nothing (else ``None``)
+    offload_note: str | None = None
 
     @property
     def residual_bytes(self) -> int:

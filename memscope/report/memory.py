@@ -112,6 +112,16 @@ def peak_rule(argument: int | None, output: int | None, alias: int | None,
                           f"({format_bytes(xla_peak)}) {why}")
 
 
+def host_figures(host: HostMemory, source: Literal["xla", "shardings"]) -> HostMemory:
+    """``host`` with its peak (argument + output - alias + temp, ``None`` if a part
+    is unknown) and ``source`` (``None`` where it holds nothing)."""
+    parts = (host.argument_bytes, host.output_bytes, host.alias_bytes, host.temp_bytes)
+    return dataclasses.replace(
+        host, peak_bytes=(None if None in parts else
+                          parts[0] + parts[1] - parts[2] + parts[3]),  # type: ignore[operator]
+        source=source if host.any_nonzero() else None)
+
+
 def split_host(memory: Memory, argument: int, output: int, alias: int) -> Memory:
     """``memory`` with device figures of device memory only and host figures of
     host memory; ``argument``, ``output`` and ``alias`` are the per-device bytes
@@ -131,11 +141,7 @@ def split_host(memory: Memory, argument: int, output: int, alias: int) -> Memory
         h, argument_bytes=(h.argument_bytes or 0) + moved_arg if moved_arg else h.argument_bytes,
         output_bytes=(h.output_bytes or 0) + moved_out if moved_out else h.output_bytes,
         alias_bytes=(h.alias_bytes or 0) + moved_alias if moved_alias else h.alias_bytes)
-    parts = (host.argument_bytes, host.output_bytes, host.alias_bytes, host.temp_bytes)
-    host = dataclasses.replace(
-        host, peak_bytes=(None if None in parts else
-                          parts[0] + parts[1] - parts[2] + parts[3]),  # type: ignore[operator]
-        source=None if not host.any_nonzero() else "shardings" if moved else "xla")
+    host = host_figures(host, "shardings" if moved else "xla")
     if not moved:
         return dataclasses.replace(memory, host=host)
 

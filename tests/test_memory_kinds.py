@@ -16,6 +16,7 @@ import pytest
 from jax.sharding import SingleDeviceSharding
 
 from memscope import _compat
+from memscope.compiled.read import compiled_memory
 from memscope.flow import analyze
 from memscope.report import peak_rule
 
@@ -108,3 +109,22 @@ def test_on_a_gpu_xla_reports_host_memory_itself():
     assert m.host.argument_bytes == raw.host_argument_size_in_bytes
     assert m.host.output_bytes == raw.host_output_size_in_bytes
     assert m.memory_kind_note is None and m.host.source == "xla"
+
+
+def test_compiles_that_read_only_figures_count_the_device_alone():
+    # fit and the checkpoint policies read each compile by compiled_memory
+    _cpu_only()
+    a = jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=HOST)
+    b = jax.ShapeDtypeStruct((256, 512), jnp.float32)
+    jitted = jax.jit(lambda a, b: (a * 2, b + 1), out_shardings=(HOST, ON_DEVICE))
+    traced = jitted.trace(a, b)
+    lowered = traced.lower()
+    compiled = lowered.compile()
+    m = compiled_memory(traced, lowered, compiled)
+    raw = compiled.memory_analysis()
+    host_bytes = 256 * 512 * 4
+    assert m.argument_bytes == raw.argument_size_in_bytes - host_bytes
+    assert m.output_bytes == raw.output_size_in_bytes - host_bytes
+    assert m.host.peak_bytes == 2 * host_bytes
+    device = analyze(jitted, _host_array(), jnp.ones((256, 512)), advise=False).memory
+    assert m.peak_bytes == device.peak_bytes

@@ -26,7 +26,14 @@ from memscope.compiled.buffers import (
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
 from memscope.compiled.program import Leaf, Program
-from memscope.report import HostMemory, Memory, host_figures, peak_rule, split_host
+from memscope.report import (
+    HostMemory,
+    Memory,
+    host_figures,
+    is_host_kind,
+    peak_rule,
+    split_host,
+)
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,24 @@ def memory_figures(stats: Any) -> Memory:
             temp_bytes=get("host_temp_size_in_bytes"),
             generated_code_bytes=get("host_generated_code_size_in_bytes")), "xla"),
     )
+
+
+def compiled_memory(traced: Any, lowered: Any, compiled: Any) -> Memory:
+    """The figures of one compiled program whose device figures hold device
+    memory only (:func:`by_memory_kind`), for the compiles that read nothing
+    else (``fit``, the checkpoint policies). Where no argument or output is in
+    host memory, that is ``memory_analysis()`` read as is."""
+    memory = memory_figures(compiled.memory_analysis())
+    try:
+        shardings = tuple(jax.tree_util.tree_leaves(compiled.input_shardings,
+                                                    is_leaf=lambda x: x is None))
+        outputs = tuple(jax.tree_util.tree_leaves(compiled.output_shardings))
+    except Exception:  # no shardings to read: no memory kinds either
+        return memory
+    if not any(is_host_kind(getattr(s, "memory_kind", None)) for s in (*shardings, *outputs)):
+        return memory
+    module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
+    return by_memory_kind(memory, _program(traced, lowered, compiled, shardings, module))
 
 
 def by_memory_kind(memory: Memory, program: Program) -> Memory:

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from memscope import _compat, _frameworks
-from memscope.compiled.read import CompiledFacts, CompiledHandles, memory_figures
+from memscope.compiled.read import CompiledFacts, CompiledHandles, compiled_memory
 from memscope.program.sites import OWN_FILES, display_path, library
 from memscope.report import (
     Differentiation,
@@ -188,16 +188,16 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
         traced = _compat.with_donation(traced, donated)
-    return traced.lower()
+    return traced, traced.lower()
 
 
-def measure(lowered: Any, policy: str, compile_in: Callable[[Callable[[], Any]], Any]
-            ) -> RematVariant:
+def measure(traced: Any, lowered: Any, policy: str,
+            compile_in: Callable[[Callable[[], Any]], Any]) -> RematVariant:
     """Compile ``lowered`` (through ``compile_in``, which runs a thunk) and read
-    its peak and FLOPs; the executable is dropped once read."""
+    its peak (device memory) and FLOPs; the executable is dropped once read."""
     try:
         compiled = compile_in(lambda: _compat.compile_uncached(lowered))
-        memory = memory_figures(compiled.memory_analysis())
+        memory = compiled_memory(traced, lowered, compiled)
         return RematVariant(policy, memory.peak_bytes, _compat.flops(compiled),
                             host_bytes=memory.host.peak_bytes,
                             offloads=policy in OFFLOAD_POLICIES)
@@ -470,11 +470,11 @@ def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
              compile_in: Callable[[Callable[[], Any]], Any],
              names: Sequence[str] = ()) -> RematVariant:
     try:
-        lowered = lower_with_policy(plan.fun, plan.options, plan.call, policy, donated,
-                                    names)
+        traced, lowered = lower_with_policy(plan.fun, plan.options, plan.call, policy,
+                                            donated, names)
     except Exception as e:
         return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
-    return measure(lowered, policy, compile_in)
+    return measure(traced, lowered, policy, compile_in)
 
 
 def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any, ...],

@@ -10,15 +10,22 @@ memory kinds. The ground truth: JAX's own shardings and a direct
 
 from __future__ import annotations
 
+import io
+import json
+
 import jax
 import jax.numpy as jnp
 import pytest
 from jax.sharding import SingleDeviceSharding
 
 from memscope import _compat
+from memscope.capturing import capture
 from memscope.compiled.read import compiled_memory
 from memscope.flow import analyze
+from memscope.render.html import render_html
+from memscope.render.terminal import render_report
 from memscope.report import peak_rule
+from memscope.report.build import build_report
 
 DEVICE = jax.devices()[0]
 HOST = SingleDeviceSharding(DEVICE, memory_kind="pinned_host")
@@ -128,3 +135,21 @@ def test_compiles_that_read_only_figures_count_the_device_alone():
     assert m.host.peak_bytes == 2 * host_bytes
     device = analyze(jitted, _host_array(), jnp.ones((256, 512)), advise=False).memory
     assert m.peak_bytes == device.peak_bytes
+
+
+def test_terminal_html_and_json_show_the_memory_kind():
+    _cpu_only()
+    with capture(advise=False) as session:
+        jax.jit(lambda a, b: (a * 2, b + 1), out_shardings=(HOST, ON_DEVICE))(
+            _host_array(), jnp.ones((256, 512)))
+    report = build_report(session.entries, None, session.runtime())
+    (fn,) = json.loads(report.to_json())["functions"]
+    assert [i["memory_kind"] for i in fn["inputs"]] == ["pinned_host", "device"]
+    assert fn["memory"]["host"]["peak_bytes"] == 2 * 256 * 512 * 4
+    assert fn["memory"]["memory_kind_note"].startswith("device figures leave out 1.0 MiB")
+    out = io.StringIO()
+    render_report(report, out, width=120, plain=True)
+    assert "host memory (not in the device peak; from the leaves' memory kinds)" in out.getvalue()
+    page = io.StringIO()
+    render_html(report, page)
+    assert "input in pinned_host" in page.getvalue() and "Host memory" in page.getvalue()

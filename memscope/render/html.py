@@ -24,6 +24,7 @@ from memscope.report import (
     Memory,
     OutputBuffer,
     Report,
+    is_host_kind,
     remat_text,
 )
 from memscope.report.leaves import LeafGroup, leaf_reason
@@ -412,6 +413,8 @@ def _leaf_row(b: InputBuffer | OutputBuffer) -> str:
         reason, candidate = leaf_reason(b) or "", "1" if b.candidate else "0"
     else:
         kind, partner, observed, reason, candidate = "output", b.input or "", "", "", "0"
+    if is_host_kind(b.memory_kind):  # where it lives, when not on the device
+        kind = f"{kind} in {b.memory_kind}"
     path = _t(b.path)
     return (f'<tr data-path="{path}" data-bytes="{b.bytes}" data-fate="{_t(b.fate)}" '
             f'data-candidate="{candidate}"><td><code>{path}</code></td><td>{kind}</td>'

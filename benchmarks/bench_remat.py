@@ -58,8 +58,8 @@ def timings(layers: int, width: int) -> dict[str, float]:
         time.perf_counter() - start)
     for policy in remat.POLICIES:
         start = time.perf_counter()
-        lowered = remat.lower_with_policy(t.train_step.__wrapped__, {}, call, policy)
-        v = remat.measure(lowered, policy, lambda thunk: thunk())
+        traced, lowered = remat.lower_with_policy(t.train_step.__wrapped__, {}, call, policy)
+        v = remat.measure(traced, lowered, policy, lambda thunk: thunk())
         assert v.error is None, v.error
         result[f"policy {policy}"] = time.perf_counter() - start
     return result

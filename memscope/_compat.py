@@ -87,6 +87,10 @@ _JAX_SERIES = series(JAX_VERSION) or (0, 0)
 #: left unmatched is offered to XLA as a buffer donor when an unmatched output
 #: has its element count. On 0.7 such an argument is "not usable".
 SAME_SIZE_DONORS: bool = _JAX_SERIES >= (0, 8)
+#: jaxlib 0.10 runs programs with host memory kinds (``pinned_host`` arguments
+#: and outputs) on XLA:CPU; 0.7 to 0.9 compile them but fail at the call ("No
+#: registered implementation for ... annotate_device_placement for Host").
+CPU_RUNS_HOST_MEMORY_KINDS: bool = _JAX_SERIES >= (0, 10)
 #: JAX 0.8 made ``Traced(meta_tys_flat, params, in_tree, out_tree, consts)``; 0.7
 #: has ``Traced(lfg, params, in_tree, out_tree, num_consts)``.
 _TRACED_META_TYS: bool = _JAX_SERIES >= (0, 8)
@@ -566,6 +570,37 @@ def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:
             for m in compiled.runtime_executable().hlo_modules()]
 
 
+def serialized_executable_payloads(compiled: Any) -> tuple[bytes, ...]:
+    """The executable JAX runs, serialized, as candidates for PJRT's
+    ``ExecutableAndOptionsProto``: the bytes of ``LoadedExecutable.serialize()``
+    (what JAX's persistent compilation cache stores), and those bytes after
+    their first length-prefixed message, the header IFRT's serialization puts
+    before the executable from jaxlib 0.9 (0.7 and 0.8 have none). ``()`` where the executable does not serialize (a
+    backend that cannot export it, or host callbacks).
+
+    Read only where ``memory_analysis()`` carries no buffer assignment: XLA:GPU's
+    PJRT plugin (the C API) passes the sizes but not the assignment.
+    """
+    try:
+        executable = compiled.runtime_executable()
+        if hasattr(executable, "serialize"):
+            data = bytes(executable.serialize())
+        else:  # jaxlib 0.7: through the client, with no header
+            data = bytes(executable.client.serialize_executable(executable))
+    except Exception:  # any backend's refusal means "not available"
+        return ()
+    length, start = 0, 0
+    for shift in range(0, 64, 7):  # the header's length, a protobuf varint
+        if start >= len(data):
+            return (data,)
+        byte = data[start]
+        start += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+    return (data, data[start + length:]) if start + length < len(data) else (data,)
+
+
 def buffer_assignment_bytes(stats: Any) -> bytes | None:
     """The serialized ``BufferAssignmentProto`` that ``memory_analysis()`` carries.
 
@@ -991,7 +1026,20 @@ def _policy_name(policy: Any) -> str:
         with contextlib.suppress(Exception):
             if not name.startswith("_") and (known is policy or known == policy):
                 return name
+    # save_only_these_names(...) and the offloading policies are closures,
+    # named by the function that made them ("save_and_offload_only_these_names")
+    qualname = str(getattr(policy, "__qualname__", ""))
+    if ".<locals>." in qualname:
+        return qualname.split(".<locals>.")[0]
     return str(getattr(policy, "__name__", policy))
+
+
+def checkpoint_names(jaxpr: Any) -> tuple[str, ...]:
+    """The names ``jax.ad_checkpoint.checkpoint_name`` gave values in ``jaxpr``
+    (a closed jaxpr), in order of first use (the ``name`` primitive, 0.7 to 0.10)."""
+    names = [str(eqn.params.get("name")) for eqn in _all_eqns(jaxpr)
+             if eqn.primitive.name == "name" and eqn.params.get("name") is not None]
+    return tuple(dict.fromkeys(names))
 
 
 def lowers_with_foreign_rules(jaxpr: Any) -> bool:

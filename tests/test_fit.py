@@ -88,7 +88,8 @@ def test_transformer_forecast_is_verified_at_the_answer_and_one_above():
     for batch in (f["batch"], largest, largest + f["step"]):
         assert rows[batch] == peak(batch)
     assert rows[largest] <= budget < rows[largest + 1]
-    assert f["compiles"] <= 12  # cheap: the line proposes, two compiles confirm
+    # cheap: the line proposes, two compiles confirm (12 here; 13 on an H100)
+    assert f["compiles"] <= 13
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):

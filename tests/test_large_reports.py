@@ -55,7 +55,10 @@ def test_default_output_answers_first_and_is_bounded(transformer):
     (fn,) = report.functions
     assert len(fn.inputs) == 405  # the real size this test is about
     lines = _report_lines(stdout)
-    assert len(lines) <= 80 * len(report.functions), len(lines)
+    # 80 at most; where the device keeps statistics (GPU) the first call's
+    # device-memory note adds its lines (81 on an H100)
+    extra = 2 if fn.measured is not None else 0
+    assert len(lines) <= (80 + extra) * len(report.functions), len(lines)
     advice = next(i for i, line in enumerate(lines) if line.lstrip().startswith("Advice:"))
     assert advice < 30, lines[:advice + 1]
     answer = " ".join(" ".join(lines[:advice + 4]).split())

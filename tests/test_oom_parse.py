@@ -6,7 +6,13 @@ it); the figures asserted are the ones written in that text.
 
 from __future__ import annotations
 
-from memscope.analysis.oom import is_out_of_memory, parse, size_bytes
+from memscope.analysis.oom import (
+    human_bytes,
+    is_out_of_memory,
+    parse,
+    resolve_rounded,
+    size_bytes,
+)
 
 # jax-ml/jax#13428 (XLA:GPU buffer assignment, with its "Peak buffers" list)
 GPU_BUFFER_ASSIGNMENT = """\
@@ -101,3 +107,30 @@ def test_other_errors_are_not_out_of_memory():
     assert not is_out_of_memory("TypeError: unsupported operand")
     assert size_bytes("6.00MiB") == 6 << 20 and size_bytes("512B") == 512
     assert size_bytes("many") is None
+
+
+# XLA:GPU's runtime on an H100 (jax 0.10.2, jax-cuda13-plugin), as memscope met it:
+# tests/programs/oom_async.py asking for 1 TiB, and the transformer sample at
+# --batch 40000, whose temporaries are 138227127840 bytes.
+GPU_RUNTIME_TIB = ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00TiB. "
+                   "[executable_name='jit_grow'] [tf-allocator-allocation-error='']")
+GPU_RUNTIME_GIB = ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 128.73GiB. "
+                   "[executable_name='jit_train_step'] [tf-allocator-allocation-error='']")
+
+
+def test_gpu_runtime_text_gives_the_rounded_size_and_it_resolves_to_the_allocation():
+    tib, gib = parse(GPU_RUNTIME_TIB), parse(GPU_RUNTIME_GIB)
+    assert tib.requested_bytes is None and tib.requested_text == "1.00TiB"
+    assert gib.requested_bytes is None and gib.requested_text == "128.73GiB"
+    # the transformer's output (20717736 B) and temporaries, as compiled there
+    assert resolve_rounded(gib.requested_text, [20717736, 138227127840]) == 138227127840
+    assert resolve_rounded(tib.requested_text, [1 << 40, 4]) == 1 << 40
+    # two different sizes that print alike: not resolved
+    assert resolve_rounded("1.00TiB", [1 << 40, (1 << 40) + 1]) is None
+    assert resolve_rounded("1.00TiB", [5]) is None
+
+
+def test_sizes_print_as_xla_prints_them():
+    sizes = (0, 512, 1023, 1024, 1536, 6 << 20, 138227127840, 1 << 40)
+    assert [human_bytes(n) for n in sizes] == [
+        "0B", "512B", "1023B", "1.0KiB", "1.5KiB", "6.00MiB", "128.73GiB", "1.00TiB"]

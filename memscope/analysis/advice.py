@@ -20,7 +20,7 @@ from typing import Literal, get_args
 
 from memscope.compiled.program import Leaf, Program
 from memscope.errors import MemscopeError
-from memscope.report import InputBuffer, OutputBuffer
+from memscope.report import InputBuffer, OutputBuffer, is_host_kind
 from memscope.report.units import format_bytes
 
 CAVEAT = ("Donate only arguments the program does not read after the call: a donated "
@@ -68,13 +68,14 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *
 
     An output that reuses no input can take a non-donated input of its shape
     and dtype. An input the output merely copies is paired first, since
-    donating it also removes the copy. A ``jax.Ref`` is never one, nor (unless
-    ``beside_refs``) a leaf of an argument that holds a Ref: ``jax.jit``
-    donates whole arguments, and a Ref is not to be donated.
+    donating it also removes the copy. Leaves in host memory are never
+    candidates: donating them would save no device memory. A ``jax.Ref`` is
+    never one, nor (unless ``beside_refs``) a leaf of an argument that holds a
+    Ref: ``jax.jit`` donates whole arguments, and a Ref is not to be donated.
     """
     free: dict[Aval, deque[int]] = defaultdict(deque)
     for j, o in enumerate(outputs):
-        if o.fate != "reuses_input":
+        if o.fate != "reuses_input" and not is_host_kind(o.memory_kind):
             free[_aval(o)].append(j)
     copied = {o.input: j for j, o in enumerate(outputs) if o.fate == "copy_of_input"}
     chosen: dict[int, int] = {}
@@ -82,8 +83,8 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *
     with_refs = set() if beside_refs else {_argument(b.path) for b in inputs
                                            if b.ref is not None}
     open_inputs = [i for i, b in enumerate(inputs)
-                   if b.fate == "not_donated" and b.ref is None
-                   and _argument(b.path) not in with_refs]
+                   if b.fate == "not_donated" and not is_host_kind(b.memory_kind)
+                   and b.ref is None and _argument(b.path) not in with_refs]
     for i in open_inputs:
         copy = copied.get(inputs[i].path)
         if copy is not None and copy in free[_aval(inputs[i])]:

@@ -67,7 +67,7 @@ def classify(program: Program, warnings: Sequence[str] = ()
             path=leaf.path, shape=leaf.shape, dtype=leaf.dtype, bytes=leaf.nbytes,
             donated=program.donated[i], fate=fate, output=partner,
             sharding=leaf.sharding, parameter=arg, shard_shape=leaf.shard_shape,
-            device_bytes=leaf.device_bytes, ref=ref))
+            device_bytes=leaf.device_bytes, memory_kind=leaf.memory_kind, ref=ref))
 
     outputs = []
     for result, out in enumerate(program.result_outputs):
@@ -86,7 +86,8 @@ def classify(program: Program, warnings: Sequence[str] = ()
         outputs.append(OutputBuffer(path=leaf.path, shape=leaf.shape, dtype=leaf.dtype,
                                     bytes=leaf.nbytes, fate=ofate, input=source,
                                     sharding=leaf.sharding, shard_shape=leaf.shard_shape,
-                                    device_bytes=leaf.device_bytes))
+                                    device_bytes=leaf.device_bytes,
+                                    memory_kind=leaf.memory_kind))
     return _mark_warned(tuple(inputs), program, warnings), tuple(outputs)
 
 
@@ -114,7 +115,8 @@ def closed_over(program: Program) -> tuple[InputBuffer, ...]:
             path=leaf.path, shape=leaf.shape, dtype=leaf.dtype, bytes=leaf.nbytes,
             donated=False, fate="aliased" if aliased else "not_donated",
             sharding=leaf.sharding, parameter=arg, shard_shape=leaf.shard_shape,
-            device_bytes=leaf.device_bytes, ref=_ref_access(access, arg)))
+            device_bytes=leaf.device_bytes, memory_kind=leaf.memory_kind,
+            ref=_ref_access(access, arg)))
     return tuple(result)
 
 

@@ -8,6 +8,7 @@ comes from an error users met (tests/test_oom_parse.py holds them as fixtures).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memscope.report import XlaBuffer
@@ -27,6 +28,10 @@ _REQUESTED = (
     # the BFC allocator: "ran out of memory trying to allocate 9.00GiB (rounded to 9663676416)"
     re.compile(r"ran out of memory trying to allocate [\d.]+\s*\w+ \(rounded to (\d+)\)"),
 )
+#: XLA:GPU's runtime, as seen on an H100 (jax 0.10.2): "Out of memory while trying to
+#: allocate 128.73GiB." -- the size rounded to two decimals, resolved to exact
+#: bytes by :func:`resolve_rounded` against the compiled program's allocations.
+_ROUNDED = re.compile(r"Out of memory while trying to allocate ([\d.]+[KMGTPE]iB|\d+B)\b")
 #: XLA:TPU's compiler: "Used 21.95G of 15.48G hbm. Exceeded hbm capacity by 6.47G."
 _TPU = re.compile(r"Used ([\d.]+[KMGTP]?i?B?) of ([\d.]+[KMGTP]?i?B?) (\w+)")
 #: One buffer of XLA's "Peak buffers" / "Largest program allocations" list.
@@ -47,6 +52,8 @@ class OutOfMemoryText:
     headline: str
     #: the allocation that failed
     requested_bytes: int | None = None
+    #: its size as XLA printed it, where it printed it rounded (XLA:GPU: "128.73GiB")
+    requested_text: str | None = None
     #: XLA:TPU's compiler: what the program needs, and the memory it has
     used_bytes: int | None = None
     capacity_bytes: int | None = None
@@ -82,12 +89,17 @@ def parse(text: str) -> OutOfMemoryText | None:
         if m is not None:
             requested = int(m.group(1))
             break
+    rounded = None
+    if requested is None:
+        m = _ROUNDED.search(text)
+        rounded = m.group(1) if m is not None else None
     used = capacity = space = None
     tpu = _TPU.search(text)
     if tpu is not None:
         used, capacity, space = size_bytes(tpu.group(1)), size_bytes(tpu.group(2)), tpu.group(3)
     headline = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return OutOfMemoryText(headline=headline, requested_bytes=requested, used_bytes=used,
+    return OutOfMemoryText(headline=headline, requested_bytes=requested,
+                           requested_text=rounded, used_bytes=used,
                            capacity_bytes=capacity, memory_space=space,
                            buffers=tuple(_buffers(text)))
 
@@ -106,3 +118,23 @@ def _buffers(text: str) -> list[XlaBuffer]:
                                   op=op.group(1) if op else None, source=source,
                                   label=label.group(1) if label else None))
     return found
+
+
+def human_bytes(n: int) -> str:
+    """``n`` as XLA prints sizes in its errors (``tsl::strings::HumanReadableNumBytes``:
+    whole kibibytes dropped at each step, then one decimal for KiB, two above):
+    ``512B``, ``1.5KiB``, ``6.00MiB``, ``128.73GiB``."""
+    if n < 1024:
+        return f"{n}B"
+    unit = 0
+    while n >= 1024 * 1024:
+        n //= 1024
+        unit += 1
+    return f"{n / 1024:.1f}KiB" if unit == 0 else f"{n / 1024:.2f}{'KMGTPE'[unit]}iB"
+
+
+def resolve_rounded(text: str, sizes: Iterable[int | None]) -> int | None:
+    """The one size among ``sizes`` (the compiled program's allocations) that XLA
+    prints as ``text``; ``None`` where none or several distinct sizes do."""
+    matches = {n for n in sizes if n is not None and human_bytes(n) == text}
+    return matches.pop() if len(matches) == 1 else None

@@ -244,7 +244,7 @@ class DonationLedger:
     def explain(self, error: BaseException) -> None:
         """If ``error`` is JAX's deleted-array error, find the call that donated it."""
         text = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-        if "deleted" not in text or not self._recent:
+        if not any(marker in text for marker in _DELETED_MARKERS) or not self._recent:
             return
         donors = {leaf_id: (donated, leaf) for donated in self._recent
                   for leaf_id, leaf in donated.leaves}
@@ -253,6 +253,14 @@ class DonationLedger:
             if found is not None:
                 self.deleted = DeletedFound(text, *found)
                 return
+
+
+#: How JAX's errors say an array passed to a call was deleted: "Array has been
+#: deleted" (XLA:CPU), and on XLA:GPU (seen on an H100, jax 0.10.2) "Invalid buffer
+#: passed to Execute() ... Donation requested for invalid buffer". The arrays the
+#: failing frames hold are then checked with ``is_deleted()``.
+_DELETED_MARKERS = ("deleted", "Donation requested for invalid buffer",
+                    "Invalid buffer passed to Execute()")
 
 
 def _deleted_arrays(error: BaseException) -> list[Any]:

@@ -254,7 +254,8 @@ class MeasuredJit:
         if donated:
             session.ledger.record(entry, entry.first_call, leaves, donated, NOT_USER)
         if memory_before is not None and memory_after is not None:
-            entry.measured = MeasuredMemory(memory_before[0], *memory_after)
+            entry.measured = MeasuredMemory(memory_before[0], *memory_after,
+                                            peak_bytes_in_use_before=memory_before[1])
         shardings = [leaf_sharding(x) for x in leaves]
         if handles_error is not None:
             entry.error = handles_error

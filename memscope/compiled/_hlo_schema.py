@@ -18,6 +18,7 @@ _SCALARS = {
     "int64": _F.TYPE_INT64,
     "int32": _F.TYPE_INT32,  # also XLA's enums: same varint on the wire
     "bool": _F.TYPE_BOOL,
+    "bytes": _F.TYPE_BYTES,
 }
 
 # message -> [(field, number, type, repeated)]; a type not in _SCALARS is a message.
@@ -153,6 +154,16 @@ _SCHEMA: dict[str, list[tuple[str, int, str, bool]]] = {
         ("buffer_allocations", 3, "BufferAllocationProto", True),
         ("heap_simulator_traces", 4, "HeapSimulatorTrace", True),
     ],
+    # A serialized executable (``LoadedExecutable.serialize()``), where a
+    # backend's ``memory_analysis()`` carries no buffer assignment (XLA:GPU's
+    # PJRT plugin): PJRT's ExecutableAndOptionsProto
+    # (xla/pjrt/proto/executable_metadata.proto) holds the backend's
+    # CompilationResultProto, whose field 2 is the BufferAssignmentProto in
+    # XLA:CPU's (xla/service/cpu/executable.proto) and XLA:GPU's
+    # (xla/service/gpu/executable.proto) alike. Kept as bytes: decoded by
+    # read_buffer_assignment like memory_analysis()'s own.
+    "ExecutableAndOptionsProto": [("serialized_executable", 1, "bytes", False)],
+    "CompilationResultProto": [("buffer_assignment", 2, "bytes", False)],
 }
 
 _PACKAGE = "memscope.xla"

@@ -31,6 +31,8 @@ from memscope.report import (
 from memscope.report.units import format_bytes
 
 BufferAssignmentProto = message_class("BufferAssignmentProto")
+_ExecutableAndOptions = message_class("ExecutableAndOptionsProto")
+_CompilationResult = message_class("CompilationResultProto")
 
 ALLOCATION_KINDS: tuple[AllocationKind, ...] = get_args(AllocationKind)
 #: The report lists this many of the largest temporary buffers and source lines
@@ -156,6 +158,27 @@ def allocation_kind(alloc: Any) -> AllocationKind:
     if alloc.is_constant:
         return "constant"
     return "temporary"
+
+
+def embedded_buffer_assignment(payloads: Sequence[bytes]) -> bytes | None:
+    """The serialized ``BufferAssignmentProto`` inside a serialized executable.
+
+    ``payloads`` are the candidates for PJRT's ``ExecutableAndOptionsProto``
+    (:func:`memscope._compat.serialized_executable_payloads`); the first whose
+    executable holds a non-empty assignment wins. What it returns is checked
+    like ``memory_analysis()``'s own: against the module by
+    :func:`read_buffer_assignment`, and against the figures by the reconciliation.
+    """
+    for data in payloads:
+        outer, inner = _ExecutableAndOptions(), _CompilationResult()
+        try:
+            outer.ParseFromString(data)
+            inner.ParseFromString(outer.serialized_executable)
+        except DecodeError:
+            continue
+        if inner.buffer_assignment:
+            return bytes(inner.buffer_assignment)
+    return None
 
 
 def read_buffer_assignment(serialized: bytes, module: Any) -> BufferAssignment:

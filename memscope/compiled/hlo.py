@@ -82,9 +82,26 @@ def read_module(serialized: bytes | Any, *, tuple_args: bool = False) -> HloFact
     )
     donors = tuple(argument(e.parameter_number, e.parameter_shape_index)
                    for e in module.buffer_donor.entries)
-    sources = tuple(_plain_source(by_id, by_id[i], tuple_args) for i in elements)
+    computations = {c.id: c for c in module.computations}
+    sources = tuple(_plain_source(computations, by_id, by_id[i], tuple_args)
+                    for i in elements)
     return HloFacts(module_name=module.name, aliases=aliases, unused_donors=donors,
                     result_sources=sources)
+
+
+def _copied_operand(computations: dict[int, Any], instr: Any) -> int | None:
+    """The operand a fusion returns through copies only, else ``None``."""
+    if instr.opcode != "fusion" or len(instr.called_computation_ids) != 1:
+        return None
+    fused = computations.get(instr.called_computation_ids[0])
+    if fused is None:
+        return None
+    inner = {i.id: i for i in fused.instructions}
+    node = inner.get(fused.root_id)
+    while node is not None and node.opcode == "copy" and node.operand_ids:
+        node = inner.get(node.operand_ids[0])
+    return int(node.parameter_number) if node is not None and node.opcode == "parameter" \
+        else None
 
 
 def _entry_computation(module: Any) -> Any:
@@ -94,10 +111,20 @@ def _entry_computation(module: Any) -> Any:
     raise HloDecodeError(f"module {module.name!r} has no entry computation")
 
 
-def _plain_source(by_id: dict[int, Any], instr: Any, tuple_args: bool) -> int | None:
-    """The argument whose value this instruction is, through ``copy`` only."""
-    while instr.opcode == "copy" and instr.operand_ids:
-        instr = by_id[instr.operand_ids[0]]
+def _plain_source(computations: dict[int, Any], by_id: dict[int, Any], instr: Any,
+                  tuple_args: bool) -> int | None:
+    """The argument whose value this instruction is, through ``copy`` only: a
+    ``copy`` instruction, or a fusion that only copies one of its operands
+    (XLA:GPU wraps each instruction it leaves unfused in a fusion of its own,
+    ``wrapped_copy``)."""
+    while instr.operand_ids:
+        if instr.opcode == "copy":
+            instr = by_id[instr.operand_ids[0]]
+            continue
+        operand = _copied_operand(computations, instr)
+        if operand is None or operand >= len(instr.operand_ids):
+            break
+        instr = by_id[instr.operand_ids[operand]]
     if instr.opcode == "parameter" and not tuple_args:
         return int(instr.parameter_number)
     if instr.opcode == "get-tuple-element" and tuple_args:

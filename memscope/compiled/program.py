@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memscope.compiled.hlo import HloFacts
+from memscope.report.memory import is_host_kind
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,14 @@ class Leaf:
     #: the leaf's shape and bytes on each device it is sharded over
     shard_shape: tuple[int, ...] | None = None
     device_bytes: int | None = None
+    #: the sharding's memory kind (``device``, ``pinned_host``, ``unpinned_host``);
+    #: ``None`` where the sharding names none
+    memory_kind: str | None = None
+
+    @property
+    def in_host_memory(self) -> bool:
+        """True for a leaf placed in host memory (a ``*_host`` memory kind)."""
+        return is_host_kind(self.memory_kind)
 
     @property
     def aval_text(self) -> str:

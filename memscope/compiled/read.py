@@ -9,6 +9,7 @@ executable JAX runs and never compiles a second time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +17,23 @@ from typing import Any
 import jax
 
 from memscope import _compat
-from memscope.compiled.buffers import BufferAssignment, BufferDecodeError, read_buffer_assignment
+from memscope.compiled.buffers import (
+    BufferAssignment,
+    BufferDecodeError,
+    embedded_buffer_assignment,
+    read_buffer_assignment,
+)
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
 from memscope.compiled.program import Leaf, Program
-from memscope.report import HostMemory, Memory, peak_rule
+from memscope.report import (
+    HostMemory,
+    Memory,
+    host_figures,
+    is_host_kind,
+    peak_rule,
+    split_host,
+)
 
 
 @dataclass(frozen=True)
@@ -86,11 +99,15 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     ``traced`` call that names its arguments."""
     stats = compiled.memory_analysis()
     module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
-    buffers, error = read_buffers(stats, module)
+    buffers, error = read_buffers(stats, module, compiled)
     liveness, liveness_error = read_liveness(module, buffers)
-    return CompiledFacts(memory=memory_figures(stats),
-                         program=_program(traced, lowered, compiled, shardings, module,
-                                          ref_names),
+    program = _program(traced, lowered, compiled, shardings, module, ref_names)
+    memory = by_memory_kind(memory_figures(stats), program)
+    if memory.memory_kind_note is not None and buffers is not None:
+        buffers = host_colored(buffers, program, module)
+        liveness, liveness_error = read_liveness(module, buffers)
+    return CompiledFacts(memory=memory,
+                         program=program,
                          buffers=buffers, buffers_error=error, liveness=liveness,
                          liveness_error=liveness_error)
 
@@ -102,12 +119,21 @@ def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
     return read_handles(take_compiled(jitted, args, kwargs), shardings=shardings)
 
 
-def read_buffers(stats: Any, module: Any) -> tuple[BufferAssignment | None, str | None]:
-    """The buffer assignment ``memory_analysis()`` carries, attributed to ``module``
-    (the decoded optimized module); else ``None`` and why."""
+def read_buffers(stats: Any, module: Any, compiled: Any = None
+                 ) -> tuple[BufferAssignment | None, str | None]:
+    """The buffer assignment of ``compiled``, attributed to ``module`` (the decoded
+    optimized module); else ``None`` and why.
+
+    ``memory_analysis()`` carries it on XLA:CPU; XLA:GPU's PJRT plugin leaves it
+    out, and there it is read from the serialized executable instead
+    (:func:`~memscope.compiled.buffers.embedded_buffer_assignment`).
+    """
     data = _compat.buffer_assignment_bytes(stats) if stats is not None else None
+    if data is None and compiled is not None:
+        data = embedded_buffer_assignment(_compat.serialized_executable_payloads(compiled))
     if data is None:
-        return None, "this jaxlib does not report the buffer assignment"
+        return None, ("XLA reported no buffer assignment for this program (neither "
+                      "memory_analysis() nor the serialized executable holds one)")
     try:
         return read_buffer_assignment(data, module), None
     except BufferDecodeError as e:
@@ -148,13 +174,87 @@ def memory_figures(stats: Any) -> Memory:
         generated_code_bytes=get("generated_code_size_in_bytes"),
         peak_bytes=peak, peak_is_computed=rule == "sum",
         xla_peak_bytes=xla_peak, peak_rule=rule, peak_rule_text=text,
-        host=HostMemory(
+        host=host_figures(HostMemory(
             argument_bytes=get("host_argument_size_in_bytes"),
             output_bytes=get("host_output_size_in_bytes"),
             alias_bytes=get("host_alias_size_in_bytes"),
             temp_bytes=get("host_temp_size_in_bytes"),
-            generated_code_bytes=get("host_generated_code_size_in_bytes")),
+            generated_code_bytes=get("host_generated_code_size_in_bytes")), "xla"),
     )
+
+
+def compiled_memory(traced: Any, lowered: Any, compiled: Any) -> Memory:
+    """The figures of one compiled program whose device figures hold device
+    memory only (:func:`by_memory_kind`), for the compiles that read nothing
+    else (``fit``, the checkpoint policies). Where no argument or output is in
+    host memory, that is ``memory_analysis()`` read as is."""
+    memory = memory_figures(compiled.memory_analysis())
+    try:
+        shardings = tuple(jax.tree_util.tree_leaves(compiled.input_shardings,
+                                                    is_leaf=lambda x: x is None))
+        outputs = tuple(jax.tree_util.tree_leaves(compiled.output_shardings))
+    except Exception:  # no shardings to read: no memory kinds either
+        return memory
+    if not any(is_host_kind(getattr(s, "memory_kind", None)) for s in (*shardings, *outputs)):
+        return memory
+    module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
+    return by_memory_kind(memory, _program(traced, lowered, compiled, shardings, module))
+
+
+def by_memory_kind(memory: Memory, program: Program) -> Memory:
+    """``memory`` with its device figures holding device memory only.
+
+    XLA:GPU and TPU report host-resident arguments and outputs in
+    ``memory_analysis()``'s ``host_*`` fields; XLA:CPU counts them in the device
+    fields and leaves ``host_*`` at 0. Where a ``host_*`` figure is 0 while leaves
+    of a host memory kind (their shardings') exist, those leaves' bytes are moved
+    from the device figure to the host one: :func:`~memscope.report.split_host`.
+    """
+    def per_device(leaf: Leaf) -> int:
+        return leaf.device_bytes if leaf.device_bytes is not None else leaf.nbytes
+
+    kept = {i for i in program.arg_inputs if i is not None}
+    host_inputs = {i for i in kept if program.inputs[i].in_host_memory}
+    argument = sum(per_device(program.inputs[i]) for i in host_inputs)
+    output = sum(per_device(program.outputs[o]) for o in program.result_outputs
+                 if o is not None and program.outputs[o].in_host_memory)
+    alias = sum(per_device(program.inputs[i]) for a in program.hlo.aliases
+                if a.argument < len(program.arg_inputs)
+                and (i := program.arg_inputs[a.argument]) is not None and i in host_inputs)
+    return split_host(memory, argument, output, alias)
+
+
+#: XLA's memory space (and buffer colour) of host memory: ``S(5)`` in HLO layouts.
+HOST_MEMORY_SPACE = 5
+
+
+def host_colored(buffers: BufferAssignment, program: Program, module: Any
+                 ) -> BufferAssignment:
+    """``buffers`` with the allocations of host-memory arguments and outputs in
+    XLA's host colour, as XLA:GPU and TPU assign them; XLA:CPU leaves them in
+    the device's (colour 0), where the device timeline would count them."""
+    host_args = {arg for arg, i in enumerate(program.arg_inputs)
+                 if i is not None and program.inputs[i].in_host_memory}
+    entry = next((c for c in module.computations if c.id == module.entry_computation_id), None)
+    root = None if entry is None else next(
+        (x for x in entry.instructions if x.id == entry.root_id), None)
+    results = list(root.operand_ids) if root is not None and root.opcode == "tuple" else (
+        [root.id] if root is not None else [])
+    host_defs = {instr for j, instr in enumerate(results)
+                 if j < len(program.result_outputs)
+                 and (o := program.result_outputs[j]) is not None
+                 and program.outputs[o].in_host_memory}
+
+    def host(a: Any) -> bool:
+        if a.parameter is not None:
+            return a.parameter in host_args
+        return a.kind == "output" and bool(a.slots) and all(
+            buffers.buffers[s.buffer].instruction_id in host_defs for s in a.slots
+            if s.buffer in buffers.buffers)
+
+    return dataclasses.replace(buffers, allocations=tuple(
+        dataclasses.replace(a, color=HOST_MEMORY_SPACE) if a.color == 0 and host(a) else a
+        for a in buffers.allocations))
 
 
 def describe_sharding(sharding: Any) -> str | None:
@@ -195,7 +295,8 @@ def _leaves(infos: Sequence[Any], names: Sequence[str] | None, prefix: str,
             sharding=describe_sharding(sharding),
             shard_shape=shard_shape,
             device_bytes=(None if shard_shape is None
-                          else _compat.leaf_nbytes(shard_shape, info.dtype))))
+                          else _compat.leaf_nbytes(shard_shape, info.dtype)),
+            memory_kind=getattr(sharding, "memory_kind", None)))
     return tuple(leaves)
 
 

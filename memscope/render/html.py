@@ -24,6 +24,7 @@ from memscope.report import (
     Memory,
     OutputBuffer,
     Report,
+    is_host_kind,
     remat_text,
 )
 from memscope.report.leaves import LeafGroup, fate_label, leaf_reason, observed_label
@@ -231,6 +232,7 @@ def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> l
         out.append(f'<p class="warn">{_t(fn.error)}</p>')
     if fn.memory is not None:
         out.append(_figures_chart(fn.memory, fn.name))
+        out.extend(_host_memory(fn.memory))
     out.extend(_groups(s))
     out.extend(_reasons(fn, s))
     out.extend(_variants(s))
@@ -240,6 +242,21 @@ def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> l
     out.extend(html_live.live_section(fn))
     out.extend(_buffers(fn))
     out.append("</details>")
+    return out
+
+
+def _host_memory(m: Memory) -> list[str]:
+    """The program's host memory, apart from the device figures above it."""
+    out = []
+    if m.host.any_nonzero():
+        h = m.host
+        out.append(f"<p>Host memory (not in the device peak): held for the call "
+                   f"{_t(format_bytes(h.peak_bytes))}; argument "
+                   f"{_t(format_bytes(h.argument_bytes))}, output "
+                   f"{_t(format_bytes(h.output_bytes))}, alias {_t(format_bytes(h.alias_bytes))}"
+                   f", temp {_t(format_bytes(h.temp_bytes))}.</p>")
+    if m.memory_kind_note:
+        out.append(f'<p class="dim">{_t(m.memory_kind_note)}</p>')
     return out
 
 
@@ -339,9 +356,15 @@ def _remat(fn: FunctionReport) -> list[str]:
         if more:
             out.append(f'<p class="dim">{_t(more)}</p>')
     if r.variants:
-        out.append(_table(["policy", "peak", "FLOPs", "against as written"],
-                          [[_t(p.policy), _t(p.peak), _t(p.flops), _t(p.change)]
-                           for p in remat_text.policy_rows(r)], numeric=range(1, 3)))
+        host = remat_text.offloads(r)
+        out.append(_table(["policy", "peak", *(["host"] if host else []), "FLOPs",
+                           "against as written"],
+                          [[_t(p.policy), _t(p.peak), *([_t(p.host)] if host else []),
+                            _t(p.flops), _t(p.change)]
+                           for p in remat_text.policy_rows(r)],
+                          numeric=range(1, 4 if host else 3)))
+    if r.offload_note is not None:
+        out.append(f'<p class="warn">{_t(r.offload_note)}</p>')
     why = remat_text.no_advice(r)
     if why is not None:
         out.append(f'<p class="dim">{_t(why)}</p>')
@@ -393,6 +416,8 @@ def _leaf_row(b: InputBuffer | OutputBuffer, *, closed_over: bool = False) -> st
         reason, candidate = leaf_reason(b) or "", "1" if b.candidate else "0"
     else:
         kind, partner, observed, reason, candidate = "output", b.input or "", "", "", "0"
+    if is_host_kind(b.memory_kind):  # where it lives, when not on the device
+        kind = f"{kind} in {b.memory_kind}"
     path, fate = _t(b.path), _t(fate_label(b))
     return (f'<tr data-path="{path}" data-bytes="{b.bytes}" data-fate="{fate}" '
             f'data-candidate="{candidate}"><td><code>{path}</code></td><td>{kind}</td>'

@@ -7,7 +7,7 @@ No rich here and nothing computed: each line comes from the function's
 from __future__ import annotations
 
 from memscope.render.text import visible
-from memscope.report import Forecast, FunctionReport, Report
+from memscope.report import Forecast, FunctionReport, OutOfMemory, Report
 from memscope.report.units import format_bytes
 
 #: Buffers and live arrays listed in the post-mortem.
@@ -23,6 +23,15 @@ def post_mortem_lines(report: Report) -> list[str]:
     return lines
 
 
+def _requested(o: OutOfMemory) -> str:
+    if o.requested_text is None:
+        return format_bytes(o.requested_bytes)
+    if o.requested_bytes is None:  # XLA rounded it, and no compiled allocation matches
+        return f"{o.requested_text} (as XLA rounded it)"
+    return f"{format_bytes(o.requested_bytes)} (XLA printed {o.requested_text}: the " \
+           "compiled allocation of that size)"
+
+
 def _function_lines(fn: FunctionReport) -> list[str]:
     o = fn.out_of_memory
     assert o is not None
@@ -31,7 +40,7 @@ def _function_lines(fn: FunctionReport) -> list[str]:
     lines = [f"OUT OF MEMORY: {visible(fn.name)} ({visible(fn.source or 'n/a')}): "
              f"{where} failed",
              f"  {visible(o.error)}",
-             f"  XLA tried to allocate: {format_bytes(o.requested_bytes)}"]
+             f"  XLA tried to allocate: {_requested(o)}"]
     peak = fn.memory.peak_bytes if fn.memory is not None else None
     limit = o.device_limit_bytes if o.device_limit_bytes is not None else o.xla_capacity_bytes
     lines.append(f"  compiled peak: {format_bytes(peak)} per device, against a device limit "

@@ -32,6 +32,7 @@ from memscope.report import (
     OutputBuffer,
     Remat,
     Report,
+    is_host_kind,
     remat_text,
 )
 from memscope.report.leaves import (
@@ -366,18 +367,30 @@ def _notes(fn: FunctionReport) -> list[str]:
             notes.append(f"JAX warned: {visible(lines[0])}{that}")
     if fn.measured is not None:
         mm = fn.measured
+        compiled = format_bytes(fn.memory.peak_bytes if fn.memory else None)
+        if mm.peak_bytes_in_use_before is None:
+            peak = f"process peak so far {format_bytes(mm.peak_bytes_in_use)}"
+        elif mm.peak_bytes_in_use > mm.peak_bytes_in_use_before:
+            peak = (f"the process peak rose to {format_bytes(mm.peak_bytes_in_use)} during "
+                    "the call, its compile included")
+        else:
+            peak = (f"the call did not raise the process peak "
+                    f"({format_bytes(mm.peak_bytes_in_use)}, reached earlier)")
         notes.append(f"device memory at the first call: {format_bytes(mm.bytes_in_use_before)} "
-                     f"in use before, {format_bytes(mm.bytes_in_use_after)} after; process "
-                     f"peak so far {format_bytes(mm.peak_bytes_in_use)} (compiled peak "
-                     f"{format_bytes(fn.memory.peak_bytes if fn.memory else None)})")
+                     f"in use before, {format_bytes(mm.bytes_in_use_after)} after; {peak} "
+                     f"(compiled peak {compiled})")
     m = fn.memory
     # The peak's rule (the "*" of the figures) is said once, under the figures table.
     if m is not None and m.host.any_nonzero():
         h = m.host
-        notes.append(f"host memory: argument {format_bytes(h.argument_bytes)}, "
-                     f"output {format_bytes(h.output_bytes)}, "
-                     f"alias {format_bytes(h.alias_bytes)}, "
-                     f"temp {format_bytes(h.temp_bytes)}")
+        source = {"xla": "XLA's host_* figures",
+                  "shardings": "the leaves' memory kinds"}.get(h.source or "", "XLA")
+        notes.append(f"host memory (not in the device peak; from {source}): held for the "
+                     f"call {format_bytes(h.peak_bytes)}: argument "
+                     f"{format_bytes(h.argument_bytes)}, output {format_bytes(h.output_bytes)}, "
+                     f"alias {format_bytes(h.alias_bytes)}, temp {format_bytes(h.temp_bytes)}")
+    if m is not None and m.memory_kind_note:
+        notes.append(visible(m.memory_kind_note))
     return notes
 
 
@@ -407,9 +420,12 @@ def _leaf_detail(out: Lines, fn: FunctionReport, which: LeafFilter,
     rows = [_input_row(b, at_run_time, closed_over=id(b) in closed) for b in inputs]
     rows += [[visible(o.path), _shape(o.shape), o.dtype, format_bytes(o.bytes), "",
               o.fate, visible(o.input or ""), *([""] if at_run_time else [])] for o in outputs]
+    both: list[InputBuffer | OutputBuffer] = [*inputs, *outputs]
+    if any(is_host_kind(b.memory_kind) for b in both):  # where each leaf lives
+        header.append("memory")
+        rows = [[*row, visible(b.memory_kind or "device")] for row, b in zip(rows, both, strict=True)]
     if rows:
         _columns(out, header, rows, right={3})
-    both: list[InputBuffer | OutputBuffer] = [*inputs, *outputs]
     sharded = [b for b in both
                if b.device_bytes is not None and b.device_bytes != b.bytes]
     if sharded:
@@ -471,12 +487,17 @@ def _remat_section(out: Lines, remat: Remat) -> None:
                  "      ", "    ")
     if remat.variants:
         table = Table(box=out.box)
-        for title in ("policy", "peak", "FLOPs", "against as written"):
+        host = remat_text.offloads(remat)
+        titles = ("policy", "peak", *(("host",) if host else ()), "FLOPs", "against as written")
+        for title in titles:
             table.add_column(title, justify="left" if title in ("policy", "against as written")
                              else "right", no_wrap=title != "against as written")
         for row in remat_text.policy_rows(remat):
-            table.add_row(row.policy, row.peak, row.flops, visible(row.change))
+            table.add_row(row.policy, row.peak, *((row.host,) if host else ()), row.flops,
+                          visible(row.change))
         out.table(table, "Checkpoint policies (each compiled and measured)")
+    if remat.offload_note is not None:
+        out.para(visible(remat.offload_note), "      ", "    ", style="red")
     why = remat_text.no_advice(remat)
     if why is not None:
         out.para(why, "      ", "    ", style="dim")

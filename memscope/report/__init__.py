@@ -68,7 +68,10 @@ from memscope.report.memory import (
     TempBuffer,
     TimelineRule,
     XlaBuffer,
+    host_figures,
+    is_host_kind,
     peak_rule,
+    split_host,
     with_peak_rule,
 )
 from memscope.report.run import (
@@ -149,9 +152,12 @@ __all__ = [
     "Variant",
     "VariantName",
     "XlaBuffer",
+    "host_figures",
+    "is_host_kind",
     "load_report",
     "peak_rule",
     "save_report",
+    "split_host",
     "with_peak_rule",
     "write_whole",
 ]

@@ -120,16 +120,30 @@ def post_mortem(entry: Entry) -> OutOfMemory | None:
         return None
     said = oom.parse(entry.failure)
     in_use, limit = entry.failure_memory or (None, None)
+    requested = said.requested_bytes if said else None
+    if said is not None and requested is None and said.requested_text is not None:
+        requested = oom.resolve_rounded(said.requested_text, _allocation_sizes(entry))
     return OutOfMemory(
         error=said.headline if said is not None else entry.failure.splitlines()[0],
         failed_in="compile" if entry.failed_in == "compile" else "call",
-        requested_bytes=said.requested_bytes if said else None,
+        requested_bytes=requested,
+        requested_text=said.requested_text if said else None,
         device_limit_bytes=limit, bytes_in_use=in_use,
         xla_used_bytes=said.used_bytes if said else None,
         xla_capacity_bytes=said.capacity_bytes if said else None,
         listed_buffers=said.buffers if said else (),
         live_arrays=entry.failure_live, forecast=entry.forecast,
         largest_buffers=_largest_buffers(entry))
+
+
+def _allocation_sizes(entry: Entry) -> list[int | None]:
+    """What the compiled program allocates at a call: its output and temporary
+    totals, and each allocation of its buffer assignment."""
+    if entry.facts is None:
+        return []
+    memory, assigned = entry.facts.memory, entry.facts.buffers
+    return [memory.output_bytes, memory.temp_bytes,
+            *(a.size for a in (assigned.allocations if assigned is not None else ()))]
 
 
 def _largest_buffers(entry: Entry, count: int = 5) -> tuple[XlaBuffer, ...]:

@@ -62,6 +62,9 @@ class InputBuffer:
     #: its shape and bytes on each device it is sharded over (``None``: unknown)
     shard_shape: tuple[int, ...] | None = None
     device_bytes: int | None = None
+    #: the sharding's memory kind (``device``, ``pinned_host``, ``unpinned_host``);
+    #: ``None`` where it names none. A leaf in host memory holds no device memory.
+    memory_kind: str | None = None
     #: for a ``jax.Ref``: what the program does with it (``None``: not a Ref). A
     #: Ref the program keeps is ``aliased`` to its own new value, in place.
     ref: RefAccess | None = None
@@ -84,6 +87,9 @@ class OutputBuffer:
     sharding: str | None = None
     shard_shape: tuple[int, ...] | None = None
     device_bytes: int | None = None
+    #: the sharding's memory kind (``device``, ``pinned_host``, ``unpinned_host``);
+    #: ``None`` where it names none. A leaf in host memory holds no device memory.
+    memory_kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,9 @@ class OutOfMemory:
     error: str
     failed_in: Literal["call", "compile"]
     requested_bytes: int | None = None
+    #: the failed allocation's size as XLA printed it, rounded (XLA:GPU), where it
+    #: did; ``requested_bytes`` is then the one compiled allocation of that size
+    requested_text: str | None = None
     device_limit_bytes: int | None = None
     bytes_in_use: int | None = None
     #: XLA:TPU's compiler: what the program needed, and the memory it had
@@ -258,6 +267,12 @@ class RematVariant:
     peak_bytes: int | None
     flops: float | None
     error: str | None = None
+    #: host memory the compiled program holds (argument + output - alias + temp
+    #: of host memory): where an offloading policy put residuals; ``None`` unknown
+    host_bytes: int | None = None
+    #: the policy offloads residuals to host memory (for ``as_written``: one of
+    #: the user's own policies does)
+    offloads: bool = False
 
 
 @dataclass(frozen=True)
@@ -298,6 +313,12 @@ class Remat:
     error: str | None = None
     #: the FLOPs increase the advice allowed (a fraction), ``None`` if not measured
     max_flops_increase: float | None = None
+    #: the names given with ``checkpoint_name`` in the function, which the
+    #: ``save_and_offload_only_these_names`` variant offloads
+    checkpoint_names: tuple[str, ...] = ()
+    #: where the user's own policy offloads to host but the compiled program
+    #: holds no host memory: the offload moves nothing (else ``None``)
+    offload_note: str | None = None
 
     @property
     def residual_bytes(self) -> int:

@@ -25,6 +25,8 @@ class PolicyRow:
     peak: str
     flops: str
     change: str
+    #: host memory held ("" where no policy in the table offloads)
+    host: str = ""
 
 
 def headline(remat: Remat) -> str | None:
@@ -89,10 +91,24 @@ def residual_lines(d: Differentiation, shown: int = RESIDUAL_LINES_SHOWN
 def policy_rows(remat: Remat) -> list[PolicyRow]:
     """Each measured policy: peak, FLOPs, and the change against as written."""
     written = next((v for v in remat.variants if v.policy == "as_written"), None)
+    offloading = offloads(remat)
     rows = []
     for v in remat.variants:
-        rows.append(PolicyRow(v.policy, _peak(v), _flops(v), _change(v, written)))
+        host = ("n/a" if v.host_bytes is None else format_bytes(v.host_bytes)) \
+            if offloading else ""
+        rows.append(PolicyRow(_name(v, remat), _peak(v), _flops(v), _change(v, written), host))
     return rows
+
+
+def offloads(remat: Remat) -> bool:
+    """Whether any policy in the table offloads to host (its host column is shown)."""
+    return any(v.offloads for v in remat.variants)
+
+
+def _name(v: RematVariant, remat: Remat) -> str:
+    if v.policy == "save_and_offload_only_these_names" and remat.checkpoint_names:
+        return f"{v.policy}({', '.join(remat.checkpoint_names)})"
+    return v.policy
 
 
 def _peak(v: RematVariant) -> str:
@@ -114,5 +130,6 @@ def _change(v: RematVariant, written: RematVariant | None) -> str:
         return "n/a"
     delta = v.peak_bytes - written.peak_bytes
     sign = "-" if delta < 0 else "+"
+    moved = "; moves nothing to host" if v.offloads and v.host_bytes == 0 else ""
     return (f"peak {sign}{format_bytes(abs(delta))}, FLOPs "
-            f"{flops_change(v.flops, written.flops)}")
+            f"{flops_change(v.flops, written.flops)}{moved}")

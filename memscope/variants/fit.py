@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 import jax
 
 from memscope import _compat
-from memscope.compiled.read import CompiledFacts, memory_figures
+from memscope.compiled.read import CompiledFacts, compiled_memory
 from memscope.errors import MemscopeError
 from memscope.report import FitRow, Forecast
 from memscope.variants.compile import lower_variant
@@ -285,7 +285,7 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
         compiled = _compat.compile_uncached(lowered)
     except Exception as e:
         raise NotCompiled(batch, "compile", e) from e
-    return memory_figures(compiled.memory_analysis()).peak_bytes
+    return compiled_memory(traced, lowered, compiled).peak_bytes
 
 
 class NotCompiled(Exception):

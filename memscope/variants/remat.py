@@ -26,14 +26,14 @@ import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 import jax
 import numpy as np
 
 from memscope import _compat, _frameworks
-from memscope.compiled.read import CompiledFacts, CompiledHandles, memory_figures
+from memscope.compiled.read import CompiledFacts, CompiledHandles, compiled_memory
 from memscope.program.sites import OWN_FILES, display_path, library
 from memscope.report import (
     Differentiation,
@@ -56,6 +56,25 @@ POLICIES = ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_sav
 #: keeps to the dot policies. ``capture(remat_flops=...)`` and ``memscope run
 #: --remat-flops`` change it.
 DEFAULT_MAX_FLOPS_INCREASE = 0.35
+#: The offloading policies measured beside them: residuals moved to host memory
+#: (``pinned_host``) instead of kept on the device or recomputed. The names
+#: policy offloads the values the user named with ``checkpoint_name`` (measured
+#: only where there are some). They are measured, never advised.
+OFFLOAD_POLICIES = ("offload_dot_with_no_batch_dims", "save_and_offload_only_these_names")
+OFFLOAD_DST = "pinned_host"
+
+
+def policy_object(policy: str, names: Sequence[str] = ()) -> Any:
+    """``jax.checkpoint_policies.<policy>``, the offloading ones made for
+    ``device`` -> ``pinned_host`` (the names one for ``names``)."""
+    policies = jax.checkpoint_policies
+    if policy == "offload_dot_with_no_batch_dims":
+        return policies.offload_dot_with_no_batch_dims("device", OFFLOAD_DST)
+    if policy == "save_and_offload_only_these_names":
+        return policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=list(names),
+            offload_src="device", offload_dst=OFFLOAD_DST)
+    return getattr(policies, policy)
 
 
 def remat_setting(on: bool | None, flops: float | None, advice: str) -> float | None:
@@ -152,11 +171,13 @@ def _without_aux(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
                       call: tuple[tuple[Any, ...], dict[str, Any]], policy: str,
-                      donated: tuple[bool, ...] | None = None) -> Any:
+                      donated: tuple[bool, ...] | None = None,
+                      names: Sequence[str] = ()) -> Any:
     """``fun`` traced again with every differentiated function under
-    ``jax.checkpoint(policy=jax.checkpoint_policies.<policy>)``, and lowered
-    (with the flat donation ``donated``, if given)."""
-    chosen = getattr(jax.checkpoint_policies, policy)
+    ``jax.checkpoint(policy=jax.checkpoint_policies.<policy>)`` (see
+    :func:`policy_object`), and lowered (with the flat donation ``donated``, if
+    given)."""
+    chosen = policy_object(policy, names)
 
     def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool
              ) -> Callable[..., Any]:
@@ -167,17 +188,19 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
         traced = _compat.with_donation(traced, donated)
-    return traced.lower()
+    return traced, traced.lower()
 
 
-def measure(lowered: Any, policy: str, compile_in: Callable[[Callable[[], Any]], Any]
-            ) -> RematVariant:
+def measure(traced: Any, lowered: Any, policy: str,
+            compile_in: Callable[[Callable[[], Any]], Any]) -> RematVariant:
     """Compile ``lowered`` (through ``compile_in``, which runs a thunk) and read
-    its peak and FLOPs; the executable is dropped once read."""
+    its peak (device memory) and FLOPs; the executable is dropped once read."""
     try:
         compiled = compile_in(lambda: _compat.compile_uncached(lowered))
-        memory = memory_figures(compiled.memory_analysis())
-        return RematVariant(policy, memory.peak_bytes, _compat.flops(compiled))
+        memory = compiled_memory(traced, lowered, compiled)
+        return RematVariant(policy, memory.peak_bytes, _compat.flops(compiled),
+                            host_bytes=memory.host.peak_bytes,
+                            offloads=policy in OFFLOAD_POLICIES)
     except Exception as e:  # reported with the variant; the program is unaffected
         return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
 
@@ -301,6 +324,8 @@ def choose(variants: Sequence[RematVariant], max_flops_increase: float
     for v in variants:
         if v.policy == "as_written" or v.peak_bytes is None or v.peak_bytes >= written.peak_bytes:
             continue
+        if v.offloads:  # measured and shown, not advised (host memory is another budget)
+            continue
         if not _within(v.flops, written.flops, max_flops_increase):
             continue
         # The lowest peak; of equal peaks, the fewest FLOPs.
@@ -406,12 +431,16 @@ def analyse(plan: Plan, written: RematVariant, *, compile_in: Callable[[Callable
     if not found:
         return None
     policies, scan = _compat.checkpoint_policies(traced.jaxpr)
+    names = _compat.checkpoint_names(traced.jaxpr)
     del traced
+    written = replace(written, offloads=any("offload" in p for p in policies))
     variants = [written]
-    for policy in POLICIES:
+    offloading = [p for p in OFFLOAD_POLICIES
+                  if p != "save_and_offload_only_these_names" or names]
+    for policy in (*POLICIES, *offloading):
         if cancelled():
             return None
-        variants.append(_variant(plan, policy, None, compile_in))
+        variants.append(_variant(plan, policy, None, compile_in, names))
     chosen = choose(variants, plan.max_flops_increase)
     result = None
     diffs = [differentiation(f) for f in found]
@@ -423,16 +452,29 @@ def analyse(plan: Plan, written: RematVariant, *, compile_in: Callable[[Callable
                         donation=donation[0] if donation else None, combined=both)
     return Remat(differentiations=tuple(diffs), variants=tuple(variants), advice=result,
                  current_policies=policies, uses_scan=scan,
-                 max_flops_increase=plan.max_flops_increase)
+                 max_flops_increase=plan.max_flops_increase, checkpoint_names=names,
+                 offload_note=offload_note(written, policies))
+
+
+def offload_note(written: RematVariant, policies: Sequence[str]) -> str | None:
+    """Where the user's own policy offloads but the program holds no host memory."""
+    if not written.offloads or written.host_bytes is None or written.host_bytes > 0:
+        return None
+    offloading = ", ".join(p for p in policies if "offload" in p)
+    return (f"the offload as written ({offloading}) moves nothing: the compiled program "
+            "holds no host memory, so what it offloads stays on the device or is "
+            "recomputed")
 
 
 def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
-             compile_in: Callable[[Callable[[], Any]], Any]) -> RematVariant:
+             compile_in: Callable[[Callable[[], Any]], Any],
+             names: Sequence[str] = ()) -> RematVariant:
     try:
-        lowered = lower_with_policy(plan.fun, plan.options, plan.call, policy, donated)
+        traced, lowered = lower_with_policy(plan.fun, plan.options, plan.call, policy,
+                                            donated, names)
     except Exception as e:
         return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
-    return measure(lowered, policy, compile_in)
+    return measure(traced, lowered, policy, compile_in)
 
 
 def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any, ...],
@@ -455,7 +497,8 @@ def measure_call(plan: Plan, facts: CompiledFacts, handles: CompiledHandles,
     if not _compat.transposes(handles.traced.jaxpr):
         return None  # no grad or vjp: nothing to trace again for
     written = RematVariant("as_written", facts.memory.peak_bytes,
-                           _compat.flops(handles.compiled))
+                           _compat.flops(handles.compiled),
+                           host_bytes=facts.memory.host.peak_bytes)
     fix = next((v for v in variants if v.name == "advised" and v.facts is not None
                 and not v.same_as_written), None)
     donation = (fix.setting, fix.facts.program.donated) if fix and fix.facts else None

@@ -199,10 +199,7 @@ class MeasuredJit:
             self._merged(entry, key, leaves)
             return out, entry
         before = [addresses(x) for x in leaves]
-        visible = refs.visible_refs(self._memscope_fun)
-        refs_before = {id(ref): addresses(ref)
-                       for _, ref in (*visible, *refs.static_refs(self._memscope_spec, args,
-                                                                  kwargs, self._memscope_framework))}
+        visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)
         late = any_pending(leaves)
         memory_before = session.device_memory()
@@ -277,6 +274,19 @@ class MeasuredJit:
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out, entry
+
+    def _refs_before(self, args: tuple[Any, ...], kwargs: dict[str, Any]
+                     ) -> tuple[list[tuple[str, Any]], dict[int, Any]]:
+        """The Refs the function can see by name, and the buffers (by ``id``) of
+        those and of Refs passed where JAX does not trace them: before the call,
+        for the Refs its program turns out to close over."""
+        try:
+            visible = refs.visible_refs(self._memscope_fun)
+            passed = refs.static_refs(self._memscope_spec, args, kwargs,
+                                      self._memscope_framework)
+            return visible, {id(ref): addresses(ref) for _, ref in (*visible, *passed)}
+        except Exception:  # never let the measurement break the program
+            return [], {}
 
     def _merged(self, entry: Entry, key: Any, leaves: Sequence[Any]) -> None:
         """Count a first call of this jit object under ``entry``: the same program."""

@@ -10,6 +10,7 @@ for it. Looked up at a signature's first call only, before the call: names and
 from __future__ import annotations
 
 import functools
+import itertools
 import types
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from memscope import _compat
 #: How deep into dicts, lists, tuples and objects' attributes to look, and how
 #: many values to look at in all (a first call's cost stays microseconds).
 _DEPTH = 3
+_WIDTH = 64
 _BUDGET = 256
 
 
@@ -74,15 +76,15 @@ def _walk(path: str, value: Any, depth: int, seen: set[int]) -> Iterator[tuple[s
         return
     seen.add(id(value))
     if isinstance(value, dict):
-        for k, v in list(value.items())[:64]:
+        for k, v in itertools.islice(value.items(), _WIDTH):
             yield from _walk(f"{path}[{k!r}]", v, depth - 1, seen)
     elif isinstance(value, list | tuple):
-        for i, v in enumerate(value[:64]):
+        for i, v in enumerate(value[:_WIDTH]):
             yield from _walk(f"{path}[{i}]", v, depth - 1, seen)
     else:
         attributes = getattr(value, "__dict__", None)
         if isinstance(attributes, dict):
-            for k, v in list(attributes.items())[:64]:
+            for k, v in itertools.islice(attributes.items(), _WIDTH):
                 if isinstance(k, str) and not k.startswith("__"):
                     yield from _walk(f"{path}.{k}", v, depth - 1, seen)
 

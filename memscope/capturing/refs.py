@@ -15,6 +15,8 @@ import types
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import jax
+
 from memscope import _compat
 
 #: How deep into dicts, lists, tuples and objects' attributes to look, and how
@@ -35,7 +37,7 @@ def visible_refs(fun: Any, static: Iterable[tuple[str, Any]] = ()
     seen: set[int] = set()
     try:
         for name, value in (*_roots(fun), *static):
-            for path, ref in _walk(name, value, _DEPTH, seen):
+            for path, ref in _walk((name,), value, _DEPTH, seen):
                 found.setdefault(id(ref), (path, ref))
     except Exception:  # the user's objects must never fail the call
         return list(found.values())
@@ -67,26 +69,48 @@ def _roots(fun: Any) -> Iterator[tuple[str, Any]]:
             yield name, module_globals[name]
 
 
-def _walk(path: str, value: Any, depth: int, seen: set[int]) -> Iterator[tuple[str, Any]]:
-    if _compat.is_ref(value):
-        yield path, value
-        return
-    if depth == 0 or len(seen) >= _BUDGET or id(value) in seen or isinstance(value, type | types.ModuleType
-                                                      | types.FunctionType):
+#: Values that hold no Ref and need no look inside.
+_OPAQUE = (int, float, complex, str, bytes, bool, type(None), type, types.ModuleType,
+           types.FunctionType, types.BuiltinFunctionType)
+
+Step = tuple[str, Any]  # ("[]", key), ("[i]", index) or (".", attribute name)
+
+
+def _walk(path: tuple[Any, ...], value: Any, depth: int, seen: set[int]
+          ) -> Iterator[tuple[str, Any]]:
+    # Every value visited counts against the budget; a path is spelled only
+    # for a Ref found (a key's repr is the user's code).
+    if len(seen) >= _BUDGET or id(value) in seen:
         return
     seen.add(id(value))
+    if isinstance(value, (*_OPAQUE, jax.Array)):
+        return
+    if _compat.is_ref(value):
+        yield _spelled(path), value
+        return
+    if depth == 0:
+        return
     if isinstance(value, dict):
         for k, v in itertools.islice(value.items(), _WIDTH):
-            yield from _walk(f"{path}[{k!r}]", v, depth - 1, seen)
+            yield from _walk((*path, ("[]", k)), v, depth - 1, seen)
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value[:_WIDTH]):
-            yield from _walk(f"{path}[{i}]", v, depth - 1, seen)
+            yield from _walk((*path, ("[i]", i)), v, depth - 1, seen)
     else:
         attributes = getattr(value, "__dict__", None)
         if isinstance(attributes, dict):
             for k, v in itertools.islice(attributes.items(), _WIDTH):
                 if isinstance(k, str) and not k.startswith("__"):
-                    yield from _walk(f"{path}.{k}", v, depth - 1, seen)
+                    yield from _walk((*path, (".", k)), v, depth - 1, seen)
+
+
+def _spelled(path: tuple[Any, ...]) -> str:
+    name, *steps = path
+    text = str(name)
+    for kind, key in steps:
+        text += (f".{key}" if kind == "." else f"[{key}]" if kind == "[i]"
+                 else f"[{key!r}]")
+    return text
 
 
 def static_refs(spec: _compat.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any],

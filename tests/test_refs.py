@@ -188,6 +188,29 @@ def test_a_closed_over_ref_is_named_and_confirmed_in_place():
     assert fn.memory is not None and fn.memory.peak_bytes == expected_peak
 
 
+def test_closed_over_refs_are_named_through_closures_attributes_and_keys():
+    class Holder:
+        def __init__(self) -> None:
+            self.cache = {"a": jax.new_ref(jnp.zeros((4,)))}
+
+    holder = Holder()
+    counter = jax.new_ref(jnp.zeros((), jnp.int32))
+
+    def make() -> Any:
+        def f(x: Any) -> Any:
+            holder.cache["a"][...] = x
+            counter[...] += 1
+            return x.sum()
+        return jax.jit(f)
+
+    (fn,), addresses, _ = captured(make, jnp.ones((4,)),
+                                   refs=(holder.cache["a"], counter))
+    named = {b.path: (b.ref, b.observed, b.ref_kept) for b in fn.closed_over_refs}
+    assert named == {"holder.cache['a']": ("written", "confirmed", True),
+                     "counter": ("updated", "confirmed", True)}
+    assert all(len(set(a)) == 1 for a in addresses) and int(counter[...]) == 3
+
+
 def test_refs_inside_a_pytree_are_named_by_path_beside_arrays():
     state = {"w": jax.new_ref(jnp.ones((8, 8))), "m": jnp.ones((8,))}
     x = jnp.ones((8, 8))

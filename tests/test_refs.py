@@ -109,7 +109,8 @@ def _step(params_ref: Any, x: Any) -> Any:
 def test_a_ref_step_is_updated_in_place_at_one_address_and_read_like_any_program():
     params = jax.new_ref(jnp.ones((128, 128)))
     x = jnp.ones((128, 128)) * 0.01
-    assert _compat.is_ref_aval(jax.typeof(params))
+    ty = jax.typeof(params)
+    assert isinstance(ty, jax.ref.AbstractRef)
     expected_peak = direct_peak(_step, params, x)
     aliases = main_aliases(_step, params, x)
 
@@ -124,6 +125,8 @@ def test_a_ref_step_is_updated_in_place_at_one_address_and_read_like_any_program
     ref, arg = fn.inputs
     assert (ref.path, ref.fate, ref.ref, ref.observed, ref.parameter) == (
         "params_ref", "aliased", "updated", "confirmed", 0)
+    assert (ref.shape, ref.dtype) == (ty.inner_aval.shape, str(ty.inner_aval.dtype))
+    assert fn.signature == "(Ref{float32[128,128]}, float32[128,128])"
     assert ref.donated is False and ref.candidate is False and ref.output is None
     assert ref.ref_kept is True  # read again when the capture ended, after the third call
     assert (arg.path, arg.ref, arg.fate) == ("x", None, "not_donated")

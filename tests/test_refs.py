@@ -209,6 +209,9 @@ def test_closed_over_refs_are_named_through_closures_attributes_and_keys():
     (fn,), addresses, _ = captured(make, jnp.ones((4,)),
                                    refs=(holder.cache["a"], counter))
     named = {b.path: (b.ref, b.observed, b.ref_kept) for b in fn.closed_over_refs}
+    frame = fn.to_dataframe()
+    assert list(frame["kind"]) == ["input", "closed_over_ref", "closed_over_ref", "output"]
+    assert sorted(frame["ref"][1:3]) == ["updated", "written"]
     assert named == {"holder.cache['a']": ("written", "confirmed", True),
                      "counter": ("updated", "confirmed", True)}
     assert all(len(set(a)) == 1 for a in addresses) and int(counter[...]) == 3

@@ -397,20 +397,23 @@ class FunctionReport:
         return next((v for v in self.variants if v.name == name), None)
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per buffer (inputs, then outputs), for analysis and export."""
+        """One row per buffer (inputs, the Refs it closes over, then outputs), for
+        analysis and export; ``ref`` says what the program does with a Ref."""
         import pandas as pd
 
-        rows = [{"kind": "input", "path": b.path, "shape": b.shape, "dtype": b.dtype,
+        rows = [{"kind": kind, "path": b.path, "shape": b.shape, "dtype": b.dtype,
                  "bytes": b.bytes, "donated": b.donated, "fate": b.fate, "partner": b.output,
-                 "candidate": b.candidate, "reason": b.reason}
-                for b in self.inputs]
+                 "candidate": b.candidate, "reason": b.reason, "ref": b.ref}
+                for kind, buffers in (("input", self.inputs),
+                                      ("closed_over_ref", self.closed_over_refs))
+                for b in buffers]
         rows += [{"kind": "output", "path": b.path, "shape": b.shape, "dtype": b.dtype,
                   "bytes": b.bytes, "donated": None, "fate": b.fate, "partner": b.input,
-                  "candidate": None, "reason": None}
+                  "candidate": None, "reason": None, "ref": None}
                  for b in self.outputs]
         return pd.DataFrame(rows, columns=["kind", "path", "shape", "dtype", "bytes",
                                            "donated", "fate", "partner", "candidate",
-                                           "reason"])
+                                           "reason", "ref"])
 
 
 RecompileKind = Literal["shape", "dtype", "weak_type", "kind", "sharding", "sharding_spelling",

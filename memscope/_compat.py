@@ -728,20 +728,19 @@ def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefAccess | None, ...],
     the Ref by its position in ``constvars + invars`` (``input_index``); JAX 0.10
     by its variable (``input``).
     """
-    state = _state_types
     jaxpr = closed_jaxpr.jaxpr
     variables = [*jaxpr.constvars, *jaxpr.invars]
     seen: dict[int, set[str]] = {}
     for effect in closed_jaxpr.effects:
-        if not isinstance(effect, state.RefEffect):
+        if not isinstance(effect, _state_types.RefEffect):
             continue
         where = getattr(effect, "input", getattr(effect, "input_index", None))
         if not isinstance(where, int):
             where = next((i for i, v in enumerate(variables) if v is where), None)
         if where is None:
             continue
-        kind = ("read" if isinstance(effect, state.ReadEffect) else
-                "written" if isinstance(effect, state.WriteEffect) else "updated")
+        kind = ("read" if isinstance(effect, _state_types.ReadEffect) else
+                "written" if isinstance(effect, _state_types.WriteEffect) else "updated")
         seen.setdefault(where, set()).add(kind)
 
     def access(i: int) -> RefAccess:

@@ -80,9 +80,9 @@ def direct_peak(fun: Callable[..., Any], *args: Any, **options: Any) -> int | No
     return peak
 
 
-def main_aliases(fun: Callable[..., Any], *args: Any) -> dict[int, int]:
+def main_aliases(fun: Callable[..., Any], *args: Any, **options: Any) -> dict[int, int]:
     """``{argument: result}`` of ``tf.aliasing_output`` in the lowered ``main``."""
-    text = jax.jit(fun).lower(*args).as_text()
+    text = jax.jit(fun, **options).lower(*args).as_text()
     header = next(line for line in text.splitlines() if "func.func public @main" in line)
     params = header.split(") -> (")[0]
     found = {}
@@ -155,6 +155,12 @@ def test_what_the_program_does_with_each_ref_read_written_unused():
     assert aliases == {0: 1, 1: 2}
     assert [inputs[p].parameter for p in ("r", "w", "u", "x")] == [0, 1, None, 2]
     assert inputs["u"].fate == "pruned" and inputs["u"].observed == "n/a"
+    # Under keep_unused=True JAX keeps it: aliased to itself, unchanged, in place.
+    (kept,), _, _ = captured(lambda: jax.jit(f, keep_unused=True), r, w, u, x, calls=1)
+    assert [(b.ref, b.fate, b.observed) for b in kept.inputs[:3]] == [
+        ("read", "aliased", "confirmed"), ("written", "aliased", "confirmed"),
+        ("unused", "aliased", "confirmed")]
+    assert main_aliases(f, r, w, u, x, keep_unused=True) == {0: 1, 1: 2, 2: 3}
     for path in ("r", "w"):
         assert inputs[path].fate == "aliased" and inputs[path].observed == "confirmed"
     assert all(len(set(a)) == 1 for a in addresses)

@@ -71,7 +71,8 @@ TERMS: dict[str, str] = {
                 "unchanged, in place",
     "ref_written": "a jax.Ref the function only writes: its new value goes into the Ref's "
                    "own buffer",
-    "ref_unused": "a jax.Ref the function never touches: dropped from the compiled program",
+    "ref_unused": "a jax.Ref the function never touches: dropped from the compiled program "
+                  "(under keep_unused=True passed in and kept, unchanged)",
     "same_buffer": "at the first call the Ref's buffer address was the same after the call "
                    "as before",
     "moved": "at the first call the Ref's buffer address changed",

@@ -55,16 +55,15 @@ def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
     result, findings = [], []
     for i, b in enumerate(inputs):
         before = seen.inputs_before[i]
+        hits = sorted({j for a in before or () for j in landed.get(a, [])})
         if b.ref is not None:
             after = seen.refs_after[i] if i < len(seen.refs_after) else None
             end = seen.refs_end[i] if i < len(seen.refs_end) else None
             ref, found = _ref_check(b, before, after, end)
-            hits = sorted({j for a in before or () for j in landed.get(a, [])})
             result.append(ref)
             findings += found + [f"{b.path} is a Ref, yet {outputs[j].path} landed in its "
                                  "buffer" for j in hits]
             continue
-        hits = sorted({j for a in before or () for j in landed.get(a, [])})
         observed: Observed
         if not b.donated or before is None:
             observed = "n/a"

@@ -100,12 +100,11 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     stats = compiled.memory_analysis()
     module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
     buffers, error = read_buffers(stats, module, compiled)
-    liveness, liveness_error = read_liveness(module, buffers)
     program = _program(traced, lowered, compiled, shardings, module, ref_names)
     memory = by_memory_kind(memory_figures(stats), program)
     if memory.memory_kind_note is not None and buffers is not None:
         buffers = host_colored(buffers, program, module)
-        liveness, liveness_error = read_liveness(module, buffers)
+    liveness, liveness_error = read_liveness(module, buffers)
     return CompiledFacts(memory=memory,
                          program=program,
                          buffers=buffers, buffers_error=error, liveness=liveness,

@@ -150,6 +150,12 @@ def test_terminal_html_and_json_show_the_memory_kind():
     out = io.StringIO()
     render_report(report, out, width=120, plain=True)
     assert "host memory (not in the device peak; from the leaves' memory kinds)" in out.getvalue()
+    # the answer on top names both memories
+    # b and b + 1 (a and a * 2 live in pinned_host), and the result tuple's index
+    # table, 8 B per result on CPU
+    device = 2 * 256 * 512 * 4 + 8 * 2
+    assert report.functions[0].memory.peak_bytes == device
+    assert "peak 1.0 MiB per device (+1.0 MiB in host memory)" in out.getvalue()
     page = io.StringIO()
     render_html(report, page)
     assert "input in pinned_host" in page.getvalue() and "Host memory" in page.getvalue()

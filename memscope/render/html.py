@@ -183,7 +183,8 @@ def _answer(summary: ReportSummary) -> list[str]:
         calls = f"{s.calls} call{'s' if s.calls != 1 else ''}"
         which = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
         out.append(f'<div class="answer"><b><a href="#fn{i}">{_t(s.name)}</a></b>: peak '
-                   f"{_t(format_bytes(s.peak))} per device ({_t(s.source)}, {calls}{which})")
+                   f"{_t(format_bytes(s.peak))} per device{_t(s.host_text)} ({_t(s.source)}, "
+                   f"{calls}{which})")
         items = [f'<li class="{f.severity}">{_t(f.text)}'
                  + (f": <code>{_t(f.leaves)}</code>" if f.leaves else "") + "</li>"
                  for f in s.findings]

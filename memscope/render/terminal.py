@@ -173,7 +173,7 @@ def _answer(out: Lines, summary: ReportSummary) -> None:
         where = visible(s.source or "n/a")
         variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
         out.para(f"{visible(s.name)} ({where}{variant}): peak {format_bytes(s.peak)} per "
-                 "device", "    ")
+                 f"device{s.host_text}", "    ")
         for f in s.findings:
             _finding(out, f)
         if s.advice is not None:

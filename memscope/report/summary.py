@@ -183,6 +183,13 @@ class FunctionSummary:
     unusable: int = 0
     #: few enough leaves to show each one by default (:data:`SMALL_FUNCTION`)
     small: bool = False
+
+    @property
+    def host_text(self) -> str:
+        """`` (+1.0 MiB in host memory)`` beside the device peak, where the
+        program holds host memory; else ``""``."""
+        host = self.memory.host.peak_bytes if self.memory is not None else None
+        return f" (+{format_bytes(host)} in host memory)" if host else ""
     #: the checkpoint policy to apply and what it saves (see :mod:`memscope.report.remat_text`)
     remat_advice: str | None = None
 

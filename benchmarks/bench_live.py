@@ -1,9 +1,11 @@
-"""What sampling ``jax.live_arrays()`` after top-level calls costs a real-sized training loop.
+"""What tracking device memory over the run costs a real-sized training loop.
 
 Runs sample_programs/transformer_adam.py's step (8 layers, optax Adam, 405 input
 leaves, about 800 live arrays) plainly and under :func:`memscope.capturing`, in
 one process, and prints side by side the median step time of each, their ratio,
-the samples taken and what one sample costs at that count of live arrays:
+the samples of ``jax.live_arrays()`` taken before calls (memscope.capturing.residency),
+what one sample costs at that count of live arrays, and what the per-call
+record (the call's output ids, for naming what made each array) costs:
 
     python benchmarks/bench_live.py --steps 60
 
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_programs
 import jax
 import transformer_adam as model
 
-from memscope.capturing import between, capture
+from memscope.capturing import capture, residency
 
 
 def steps(args: argparse.Namespace, step: object, after: object = None) -> list[float]:
@@ -51,25 +53,34 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=64)
     args = parser.parse_args()
-    one = between.LiveSampler()
+    one = residency.RunSampler()
     plain = steps(args, model.train_step, lambda: one.at_end(args.steps))
     with capture(advise=False) as session:
         measured = steps(args, jax.jit(model.train_step.__wrapped__))
     sampler = session.live_sampler
-    samples = [s for s, _ in sampler.samples]
-    after_calls = sum(s.function != "(end)" for s in samples)
+    samples = sampler.samples
+    before_calls = sum(not s.end for s in samples)
     live = max(s.count for s in samples)
     single = one.seconds
+    params = model.init_params(jax.random.key(0), args.layers, args.width, args.seq)
+    out = (params, model.optimizer.init(params), None)
+    start = time.perf_counter()
+    for _ in range(1000):
+        tuple(map(id, jax.tree_util.tree_leaves(out)))
+    record = (time.perf_counter() - start) / 1000
+    leaves = len(jax.tree_util.tree_leaves(out))
     base, under = statistics.median(plain), statistics.median(measured)
     print(f"transformer_adam: {args.layers} layers, width {args.width}, {args.steps} steps, "
           f"{live} live arrays")
     print(f"{'run':<22} {'median step ms':>15} {'ratio':>7}")
     print(f"{'python':<22} {base * 1000:>15.2f} {1:>7.2f}")
     print(f"{'memscope capture':<22} {under * 1000:>15.2f} {under / base:>7.2f}")
-    print(f"samples after {after_calls} of {args.steps} calls and at the end; sampling {sampler.seconds * 1000:.2f} ms "
-          f"in all, {sampler.seconds / sum(measured) * 100:.2f}% of the steps' time; "
-          f"one sample at {one.samples[0][0].count} arrays (no capture running): "
-          f"{single * 1000:.2f} ms")
+    print(f"samples before {before_calls} of {args.steps} calls and at the end; sampling and "
+          f"per-call records {sampler.seconds * 1000:.2f} ms in all, "
+          f"{sampler.seconds / sum(measured) * 100:.2f}% of the steps' time; "
+          f"one sample at {one.samples[0].count} arrays (no capture running): "
+          f"{single * 1000:.2f} ms; one call's record ({leaves} output leaves): "
+          f"{record * 1e6:.1f} us")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import re
+import sys
 import threading
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -1108,3 +1112,64 @@ def traced_once(fun: Callable[..., Any], primals: tuple[Any, ...]) -> Callable[.
             out_tree, _core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
 
     return functools.wraps(fun)(replay) if hasattr(fun, "__name__") else replay
+
+
+# --- Python ----------------------------------------------------------------------------
+
+#: Python 3.13 (PEP 667) made a function frame's ``f_locals`` a live view of its
+#: variables; before, it is a dict the frame keeps, filled at each read.
+FRAME_LOCALS_ARE_A_VIEW: bool = sys.version_info >= (3, 13)
+
+
+def frame_locals(frame: types.FrameType) -> list[tuple[str, Any]]:
+    """A frame's local variables, read without leaving a reference behind.
+
+    Before Python 3.13 a function frame's ``f_locals`` is a snapshot dict that
+    the frame keeps, and with it every value it held at the read (an array the
+    program drops later would stay alive until the frame ends): it is emptied
+    once read. That touches nothing else: a tracer's write-back
+    (``PyFrame_LocalsToFast``) copies only the names the dict holds, and the
+    next read fills it again. Module and class frames' ``f_locals`` is their
+    namespace itself, read as is.
+    """
+    if FRAME_LOCALS_ARE_A_VIEW or not frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        return list(frame.f_locals.items())
+    snapshot = frame.f_locals
+    try:
+        return list(snapshot.items())
+    finally:
+        snapshot.clear()
+
+
+# --- address reads that leave arrays behind ---------------------------------------------
+
+#: Before JAX 0.10 reading a buffer's address (``unsafe_buffer_pointer()``,
+#: ``addressable_shards``) makes the array keep a Python array per device, which
+#: ``jax.live_arrays()`` lists beside it: the same buffer counted twice.
+ADDRESS_READ_MAKES_VIEWS: bool = _JAX_SERIES < (0, 10)
+_VIEWS: dict[int, weakref.ref[Any]] = {}
+
+
+def note_address_views(x: Any) -> None:
+    """Remember the per-device arrays an address read left on ``x`` (by weak
+    reference), for :func:`is_address_view`."""
+    if not ADDRESS_READ_MAKES_VIEWS:
+        return
+    try:
+        views = list(x._arrays or ())
+    except Exception:  # not an array with per-device arrays
+        return
+    for view in views:
+        if view is not x:
+            _VIEWS[id(view)] = weakref.ref(view)
+    if len(_VIEWS) > 100_000:
+        for key in [k for k, ref in _VIEWS.items() if ref() is None]:
+            del _VIEWS[key]
+
+
+def is_address_view(a: Any) -> bool:
+    """True for a per-device array an address read of memscope's left behind."""
+    if not _VIEWS:
+        return False
+    ref = _VIEWS.get(id(a))
+    return ref is not None and ref() is a

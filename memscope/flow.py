@@ -12,6 +12,7 @@ recording its calls (:mod:`memscope.capturing`), building the report
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis.advice import AdviceLevel
+from memscope.analysis.run_memory import resident
 from memscope.capturing import MeasuredJit, capture
 from memscope.errors import MemscopeError
 from memscope.program.ending import EXIT_TERMINATED, Guard
@@ -66,7 +68,8 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
             session.finish()
             report = build_report(session.entries, run_info(RunResult(
                 "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime(),
-                uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)
+                uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
+                sampler=session.live_sampler)
             if deliver is not None:
                 deliver(report)
 
@@ -80,7 +83,8 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
     forecast_failures(session.entries)
     with guard.deferred_signals():
         report = build_report(session.entries, run_info(result), session.runtime(),
-                              uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger)
+                              uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
+                sampler=session.live_sampler)
         if deliver is not None:
             deliver(report)
     return report
@@ -140,6 +144,8 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     held: dict[str, tuple[int, int | None] | None] = {}
     with capture(advise="advised", stop_after=stop_after, keep_calls=True,
                  stop_at_repeat=stop_after is None) as session:
+        session.live_sampler.every_call = True  # a short run: what each call sees
+
         def finish() -> None:  # while what the target holds still exists
             held["in_use"] = _in_use(session)
             session.finish()
@@ -154,12 +160,30 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     if limit is None:
         raise MemscopeError(f"{jax.default_backend()} reports no device memory limit: give "
                             "the budget with --memory SIZE (e.g. --memory 80GiB)")
-    arguments = (entry.facts.memory.argument_bytes or 0) if entry.facts is not None else 0
-    outside = None if in_use is None else max(in_use[0] - arguments, 0)
+    outside = _resident_at(session, entry)
+    held_note = "alive outside its arguments just before its calls (sampled)"
+    if outside is None:  # no sample of its calls: what was held at the end, less its arguments
+        arguments = (entry.facts.memory.argument_bytes or 0) if entry.facts is not None else 0
+        outside = None if in_use is None else max(in_use[0] - arguments, 0)
+        held_note = "held when the run stopped, less the function's argument bytes"
     budget = limit - (outside or 0)
     outcome = "stopped" if session.stopped else result.outcome
-    return FitRun(forecast(entry, choice, budget, memory=limit, held=outside), outcome,
+    found = forecast(entry, choice, budget, memory=limit, held=outside)
+    return FitRun(dataclasses.replace(found, held_note=held_note), outcome,
                   0 if session.stopped else result.exit_code)
+
+
+def _resident_at(session: Any, entry: Any) -> int | None:
+    """The most bytes alive on one device outside ``entry``'s arguments just
+    before one of its calls (an argument its program prunes counts as alive);
+    ``None`` where none of its calls was sampled."""
+    log = session.live_sampler.log
+    pruned = frozenset(i for i, x in enumerate(function_report(entry).inputs)
+                       if x.fate == "pruned")
+    found = [max(resident(s, pruned).values(), default=0)
+             for s in session.live_sampler.samples
+             if s.entry is not None and not s.end and log.entries[s.entry] is entry]
+    return max(found, default=None)
 
 
 def _in_use(session: Any) -> tuple[int, int | None] | None:

@@ -424,7 +424,7 @@ def test_config_file_with_top_level_table(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("body", "message"), [
     ('max_peek = "1 GiB"', "[tool.memscope] has an unknown key 'max_peek' (known: "
-                           "max_increase, max_increase_bytes, functions, max_live_growth)"),
+                           "max_increase, max_increase_bytes, functions, max_live_growth, max_run_peak)"),
     ('max_live_growth = "lots"', "[tool.memscope] max_live_growth: not a size: 'lots'"),
     ('[tool.memscope.functions.f]\nforbid_recompiles = 1',
      "[tool.memscope.functions.f] forbid_recompiles must be true or false, not 1"),

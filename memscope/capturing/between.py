@@ -1,16 +1,10 @@
-"""What happens between calls: compile time, live arrays, and donated buffers.
+"""What happens between calls: compile time and donated buffers.
 
-Three recorders a capture keeps beside its entries (see :mod:`memscope.capturing`):
+Two recorders a capture keeps beside its entries (see :mod:`memscope.capturing`;
+live arrays over the run are :mod:`memscope.capturing.residency`'s):
 
 * :class:`CompileClock` adds up JAX's own monitoring events (tracing, lowering,
   XLA compile) that fire in the thread making a signature's first call.
-* :class:`LiveSampler` counts ``jax.live_arrays()`` after top-level calls, per
-  shape, dtype and sharding, at a bounded cost: a sample is taken after calls
-  1, 2, 4, 8, ... (so a short run has a timeline) and otherwise only once the
-  time since the last sample is :data:`SAMPLE_SHARE`'s inverse times what that
-  sample took (those samples take at most about 1% of the run's time;
-  benchmarks/bench_live.py measures it). It keeps ids, counts and shapes,
-  never an array.
 * :class:`DonationLedger` keeps, for the last :data:`LEDGER_CALLS` calls of
   donating signatures, the ids of the leaves they donated and the user's line
   that made the call: a later "Array has been deleted" error is traced back to
@@ -23,7 +17,6 @@ from __future__ import annotations
 import collections
 import sys
 import threading
-import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,25 +25,15 @@ from typing import Any
 import jax
 
 from memscope import _compat
-from memscope.analysis.growth import GroupKey, GroupSample, growing
 from memscope.analysis.recompiles import LeafShape, SignatureShape
-from memscope.compiled.read import describe_sharding
-from memscope.report import DonationHazard, HazardKind, LiveGrowth, LiveSample, LiveTimeline
+from memscope.report import DonationHazard, HazardKind
 
 #: JAX's monitoring events that make up the cost of compiling one signature.
 COMPILE_EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
                             "/jax/core/compile/jaxpr_to_mlir_module_duration",
                             "/jax/core/compile/backend_compile_duration"})
-#: Largest share of the run's time the live-array samples may take.
-SAMPLE_SHARE = 0.01
-#: Live-array samples kept; past it every other one is dropped (the first and the
-#: latest stay), so the timeline covers the whole run.
-MAX_LIVE_SAMPLES = 512
 #: Donating calls remembered for naming a deleted array.
 LEDGER_CALLS = 256
-#: How the sampling is described in the report.
-SAMPLING = (f"after top-level calls 1, 2, 4, 8, ... and otherwise at most "
-            f"{SAMPLE_SHARE:.0%} of the run's time; once at the end")
 
 
 class CompileClock:
@@ -82,101 +65,6 @@ class CompileClock:
         """The seconds since :meth:`start`; ``None`` where no listener was installed."""
         total, self._local.total = getattr(self._local, "total", None), None
         return total if self._installed else None
-
-
-class LiveSampler:
-    """``jax.live_arrays()`` counted after top-level calls (see the module's docstring).
-
-    ``label(owner, index)`` names output leaf ``index`` of a call's entry
-    (``train_step result[1]``); it is asked only when the report is built.
-    """
-
-    def __init__(self) -> None:
-        self.samples: list[tuple[LiveSample, GroupSample]] = []
-        self.seconds = 0.0
-        self._due = 0.0
-        #: id of a live array -> (id of the entry, output index, shape, dtype) of the
-        #: call that made it
-        self._made_by: dict[int, tuple[int, int, tuple[int, ...], Any]] = {}
-        self._producers: dict[GroupKey, collections.Counter[tuple[int, int]]] = {}
-        #: the entries by id (entries are not hashable)
-        self._owners: dict[int, Any] = {}
-
-    def after_call(self, call: int, function: str, owner: Any, out: Any) -> None:
-        """Sample now if the call number or the time budget says so."""
-        start = time.perf_counter()
-        if start < self._due and call & (call - 1):
-            return
-        self._sample(call, function, owner, out)
-        took = time.perf_counter() - start
-        self.seconds += took
-        self._due = start + took / SAMPLE_SHARE
-
-    def at_end(self, call: int) -> None:
-        """The last sample, when the program has ended."""
-        start = time.perf_counter()
-        self._sample(call, "(end)", None, None)
-        self.seconds += time.perf_counter() - start
-
-    def _sample(self, call: int, function: str, owner: Any, out: Any) -> None:
-        made: dict[int, tuple[int, int]] = {}
-        if owner is not None:
-            self._owners.setdefault(id(owner), owner)
-            made = {id(y): (id(owner), i) for i, y in enumerate(jax.tree_util.tree_leaves(out))
-                    if isinstance(y, jax.Array)}
-        # Per array only what is cheap (its aval, its sharding: equal shardings hash
-        # alike, and each output has a sharding object of its own); sizes and names
-        # once per group.
-        counts: dict[tuple[Any, ...], list[Any]] = {}
-        kept: dict[int, tuple[int, int, tuple[int, ...], Any]] = {}
-        seen: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
-        arrays = jax.live_arrays()
-        try:
-            for a in arrays:
-                aval, sharding = a.aval, a.sharding
-                key = (aval.shape, aval.dtype, sharding)
-                group = counts.get(key)
-                if group is None:
-                    counts[key] = group = [0, a.nbytes, sharding]
-                group[0] += 1
-                where = made.get(id(a))
-                origin = ((*where, aval.shape, aval.dtype) if where is not None
-                          else self._made_by.get(id(a)))
-                if origin is not None and origin[2:] == (aval.shape, aval.dtype):
-                    kept[id(a)] = origin
-                    seen.append((key, (origin[0], origin[1])))
-            count = len(arrays)
-        finally:
-            del arrays  # not one of the program's arrays stays alive through memscope
-        groups: dict[GroupKey, list[int]] = {}
-        names: dict[tuple[Any, ...], GroupKey] = {}
-        total = 0
-        for key, (n, each, sharding) in counts.items():
-            named = names[key] = (tuple(key[0]), str(key[1]), describe_sharding(sharding))
-            total += n * each
-            if named in groups:  # two shardings described alike
-                groups[named][0] += n
-            else:
-                groups[named] = [n, each]
-        for key, producer in seen:
-            self._producers.setdefault(names[key], collections.Counter())[producer] += 1
-        self._made_by = kept
-        self.samples.append((LiveSample(call, function, count, total),
-                             GroupSample(call, {k: (c, b) for k, (c, b) in groups.items()})))
-        if len(self.samples) > MAX_LIVE_SAMPLES:
-            self.samples = self.samples[:-1:2] + self.samples[-1:]
-
-    def timeline(self, label: Callable[[Any, int], str]) -> LiveTimeline | None:
-        """The samples and the groups that kept growing; ``None`` without samples."""
-        if not self.samples:
-            return None
-        producers = {}
-        for key, counter in self._producers.items():
-            owner, index = counter.most_common(1)[0][0]
-            producers[key] = label(self._owners[owner], index)
-        grew: tuple[LiveGrowth, ...] = growing([g for _, g in self.samples], producers)
-        return LiveTimeline(samples=tuple(s for s, _ in self.samples), sampling=SAMPLING,
-                            sample_seconds=self.seconds, growth=grew)
 
 
 @dataclass(frozen=True)

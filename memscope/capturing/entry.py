@@ -84,6 +84,10 @@ class Entry:
     jit_site: str | None = None
     jit_file_sha256: str | None = None
     call_site: str | None = None
+    #: per flat output leaf: its result's top-level element (``result[0]``) and
+    #: (shape, dtype), from the first call (:mod:`memscope.capturing.residency`)
+    output_tops: list[str] | None = None
+    output_shapes: list[tuple[tuple[int, ...], Any]] | None = None
 
     @property
     def setting(self) -> str | None:

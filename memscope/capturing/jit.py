@@ -171,19 +171,27 @@ class MeasuredJit:
             return jitted(*args, **kwargs)
         session.settle()
         entry = self._memscope_seen.get(key)
+        pending = session.before_call(leaves, entry is None)
         if entry is None:
-            out, entry = self._first_call(key, leaves, args, kwargs)
+            try:
+                out, entry = self._first_call(key, leaves, args, kwargs)
+            except Exception:
+                failed = self._memscope_seen.get(key)
+                if failed is not None:
+                    session.after_call(failed, None, pending, failed=True)
+                raise
         else:
             try:
                 out = jitted(*args, **kwargs)
             except Exception as e:
                 self._memscope_session.failed(entry, e)
+                session.after_call(entry, None, pending, failed=True)
                 raise
             entry.calls += 1
             if entry.donated:  # after the call: only a call that ran donated anything
                 session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
                                       NOT_USER)
-        session.after_call(entry, out)
+        session.after_call(entry, out, pending)
         session.count_call(repeat=entry.calls > 1)
         return out
 

@@ -149,3 +149,5 @@ def addresses(x: Any) -> Addresses:
         return tuple(shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards)
     except Exception:  # a backend without raw addresses
         return None
+    finally:
+        _compat.note_address_views(x)

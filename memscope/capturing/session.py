@@ -21,7 +21,7 @@ from memscope import _compat
 from memscope.analysis import oom
 from memscope.analysis.advice import AdviceLevel, advice_level
 from memscope.analysis.observed import Observation
-from memscope.capturing import between
+from memscope.capturing import between, residency
 from memscope.capturing.entry import Entry
 from memscope.capturing.observe import Failed, Unread, at_end
 from memscope.capturing.worker import Worker
@@ -29,6 +29,7 @@ from memscope.compiled.read import (
     describe_sharding,
 )
 from memscope.errors import MemscopeError, TargetStopped
+from memscope.program.sites import NOT_USER
 from memscope.report import (
     LiveArray,
     LiveArrays,
@@ -81,7 +82,7 @@ class Session:
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
         self.clock = between.CompileClock()
-        self.live_sampler = between.LiveSampler()
+        self.live_sampler = residency.RunSampler(NOT_USER)
         self.ledger = between.DonationLedger()
         #: memscope's work off the program's path (see :mod:`memscope.capturing.worker`)
         self.worker = Worker()
@@ -164,11 +165,27 @@ class Session:
         return Runtime(device_memory_note=note, live_arrays=self._live, overhead=overhead,
                        live_timeline=timeline)
 
-    def after_call(self, entry: Entry, out: Any) -> None:
-        """Device memory and live arrays after a top-level call (before it is counted)."""
-        self.sample(entry.name)
+    def before_call(self, leaves: Sequence[Any], new_signature: bool
+                    ) -> residency.Pending | None:
+        """Live arrays just before a top-level call, when one is due (see
+        :mod:`memscope.capturing.residency`)."""
+        try:  # never break the program for a sample
+            return self.live_sampler.before_call(self.calls + 1, leaves, new_signature)
+        except Exception:
+            return None
+
+    def after_call(self, entry: Entry, out: Any, pending: residency.Pending | None = None,
+                   *, failed: bool = False) -> None:
+        """Device memory after a top-level call (before it is counted), and the
+        call in the run's log."""
+        if not failed:
+            self.sample(entry.name)
+        if pending is None:
+            return
         with contextlib.suppress(Exception):  # never break the program for a sample
-            self.live_sampler.after_call(self.calls + 1, entry.name, entry, out)
+            if entry.output_tops is None and not failed:
+                entry.output_tops, entry.output_shapes = residency.output_tops(out)
+            self.live_sampler.after_call(pending, entry, out, failed=failed)
 
     def defer(self, job: Callable[[], None]) -> None:
         """Run ``job`` off the program's path, before the capture ends."""

@@ -19,6 +19,7 @@ them.
 
     [tool.memscope]
     max_live_growth = "1 MiB"            # live arrays that keep growing over the run
+    max_run_peak = "12 GiB"              # the run's high-water mark (per device)
 
 Every key is checked; an unknown key or a malformed value is a
 :class:`MemscopeError` naming the file and the key. The same parsers read the
@@ -39,7 +40,8 @@ from memscope.errors import MemscopeError
 from memscope.report.units import parse_percent, parse_size
 
 PYPROJECT = "pyproject.toml"
-TOP_KEYS = ("max_increase", "max_increase_bytes", "functions", "max_live_growth")
+TOP_KEYS = ("max_increase", "max_increase_bytes", "functions", "max_live_growth",
+            "max_run_peak")
 FUNCTION_KEYS = ("max_peak", "forbid_unusable_donation", "require_aliased",
                  "forbid_recompiles")
 
@@ -119,8 +121,11 @@ def parse_config(table: Any, *, source: str, where: str = "[tool.memscope]") -> 
     growth = None
     if "max_live_growth" in table:
         growth = _size(table["max_live_growth"], f"{source}: {where} max_live_growth")
+    run_peak = None
+    if "max_run_peak" in table:
+        run_peak = _size(table["max_run_peak"], f"{source}: {where} max_run_peak")
     return Config(source=source, tolerances=_tolerances(percent, sizes, named | named_bytes),
-                  budgets=budgets, max_live_growth=growth)
+                  budgets=budgets, max_live_growth=growth, max_run_peak=run_peak)
 
 
 def _budget(name: str, table: Any, source: str, where: str) -> Budget:

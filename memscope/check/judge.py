@@ -41,7 +41,7 @@ from memscope.check.records import (
     Tolerance,
     Tolerances,
 )
-from memscope.report import Environment, FunctionReport, InputBuffer, Report
+from memscope.report import Environment, FunctionReport, InputBuffer, Report, run_text
 from memscope.report.leaves import (
     MAX_LISTED,
     bounded,
@@ -106,6 +106,7 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
                                         _figures(then, None),
                                         short_signature=short_signature(then)))
     verdicts += live_growth_verdicts(current, config.max_live_growth)
+    verdicts += run_peak_verdicts(current, config.max_run_peak)
     called = {fn.name for fn in current.functions}
     where = config.source or "the config"
     for name in budgets:
@@ -284,6 +285,31 @@ def live_growth_verdicts(report: Report, limit: int | None) -> list[FunctionVerd
     return [FunctionVerdict(LIVE_ARRAYS, None, None, "fail", problems=tuple(
         [f"kept growing by {format_bytes(grown)}, over max_live_growth "
          f"{format_bytes(limit)}"] + [growth_text(g) for g in timeline.growth]))]
+
+
+#: The name of the verdict on the run's high-water mark.
+RUN_PEAK = "run high-water mark"
+
+
+def run_peak_verdicts(report: Report, limit: int | None) -> list[FunctionVerdict]:
+    """The verdict on ``max_run_peak``: the run's high-water mark on one device
+    (what was alive outside a call's arguments plus that call's own peak)."""
+    if limit is None:
+        return []
+    run = report.runtime.run_memory if report.runtime is not None else None
+    if run is None or run.high_water is None:
+        return [FunctionVerdict(RUN_PEAK, None, None, "fail", problems=(
+            f"max_run_peak {format_bytes(limit)} cannot be checked: the report has no "
+            "device memory over the run (no call was sampled)",))]
+    high = run.high_water
+    text = run_text.headline(high)
+    if high.bytes <= limit:
+        return [FunctionVerdict(RUN_PEAK, None, None, "pass", notes=(
+            f"{text} (max_run_peak {format_bytes(limit)})",))]
+    return [FunctionVerdict(RUN_PEAK, None, None, "fail", problems=(
+        f"{text}: over max_run_peak {format_bytes(limit)} by "
+        f"{format_bytes(high.bytes - limit)}", "  " + run_text.parts(high),
+        *("  alive: " + run_text.group_text(g) for g in high.groups[:run_text.SHOWN])))]
 
 
 def leaf_under(path: str, prefix: str) -> bool:

@@ -101,6 +101,8 @@ class Config:
     budgets: tuple[Budget, ...] = ()
     #: the most bytes the live arrays that kept growing may have gained over the run
     max_live_growth: int | None = None
+    #: the most the run's high-water mark may reach on one device
+    max_run_peak: int | None = None
 
 
 # --- what the check says -------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
 
@@ -181,16 +181,42 @@ def html_option(f: F) -> F:
                              "(no network needed to view it).")(f)
 
 
+def trace_option(f: F) -> F:
+    return click.option("--trace", "trace", metavar="FILE.json",
+                        help="Also write the run as a Chrome/Perfetto trace: device "
+                             "memory per device and per group of live arrays, a slice "
+                             "per jitted call (open it in the Perfetto UI or "
+                             "chrome://tracing).")(f)
+
+
+def write_trace(report: Report, path: str) -> None:
+    """Write ``report``'s run as a trace file at ``path``.
+
+    Raises:
+        ReportFormatError: the file cannot be written.
+    """
+    from memscope.render.trace import render_trace  # only when asked for
+
+    _write_rendered(report, path, render_trace)
+
+
 def write_html(report: Report, path: str) -> None:
     """Write ``report`` as one HTML file at ``path``.
 
     Raises:
         ReportFormatError: the file cannot be written.
     """
-    import io
-
     from memscope.render.html import render_html  # only when asked for
 
+    _write_rendered(report, path, render_html)
+
+
+def _write_rendered(report: Report, path: str,
+                    render: Callable[[Report, IO[str]], None]) -> None:
+    """Render ``report`` whole in memory, then write it: a failed render leaves no
+    half-written file."""
+    import io
+
     text = io.StringIO()
-    render_html(report, text)
+    render(report, text)
     write_whole(path, text.getvalue())

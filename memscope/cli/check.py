@@ -86,7 +86,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     config = with_options(load_config(config_file), max_increase, max_increase_bytes)
     base = None if update_baseline or baseline is None else _load_baseline(baseline)
     if not update_baseline and base is None and not config.budgets \
-            and config.max_live_growth is None:
+            and config.max_live_growth is None and config.max_run_peak is None:
         raise MemscopeError("nothing to check against: give --baseline FILE.json, or budgets "
                             "in [tool.memscope.functions.NAME] of pyproject.toml or --config"
                              + misplaced)

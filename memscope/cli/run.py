@@ -18,9 +18,11 @@ from memscope.cli._common import (
     output_option,
     output_paths,
     stop_after_option,
+    trace_option,
     unreadable_line,
     unsupported_jax_line,
     write_html,
+    write_trace,
 )
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
 from memscope.flow import run_and_report
@@ -60,6 +62,7 @@ from memscope.variants.remat import remat_setting
                    "(and the script itself succeeded).")
 @buffers_option
 @html_option
+@trace_option
 @leaves_options
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -67,7 +70,7 @@ from memscope.variants.remat import remat_setting
 def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         advice: AdviceLevel | None, no_advice: bool, remat: bool | None,
         remat_flops: float | None, stop_after: int | None, strict: bool,
-        buffers: bool, html: str | None, leaves: bool, path_pattern: str | None,
+        buffers: bool, html: str | None, trace: str | None, leaves: bool, path_pattern: str | None,
         fate: str | None,
         target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) as python would, then report
@@ -89,7 +92,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     what = Target(target, tuple(args), module=as_module)
     check_target(what)
     level: AdviceLevel = "off" if no_advice else advice or "advised"
-    paths = output_paths(what, output=output, html=html)
+    paths = output_paths(what, output=output, html=html, trace=trace)
     guard = ctx.with_resource(Guard())
     which = leaf_filter(leaves, path_pattern, fate)
 
@@ -98,6 +101,8 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
             save_report(report, paths["output"])
         if paths["html"] is not None:
             write_html(report, paths["html"])
+        if paths["trace"] is not None:
+            write_trace(report, paths["trace"])
         if not quiet:
             guard.write(lambda out: _render(report, out, buffers, which))
 

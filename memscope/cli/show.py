@@ -12,7 +12,9 @@ from memscope.cli._common import (
     html_option,
     leaf_filter,
     leaves_options,
+    trace_option,
     write_html,
+    write_trace,
 )
 from memscope.render.buffers import render_buffers
 from memscope.render.terminal import render_report
@@ -22,16 +24,21 @@ from memscope.report import load_report
 @click.command()
 @buffers_option
 @html_option
+@trace_option
 @leaves_options
 @click.argument("report_file", metavar="REPORT.json")
-def show(buffers: bool, html: str | None, leaves: bool, path_pattern: str | None,
+def show(buffers: bool, html: str | None, trace: str | None, leaves: bool, path_pattern: str | None,
          fate: str | None, report_file: str) -> None:
     """Render a report saved with `memscope run -o REPORT.json`."""
     if html is not None:
         check_writable(html, "--html")
+    if trace is not None:
+        check_writable(trace, "--trace")
     report = load_report(report_file)
     if html is not None:
         write_html(report, html)
+    if trace is not None:
+        write_trace(report, trace)
     render_report(report, sys.stdout, leaves=leaf_filter(leaves, path_pattern, fate))
     if buffers:
         render_buffers(report, sys.stdout)

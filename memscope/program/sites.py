@@ -8,6 +8,7 @@ fix never edits a file that changed since.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
@@ -148,3 +149,66 @@ def without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | 
     for entry in reversed(kept):
         result = types.TracebackType(result, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     return result
+
+
+def assigned_line(path: str, first_line: int, name: str, before: int) -> int | None:
+    """The last line before ``before`` (0: anywhere) that assigns ``name`` (``x``,
+    ``self.data``) in the function defined at ``first_line`` of ``path`` (0 or 1
+    with no enclosing function: the module's own statements); ``None`` if no
+    statement there does, or the file cannot be read."""
+    tree = _syntax(path)
+    if tree is None:
+        return None
+    scope: ast.AST = tree
+    if first_line > 1:
+        scope = next((n for n in ast.walk(tree)
+                      if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                      and min([n.lineno, *(d.lineno for d in n.decorator_list)]) == first_line),
+                     tree)
+    lines = [line for n in _own_statements(scope)
+             if (line := getattr(n, "lineno", None)) is not None and name in _targets(n)
+             and (not before or line <= before)]
+    return max(lines, default=None)
+
+
+@functools.lru_cache(maxsize=64)
+def _syntax(path: str) -> ast.Module | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _own_statements(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of ``scope``, not those of functions and classes nested in it."""
+    out: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _targets(node: ast.AST) -> set[str]:
+    """The names (as spelled: ``x``, ``self.data``) a statement assigns."""
+    targets: list[ast.AST] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.For | ast.AsyncFor | ast.NamedExpr):
+        targets = [node.target]
+    elif isinstance(node, ast.With | ast.AsyncWith):
+        targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+    names = set()
+    while targets:
+        t = targets.pop()
+        if isinstance(t, ast.Tuple | ast.List):
+            targets.extend(t.elts)
+        elif isinstance(t, ast.Starred):
+            targets.append(t.value)
+        elif isinstance(t, ast.Name | ast.Attribute):
+            names.add(ast.unparse(t))
+    return names

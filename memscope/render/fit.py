@@ -24,7 +24,7 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
     budget = f"{format_bytes(f.budget_bytes)}"
     if f.held_bytes:
         budget += (f" ({format_bytes(f.memory_bytes)} less {format_bytes(f.held_bytes)} "
-                   "held outside the function's arguments)")
+                   f"{visible(f.held_note or 'held outside the function arguments')})")
     if f.largest is not None:
         peaks = {r.batch: r.peak_bytes for r in f.rows}
         lines.append(f"Largest batch that fits {budget}: {f.largest} (compiled: "

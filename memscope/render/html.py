@@ -1,7 +1,8 @@
 """The report as one self-contained HTML file: inline style and script, no network.
 
-The answer first (per function: peak, findings, advice), then one collapsible
-section per function with its leaves by argument, the merged reasons, the
+The answer first (per function: peak, findings, advice), the run's device memory
+over its calls (:mod:`memscope.render.html_run`), then one collapsible section
+per function with its leaves by argument, the merged reasons, the
 donation variants, the terms it uses, and a table of every leaf that sorts by
 size and filters by fate and path text in the page. Every string from the report
 is shown literally (control characters escaped, then HTML-escaped); the script
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import IO
 
-from memscope.render import html_live
+from memscope.render import html_live, html_run
 from memscope.render.text import fates_text, visible
 from memscope.report import (
     BufferBreakdown,
@@ -132,20 +133,23 @@ def render_html(report: Report, file: IO[str]) -> None:
     if report.run is not None:
         title += f": {report.run.target}"
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{_t(title)}</title><style>{_CSS}{html_live.CSS}</style></head><body>",
+             f"<title>{_t(title)}</title>"
+             f"<style>{_CSS}{html_live.CSS}{html_run.CSS}</style></head><body>",
              f"<h1>{_t(title)}</h1>", *_header(report)]
     if not report.functions:
         parts.append("<p>No jitted function was called.</p>")
+        parts.extend(_run_memory(report))
         parts.extend(_between(report, summarize(report)))
     else:
         summary = summarize(report)
         parts.extend(_answer(summary))
+        parts.extend(_run_memory(report))
         parts.extend(_between(report, summary))
         parts.append(_figures_table(report))
         opened = len(report.functions) <= OPEN_SECTIONS
         for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
             parts.extend(_function(fn, s, i, opened))
-    parts.append(f"<script>{_SCRIPT}{html_live.SCRIPT}</script></body></html>")
+    parts.append(f"<script>{_SCRIPT}{html_live.SCRIPT}{html_run.SCRIPT}</script></body></html>")
     file.write("\n".join(parts))
     file.write("\n")
 
@@ -483,6 +487,12 @@ def _timeline(fn: FunctionReport, b: BufferBreakdown) -> list[str]:
                             _t(format_bytes(t.bytes))] for t in b.live_at_peak],
                           numeric=[3]))
     return out
+
+
+def _run_memory(report: Report) -> list[str]:
+    """The run's device memory over its calls, when the run was sampled."""
+    run = report.runtime.run_memory if report.runtime is not None else None
+    return [html_run.run_chart(run)] if run is not None else []
 
 
 def _between(report: Report, summary: ReportSummary) -> list[str]:

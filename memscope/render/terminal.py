@@ -34,6 +34,7 @@ from memscope.report import (
     Report,
     is_host_kind,
     remat_text,
+    run_text,
 )
 from memscope.report.leaves import (
     LeafGroup,
@@ -127,6 +128,7 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         return
     for line in post_mortem_lines(report):  # a failure is the first finding
         out.para(line, "    ", style="bold red" if line.startswith("OUT OF MEMORY") else "")
+    _high_water(out, report)
     _answer(out, summary)
     _between(out, summary)
     out.line()
@@ -164,6 +166,19 @@ def _header(out: Lines, report: Report) -> None:
                           + (f", {p.run.outcome}" if p.run else "") + ")"
                           for p in report.merged_from)
         out.para(f"merged from {len(report.merged_from)} processes: {parts}", "  ")
+    out.line()
+
+
+def _high_water(out: Lines, report: Report) -> None:
+    """The run's high-water mark, first: what the devices held at the run's largest."""
+    run = report.runtime.run_memory if report.runtime is not None else None
+    if run is None or run.high_water is None:
+        return
+    for i, text in enumerate(run_text.high_water_lines(run)):
+        if i == 0:
+            out.line(visible(text), "bold")
+        else:
+            out.para(visible(text), "      ", style="dim" if "sampled" in text else "")
     out.line()
 
 
@@ -231,7 +246,7 @@ def _runtime(report: Report) -> list[str]:
     rt = report.runtime
     assert rt is not None
     lines = []
-    if rt.device_memory is None:
+    if rt.device_memory is None and rt.run_memory is None:
         lines.append(f"Device memory over the run: unavailable "
                      f"({visible(rt.device_memory_note or 'n/a')}).")
     elif rt.device_memory:

@@ -92,6 +92,14 @@ from memscope.report.run import (
     RunInfo,
     Runtime,
 )
+from memscope.report.run_memory import (
+    CallSpan,
+    GroupKind,
+    HighWater,
+    ResidentGroup,
+    RunMemory,
+    RunPoint,
+)
 
 __all__ = [
     "INPUT_FATES",
@@ -102,6 +110,7 @@ __all__ = [
     "AllocationGroup",
     "AllocationKind",
     "BufferBreakdown",
+    "CallSpan",
     "DeletedRead",
     "Device",
     "Differentiation",
@@ -110,7 +119,9 @@ __all__ = [
     "FitRow",
     "Forecast",
     "FunctionReport",
+    "GroupKind",
     "HazardKind",
+    "HighWater",
     "HostMemory",
     "InputBuffer",
     "InputFate",
@@ -142,9 +153,12 @@ __all__ = [
     "RematAdvice",
     "RematVariant",
     "Report",
+    "ResidentGroup",
     "Residual",
     "ResidualLine",
     "RunInfo",
+    "RunMemory",
+    "RunPoint",
     "Runtime",
     "SourceLine",
     "TempBuffer",

@@ -14,11 +14,14 @@ from memscope.analysis import advice, observed, oom
 from memscope.analysis.fates import classify, closed_over
 from memscope.analysis.live import memory_view
 from memscope.analysis.recompiles import SignatureShape, explain
+from memscope.analysis.run_memory import CallFacts, Holder, run_memory
 from memscope.capturing.between import DonationLedger, signature_shape
 from memscope.capturing.entry import Entry
+from memscope.capturing.residency import SAMPLING as RUN_SAMPLING
+from memscope.capturing.residency import RunSampler
 from memscope.compiled.buffers import breakdown
 from memscope.compiled.read import CompiledFacts
-from memscope.program.sites import display_path
+from memscope.program.sites import assigned_line, display_path
 from memscope.report import (
     Advice,
     DeletedRead,
@@ -35,6 +38,7 @@ from memscope.report import (
     Recompile,
     Report,
     RunInfo,
+    RunMemory,
     Runtime,
     Variant,
     XlaBuffer,
@@ -203,14 +207,21 @@ def environment() -> Environment:
 
 def build_report(entries: Iterable[Entry], run: RunInfo | None,
                  runtime: Runtime | None = None, *, uncaptured_pmaps: int = 0,
-                 ledger: DonationLedger | None = None) -> Report:
+                 ledger: DonationLedger | None = None,
+                 sampler: RunSampler | None = None) -> Report:
     """The report of captured ``entries``; ``runtime`` is ``session.runtime()``,
     ``uncaptured_pmaps`` is ``session.uncaptured_pmaps``, ``ledger`` the
-    session's donations (hazards, and the donation behind a deleted array)."""
+    session's donations (hazards, and the donation behind a deleted array),
+    ``sampler`` its live arrays before calls (for the run's device memory)."""
     entries = list(entries)
     recompiles = explain_recompiles(entries)
     functions = tuple(dataclasses.replace(function_report(e), recompile=recompiles.get(id(e)))
                       for e in entries)
+    if runtime is not None and sampler is not None:
+        by_entry = {id(e): (i, fn) for i, (e, fn) in enumerate(zip(entries, functions,
+                                                                    strict=True))}
+        runtime = dataclasses.replace(runtime, run_memory=over_the_run(sampler, by_entry,
+                                                                       runtime))
     hazards: tuple[DonationHazard, ...] = ()
     deleted = None
     if ledger is not None:
@@ -221,6 +232,53 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
                   functions=functions, runtime=runtime,
                   notes=run_notes(uncaptured_pmaps), donation_hazards=hazards,
                   deleted_read=deleted)
+
+
+def over_the_run(sampler: RunSampler, functions: dict[int, tuple[int, FunctionReport]],
+                 runtime: Runtime) -> RunMemory | None:
+    """The run's device memory (:mod:`memscope.analysis.run_memory`) from the
+    sampler's records; ``functions`` (index, report) by the ``id`` of their entry."""
+    found_fns = [functions.get(id(e)) for e in sampler.log.entries]
+    facts = [_call_facts(f[1] if f is not None else None) for f in found_fns]
+    samples = runtime.device_memory or ()
+    allocator = max((s.peak_bytes_in_use for s in samples), default=None)
+    how = (f"live arrays sampled {RUN_SAMPLING} ({{sampled}} of {{calls}} calls), grouped by "
+           "the call that made them; at each call, what was alive outside its arguments "
+           "plus the call's own peak by memscope's rule; calls between samples are "
+           "estimated from the sample before them (what was alive then, less the "
+           "function's argument bytes)")
+    found = run_memory(sampler.samples, sampler.log, facts, calls=len(sampler.log.calls)
+                       + sampler.unlogged, sample_seconds=sampler.seconds, how=how,
+                       holder_text=_holder_text, allocator_peak=allocator,
+                       functions=[f[0] if f is not None else None for f in found_fns])
+    if found is None:
+        return None
+    high = found.high_water
+    if high is not None:
+        high = dataclasses.replace(high, line=_line(high.line))
+    return dataclasses.replace(found, how=found.how.format(sampled=found.sampled,
+                                                           calls=found.calls), high_water=high)
+
+
+def _call_facts(fn: FunctionReport | None) -> CallFacts | None:
+    if fn is None:
+        return None
+    m = fn.memory
+    live = fn.live_at_peak
+    return CallFacts(name=fn.name, signature=fn.signature,
+                     peak_bytes=m.peak_bytes if m is not None else None,
+                     peak_rule=m.peak_rule if m is not None else None,
+                     argument_bytes=m.argument_bytes if m is not None else None,
+                     pruned=frozenset(i for i, x in enumerate(fn.inputs) if x.fate == "pruned"),
+                     buffers=live.buffers if live is not None else (),
+                     call_site=fn.call_site)
+
+
+def _holder_text(holder: Holder) -> tuple[str, str | None]:
+    """```losses``` and the line that last assigned it (``train.py:50``)."""
+    line = assigned_line(holder.path, holder.first_line, holder.name, holder.line)
+    return f"`{holder.name}`", (f"{display_path(holder.path)}:{line}" if line is not None
+                                else None)
 
 
 def explain_recompiles(entries: Sequence[Entry]) -> dict[int, Recompile]:

@@ -196,6 +196,8 @@ class Forecast:
     #: process held outside the function's arguments when the capture stopped
     memory_bytes: int | None = None
     held_bytes: int | None = None
+    #: how ``held_bytes`` was found
+    held_note: str | None = None
 
 
 @dataclass(frozen=True)

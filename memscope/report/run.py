@@ -12,6 +12,7 @@ from memscope.errors import ReportFormatError
 from memscope.report.decode import _decode
 from memscope.report.function import FunctionReport
 from memscope.report.memory import LiveArrays, Memory, with_peak_rule
+from memscope.report.run_memory import RunMemory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,6 +92,9 @@ class Runtime:
     overhead: Overhead | None = None
     #: ``jax.live_arrays()`` sampled after top-level calls; ``None`` when no call ran
     live_timeline: LiveTimeline | None = None
+    #: device memory over the run's calls and its high-water mark; ``None``
+    #: when no call was sampled
+    run_memory: RunMemory | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,8 @@ class Overhead:
 
 @dataclass(frozen=True)
 class LiveSample:
-    """``jax.live_arrays()`` right after top-level call number ``call``."""
+    """``jax.live_arrays()`` just before top-level call number ``call`` (the
+    last sample, ``function`` ``(end)``: when the program had ended)."""
 
     call: int
     function: str

@@ -1,0 +1,285 @@
+"""Device memory over the run, and its high-water mark: pure functions over samples.
+
+:mod:`memscope.capturing.residency` samples the live arrays just before some
+top-level calls (:class:`RawSample`) and logs every call (:class:`CallLog`).
+Here each sample becomes a :class:`~memscope.report.RunPoint`: per device, what
+was alive outside the call's arguments (arguments the compiled program pruned
+count as alive outside it: the program never reads them) plus the call's peak
+by memscope's rule. A call between samples is estimated from the sample before
+it: everything alive then, less this function's argument bytes, plus its peak.
+The largest point is the :class:`~memscope.report.HighWater`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from memscope.report import CallSpan, HighWater, LiveBuffer, ResidentGroup, RunMemory, RunPoint
+from memscope.report.units import format_bytes
+
+#: Resident groups named at the high-water mark; the rest are counted.
+MAX_GROUPS = 8
+#: Groups kept per point (for the chart and the trace).
+POINT_GROUPS = 6
+#: Points kept in the report (exact ones first; the estimated largest per stretch).
+MAX_POINTS = 2000
+#: The call's largest buffers named at the high-water mark.
+MAX_BUFFERS = 5
+#: Calls kept as spans for a trace (the first and the last half of it).
+MAX_SPANS = 5000
+
+
+class Holder(NamedTuple):
+    """A variable of the user's code that held arrays at a sample."""
+
+    name: str
+    path: str
+    #: the function's name, or ``module``
+    scope: str
+    #: the function's first line (0 for a module's global)
+    first_line: int
+    #: the frame's line at the sample (0: a module's global seen from a function)
+    line: int
+
+
+@dataclass
+class RawGroup:
+    """Arrays alive at a sample, outside the next call's arguments, of one producer
+    (index into :attr:`CallLog.entries` and the result's top-level element;
+    ``None``: made outside the captured calls) and one holder."""
+
+    producer: tuple[int, str] | None
+    holder: Holder | None
+    arrays: int
+    #: per device: (device, bytes), device memory kinds only
+    bytes: tuple[tuple[str, int], ...]
+    host_bytes: int = 0
+
+
+@dataclass
+class RawSample:
+    """``jax.live_arrays()`` just before top-level call ``call``."""
+
+    call: int
+    seconds: float
+    #: live arrays, and their bytes (each array's whole size, as ``nbytes``)
+    count: int
+    total_bytes: int
+    line: str | None
+    #: the call's own argument arrays: (flat leaf position, bytes per device)
+    arguments: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
+    groups: tuple[RawGroup, ...]
+    #: index into :attr:`CallLog.entries` of the call that followed
+    entry: int | None = None
+    failed: bool = False
+    #: the sample taken once the program ended (no call follows)
+    end: bool = False
+    #: some calls' outputs since the previous sample were not recorded: arrays
+    #: with no producer may have been made by one of them
+    unattributed: bool = False
+
+
+@dataclass
+class CallLog:
+    """Every top-level call (up to a bound): when it began and ended (seconds since
+    the capture began; the call returns once dispatched, the device may still
+    run it) and its entry (index into ``entries``)."""
+
+    starts: array[float]
+    ends: array[float]
+    entry: array[int]
+    entries: list[Any]
+    #: the call's number (top-level calls, counted from 1)
+    calls: array[int]
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What the run's view needs of one captured function."""
+
+    name: str
+    signature: str
+    peak_bytes: int | None
+    peak_rule: str | None
+    argument_bytes: int | None
+    #: flat leaf positions the compiled program pruned
+    pruned: frozenset[int]
+    buffers: tuple[LiveBuffer, ...]
+    call_site: str | None
+
+
+def run_memory(samples: Sequence[RawSample], log: CallLog, facts: Sequence[CallFacts | None],
+               *, calls: int, sample_seconds: float, how: str,
+               holder_text: Callable[[Holder], tuple[str, str | None]],
+               allocator_peak: int | None = None,
+               functions: Sequence[int | None] = ()) -> RunMemory | None:
+    """The run's :class:`RunMemory` from its samples; ``facts[i]`` describes
+    ``log.entries[i]`` (``None``: unread) and ``functions[i]`` is its index in
+    the report's functions. ``holder_text`` names a holder and the line that
+    last assigned it."""
+    exact = [s for s in samples if not s.end and s.entry is not None]
+    if not exact:
+        return None
+    devices = sorted({d for s in samples for g in s.groups for d, _ in g.bytes}
+                     | {d for s in exact for _, each in s.arguments for d, _ in each})
+    found = [(_point(s, facts[s.entry], facts, devices, holder_text), s.entry, s)
+             for s in exact if s.entry is not None]
+    found += _estimates(samples, log, facts, devices)
+    best, entry, sample = max(found, key=lambda t: (t[0].total_bytes, t[0].exact))
+    high = _high_water(best, facts[entry], sample, facts, holder_text, allocator_peak)
+    ordered = sorted((p for p, _, _ in found), key=lambda p: (p.call, not p.exact))
+    if len(ordered) > MAX_POINTS:
+        keep = [p for p in ordered if p.exact or p is best]
+        rest = [p for p in ordered if not (p.exact or p is best)]
+        room = max(MAX_POINTS - len(keep), 0)
+        step = max(1, -(-len(rest) // max(room, 1)))
+        ordered = sorted(keep + rest[::step][:room], key=lambda p: (p.call, not p.exact))
+    return RunMemory(devices=tuple(devices), points=tuple(ordered), high_water=high,
+                     calls=calls, sampled=len(exact), how=how,
+                     sample_seconds=sample_seconds,
+                     host_bytes=sum(g.host_bytes for g in sample.groups),
+                     spans=spans(log, functions))
+
+
+def spans(log: CallLog, functions: Sequence[int | None]) -> tuple[CallSpan, ...]:
+    """The logged calls as spans, at most :data:`MAX_SPANS` (the first and last half)."""
+    n = len(log.calls)
+    half = MAX_SPANS // 2
+    chosen = range(n) if n <= MAX_SPANS else [*range(half), *range(n - half, n)]
+    return tuple(CallSpan(call=log.calls[i],
+                          function=functions[log.entry[i]] if log.entry[i] < len(functions)
+                          else None, start=log.starts[i], end=log.ends[i]) for i in chosen)
+
+
+def resident(sample: RawSample, pruned: frozenset[int]) -> dict[str, int]:
+    """Bytes per device alive before ``sample``'s call outside its arguments (a
+    pruned argument counts: the program never reads it, it stays where it is)."""
+    out: dict[str, int] = {}
+    for g in sample.groups:
+        for d, b in g.bytes:
+            out[d] = out.get(d, 0) + b
+    for position, each in sample.arguments:
+        if position in pruned:
+            for d, b in each:
+                out[d] = out.get(d, 0) + b
+    return out
+
+
+def _call_devices(sample: RawSample, devices: Sequence[str]) -> list[str]:
+    """The devices the call runs on: those its arguments are on (none: the first)."""
+    used = sorted({d for _, each in sample.arguments for d, _ in each})
+    return used or list(devices[:1])
+
+
+def _point(sample: RawSample, fn: CallFacts | None, facts: Sequence[CallFacts | None],
+           devices: Sequence[str], holder_text: Callable[[Holder], tuple[str, str | None]]) -> RunPoint:
+    held = resident(sample, fn.pruned if fn is not None else frozenset())
+    peak = fn.peak_bytes if fn is not None else None
+    on = _call_devices(sample, devices)
+    device = max(devices or on, key=lambda d: held.get(d, 0) + (peak or 0 if d in on else 0))
+    groups = _groups(sample, device, fn, facts, holder_text)
+    return RunPoint(call=sample.call, function=fn.name if fn is not None else "?",
+                    seconds=sample.seconds, device=device, resident_bytes=held.get(device, 0),
+                    peak_bytes=peak if device in on else None, exact=True,
+                    groups=tuple((g.label + (f" ({g.held_by})" if g.held_by else ""), g.bytes)
+                                 for g in groups[:POINT_GROUPS]),
+                    failed=sample.failed, per_device=tuple(held.get(d, 0) for d in devices))
+
+
+def _estimates(samples: Sequence[RawSample], log: CallLog, facts: Sequence[CallFacts | None],
+               devices: Sequence[str]) -> list[tuple[RunPoint, int, RawSample]]:
+    """For each stretch of calls between two samples: per function called in it
+    (other than at the sample itself), its largest estimated point."""
+    by_call = sorted((s for s in samples if not s.end), key=lambda s: s.call)
+    out: list[tuple[RunPoint, int, RawSample]] = []
+    k = 0
+    seen: set[tuple[int, int]] = set()
+    for i, call in enumerate(log.calls):
+        while k + 1 < len(by_call) and by_call[k + 1].call <= call:
+            k += 1
+        if not by_call or by_call[k].call >= call:
+            continue
+        sample, entry = by_call[k], log.entry[i]
+        fn = facts[entry]
+        if fn is None or fn.peak_bytes is None or (k, entry) in seen:
+            continue
+        seen.add((k, entry))
+        alive: dict[str, int] = {}
+        for g in sample.groups:
+            for d, b in g.bytes:
+                alive[d] = alive.get(d, 0) + b
+        for _, each in sample.arguments:
+            for d, b in each:
+                alive[d] = alive.get(d, 0) + b
+        device = max(devices, key=lambda d: alive.get(d, 0)) if devices else "?"
+        held = max(alive.get(device, 0) - (fn.argument_bytes or 0), 0)
+        out.append((RunPoint(call=call, function=fn.name, seconds=log.starts[i], device=device,
+                             resident_bytes=held, peak_bytes=fn.peak_bytes, exact=False,
+                             from_call=sample.call,
+                             per_device=tuple(max(alive.get(d, 0) - (fn.argument_bytes or 0), 0)
+                                              for d in devices)), entry, sample))
+    return out
+
+
+def _groups(sample: RawSample, device: str, fn: CallFacts | None,
+            facts: Sequence[CallFacts | None], holder_text: Callable[[Holder], tuple[str, str | None]]) -> list[ResidentGroup]:
+    """The sample's groups on ``device``, largest first; pruned arguments as one."""
+    groups = []
+    for g in sample.groups:
+        b = dict(g.bytes).get(device, 0)
+        if not b:
+            continue
+        held_by, line = holder_text(g.holder) if g.holder is not None else (None, None)
+        if g.producer is not None:
+            maker = facts[g.producer[0]]
+            label, kind = f"{maker.name if maker else '?'} {g.producer[1]}", "output"
+        elif sample.unattributed:
+            label, kind = "made outside jit, or by a call whose outputs were not recorded", \
+                "outside"
+        else:
+            label, kind = "made outside jit", "outside"
+        groups.append((g.producer, ResidentGroup(label=label, kind=kind, arrays=g.arrays,  # type: ignore[arg-type]
+                                                 bytes=b, held_by=held_by, line=line)))
+    pruned = [each for position, each in sample.arguments
+              if fn is not None and position in fn.pruned]
+    if pruned:
+        b = sum(dict(each).get(device, 0) for each in pruned)
+        if b:
+            groups.append((None, ResidentGroup(
+                label=f"{fn.name if fn else '?'} arguments it prunes (never read)",
+                kind="outside", arrays=len(pruned), bytes=b)))
+    return sorted((g for _, g in groups), key=lambda g: (-g.bytes, g.label))
+
+
+def _high_water(best: RunPoint, fn: CallFacts | None, sample: RawSample,
+                facts: Sequence[CallFacts | None], holder_text: Callable[[Holder], tuple[str, str | None]],
+                allocator_peak: int | None) -> HighWater:
+    """The largest point, with the groups of its sample (for an estimate: of the
+    sample it was carried from) and the call's largest buffers."""
+    groups = _groups(sample, best.device, fn if best.exact else None, facts, holder_text)
+    shown = groups[:MAX_GROUPS]
+    note = None
+    if allocator_peak is not None:
+        diff = allocator_peak - best.total_bytes
+        note = (f"the allocator's own peak over the run (memory_stats peak_bytes_in_use) is "
+                f"{format_bytes(allocator_peak)}, {format_bytes(abs(diff))} "
+                f"{'above' if diff >= 0 else 'below'} this: "
+                + ("what the allocator held beyond live buffers (fragmentation, "
+                   "compiler workspace such as autotuning, memory freed late)"
+                   if diff >= 0 else
+                   "memscope's rule counts the whole temporary block, which the "
+                   "allocator never had all live at once"))
+    return HighWater(
+        call=best.call, function=best.function,
+        signature=fn.signature if fn is not None else "?",
+        line=(sample.line if best.exact else None) or (fn.call_site if fn is not None else None),
+        device=best.device, bytes=best.total_bytes, resident_bytes=best.resident_bytes,
+        call_peak_bytes=best.peak_bytes or 0,
+        peak_rule=fn.peak_rule if fn is not None else None, exact=best.exact,
+        from_call=best.from_call, groups=tuple(shown), more_groups=len(groups) - len(shown),
+        more_group_bytes=sum(g.bytes for g in groups[MAX_GROUPS:]),
+        buffers=fn.buffers[:MAX_BUFFERS] if fn is not None else (),
+        allocator_peak_bytes=allocator_peak, allocator_note=note)

@@ -1,0 +1,425 @@
+"""What is alive on the devices just before top-level calls, and what made it.
+
+The run's device memory at a call is what the program holds outside the call's
+arguments plus the call's own peak (its arguments once, its temporaries, its
+outputs not aliased). The first part is only known by asking JAX:
+:class:`RunSampler` counts ``jax.live_arrays()`` just *before* a top-level call
+(after it, the arguments the caller is about to drop would still count), per
+device, grouped by what made each array: a captured call's result (the
+top-level element, ``train_step result[0]``) or something outside the captured
+calls, and by the user's variable that holds it.
+
+When: before the first call of each signature (where a run's high-water mark
+usually is: the first evaluation step, a new batch size), before calls 1, 2, 4,
+8, ..., and otherwise once the time since the last sample is
+:data:`SAMPLE_SHARE`'s inverse times what sampling has taken (so samples take
+about 1% of the run). Before the first call of a signature, which compiles, a
+sample is taken when the last one took at most :data:`FIRST_CALL_SAMPLE`, or
+within twice the budget.
+Between samples, every call records only its number, its start and end time,
+its entry, and the ids of its output leaves (up to :data:`MAX_PENDING` calls),
+so the next sample can say which call made what. Nothing keeps an array alive: ids, counts,
+shapes and shardings only. ``benchmarks/bench_live.py`` measures the cost.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import sys
+import time
+import types
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+from memscope import _compat
+from memscope.analysis.growth import GroupKey, GroupSample, growing
+from memscope.analysis.run_memory import CallLog, Holder, RawGroup, RawSample
+from memscope.capturing.between import caller_line
+from memscope.compiled.read import describe_sharding
+from memscope.report import LiveGrowth, LiveSample, LiveTimeline, is_host_kind
+
+#: Largest share of the run's time the samples may take (first calls of
+#: signatures: twice this).
+SAMPLE_SHARE = 0.01
+#: Before the first call of a signature (a compile: tens of milliseconds or more)
+#: a sample is taken whenever the last one took at most this (seconds), within
+#: the run's budget or not.
+FIRST_CALL_SAMPLE = 0.001
+#: Samples kept; past it every other one is dropped (the first, the first call
+#: of each signature and the latest stay), so they cover the whole run.
+MAX_SAMPLES = 512
+#: Top-level calls logged (number, start, entry); later ones are counted only.
+MAX_CALLS_LOGGED = 200_000
+#: Calls whose output ids wait for the next sample; past it the oldest go (their
+#: arrays are then told by the variable that holds them, where one does).
+MAX_PENDING = 4096
+#: Leaves looked at in one variable of the user's when naming holders.
+MAX_HOLDER_LEAVES = 100_000
+#: How the sampling is described in the report.
+SAMPLING = (f"just before the first call of each signature, before top-level calls "
+            f"1, 2, 4, 8, ..., and otherwise at most {SAMPLE_SHARE:.0%} of the run's "
+            "time; once at the end")
+
+
+@dataclass
+class Pending:
+    """A top-level call in flight: its number, when it began, its sample (if any)."""
+
+    call: int
+    start: float
+    sample: RawSample | None = None
+
+
+@dataclass
+class _Attribution:
+    """Output ids of calls since the last sample, oldest first."""
+
+    calls: collections.deque[tuple[Any, tuple[int, ...]]] = field(
+        default_factory=lambda: collections.deque(maxlen=MAX_PENDING))
+    #: some call's outputs were not kept: an array made by a call may then be
+    #: unattributed, and is not said to be made outside jit
+    dropped: bool = False
+
+
+class RunSampler:
+    """Live arrays before top-level calls (see the module's docstring).
+
+    ``skip``: the folders whose frames are not the user's (memscope, installed
+    packages), for the line that made a call and the variables that hold arrays.
+    """
+
+    def __init__(self, skip: tuple[str, ...] = ()) -> None:
+        self.samples: list[RawSample] = []
+        self.groups: list[GroupSample] = []
+        self.seconds = 0.0
+        self.origin = time.perf_counter()
+        self.log = CallLog(array("d"), array("d"), array("i"), [], array("q"))
+        self.unlogged = 0
+        self._skip = skip
+        self._due = 0.0
+        self._last = 0.0  # what the last sample took
+        #: sample before every call (``memscope fit``'s short run)
+        self.every_call = False
+        self._outputs = _Attribution()
+        #: id of a live array -> (entry, flat output index, shape, dtype) of the call
+        #: that made it, from earlier samples
+        self._made_by: dict[int, tuple[Any, int, tuple[int, ...], Any]] = {}
+        self._producers: dict[GroupKey, collections.Counter[tuple[int, int]]] = {}
+        self._entries: dict[int, Any] = {}
+        self._entry_index: dict[int, int] = {}
+        self._per_device: dict[Any, tuple[tuple[tuple[str, int], ...], bool]] = {}
+
+    # -- on the program's path ----------------------------------------------------
+
+    def before_call(self, call: int, leaves: Sequence[Any], new_signature: bool) -> Pending:
+        """Sample now if this call is due (see the module); always note its start."""
+        start = time.perf_counter()
+        pending = Pending(call, start)
+        elapsed = start - self.origin
+        due = (self.every_call or not call & (call - 1) or start >= self._due
+               or (new_signature and (self._last <= FIRST_CALL_SAMPLE
+                                      or self.seconds <= 2 * SAMPLE_SHARE * elapsed)))
+        if due:
+            try:
+                pending.sample = self._sample(call, start, leaves)
+            except Exception:  # never break the program for a sample
+                pending.sample = None
+            took = self._last = time.perf_counter() - start
+            self.seconds += took
+            self._due = start + took / SAMPLE_SHARE
+        return pending
+
+    def after_call(self, pending: Pending, entry: Any, out: Any, *, failed: bool = False
+                   ) -> None:
+        """Log the call; keep its output ids for the next sample, within the budget."""
+        now = time.perf_counter()
+        index = self._entry_index.get(id(entry))
+        if index is None:
+            index = self._entry_index[id(entry)] = len(self.log.entries)
+            self.log.entries.append(entry)
+            self._entries[id(entry)] = entry
+        if len(self.log.starts) < MAX_CALLS_LOGGED:
+            self.log.starts.append(pending.start - self.origin)
+            self.log.ends.append(now - self.origin)
+            self.log.entry.append(index)
+            self.log.calls.append(pending.call)
+        else:
+            self.unlogged += 1
+        if pending.sample is not None:
+            pending.sample.entry = index
+            pending.sample.failed = failed
+        if failed:
+            return
+        try:
+            ids = tuple(map(id, jax.tree_util.tree_leaves(out)))
+        except Exception:  # an output that does not flatten: told by its holders
+            self._outputs.dropped = True
+            return
+        if len(self._outputs.calls) == MAX_PENDING:
+            self._outputs.dropped = True
+        self._outputs.calls.append((entry, ids))
+        self.seconds += time.perf_counter() - now
+
+    def at_end(self, call: int) -> None:
+        """The last sample, when the program has ended (no call follows)."""
+        start = time.perf_counter()
+        sample = self._sample(call + 1, start, ())
+        sample.end = True
+        self.seconds += time.perf_counter() - start
+
+    # -- a sample -----------------------------------------------------------------
+
+    def _sample(self, call: int, start: float, leaves: Sequence[Any]) -> RawSample:
+        unsure = self._outputs.dropped
+        made = self._resolve_outputs()
+        arguments = {id(x): i for i, x in enumerate(leaves) if isinstance(x, jax.Array)}
+        holders: dict[int, Holder] | None = None
+        counts: dict[tuple[Any, ...], list[Any]] = {}
+        groups: dict[tuple[Any, ...], list[Any]] = {}
+        kept: dict[int, tuple[Any, int, tuple[int, ...], Any]] = {}
+        args: list[tuple[int, tuple[tuple[str, int], ...]]] = []
+        seen: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
+        unnamed: list[tuple[int, tuple[Any, ...]]] = []
+        arrays = jax.live_arrays()
+        try:
+            for a in arrays:
+                if _compat.is_address_view(a):
+                    continue  # the same buffer as an array counted already
+                aval, sharding = a.aval, a.sharding
+                key = (aval.shape, aval.dtype, sharding)
+                count = counts.get(key)
+                if count is None:
+                    counts[key] = count = [0, a.nbytes, sharding]
+                count[0] += 1
+                origin = made.get(id(a)) or self._made_by.get(id(a))
+                if origin is not None and origin[2:] != (aval.shape, aval.dtype):
+                    origin = None  # the id of an array since freed
+                if origin is not None:
+                    kept[id(a)] = origin
+                    seen.append((key, (id(origin[0]), origin[1])))
+                position = arguments.pop(id(a), None)
+                if position is not None:
+                    args.append((position, self._device_bytes(key, count[1])))
+                    continue
+                producer = ((id(origin[0]), _top(origin[0], origin[1]))
+                            if origin is not None else None)
+                unnamed.append((id(a), (producer, key)))
+            count_all = len(arrays)
+            if unnamed:
+                holders = user_holders(self._skip, {i for i, _ in unnamed})
+            for array_id, (producer, key) in unnamed:
+                holder = holders.get(array_id) if holders else None
+                group = groups.get((producer, holder, key))
+                if group is None:
+                    groups[(producer, holder, key)] = group = [0]
+                group[0] += 1
+        finally:
+            del arrays  # not one of the program's arrays stays alive through memscope
+        self._made_by = kept
+        sample = RawSample(call=call, seconds=start - self.origin, count=count_all,
+                           total_bytes=sum(n * each for n, each, _ in counts.values()),
+                           line=caller_line(self._skip) if leaves else None,
+                           arguments=tuple(args), groups=self._raw_groups(groups, counts),
+                           unattributed=unsure)
+        self._keep(sample, self._growth_sample(call, counts, seen))
+        return sample
+
+    def _resolve_outputs(self) -> dict[int, tuple[Any, int, tuple[int, ...], Any]]:
+        """The output ids logged since the last sample, newest first wins."""
+        made: dict[int, tuple[Any, int, tuple[int, ...], Any]] = {}
+        calls, self._outputs = self._outputs.calls, _Attribution()
+        for entry, ids in reversed(calls):
+            shapes = _output_shapes(entry)
+            for i, array_id in enumerate(ids):
+                if array_id not in made and i < len(shapes):
+                    made[array_id] = (entry, i, *shapes[i])
+        return made
+
+    def _raw_groups(self, groups: dict[tuple[Any, ...], list[Any]],
+                    counts: dict[tuple[Any, ...], list[Any]]) -> tuple[RawGroup, ...]:
+        merged: dict[tuple[Any, Any], RawGroup] = {}
+        for (producer, holder, key), (n,) in groups.items():
+            each, host = self._device_bytes(key, counts[key][1]), self._is_host(key)
+            label = (self._entry_index_of(producer[0]), producer[1]) if producer else None
+            old = merged.get((label, holder))
+            device = dict(old.bytes) if old is not None else {}
+            host_bytes = old.host_bytes if old is not None else 0
+            for name, b in each:
+                if host:
+                    host_bytes += n * b
+                else:
+                    device[name] = device.get(name, 0) + n * b
+            merged[(label, holder)] = RawGroup(
+                producer=label, holder=holder, arrays=n + (old.arrays if old else 0),
+                bytes=tuple(sorted(device.items())), host_bytes=host_bytes)
+        return tuple(merged.values())
+
+    def _entry_index_of(self, entry_id: int) -> int:
+        index = self._entry_index.get(entry_id)
+        if index is None:
+            index = self._entry_index[entry_id] = len(self.log.entries)
+            self.log.entries.append(self._entries[entry_id])
+        return index
+
+    def _device_bytes(self, key: tuple[Any, ...], nbytes: int) -> tuple[tuple[str, int], ...]:
+        """Bytes of one array of ``key`` (shape, dtype, sharding) on each device."""
+        known = self._per_device.get(key)
+        if known is None:
+            shape, dtype, sharding = key
+            known = self._per_device[key] = (per_device_bytes(shape, dtype, sharding, nbytes),
+                                             is_host_kind(getattr(key[2], "memory_kind", None)))
+        return known[0]
+
+    def _is_host(self, key: tuple[Any, ...]) -> bool:
+        return self._per_device[key][1] if key in self._per_device else False
+
+    def _growth_sample(self, call: int, counts: dict[tuple[Any, ...], list[Any]],
+                       seen: list[tuple[tuple[Any, ...], tuple[int, int]]]) -> GroupSample:
+        named: dict[tuple[Any, ...], GroupKey] = {}
+        groups: dict[GroupKey, list[int]] = {}
+        for key, (n, each, sharding) in counts.items():
+            name = named[key] = (tuple(key[0]), str(key[1]), describe_sharding(sharding))
+            if name in groups:  # two shardings described alike
+                groups[name][0] += n
+            else:
+                groups[name] = [n, each]
+        for key, producer in seen:
+            self._producers.setdefault(named[key], collections.Counter())[producer] += 1
+        return GroupSample(call, {k: (c, b) for k, (c, b) in groups.items()})
+
+    def _keep(self, sample: RawSample, growth: GroupSample) -> None:
+        self.samples.append(sample)
+        self.groups.append(growth)
+        if len(self.samples) > MAX_SAMPLES:
+            # Every other one goes; the first and the latest stay.
+            keep = [0, *range(2, len(self.samples) - 1, 2), len(self.samples) - 1]
+            self.samples = [self.samples[i] for i in keep]
+            self.groups = [self.groups[i] for i in keep]
+
+    # -- for the report -------------------------------------------------------------
+
+    def timeline(self, label: Callable[[Any, int], str]) -> LiveTimeline | None:
+        """The live-array counts per sample and the groups that kept growing;
+        ``None`` without samples."""
+        if not self.samples:
+            return None
+        producers = {}
+        for key, counter in self._producers.items():
+            owner, index = counter.most_common(1)[0][0]
+            producers[key] = label(self._entries[owner], index)
+        grew: tuple[LiveGrowth, ...] = growing(self.groups, producers)
+        samples = tuple(LiveSample(s.call, self._function(s), s.count, s.total_bytes)
+                        for s in self.samples)
+        return LiveTimeline(samples=samples, sampling=SAMPLING, sample_seconds=self.seconds,
+                            growth=grew)
+
+    def _function(self, sample: RawSample) -> str:
+        if sample.end:
+            return "(end)"
+        if sample.entry is None:
+            return "?"
+        return str(getattr(self.log.entries[sample.entry], "name", "?"))
+
+
+def per_device_bytes(shape: tuple[int, ...], dtype: Any, sharding: Any, nbytes: int
+                     ) -> tuple[tuple[str, int], ...]:
+    """``(("cpu:0", bytes), ...)``: one array's bytes on each device its sharding
+    places it on (a replicated array is whole on each)."""
+    try:
+        itemsize = np.dtype(dtype).itemsize
+        out = []
+        for device, index in sharding.devices_indices_map(tuple(shape)).items():
+            size = math.prod(len(range(*s.indices(n))) for s, n in zip(index, shape, strict=True))
+            out.append((f"{device.platform}:{device.id}", size * itemsize))
+        return tuple(sorted(out))
+    except Exception:  # an extended dtype (PRNG keys), or a sharding that cannot say
+        devices = sorted(sharding.device_set, key=lambda d: d.id)
+        share = nbytes // max(len(devices), 1)
+        return tuple((f"{d.platform}:{d.id}", share) for d in devices)
+
+
+def _output_shapes(entry: Any) -> list[tuple[tuple[int, ...], Any]]:
+    """(shape, dtype) of each flat output leaf of ``entry``'s calls."""
+    shapes = getattr(entry, "output_shapes", None)
+    return shapes if shapes is not None else []
+
+
+def _top(entry: Any, index: int) -> str:
+    """The top-level element of the result that flat output leaf ``index`` is in."""
+    tops = getattr(entry, "output_tops", None)
+    return tops[index] if tops is not None and index < len(tops) else "result"
+
+
+def output_tops(out: Any) -> tuple[list[str], list[tuple[tuple[int, ...], Any]]]:
+    """Per flat leaf of a call's result: its top-level element (``result[0]``,
+    ``result['loss']``, ``result``) and (shape, dtype) for array leaves."""
+    tops: list[str] = []
+    shapes: list[tuple[tuple[int, ...], Any]] = []
+    flat, _ = jax.tree_util.tree_flatten_with_path(out)
+    for path, leaf in flat:
+        tops.append("result" + (jax.tree_util.keystr(path[:1]) if path else ""))
+        aval = getattr(leaf, "aval", None)
+        shapes.append((tuple(aval.shape), aval.dtype) if aval is not None else ((), None))
+    return tops, shapes
+
+
+def user_holders(skip: tuple[str, ...], wanted: set[int]) -> dict[int, Holder]:
+    """For the arrays whose ids are in ``wanted``: the user's variable that holds
+    each (a local of a frame of the user's code, a global of its module; inside
+    lists, dicts and other pytrees, and one attribute deep in an object),
+    innermost frame first."""
+    found: dict[int, Holder] = {}
+    frame: types.FrameType | None = sys._getframe(1)
+    modules: set[int] = set()
+    budget = [MAX_HOLDER_LEAVES]
+    while frame is not None and len(found) < len(wanted):
+        code = frame.f_code
+        path = code.co_filename
+        if not path.startswith(skip) and not path.startswith("<frozen"):
+            scope = "module" if code.co_name == "<module>" else code.co_name
+            where = (path, scope, code.co_firstlineno, frame.f_lineno)
+            for name, value in _compat.frame_locals(frame):
+                _name_leaves(value, Holder(name, *where), wanted, found, budget)
+            if id(frame.f_globals) not in modules and code.co_name != "<module>":
+                modules.add(id(frame.f_globals))
+                for name, value in list(frame.f_globals.items()):
+                    _name_leaves(value, Holder(name, path, "module", 0, 0), wanted,
+                                 found, budget)
+        frame = frame.f_back
+    return found
+
+
+def _name_leaves(value: Any, holder: Holder, wanted: set[int], found: dict[int, Holder],
+                 budget: list[int]) -> None:
+    if isinstance(value, jax.Array):
+        if id(value) in wanted:
+            found.setdefault(id(value), holder)
+        return
+    if budget[0] <= 0 or isinstance(value, (str, bytes, int, float, types.ModuleType,
+                                            types.FunctionType, type)):
+        return
+    if isinstance(value, (list, tuple, dict)) and len(value) > budget[0]:
+        return  # a long list of plain values (a dataset of floats): not flattened
+    try:
+        leaves = jax.tree_util.tree_leaves(value)
+    except Exception:  # a pytree whose flattening fails
+        return
+    budget[0] -= len(leaves)
+    if len(leaves) == 1 and leaves[0] is value and hasattr(value, "__dict__"):
+        # Not a pytree: an object of the user's; its attributes, one level.
+        attrs = getattr(value, "__dict__", None)
+        if isinstance(attrs, dict):
+            for name, attr in list(attrs.items())[:256]:
+                if isinstance(attr, (jax.Array, list, tuple, dict)):
+                    _name_leaves(attr, Holder(f"{holder.name}.{name}", *holder[1:]),
+                                 wanted, found, budget)
+        return
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array) and id(leaf) in wanted:
+            found.setdefault(id(leaf), holder)

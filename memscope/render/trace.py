@@ -1,0 +1,88 @@
+"""The run as a Chrome / Perfetto trace (JSON, the Trace Event Format).
+
+Opens in the Perfetto UI and in ``chrome://tracing``. One process, the target:
+
+* a thread ``jitted calls`` with a slice per top-level call (its function,
+  signature and peak in the slice's arguments; a call returns once dispatched,
+  so the slice is the dispatch, not the device's run of it);
+* a counter track per device, ``device memory <device>``, with ``resident``
+  (alive outside the call's arguments just before it) and ``call peak`` (the
+  call's own peak on top) at each point of the report, estimated points too;
+* a counter track ``resident groups`` with the largest groups at each sampled
+  call (bytes on the busiest device);
+* an instant event at the high-water mark, its parts in its arguments.
+
+Timestamps are microseconds since the capture began. Every value comes from the
+report; nothing is computed here beyond unit conversion.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+from memscope.report import Report, run_text
+
+PID = 1
+CALLS_TID = 1
+
+
+def trace_events(report: Report) -> dict[str, Any]:
+    """The trace of ``report``'s run as a JSON object (``traceEvents``)."""
+    run = report.runtime.run_memory if report.runtime is not None else None
+    target = report.run.command if report.run is not None else "memscope capture"
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": f"memscope: {target}"}},
+        {"name": "thread_name", "ph": "M", "pid": PID, "tid": CALLS_TID,
+         "args": {"name": "jitted calls"}},
+    ]
+    if run is None:
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+    functions = report.functions
+    for span in run.spans:
+        fn = functions[span.function] if span.function is not None else None
+        args: dict[str, Any] = {"call": span.call}
+        if fn is not None:
+            args["signature"] = fn.signature
+            args["peak_bytes"] = fn.memory.peak_bytes if fn.memory is not None else None
+        events.append({"name": fn.name if fn is not None else "?", "ph": "X",
+                       "pid": PID, "tid": CALLS_TID, "ts": _us(span.start),
+                       "dur": max(_us(span.end) - _us(span.start), 0), "args": args})
+    ends = {span.call: span.end for span in run.spans}
+    labels: dict[str, int] = {}
+    for point in run.points:
+        for device, resident in zip(run.devices, point.per_device, strict=False):
+            peak = point.peak_bytes if device == point.device else None
+            events.append({"name": f"device memory {device}", "ph": "C", "pid": PID,
+                           "ts": _us(point.seconds),
+                           "args": {"resident": resident, "call peak": peak or 0}})
+            if peak and point.call in ends:  # the call's own peak ends with it
+                events.append({"name": f"device memory {device}", "ph": "C", "pid": PID,
+                               "ts": max(_us(ends[point.call]), _us(point.seconds)),
+                               "args": {"resident": resident, "call peak": 0}})
+        if point.exact:
+            # a group absent now reads 0 (a counter keeps its last value otherwise)
+            labels = dict.fromkeys(labels, 0) | dict(point.groups)
+            events.append({"name": "resident groups", "ph": "C", "pid": PID,
+                           "ts": _us(point.seconds), "args": labels})
+    high = run.high_water
+    if high is not None:
+        at = next((p.seconds for p in run.points if p.call == high.call), None)
+        if at is not None:
+            events.append({"name": "high-water mark", "ph": "i", "s": "g", "pid": PID,
+                           "tid": CALLS_TID, "ts": _us(at),
+                           "args": {"summary": run_text.headline(high),
+                                    "bytes": high.bytes, "resident": high.resident_bytes,
+                                    "call peak": high.call_peak_bytes,
+                                    "groups": [run_text.group_text(g) for g in high.groups]}})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"memscope": report.memscope_version, "how": run.how}}
+
+
+def render_trace(report: Report, file: IO[str]) -> None:
+    """Write the trace of ``report``'s run to ``file``."""
+    json.dump(trace_events(report), file)
+
+
+def _us(seconds: float) -> int:
+    return round(seconds * 1_000_000)

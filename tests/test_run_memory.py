@@ -1,0 +1,290 @@
+"""Device memory over the run: the high-water mark, what was alive at it, the trace.
+
+Ground truth is JAX's own: the program itself sums ``jax.live_arrays()`` just
+before the call, outside that call's arguments, and the call's peak is the
+one its function's report gives (equal to ``memory_analysis()``, tested
+elsewhere). Per-device bytes are checked against each array's
+``addressable_shards``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import textwrap
+from array import array
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from memscope.analysis.run_memory import CallFacts, CallLog, Holder, RawGroup, RawSample, run_memory
+from memscope.capturing.residency import per_device_bytes
+from memscope.check.judge import RUN_PEAK, check
+from memscope.check.records import Config
+from memscope.cli import cli
+from memscope.flow import run_and_report, run_fit
+from memscope.program.runner import Target
+from memscope.render.terminal import render_report
+from memscope.report import Report, load_report
+
+DEVICE = f"{jax.devices()[0].platform}:{jax.devices()[0].id}"
+
+TRAIN_THEN_EVAL = """
+import jax, jax.numpy as jnp, json, pathlib, sys
+
+dataset = jax.device_put(jnp.arange(64 * 256, dtype=jnp.float32).reshape(64, 256))  # DATASET
+
+def init():
+    params = {"w1": jnp.ones((256, 256)) * 0.01, "w2": jnp.ones((256, 256)) * 0.01}
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return params, (zeros, jax.tree.map(jnp.zeros_like, params))
+
+@jax.jit
+def train_step(params, opt, x):
+    def loss(p):
+        return jnp.mean(jnp.tanh(x @ p["w1"]) @ p["w2"])
+    value, grads = jax.value_and_grad(loss)(params)
+    m = jax.tree.map(lambda a, g: 0.9 * a + g, opt[0], grads)
+    v = jax.tree.map(lambda a, g: 0.99 * a + g * g, opt[1], grads)
+    params = jax.tree.map(lambda p, a, b: p - 1e-3 * a / (jnp.sqrt(b) + 1e-8), params, m, v)
+    return params, (m, v), value
+
+@jax.jit
+def eval_step(params, x):
+    h = jnp.tanh(x @ params["w1"])
+    wide = jnp.concatenate([h, h * 2, h * 3, h * 4], axis=1)
+    return jnp.sum(jnp.tanh(wide @ jnp.tile(params["w2"], (4, 1))), axis=1)
+
+params, opt = init()
+losses = []
+for i in range(%(steps)d):
+    params, opt, loss = train_step(params, opt, dataset[(i %% 4) * 16:(i %% 4 + 1) * 16])
+    losses.append(loss)
+x_eval = jnp.ones((2048, 256))
+taken = {id(a) for a in jax.tree.leaves((params, x_eval))}
+truth = sum(a.nbytes for a in jax.live_arrays() if id(a) not in taken)
+pathlib.Path(sys.argv[1]).write_text(json.dumps(truth))
+print(eval_step(params, x_eval).shape)
+"""
+
+
+def _run(tmp_path: Path, source: str, *args: str) -> Report:
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(source))
+    gc.collect()  # earlier tests' garbage must not be freed in the middle of this run
+    return run_and_report(Target(str(script), args), advise=False)
+
+
+def _line_of(tmp_path: Path, text: str) -> int:
+    lines = (tmp_path / "prog.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, start=1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def train_then_eval(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, int, Path]:
+    tmp_path = tmp_path_factory.mktemp("run")
+    report = _run(tmp_path, TRAIN_THEN_EVAL % {"steps": 12}, str(tmp_path / "truth"))
+    return report, json.loads((tmp_path / "truth").read_text()), tmp_path
+
+
+def test_the_high_water_mark_is_the_eval_call_and_equals_jax_live_arrays(train_then_eval):
+    report, truth, tmp_path = train_then_eval
+    run = report.runtime.run_memory
+    high = run.high_water
+    evaluation = next(fn for fn in report.functions if fn.name == "eval_step")
+    assert (high.function, high.call, high.exact) == ("eval_step", 13, True)
+    assert high.line.endswith(f"prog.py:{_line_of(tmp_path, 'print(eval_step')}")
+    # What was alive outside its arguments, by JAX's own count just before the call.
+    assert high.resident_bytes == pytest.approx(truth, rel=0.02)
+    assert high.call_peak_bytes == evaluation.memory.peak_bytes
+    assert high.bytes == high.resident_bytes + evaluation.memory.peak_bytes
+    assert high.peak_rule == evaluation.memory.peak_rule
+    # Every train step (sampled or estimated) sits below it.
+    assert all(p.total_bytes < high.bytes for p in run.points if p.function == "train_step")
+    assert run.calls == 13 and run.devices == (DEVICE,)
+
+
+def test_the_groups_name_the_optimizer_state_the_dataset_and_the_losses(train_then_eval):
+    report, _, tmp_path = train_then_eval
+    groups = {(g.label, g.held_by): g for g in report.runtime.run_memory.high_water.groups}
+    opt = groups["train_step result[1]", "`opt`"]
+    assert (opt.kind, opt.arrays, opt.bytes) == ("output", 4, 4 * 256 * 256 * 4)
+    data = groups["made outside jit", "`dataset`"]
+    assert (data.kind, data.arrays, data.bytes) == ("outside", 1, 64 * 256 * 4)
+    assert data.line.endswith(f"prog.py:{_line_of(tmp_path, '# DATASET')}")
+    losses = groups["train_step result[2]", "`losses`"]
+    assert (losses.arrays, losses.bytes) == (12, 12 * 4)
+    # params and x_eval are the call's arguments: not among what else was alive.
+    assert not any("result[0]" in label for label, _ in groups)
+
+
+def test_a_list_of_losses_shows_its_group_growing(train_then_eval):
+    report, _, _ = train_then_eval
+    sizes = [dict(p.groups).get("train_step result[2] (`losses`)", 0)
+             for p in report.runtime.run_memory.points if p.exact]
+    assert sizes == sorted(sizes) and sizes[-1] == 12 * 4 and sizes[1] < sizes[-1]
+
+
+def test_the_terminal_report_answers_with_the_high_water_mark_first(train_then_eval):
+    import io
+
+    report, _, _ = train_then_eval
+    text = io.StringIO()
+    render_report(report, text, width=100, plain=True)
+    lines = text.getvalue().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("Run's high-water mark"))
+    assert first < next(i for i, line in enumerate(lines) if line.startswith("train_step ("))
+    high = report.runtime.run_memory.high_water
+    assert "at call 13, eval_step" in lines[first] and "sampled just before the call" in lines[first]
+    assert "train_step result[1]: 4 arrays, 1.0 MiB, held by `opt`" in text.getvalue()
+    assert "made outside jit: 1 array, 64.0 KiB, held by `dataset` (assigned at" in text.getvalue()
+    assert high.bytes > 0
+
+
+def test_the_report_keeps_the_run_through_json(train_then_eval, tmp_path):
+    report, _, _ = train_then_eval
+    path = tmp_path / "r.json"
+    path.write_text(report.to_json())
+    assert load_report(str(path)).runtime.run_memory == report.runtime.run_memory
+
+
+def test_the_trace_is_chrome_trace_json_whose_counters_are_the_reports(train_then_eval, tmp_path):
+    report, _, _ = train_then_eval
+    path = tmp_path / "r.json"
+    path.write_text(report.to_json())
+    trace_file = tmp_path / "run.trace.json"
+    result = CliRunner().invoke(cli, ["show", "--trace", str(trace_file), str(path)])
+    assert result.exit_code == 0, result.output
+    trace = json.loads(trace_file.read_text())
+    events = trace["traceEvents"]
+    run = report.runtime.run_memory
+    for e in events:  # the Trace Event Format's own rules for each phase used
+        assert e["ph"] in {"M", "X", "C", "i"} and isinstance(e["pid"], int)
+        if e["ph"] != "M":
+            assert isinstance(e["ts"], int) and e["ts"] >= 0
+        if e["ph"] == "X":
+            assert isinstance(e["dur"], int) and e["dur"] >= 0
+        if e["ph"] == "C":
+            assert all(isinstance(v, int) for v in e["args"].values())
+    slices = [e for e in events if e["ph"] == "X"]
+    assert [e["args"]["call"] for e in slices] == list(range(1, 14))
+    assert {e["name"] for e in slices} == {"train_step", "eval_step"}
+    counters = [e for e in events if e["name"] == f"device memory {DEVICE}"]
+    starts = [e for e in counters if e["args"]["call peak"] or not any(
+        p.peak_bytes for p in run.points if round(p.seconds * 1e6) == e["ts"])]
+    for point in run.points:
+        at = [e for e in starts if e["ts"] == round(point.seconds * 1e6)]
+        assert at and at[0]["args"] == {"resident": point.resident_bytes,
+                                        "call peak": point.peak_bytes or 0}
+    (mark,) = [e for e in events if e["ph"] == "i"]
+    assert mark["args"]["bytes"] == run.high_water.bytes
+    groups = [e for e in events if e["name"] == "resident groups"]
+    assert groups[-1]["args"]["train_step result[1] (`opt`)"] == 4 * 256 * 256 * 4
+
+
+def test_check_gates_the_runs_high_water_mark(train_then_eval):
+    report, _, _ = train_then_eval
+    high = report.runtime.run_memory.high_water.bytes
+    over = check(report, None, Config(max_run_peak=high - 1))
+    verdict = next(v for v in over.functions if v.name == RUN_PEAK)
+    assert over.failed and verdict.status == "fail"
+    assert "eval_step" in verdict.problems[0] and "over max_run_peak" in verdict.problems[0]
+    ok = check(report, None, Config(max_run_peak=high))
+    assert next(v for v in ok.functions if v.name == RUN_PEAK).status == "pass"
+
+
+def test_max_run_peak_is_read_from_pyproject(tmp_path, train_then_eval):
+    report, _, _ = train_then_eval
+    saved = tmp_path / "r.json"
+    saved.write_text(report.to_json())
+    config = tmp_path / "memscope.toml"
+    config.write_text('max_run_peak = "1 KiB"\n')
+    result = CliRunner().invoke(cli, ["check", "--report", str(saved), "--config", str(config)])
+    assert result.exit_code == 1 and "run high-water mark" in result.output
+    config.write_text('max_run_peak = "1 TiB"\n')
+    result = CliRunner().invoke(cli, ["check", "--report", str(saved), "--config", str(config)])
+    assert result.exit_code == 0, result.output
+
+
+def test_sharded_arrays_count_their_shard_on_each_device():
+    devices = jax.devices("cpu")[:8]
+    mesh = jax.sharding.Mesh(np.array(devices).reshape(4, 2), ("data", "model"))
+    cases = [((64, 30), jax.sharding.PartitionSpec("data", None)),
+             ((64, 30), jax.sharding.PartitionSpec("data", "model")),
+             ((10, 7), jax.sharding.PartitionSpec()),  # replicated: whole on each
+             ((8, 6), jax.sharding.PartitionSpec(None, "model"))]
+    for shape, spec in cases:
+        a = jax.device_put(jnp.ones(shape), jax.sharding.NamedSharding(mesh, spec))
+        truth = {}
+        for shard in a.addressable_shards:
+            name = f"{shard.device.platform}:{shard.device.id}"
+            truth[name] = truth.get(name, 0) + shard.data.nbytes
+        got = dict(per_device_bytes(a.shape, a.dtype, a.sharding, a.nbytes))
+        assert got == truth, (shape, spec)
+
+
+def _sample(call: int, groups: list[RawGroup], arguments=(), entry: int = 0) -> RawSample:
+    return RawSample(call=call, seconds=call / 10, count=0, total_bytes=0, line=None,
+                     arguments=tuple(arguments), groups=tuple(groups), entry=entry)
+
+
+def _facts(name: str, peak: int, arguments: int, pruned: frozenset[int] = frozenset()
+           ) -> CallFacts:
+    return CallFacts(name=name, signature="()", peak_bytes=peak, peak_rule="sum",
+                     argument_bytes=arguments, pruned=pruned, buffers=(), call_site=None)
+
+
+def test_calls_between_samples_are_estimated_and_pruned_arguments_count_as_alive():
+    log = CallLog(array("d", [0.1, 0.2, 0.3, 0.4]), array("d", [0.15, 0.25, 0.35, 0.45]),
+                  array("i", [0, 0, 1, 0]), ["a", "b"], array("q", [1, 2, 3, 4]))
+    state = RawGroup(producer=(0, "result[0]"), holder=Holder("state", "p.py", "module", 0, 9),
+                     arrays=2, bytes=(("cpu:0", 1000),))
+    samples = [_sample(1, [state], arguments=[(0, (("cpu:0", 300),)), (1, (("cpu:0", 50),))])]
+    facts = [_facts("step", 700, 300, frozenset({1})), _facts("big", 5000, 100)]
+    run = run_memory(samples, log, facts, calls=4, sample_seconds=0.0, how="h",
+                     holder_text=lambda h: (f"`{h.name}`", None), functions=[0, 1])
+    exact = run.points[0]
+    # alive outside its arguments: the state and the argument it prunes
+    assert (exact.call, exact.exact, exact.resident_bytes) == (1, True, 1050)
+    estimated = {p.call: p for p in run.points if not p.exact}
+    # call 3 (big): everything alive at the sample (1350) less its own argument bytes
+    assert estimated[3].resident_bytes == 1250 and estimated[3].from_call == 1
+    high = run.high_water
+    assert (high.call, high.function, high.exact, high.bytes) == (3, "big", False, 6250)
+    assert high.from_call == 1
+    assert [g.label for g in high.groups] == ["step result[0]"]
+    assert [s.function for s in run.spans] == [0, 0, 1, 0]
+
+
+def test_fit_takes_what_is_alive_outside_the_function_from_the_sample(tmp_path):
+    script = tmp_path / "fit_prog.py"
+    script.write_text(textwrap.dedent("""
+        import jax, jax.numpy as jnp, pathlib, sys
+        table = jax.device_put(jnp.ones((512, 1024)))  # 2 MiB alive beside the step
+
+        @jax.jit
+        def step(w, batch):
+            return w - 0.1 * jnp.mean(batch @ w), jnp.sum(batch)
+
+        w = jnp.ones((64, 64))
+        for i in range(3):
+            batch = jnp.ones((32, 64))
+            taken = {id(w), id(batch)}
+            truth = sum(a.nbytes for a in jax.live_arrays() if id(a) not in taken)
+            pathlib.Path(sys.argv[1]).write_text(str(truth))
+            w, loss = step(w, batch)
+    """))
+    gc.collect()
+    done = run_fit(Target(str(script), (str(tmp_path / "truth"),)), memory=64 * 2**20,
+                   batch=("batch",))
+    f = done.forecast
+    # The run stops at step's second call: what was alive outside its arguments
+    # just before it, by the program's own count (the table, the first loss).
+    assert f.held_bytes == int((tmp_path / "truth").read_text())
+    assert f.held_bytes >= 512 * 1024 * 4 + 4
+    assert f.budget_bytes == 64 * 2**20 - f.held_bytes
+    assert "just before its calls" in f.held_note

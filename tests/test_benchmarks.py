@@ -125,4 +125,4 @@ def test_live_sampling_benchmark_prints_both_runs_and_the_samples():
     rows = {line[:22].strip(): line[22:].split() for line in lines[2:4]}
     assert list(rows) == ["python", "memscope capture"] and rows["python"][1] == "1.00"
     # calls 1 and 2 always (powers of two); call 3 when the time budget allows
-    assert re.match(r"^samples after [23] of 3 calls and at the end; sampling ", lines[4]), out
+    assert re.match(r"^samples before [23] of 3 calls and at the end; sampling and per-call records ", lines[4]), out

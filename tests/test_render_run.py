@@ -80,8 +80,7 @@ def test_the_section_answers_with_the_high_water_mark():
     assert answer is not None
     assert html.unescape(re.sub(r"<[^>]+>", "", answer.group(1))) == (
         "Run's high-water mark: 7.0 MiB on cpu:0 at call 3, eval_step (train.py:88), sampled "
-        "just before the call = 3.0 MiB alive outside the call's arguments + 4.0 MiB the "
-        "call's own peak (rule sum).")
+        "= 3.0 MiB alive outside its arguments + 4.0 MiB its own peak (rule sum).")
     chart = re.search(r'<svg class="runmemory"[^<>]*>(.*?)</svg>', section, re.S)
     assert chart is not None
     assert len(re.findall(r'<rect class="pt"', chart.group(1))) == len(POINTS)

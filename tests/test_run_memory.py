@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from memscope import _compat
 from memscope.analysis.run_memory import CallFacts, CallLog, Holder, RawGroup, RawSample, run_memory
 from memscope.capturing.residency import per_device_bytes
 from memscope.check.judge import RUN_PEAK, check
@@ -139,7 +140,9 @@ def test_the_terminal_report_answers_with_the_high_water_mark_first(train_then_e
     first = next(i for i, line in enumerate(lines) if line.startswith("Run's high-water mark"))
     assert first < next(i for i, line in enumerate(lines) if line.startswith("train_step ("))
     high = report.runtime.run_memory.high_water
-    assert "at call 13, eval_step" in lines[first] and "sampled just before the call" in lines[first]
+    run = report.runtime.run_memory
+    assert lines[first].endswith(f"at call 13, eval_step ({high.line}), sampled "
+                                 f"({run.sampled} of 13 calls)")
     assert "train_step result[1]: 4 arrays, 1.0 MiB, held by `opt`" in text.getvalue()
     assert "made outside jit: 1 array, 64.0 KiB, held by `dataset` (assigned at" in text.getvalue()
     assert high.bytes > 0
@@ -284,7 +287,12 @@ def test_fit_takes_what_is_alive_outside_the_function_from_the_sample(tmp_path):
     f = done.forecast
     # The run stops at step's second call: what was alive outside its arguments
     # just before it, by the program's own count (the table, the first loss).
-    assert f.held_bytes == int((tmp_path / "truth").read_text())
+    truth = int((tmp_path / "truth").read_text())
+    if _compat.ADDRESS_READ_MAKES_VIEWS:
+        # jax.live_arrays() also lists the per-device views memscope's address
+        # reads left on the first call's two outputs (the same buffers)
+        truth -= 64 * 64 * 4 + 4
+    assert f.held_bytes == truth
     assert f.held_bytes >= 512 * 1024 * 4 + 4
     assert f.budget_bytes == 64 * 2**20 - f.held_bytes
     assert "just before its calls" in f.held_note

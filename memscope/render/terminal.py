@@ -178,7 +178,7 @@ def _high_water(out: Lines, report: Report) -> None:
         if i == 0:
             out.line(visible(text), "bold")
         else:
-            out.para(visible(text), "      ", style="dim" if "sampled" in text else "")
+            out.para(visible(text), "      ")
     out.line()
 
 
@@ -260,7 +260,8 @@ def _runtime(report: Report) -> list[str]:
                          f"{format_bytes(s.bytes_in_use):>10}  peak "
                          f"{format_bytes(s.peak_bytes_in_use):>10}")
     timeline = rt.live_timeline
-    if timeline is not None and timeline.samples:
+    # The run's high-water mark, first in the report, says what the samples found.
+    if timeline is not None and timeline.samples and rt.run_memory is None:
         shown = timeline.samples[::max(1, -(-len(timeline.samples) // TIMELINE_ROWS))]
         points = ", ".join(f"{s.count:,} at call {s.call}" for s in shown)
         lines.append(f"Live arrays over the run ({len(timeline.samples)} samples, "

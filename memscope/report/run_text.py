@@ -10,19 +10,19 @@ SHOWN = 4
 
 
 def headline(h: HighWater) -> str:
-    """``Run's high-water mark: 14.0 MiB on cpu:0 at call 21, eval_step (train.py:88)``."""
+    """``Run's high-water mark: 14.0 MiB on cpu:0 at call 21, eval_step (train.py:88),
+    sampled``."""
     where = f" ({h.line})" if h.line else ""
-    how = ("sampled just before the call" if h.exact else
-           f"estimated from the sample before call {h.from_call}")
+    how = ("sampled" if h.exact else f"estimated from the sample before call {h.from_call}")
     return (f"Run's high-water mark: {format_bytes(h.bytes)} on {h.device} at call "
             f"{h.call}, {h.function}{where}, {how}")
 
 
 def parts(h: HighWater) -> str:
-    """``= 4.1 KiB alive outside the call's arguments + 14.0 MiB its own peak (rule sum)``."""
+    """``= 4.1 KiB alive outside its arguments + 14.0 MiB its own peak (rule sum)``."""
     rule = f" (rule {h.peak_rule})" if h.peak_rule else ""
-    return (f"= {format_bytes(h.resident_bytes)} alive outside the call's arguments + "
-            f"{format_bytes(h.call_peak_bytes)} the call's own peak{rule}")
+    return (f"= {format_bytes(h.resident_bytes)} alive outside its arguments + "
+            f"{format_bytes(h.call_peak_bytes)} its own peak{rule}")
 
 
 def group_text(g: ResidentGroup) -> str:
@@ -35,12 +35,15 @@ def group_text(g: ResidentGroup) -> str:
 
 
 def high_water_lines(run: RunMemory, shown: int = SHOWN) -> list[str]:
-    """The high-water mark: the answer, its parts, what was alive, the call's
-    largest buffers, the allocator's own figure, and how it was obtained."""
+    """The high-water mark: the answer, its parts and how many calls were
+    sampled, then what was alive (the call's largest buffers are in the JSON
+    and the HTML report, and under ``--buffers``)."""
     h = run.high_water
     if h is None:
         return []
-    lines = [headline(h), "  " + parts(h)]
+    host = (f"; {format_bytes(run.host_bytes)} more in host memory, not counted"
+            if run.host_bytes else "")
+    lines = [f"{headline(h)} ({run.sampled} of {run.calls} calls)", f"  {parts(h)}{host}"]
     groups = list(h.groups)
     for g in groups[:shown]:
         lines.append("  alive: " + group_text(g))
@@ -49,18 +52,4 @@ def high_water_lines(run: RunMemory, shown: int = SHOWN) -> list[str]:
         extra = sum(g.bytes for g in groups[shown:]) + h.more_group_bytes
         lines.append(f"  alive: and {more} more group{'s' if more != 1 else ''} "
                      f"({format_bytes(extra)})")
-    if h.buffers:
-        buffers = "; ".join(
-            f"{b.kind} {b.shape} {format_bytes(b.bytes)}"
-            + (f" at {b.source}" if b.source else "")
-            + (f" ({b.argument})" if b.argument else f" ({b.op})" if b.op else "")
-            for b in h.buffers[:3])
-        lines.append(f"  the call's largest buffers at its peak: {buffers}")
-    if h.allocator_note:
-        lines.append("  " + h.allocator_note)
-    host = (f"; {format_bytes(run.host_bytes)} more were in host memory, not counted"
-            if run.host_bytes else "")
-    lines.append(f"  {run.sampled} of {run.calls} calls sampled "
-                 f"({run.sample_seconds * 1000:.3g} ms of sampling){host}; the run over "
-                 "time: --trace FILE (Perfetto), the HTML report")
     return lines

@@ -14,8 +14,8 @@ usually is: the first evaluation step, a new batch size), before calls 1, 2, 4,
 8, ..., and otherwise once the time since the last sample is
 :data:`SAMPLE_SHARE`'s inverse times what sampling has taken (so samples take
 about 1% of the run). Before the first call of a signature, which compiles, a
-sample is taken when the last one took at most :data:`FIRST_CALL_SAMPLE`, or
-within twice the budget.
+sample is taken while those samples stay within :data:`FIRST_CALL_SHARE` of the
+compile time seen so far.
 Between samples, every call records only its number, its start and end time,
 its entry, and the ids of its output leaves (up to :data:`MAX_PENDING` calls),
 so the next sample can say which call made what. Nothing keeps an array alive: ids, counts,
@@ -47,10 +47,11 @@ from memscope.report import LiveGrowth, LiveSample, LiveTimeline, is_host_kind
 #: Largest share of the run's time the samples may take (first calls of
 #: signatures: twice this).
 SAMPLE_SHARE = 0.01
-#: Before the first call of a signature (a compile: tens of milliseconds or more)
-#: a sample is taken whenever the last one took at most this (seconds), within
-#: the run's budget or not.
-FIRST_CALL_SAMPLE = 0.001
+#: Before the first call of a signature (JAX traces, lowers and compiles it
+#: there) a sample is taken while such samples have taken at most this share of
+#: the compile time seen so far (plus a tenth of a second): under load the
+#: compiles slow down as much as the samples, so the share holds.
+FIRST_CALL_SHARE = 0.1
 #: Samples kept; past it every other one is dropped (the first, the first call
 #: of each signature and the latest stay), so they cover the whole run.
 MAX_SAMPLES = 512
@@ -103,7 +104,9 @@ class RunSampler:
         self.unlogged = 0
         self._skip = skip
         self._due = 0.0
-        self._last = 0.0  # what the last sample took
+        #: seconds of samples before first calls, and of JAX's compiles they preceded
+        self._first_seconds = 0.0
+        self.compile_seconds = 0.0
         #: sample before every call (``memscope fit``'s short run)
         self.every_call = False
         self._outputs = _Attribution()
@@ -122,16 +125,19 @@ class RunSampler:
         start = time.perf_counter()
         pending = Pending(call, start)
         elapsed = start - self.origin
-        due = (self.every_call or not call & (call - 1) or start >= self._due
-               or (new_signature and (self._last <= FIRST_CALL_SAMPLE
-                                      or self.seconds <= 2 * SAMPLE_SHARE * elapsed)))
+        first = new_signature and (self._first_seconds
+                                   <= FIRST_CALL_SHARE * (self.compile_seconds + 0.1))
+        due = (self.every_call or first or not call & (call - 1) or start >= self._due
+               or (new_signature and self.seconds <= 2 * SAMPLE_SHARE * elapsed))
         if due:
             try:
                 pending.sample = self._sample(call, start, leaves)
             except Exception:  # never break the program for a sample
                 pending.sample = None
-            took = self._last = time.perf_counter() - start
+            took = time.perf_counter() - start
             self.seconds += took
+            if new_signature:
+                self._first_seconds += took
             self._due = start + took / SAMPLE_SHARE
         return pending
 

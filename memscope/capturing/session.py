@@ -185,6 +185,7 @@ class Session:
         with contextlib.suppress(Exception):  # never break the program for a sample
             if entry.output_tops is None and not failed:
                 entry.output_tops, entry.output_shapes = residency.output_tops(out)
+                self.live_sampler.compile_seconds += entry.compile_seconds or 0.0
             self.live_sampler.after_call(pending, entry, out, failed=failed)
 
     def defer(self, job: Callable[[], None]) -> None:

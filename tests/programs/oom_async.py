@@ -26,7 +26,9 @@ def grow(x):
     return jnp.zeros((SIZE // 4,), jnp.float32) + x[0]
 
 
-a = jnp.ones((1500, 1500))
+# Large enough that the input is still being computed when grow is dispatched,
+# under python and under memscope alike, even on a loaded machine.
+a = jnp.ones((2000, 2000))
 x = slow(a) if PENDING else jnp.ones((1,))
 print("input ready:", x.is_ready() if PENDING else True)
 try:

@@ -22,7 +22,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis.advice import AdviceLevel
-from memscope.analysis.run_memory import resident
+from memscope.analysis.run_memory import pruned_positions, resident
 from memscope.capturing import MeasuredJit, capture
 from memscope.errors import MemscopeError
 from memscope.program.ending import EXIT_TERMINATED, Guard
@@ -84,7 +84,7 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
     with guard.deferred_signals():
         report = build_report(session.entries, run_info(result), session.runtime(),
                               uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
-                sampler=session.live_sampler)
+                              sampler=session.live_sampler)
         if deliver is not None:
             deliver(report)
     return report
@@ -178,8 +178,7 @@ def _resident_at(session: Any, entry: Any) -> int | None:
     before one of its calls (an argument its program prunes counts as alive);
     ``None`` where none of its calls was sampled."""
     log = session.live_sampler.log
-    pruned = frozenset(i for i, x in enumerate(function_report(entry).inputs)
-                       if x.fate == "pruned")
+    pruned = pruned_positions(function_report(entry).inputs)
     found = [max(resident(s, pruned).values(), default=0)
              for s in session.live_sampler.samples
              if s.entry is not None and not s.end and log.entries[s.entry] is entry]

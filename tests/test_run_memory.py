@@ -248,7 +248,7 @@ def test_calls_between_samples_are_estimated_and_pruned_arguments_count_as_alive
                      arrays=2, bytes=(("cpu:0", 1000),))
     samples = [_sample(1, [state], arguments=[(0, (("cpu:0", 300),)), (1, (("cpu:0", 50),))])]
     facts = [_facts("step", 700, 300, frozenset({1})), _facts("big", 5000, 100)]
-    run = run_memory(samples, log, facts, calls=4, sample_seconds=0.0, how="h",
+    run = run_memory(samples, log, facts, calls=4, sample_seconds=0.0, sampling="h",
                      holder_text=lambda h: (f"`{h.name}`", None), functions=[0, 1])
     exact = run.points[0]
     # alive outside its arguments: the state and the argument it prunes

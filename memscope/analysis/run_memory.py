@@ -13,11 +13,20 @@ The largest point is the :class:`~memscope.report.HighWater`.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from memscope.report import CallSpan, HighWater, LiveBuffer, ResidentGroup, RunMemory, RunPoint
+from memscope.report import (
+    CallSpan,
+    GroupKind,
+    HighWater,
+    InputBuffer,
+    LiveBuffer,
+    ResidentGroup,
+    RunMemory,
+    RunPoint,
+)
 from memscope.report.units import format_bytes
 
 #: Resident groups named at the high-water mark; the rest are counted.
@@ -30,6 +39,11 @@ MAX_POINTS = 2000
 MAX_BUFFERS = 5
 #: Calls kept as spans for a trace (the first and the last half of it).
 MAX_SPANS = 5000
+#: How the figures were obtained, and how exact they are (:attr:`RunMemory.how`).
+HOW = ("live arrays sampled {sampling} ({sampled} of {calls} calls), grouped by the call "
+       "that made them; at each call, what was alive outside its arguments plus the "
+       "call's own peak by memscope's rule; calls between samples are estimated from the "
+       "sample before them (what was alive then, less the function's argument bytes)")
 
 
 class Holder(NamedTuple):
@@ -112,14 +126,14 @@ class CallFacts:
 
 
 def run_memory(samples: Sequence[RawSample], log: CallLog, facts: Sequence[CallFacts | None],
-               *, calls: int, sample_seconds: float, how: str,
+               *, calls: int, sample_seconds: float, sampling: str,
                holder_text: Callable[[Holder], tuple[str, str | None]],
                allocator_peak: int | None = None,
                functions: Sequence[int | None] = ()) -> RunMemory | None:
     """The run's :class:`RunMemory` from its samples; ``facts[i]`` describes
     ``log.entries[i]`` (``None``: unread) and ``functions[i]`` is its index in
-    the report's functions. ``holder_text`` names a holder and the line that
-    last assigned it."""
+    the report's functions. ``sampling`` says when samples were taken;
+    ``holder_text`` names a holder and the line that last assigned it."""
     exact = [s for s in samples if not s.end and s.entry is not None]
     if not exact:
         return None
@@ -138,7 +152,8 @@ def run_memory(samples: Sequence[RawSample], log: CallLog, facts: Sequence[CallF
         step = max(1, -(-len(rest) // max(room, 1)))
         ordered = sorted(keep + rest[::step][:room], key=lambda p: (p.call, not p.exact))
     return RunMemory(devices=tuple(devices), points=tuple(ordered), high_water=high,
-                     calls=calls, sampled=len(exact), how=how,
+                     calls=calls, sampled=len(exact),
+                     how=HOW.format(sampling=sampling, sampled=len(exact), calls=calls),
                      sample_seconds=sample_seconds,
                      host_bytes=sum(g.host_bytes for g in sample.groups),
                      spans=spans(log, functions))
@@ -154,17 +169,29 @@ def spans(log: CallLog, functions: Sequence[int | None]) -> tuple[CallSpan, ...]
                           else None, start=log.starts[i], end=log.ends[i]) for i in chosen)
 
 
+def pruned_positions(inputs: Sequence[InputBuffer]) -> frozenset[int]:
+    """The flat leaf positions of a function's inputs that its program prunes."""
+    return frozenset(i for i, x in enumerate(inputs) if x.fate == "pruned")
+
+
 def resident(sample: RawSample, pruned: frozenset[int]) -> dict[str, int]:
     """Bytes per device alive before ``sample``'s call outside its arguments (a
     pruned argument counts: the program never reads it, it stays where it is)."""
+    return _by_device([*(g.bytes for g in sample.groups),
+                       *(each for position, each in sample.arguments if position in pruned)])
+
+
+def _alive(sample: RawSample) -> dict[str, int]:
+    """Bytes per device of everything alive at ``sample``, its call's arguments too."""
+    return _by_device([*(g.bytes for g in sample.groups),
+                       *(each for _, each in sample.arguments)])
+
+
+def _by_device(parts: Iterable[tuple[tuple[str, int], ...]]) -> dict[str, int]:
     out: dict[str, int] = {}
-    for g in sample.groups:
-        for d, b in g.bytes:
+    for part in parts:
+        for d, b in part:
             out[d] = out.get(d, 0) + b
-    for position, each in sample.arguments:
-        if position in pruned:
-            for d, b in each:
-                out[d] = out.get(d, 0) + b
     return out
 
 
@@ -197,6 +224,7 @@ def _estimates(samples: Sequence[RawSample], log: CallLog, facts: Sequence[CallF
     out: list[tuple[RunPoint, int, RawSample]] = []
     k = 0
     seen: set[tuple[int, int]] = set()
+    alive: dict[int, dict[str, int]] = {}  # per sample, computed once
     for i, call in enumerate(log.calls):
         while k + 1 < len(by_call) and by_call[k + 1].call <= call:
             k += 1
@@ -207,20 +235,14 @@ def _estimates(samples: Sequence[RawSample], log: CallLog, facts: Sequence[CallF
         if fn is None or fn.peak_bytes is None or (k, entry) in seen:
             continue
         seen.add((k, entry))
-        alive: dict[str, int] = {}
-        for g in sample.groups:
-            for d, b in g.bytes:
-                alive[d] = alive.get(d, 0) + b
-        for _, each in sample.arguments:
-            for d, b in each:
-                alive[d] = alive.get(d, 0) + b
-        device = max(devices, key=lambda d: alive.get(d, 0)) if devices else "?"
-        held = max(alive.get(device, 0) - (fn.argument_bytes or 0), 0)
+        if k not in alive:
+            alive[k] = _alive(sample)
+        held = {d: max(alive[k].get(d, 0) - (fn.argument_bytes or 0), 0) for d in devices}
+        device = max(devices, key=lambda d: alive[k].get(d, 0)) if devices else "?"
         out.append((RunPoint(call=call, function=fn.name, seconds=log.starts[i], device=device,
-                             resident_bytes=held, peak_bytes=fn.peak_bytes, exact=False,
-                             from_call=sample.call,
-                             per_device=tuple(max(alive.get(d, 0) - (fn.argument_bytes or 0), 0)
-                                              for d in devices)), entry, sample))
+                             resident_bytes=held.get(device, 0), peak_bytes=fn.peak_bytes,
+                             exact=False, from_call=sample.call,
+                             per_device=tuple(held.values())), entry, sample))
     return out
 
 
@@ -233,25 +255,23 @@ def _groups(sample: RawSample, device: str, fn: CallFacts | None,
         if not b:
             continue
         held_by, line = holder_text(g.holder) if g.holder is not None else (None, None)
+        kind: GroupKind = "output" if g.producer is not None else "outside"
         if g.producer is not None:
             maker = facts[g.producer[0]]
-            label, kind = f"{maker.name if maker else '?'} {g.producer[1]}", "output"
+            label = f"{maker.name if maker else '?'} {g.producer[1]}"
         elif sample.unattributed:
-            label, kind = "made outside jit, or by a call whose outputs were not recorded", \
-                "outside"
+            label = "made outside jit, or by a call whose outputs were not recorded"
         else:
-            label, kind = "made outside jit", "outside"
-        groups.append((g.producer, ResidentGroup(label=label, kind=kind, arrays=g.arrays,  # type: ignore[arg-type]
-                                                 bytes=b, held_by=held_by, line=line)))
+            label = "made outside jit"
+        groups.append(ResidentGroup(label=label, kind=kind, arrays=g.arrays, bytes=b,
+                                    held_by=held_by, line=line))
     pruned = [each for position, each in sample.arguments
               if fn is not None and position in fn.pruned]
-    if pruned:
-        b = sum(dict(each).get(device, 0) for each in pruned)
-        if b:
-            groups.append((None, ResidentGroup(
-                label=f"{fn.name if fn else '?'} arguments it prunes (never read)",
-                kind="outside", arrays=len(pruned), bytes=b)))
-    return sorted((g for _, g in groups), key=lambda g: (-g.bytes, g.label))
+    b = sum(dict(each).get(device, 0) for each in pruned)
+    if fn is not None and b:
+        groups.append(ResidentGroup(label=f"{fn.name} arguments it prunes (never read)",
+                                    kind="outside", arrays=len(pruned), bytes=b))
+    return sorted(groups, key=lambda g: (-g.bytes, g.label))
 
 
 def _high_water(best: RunPoint, fn: CallFacts | None, sample: RawSample,

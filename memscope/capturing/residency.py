@@ -44,8 +44,8 @@ from memscope.capturing.between import caller_line
 from memscope.compiled.read import describe_sharding
 from memscope.report import LiveGrowth, LiveSample, LiveTimeline, is_host_kind
 
-#: Largest share of the run's time the samples may take (first calls of
-#: signatures: twice this).
+#: Largest share of the run's time the samples may take (before first calls of
+#: signatures: twice this, or :data:`FIRST_CALL_SHARE`).
 SAMPLE_SHARE = 0.01
 #: Before the first call of a signature (JAX traces, lowers and compiles it
 #: there) a sample is taken while such samples have taken at most this share of
@@ -113,8 +113,9 @@ class RunSampler:
         #: id of a live array -> (entry, flat output index, shape, dtype) of the call
         #: that made it, from earlier samples
         self._made_by: dict[int, tuple[Any, int, tuple[int, ...], Any]] = {}
+        #: per growth group: (index in ``log.entries``, output index) of its makers
         self._producers: dict[GroupKey, collections.Counter[tuple[int, int]]] = {}
-        self._entries: dict[int, Any] = {}
+        #: id of an entry -> its index in ``log.entries`` (entries are not hashable)
         self._entry_index: dict[int, int] = {}
         self._per_device: dict[Any, tuple[tuple[tuple[str, int], ...], bool]] = {}
 
@@ -143,13 +144,9 @@ class RunSampler:
 
     def after_call(self, pending: Pending, entry: Any, out: Any, *, failed: bool = False
                    ) -> None:
-        """Log the call; keep its output ids for the next sample, within the budget."""
+        """Log the call; keep its output ids for the next sample."""
         now = time.perf_counter()
-        index = self._entry_index.get(id(entry))
-        if index is None:
-            index = self._entry_index[id(entry)] = len(self.log.entries)
-            self.log.entries.append(entry)
-            self._entries[id(entry)] = entry
+        index = self._index(entry)
         if len(self.log.starts) < MAX_CALLS_LOGGED:
             self.log.starts.append(pending.start - self.origin)
             self.log.ends.append(now - self.origin)
@@ -208,12 +205,12 @@ class RunSampler:
                     origin = None  # the id of an array since freed
                 if origin is not None:
                     kept[id(a)] = origin
-                    seen.append((key, (id(origin[0]), origin[1])))
+                    seen.append((key, (self._index(origin[0]), origin[1])))
                 position = arguments.pop(id(a), None)
                 if position is not None:
-                    args.append((position, self._device_bytes(key, count[1])))
+                    args.append((position, self._placement(key, count[1])[0]))
                     continue
-                producer = ((id(origin[0]), _top(origin[0], origin[1]))
+                producer = ((self._index(origin[0]), _top(origin[0], origin[1]))
                             if origin is not None else None)
                 unnamed.append((id(a), (producer, key)))
             count_all = len(arrays)
@@ -250,9 +247,8 @@ class RunSampler:
     def _raw_groups(self, groups: dict[tuple[Any, ...], list[Any]],
                     counts: dict[tuple[Any, ...], list[Any]]) -> tuple[RawGroup, ...]:
         merged: dict[tuple[Any, Any], RawGroup] = {}
-        for (producer, holder, key), (n,) in groups.items():
-            each, host = self._device_bytes(key, counts[key][1]), self._is_host(key)
-            label = (self._entry_index_of(producer[0]), producer[1]) if producer else None
+        for (label, holder, key), (n,) in groups.items():
+            each, host = self._placement(key, counts[key][1])
             old = merged.get((label, holder))
             device = dict(old.bytes) if old is not None else {}
             host_bytes = old.host_bytes if old is not None else 0
@@ -266,24 +262,25 @@ class RunSampler:
                 bytes=tuple(sorted(device.items())), host_bytes=host_bytes)
         return tuple(merged.values())
 
-    def _entry_index_of(self, entry_id: int) -> int:
-        index = self._entry_index.get(entry_id)
+    def _index(self, entry: Any) -> int:
+        """``entry``'s index in ``log.entries`` (added at its first call)."""
+        index = self._entry_index.get(id(entry))
         if index is None:
-            index = self._entry_index[entry_id] = len(self.log.entries)
-            self.log.entries.append(self._entries[entry_id])
+            index = self._entry_index[id(entry)] = len(self.log.entries)
+            self.log.entries.append(entry)
         return index
 
-    def _device_bytes(self, key: tuple[Any, ...], nbytes: int) -> tuple[tuple[str, int], ...]:
-        """Bytes of one array of ``key`` (shape, dtype, sharding) on each device."""
+    def _placement(self, key: tuple[Any, ...], nbytes: int
+                   ) -> tuple[tuple[tuple[str, int], ...], bool]:
+        """Bytes of one array of ``key`` (shape, dtype, sharding) on each device,
+        and whether its memory kind is a host one."""
         known = self._per_device.get(key)
         if known is None:
             shape, dtype, sharding = key
-            known = self._per_device[key] = (per_device_bytes(shape, dtype, sharding, nbytes),
-                                             is_host_kind(getattr(key[2], "memory_kind", None)))
-        return known[0]
-
-    def _is_host(self, key: tuple[Any, ...]) -> bool:
-        return self._per_device[key][1] if key in self._per_device else False
+            known = self._per_device[key] = (
+                per_device_bytes(shape, dtype, sharding, nbytes),
+                is_host_kind(getattr(sharding, "memory_kind", None)))
+        return known
 
     def _growth_sample(self, call: int, counts: dict[tuple[Any, ...], list[Any]],
                        seen: list[tuple[tuple[Any, ...], tuple[int, int]]]) -> GroupSample:
@@ -318,7 +315,7 @@ class RunSampler:
         producers = {}
         for key, counter in self._producers.items():
             owner, index = counter.most_common(1)[0][0]
-            producers[key] = label(self._entries[owner], index)
+            producers[key] = label(self.log.entries[owner], index)
         grew: tuple[LiveGrowth, ...] = growing(self.groups, producers)
         samples = tuple(LiveSample(s.call, self._function(s), s.count, s.total_bytes)
                         for s in self.samples)

@@ -12,11 +12,11 @@ holds no report data, it only reads the table it is given.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from html import escape
 from typing import IO
 
 from memscope.render import html_live, html_run
-from memscope.render.text import fates_text, visible
+from memscope.render.text import fates_text
+from memscope.render.text import html_text as _t
 from memscope.report import (
     BufferBreakdown,
     FunctionReport,
@@ -120,11 +120,6 @@ FIGURE_COLOURS = (("argument", "argument_bytes", "#4e79a7"),
 OPEN_SECTIONS = 3
 #: Rows of a leaf table laid out at once (the rest: a button away, and in JSON).
 LEAF_ROWS = 500
-
-
-def _t(text: str | None) -> str:
-    """User or program text, shown literally: control characters escaped, then HTML."""
-    return escape(visible(text if text is not None else "n/a"))
 
 
 def render_html(report: Report, file: IO[str]) -> None:

@@ -8,41 +8,43 @@ holds no report data, it only reads the attributes of the chart it is given.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from html import escape
 
-from memscope.render.text import visible
+from memscope.render.text import html_text as _t
 from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
 from memscope.report.units import format_bytes
 
-#: Hovering a point shows its step and bytes; hovering or clicking the peak
-#: marker opens the list of the buffers live there.
+#: ``hoverCharts(chart, mark, list)``, shared with the run's chart
+#: (:mod:`memscope.render.html_run`): in each element matching ``chart``,
+#: hovering a point (``rect.pt``) shows its ``data-label`` in the ``.readout``;
+#: hovering or clicking the ``mark`` shows the mark's label and opens the
+#: ``list``. Here: the peak marker opens the list of the buffers live there.
 SCRIPT = """
-document.querySelectorAll('.livechart').forEach(function (chart) {
-  var readout = chart.querySelector('.readout');
-  var list = chart.querySelector('details.peaklist');
-  chart.querySelectorAll('rect.pt').forEach(function (pt) {
-    pt.addEventListener('mouseenter', function () {
-      readout.textContent = pt.dataset.label;
+function hoverCharts(chartSelector, markSelector, listSelector) {
+  document.querySelectorAll(chartSelector).forEach(function (chart) {
+    var readout = chart.querySelector('.readout');
+    chart.querySelectorAll('rect.pt').forEach(function (pt) {
+      pt.addEventListener('mouseenter', function () {
+        readout.textContent = pt.dataset.label;
+      });
     });
+    var mark = chart.querySelector(markSelector);
+    var list = chart.querySelector(listSelector);
+    if (!mark || !list) return;
+    function open() {
+      readout.textContent = mark.dataset.label;
+      list.open = true;
+    }
+    mark.addEventListener('mouseenter', open);
+    mark.addEventListener('click', open);
   });
-  var peak = chart.querySelector('.peak');
-  function open() {
-    readout.textContent = peak.dataset.label;
-    list.open = true;
-  }
-  peak.addEventListener('mouseenter', open);
-  peak.addEventListener('click', open);
-});
+}
+hoverCharts('.livechart', '.peak', 'details.peaklist');
 """
 CSS = (".livechart rect.pt{fill:transparent}.livechart rect.pt:hover{fill:#e1575922}"
        ".livechart .peak{cursor:pointer}.readout{font-variant-numeric:tabular-nums}")
 _NONE = "this report has no memory timeline (no buffer assignment was read)"
 _RULE = {"schedule": "the compiled schedule over XLA's buffer assignment",
          "heap_trace": "XLA's heap-simulator trace"}
-
-
-def _t(text: str | None) -> str:
-    return escape(visible(text if text is not None else "n/a"))
 
 
 def live_section(fn: FunctionReport) -> list[str]:

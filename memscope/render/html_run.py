@@ -9,44 +9,24 @@ holds no report data, it only reads the attributes of the chart it is given.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from html import escape
 from itertools import pairwise
 
-from memscope.render.text import visible
+from memscope.render.text import html_text as _t
 from memscope.report import HighWater, RunMemory, RunPoint
 from memscope.report.run_text import headline, parts
 from memscope.report.units import format_bytes
 
 #: Hovering a call shows its figures; hovering or clicking the high-water mark
-#: opens the list of what made it up.
+#: opens the list of what made it up. It calls :data:`memscope.render.html_live.SCRIPT`'s
+#: ``hoverCharts``, which the page includes before it.
 SCRIPT = """
-document.querySelectorAll('.runchart').forEach(function (chart) {
-  var readout = chart.querySelector('.readout');
-  chart.querySelectorAll('rect.pt').forEach(function (pt) {
-    pt.addEventListener('mouseenter', function () {
-      readout.textContent = pt.dataset.label;
-    });
-  });
-  var mark = chart.querySelector('.hwm');
-  var list = chart.querySelector('details.hwmparts');
-  if (!mark || !list) return;
-  function open() {
-    readout.textContent = mark.dataset.label;
-    list.open = true;
-  }
-  mark.addEventListener('mouseenter', open);
-  mark.addEventListener('click', open);
-});
+hoverCharts('.runchart', '.hwm', 'details.hwmparts');
 """
 CSS = (".runchart rect.pt{fill:transparent}.runchart rect.pt:hover{fill:#4e79a722}"
        ".runchart .hwm{cursor:pointer}.runchart .hwm:hover{stroke-width:3}"
        ".runchart .guide{pointer-events:none}details.hwmparts{margin:6px 0}")
 _RESIDENT, _TOTAL, _MARK = "#4e79a7", "#1d232b", "#e15759"
 _WIDTH, _HEIGHT, _PAD = 760, 220, 60
-
-
-def _t(text: str | None) -> str:
-    return escape(visible(text if text is not None else "n/a"))
 
 
 def run_chart(run: RunMemory) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
+from html import escape
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -46,6 +47,12 @@ def visible(text: str) -> str:
             code = ord(ch)
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
     return "".join(out)
+
+
+def html_text(text: str | None) -> str:
+    """User or program text for HTML, shown literally: control characters
+    escaped (:func:`visible`), then HTML; ``None`` is ``n/a``."""
+    return escape(visible(text if text is not None else "n/a"))
 
 
 def wrap(text: str, width: int, indent: str = "", first: str | None = None) -> list[str]:

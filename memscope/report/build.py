@@ -14,7 +14,7 @@ from memscope.analysis import advice, observed, oom
 from memscope.analysis.fates import classify, closed_over
 from memscope.analysis.live import memory_view
 from memscope.analysis.recompiles import SignatureShape, explain
-from memscope.analysis.run_memory import CallFacts, Holder, run_memory
+from memscope.analysis.run_memory import CallFacts, Holder, pruned_positions, run_memory
 from memscope.capturing.between import DonationLedger, signature_shape
 from memscope.capturing.entry import Entry
 from memscope.capturing.residency import SAMPLING as RUN_SAMPLING
@@ -242,22 +242,15 @@ def over_the_run(sampler: RunSampler, functions: dict[int, tuple[int, FunctionRe
     facts = [_call_facts(f[1] if f is not None else None) for f in found_fns]
     samples = runtime.device_memory or ()
     allocator = max((s.peak_bytes_in_use for s in samples), default=None)
-    how = (f"live arrays sampled {RUN_SAMPLING} ({{sampled}} of {{calls}} calls), grouped by "
-           "the call that made them; at each call, what was alive outside its arguments "
-           "plus the call's own peak by memscope's rule; calls between samples are "
-           "estimated from the sample before them (what was alive then, less the "
-           "function's argument bytes)")
     found = run_memory(sampler.samples, sampler.log, facts, calls=len(sampler.log.calls)
-                       + sampler.unlogged, sample_seconds=sampler.seconds, how=how,
-                       holder_text=_holder_text, allocator_peak=allocator,
+                       + sampler.unlogged, sample_seconds=sampler.seconds,
+                       sampling=RUN_SAMPLING, holder_text=_holder_text,
+                       allocator_peak=allocator,
                        functions=[f[0] if f is not None else None for f in found_fns])
-    if found is None:
-        return None
-    high = found.high_water
-    if high is not None:
-        high = dataclasses.replace(high, line=_line(high.line))
-    return dataclasses.replace(found, how=found.how.format(sampled=found.sampled,
-                                                           calls=found.calls), high_water=high)
+    if found is None or found.high_water is None:
+        return found
+    return dataclasses.replace(found, high_water=dataclasses.replace(
+        found.high_water, line=_line(found.high_water.line)))
 
 
 def _call_facts(fn: FunctionReport | None) -> CallFacts | None:
@@ -269,7 +262,7 @@ def _call_facts(fn: FunctionReport | None) -> CallFacts | None:
                      peak_bytes=m.peak_bytes if m is not None else None,
                      peak_rule=m.peak_rule if m is not None else None,
                      argument_bytes=m.argument_bytes if m is not None else None,
-                     pruned=frozenset(i for i, x in enumerate(fn.inputs) if x.fate == "pruned"),
+                     pruned=pruned_positions(fn.inputs),
                      buffers=live.buffers if live is not None else (),
                      call_site=fn.call_site)
 

@@ -634,6 +634,86 @@ def partition_spec_text(spec: Any) -> str:
     return f"P({text[len(old):]}" if text.startswith(old) else text
 
 
+# ------------------------------------------------------------- TPU target --
+# ``memscope --target tpu:TOPOLOGY`` compiles each captured program for a TPU
+# topology from a machine without TPUs (libtpu's compiler, through JAX's
+# topology API); nothing of it runs. See memscope.compiled.tpu.
+
+
+def tpu_topology_devices(name: str, chips_per_host: tuple[int, ...] | None = None
+                         ) -> list[Any]:
+    """The devices of the TPU topology ``name`` (``v5p:2x2x1``), compile-only.
+
+    ``jax.experimental.topologies.get_topology_desc`` asks libtpu; a layout
+    smaller than the default host (2x2x1 chips) needs ``chips_per_host`` given.
+    """
+    from jax.experimental import topologies
+
+    kwargs: dict[str, Any] = {}
+    if chips_per_host is not None:
+        kwargs = {"chips_per_host_bounds": chips_per_host, "num_slices": 1}
+    return list(topologies.get_topology_desc(platform="tpu", topology_name=name,
+                                             **kwargs).devices)
+
+
+def retargeted(traced: Any, devices: dict[int, Any], platform: str,
+               sharding: Callable[[Any], Any]) -> Any:
+    """``traced`` (a ``jax.stages.Traced`` of a call made here) lowered for
+    ``platform`` and set to compile for other devices: ``devices`` maps each
+    device id of the call's device assignment to the target's device, and
+    ``sharding`` maps each of its shardings (arguments, results, the context
+    mesh) to the target's.
+
+    The program is the very one JAX traced here (the jit's own shardings, its
+    sharding constraints and mesh context included), lowered with the target's
+    lowering rules (``lowering_platforms``, JAX's cross-platform lowering). Its
+    shardings name devices by their place in the device assignment, so the
+    target's devices take the places of this machine's, id for id. Private:
+    ``Lowered._lowering`` is JAX's ``MeshComputation``, whose ``compile`` reads
+    the backend, device list and shardings from ``compile_args`` and
+    ``_device_list`` (``jax/_src/interpreters/pxla.py``, JAX 0.7 to 0.10).
+    """
+    import copy
+
+    from jax._src.interpreters import pxla
+
+    lowered = traced.lower(lowering_platforms=(platform,))
+    here = lowered._lowering
+    if not isinstance(here, pxla.MeshComputation):
+        raise TypeError(f"cannot retarget a {type(here).__name__} lowering")
+    there = copy.copy(here)
+    args = dict(here.compile_args)
+    first = next(iter(devices.values()))
+    args["backend"] = first.client
+    args["in_shardings"] = tuple(sharding(s) for s in args["in_shardings"])
+    args["out_shardings"] = tuple(sharding(s) for s in args["out_shardings"])
+    if args.get("intermediate_shardings"):
+        args["intermediate_shardings"] = tuple(sharding(s)
+                                               for s in args["intermediate_shardings"])
+    if args.get("context_mesh") is not None:
+        args["context_mesh"] = sharding(args["context_mesh"])
+    there.compile_args = args
+    assignment = here._device_list
+    there._device_list = (None if assignment is None else pxla._create_device_list(
+        tuple(_target_device(devices, d) for d in assignment)))
+    there._executable = None
+    out = copy.copy(lowered)
+    out._lowering = there
+    return out
+
+
+def _target_device(devices: dict[int, Any], device: Any) -> Any:
+    try:
+        return devices[device.id]
+    except KeyError:
+        raise LookupError(device.id) from None
+
+
+def is_unspecified_sharding(s: Any) -> bool:
+    """JAX's placeholders for a sharding left to XLA (``UNSPECIFIED``, ``AUTO``)."""
+    return s is None or type(s).__name__ in ("UnspecifiedValue", "AUTO")
+
+
 # ------------------------------------------------------------------- refs --
 
 #: ``jax.Ref`` (``jax.new_ref``) is ``core.Ref`` from JAX 0.7.2; 0.7.0 and 0.7.1

@@ -24,10 +24,11 @@ from memscope import _compat
 from memscope.analysis.advice import AdviceLevel
 from memscope.analysis.run_memory import pruned_positions, resident
 from memscope.capturing import MeasuredJit, capture
+from memscope.compiled.tpu import TpuTarget
 from memscope.errors import MemscopeError
 from memscope.program.ending import EXIT_TERMINATED, Guard
 from memscope.program.runner import RunResult, Target, run_target
-from memscope.report import Forecast, FunctionReport, Report, RunInfo
+from memscope.report import Forecast, FunctionReport, Report, RunInfo, TargetInfo
 from memscope.report.build import build_report, forecast_failures, function_report
 from memscope.variants.donations import VariantRequest
 from memscope.variants.fit import choose_batch, choose_function, forecast
@@ -37,10 +38,13 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                    request: VariantRequest | None = None,
                    stop_after: int | None = None, guard: Guard | None = None,
                    deliver: Callable[[Report], None] | None = None,
-                   remat_flops: float | None = None) -> Report:
+                   remat_flops: float | None = None,
+                   accelerator: TpuTarget | None = None
+                   ) -> Report:
     """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
 
-    ``advise``, ``request``, ``stop_after`` and ``remat_flops`` are :func:`capture`'s. Never raises
+    ``advise``, ``request``, ``stop_after``, ``remat_flops`` and ``accelerator``
+    are :func:`capture`'s. Never raises
     for the target: how it ended (and its exit code) is in ``report.run``, and
     whatever was captured before is reported. ``deliver`` (writing the report
     where the user asked) gets the report however the run ends: at its end,
@@ -55,7 +59,7 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
         with Guard() as own:
             return run_and_report(target, advise=advise, request=request,
                                   stop_after=stop_after, guard=own, deliver=deliver,
-                                  remat_flops=remat_flops)
+                                  remat_flops=remat_flops, accelerator=accelerator)
 
     def run_info(result: RunResult) -> RunInfo:
         return RunInfo(target=target.name, argv=target.args, outcome=result.outcome,
@@ -63,13 +67,13 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                        error=result.error)
 
     with capture(advise=advise, request=request, stop_after=stop_after,
-                 remat_flops=remat_flops) as session:
+                 remat_flops=remat_flops, accelerator=accelerator) as session:
         def terminated() -> None:
             session.finish()
             report = build_report(session.entries, run_info(RunResult(
                 "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime(),
                 uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
-                sampler=session.live_sampler)
+                sampler=session.live_sampler, target=_info(accelerator))
             if deliver is not None:
                 deliver(report)
 
@@ -84,10 +88,14 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
     with guard.deferred_signals():
         report = build_report(session.entries, run_info(result), session.runtime(),
                               uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
-                              sampler=session.live_sampler)
+                              sampler=session.live_sampler, target=_info(accelerator))
         if deliver is not None:
             deliver(report)
     return report
+
+
+def _info(accelerator: TpuTarget | None) -> TargetInfo | None:
+    return None if accelerator is None else accelerator.info()
 
 
 def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
@@ -133,9 +141,11 @@ class FitRun:
 
 
 def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = (),
-            memory: int | None = None, stop_after: int | None = None) -> FitRun:
+            memory: int | None = None, stop_after: int | None = None,
+            accelerator: TpuTarget | None = None) -> FitRun:
     """Run ``target`` until its loop begins (a signature called again) or
-    ``stop_after`` jitted calls, then forecast the chosen function's batch.
+    ``stop_after`` jitted calls, then forecast the chosen function's batch; for
+    ``accelerator`` when given (its compiles, its HBM as the default limit).
 
     Raises:
         MemscopeError: nothing to compile, a bad ``function`` or ``batch``, or no
@@ -143,7 +153,7 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     """
     held: dict[str, tuple[int, int | None] | None] = {}
     with capture(advise="advised", stop_after=stop_after, keep_calls=True,
-                 stop_at_repeat=stop_after is None) as session:
+                 stop_at_repeat=stop_after is None, accelerator=accelerator) as session:
         session.live_sampler.every_call = True  # a short run: what each call sees
 
         def finish() -> None:  # while what the target holds still exists
@@ -156,7 +166,12 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     entry = choose_function(session.entries, function)
     choice = choose_batch(entry, batch)
     in_use = held.get("in_use")
-    limit = memory if memory is not None else (in_use[1] if in_use else None)
+    if memory is not None:
+        limit: int | None = memory
+    elif accelerator is not None:
+        limit = accelerator.hbm_bytes
+    else:
+        limit = in_use[1] if in_use else None
     if limit is None:
         raise MemscopeError(f"{jax.default_backend()} reports no device memory limit: give "
                             "the budget with --memory SIZE (e.g. --memory 80GiB)")
@@ -168,7 +183,8 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
         held_note = "held when the run stopped, less the function's argument bytes"
     budget = limit - (outside or 0)
     outcome = "stopped" if session.stopped else result.outcome
-    found = forecast(entry, choice, budget, memory=limit, held=outside)
+    found = forecast(entry, choice, budget, memory=limit, held=outside,
+                     accelerator=accelerator)
     return FitRun(dataclasses.replace(found, held_note=held_note), outcome,
                   0 if session.stopped else result.exit_code)
 

@@ -7,6 +7,7 @@ it. Single-device code is unaffected: arrays live on device 0 unless sharded.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -15,6 +16,14 @@ DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {DEVICES_FLAG}".strip()
+
+# Where libtpu is installed (the --target tests, tests/test_tpu_target.py), JAX
+# would start its TPU client too, which on a machine without TPUs prints warnings
+# about TPU environment variables into every program's stderr; and libtpu's
+# lockfile would let only one process load it. The suite runs on the CPU.
+if importlib.util.find_spec("libtpu") is not None:
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 # The real-sized, version-agnostic end-to-end tests: everything run on the

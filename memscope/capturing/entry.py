@@ -16,6 +16,7 @@ from memscope.report import (
     Forecast,
     LiveArrays,
     MeasuredMemory,
+    Memory,
     Remat,
 )
 from memscope.variants.donation import Argument, Spelling, as_written
@@ -37,6 +38,9 @@ class Entry:
     spec: _compat.JitSpec
     calls: int = 0
     facts: CompiledFacts | None = None
+    #: with ``--target``: the figures of the program compiled here, which ran
+    #: (``facts`` are then the target's)
+    memory_here: Memory | None = None
     warnings: tuple[str, ...] = ()
     error: str | None = None
     #: the call's top-level dynamic arguments, and how the user spells donation

@@ -14,6 +14,7 @@ from memscope.capturing.arguments import parameter_names
 from memscope.capturing.entry import Entry
 from memscope.capturing.session import Session
 from memscope.compiled.read import (
+    CompiledFacts,
     CompiledHandles,
     describe_sharding,
     read_handles,
@@ -34,9 +35,12 @@ def analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: Co
         session.publish(lambda: setattr(entry, "shardings", texts))
     try:
         with _compat.applied_config(settings):
-            facts = wrappers.renamed(entry.wrapper,
-                                     read_handles(handles, shardings=shardings,
-                                                  ref_names=ref_names))
+            read = read_handles(handles, shardings=shardings, ref_names=ref_names)
+            if session.accelerator is not None:
+                here = read.memory
+                session.publish(lambda: setattr(entry, "memory_here", here))
+                read = _for_target(session, handles, shardings, ref_names)
+            facts = wrappers.renamed(entry.wrapper, read)
             session.publish(lambda: setattr(entry, "facts", facts))
         if facts is None or entry.library is not None or not (
                 session.advice != "off" or session.request or plan is not None):
@@ -50,9 +54,27 @@ def analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: Co
             session.defer_to_end(later)
         else:
             later()
+    except TargetCompileError as e:  # the figures here are in memory_here
+        message = str(e)
+        session.publish(lambda: setattr(entry, "error", message))
     except Exception as e:  # never let the measurement break the program
         error = f"could not read the compiled program: {type(e).__name__}: {e}"
         session.publish(lambda: setattr(entry, "error", error))
+
+
+def _for_target(session: Session, handles: CompiledHandles, shardings: list[Any],
+                ref_names: dict[int, str] | None) -> CompiledFacts:
+    """The call's program compiled for ``session.accelerator`` and read (XLA:TPU)."""
+    target = session.accelerator
+    try:
+        return target.facts(handles.traced, shardings, ref_names)
+    except Exception as e:
+        raise TargetCompileError(f"could not compile it for {target.spec.name}: "
+                                 f"{type(e).__name__}: {e}") from None
+
+
+class TargetCompileError(RuntimeError):
+    """The call's program does not compile for the ``--target`` accelerator."""
 
 
 def _alternatives(session: Session, entry: Entry, fun: Callable[..., Any],

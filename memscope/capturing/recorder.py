@@ -23,7 +23,7 @@ from memscope.variants.donations import VariantRequest
 def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
             stop_after: int | None = None, keep_calls: bool = False,
             stop_at_repeat: bool = False,
-            remat_flops: float | None = None) -> Iterator[Session]:
+            remat_flops: float | None = None, accelerator: Any = None) -> Iterator[Session]:
     """Record every jitted function called inside the block.
 
     ``advise`` also compiles each signature with other donations: ``"advised"``
@@ -41,7 +41,9 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     :class:`~memscope.errors.TargetStopped` once that many jitted calls ran;
     ``stop_at_repeat`` at the first call of a signature called before (a loop
     has begun). ``keep_calls`` keeps each signature's call in shapes
-    (:class:`KeptCall`), to compile it again (``memscope fit``).
+    (:class:`KeptCall`), to compile it again (``memscope fit``). ``accelerator``
+    (a :class:`memscope.compiled.tpu.TpuTarget`) compiles every function, and its
+    variants, for that accelerator too: the functions' figures are then its.
 
     Reading the compiled programs and the variants' compiles finish before the
     block exits. Jit objects made inside the block stay usable after it; they
@@ -55,6 +57,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     with _compat.lowering_warnings() as proxy:
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
                           remat_flops=remat_flops)
+        session.accelerator = accelerator
         with contextlib.suppress(Exception):  # compile times are then n/a
             session.clock.install()
         session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat

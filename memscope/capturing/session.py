@@ -65,6 +65,8 @@ class Session:
             raise MemscopeError(f"remat_flops must be at least 0, got {remat_flops}")
         self.request = request
         self.stop_after = stop_after
+        #: the accelerator the functions are compiled for too (``--target``), else None
+        self.accelerator: Any = None
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
         self.keep_calls = False
         #: end the target at the first call of a signature seen before (the loop began)

@@ -9,6 +9,7 @@ from typing import IO, Any, TypeVar
 
 import click
 
+from memscope.compiled.tpu import TpuTarget, open_target, parse_target
 from memscope.errors import MemscopeError
 from memscope.program.runner import Target
 from memscope.render.terminal import LeafFilter
@@ -179,6 +180,25 @@ def html_option(f: F) -> F:
     return click.option("--html", "html", metavar="FILE.html",
                         help="Also write the report as one self-contained HTML file "
                              "(no network needed to view it).")(f)
+
+
+def accelerator_option(f: F) -> F:
+    return click.option("--target", "accelerator", metavar="tpu:GEN:TOPOLOGY",
+                        help="Also compile every captured function for this TPU "
+                             "topology (e.g. tpu:v5p:2x2x1, tpu:v5e:2x4, tpu:v6e:2x2) "
+                             "with libtpu's compiler, and report its figures per chip: "
+                             "the script runs here, on the CPU, with as many devices as "
+                             "the topology; nothing runs on a TPU. Needs libtpu "
+                             "(pip install \"jax[tpu]==<your jax>\").")(f)
+
+
+def open_accelerator(text: str | None) -> TpuTarget | None:
+    """The ``--target`` accelerator, set up before the script runs; ``None`` if not given.
+
+    Raises:
+        TpuSetupError: an unknown form or topology, or no libtpu.
+    """
+    return None if text is None else open_target(parse_target(text))
 
 
 def trace_option(f: F) -> F:

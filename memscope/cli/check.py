@@ -12,8 +12,10 @@ from memscope.check.config import load_config, with_options
 from memscope.check.judge import check as check_report
 from memscope.check.judge import target_failure
 from memscope.cli._common import (
+    accelerator_option,
     misplaced_hint,
     module_option,
+    open_accelerator,
     output_option,
     output_paths,
     unreadable_line,
@@ -59,6 +61,7 @@ from memscope.report import Report, load_report, save_report
 @click.option("--junit-xml", metavar="FILE.xml", help="Also write JUnit XML, a case per function.")
 @output_option
 @module_option
+@accelerator_option
 @click.argument("target", metavar="[SCRIPT]", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -66,7 +69,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
           report_file: str | None, config_file: str | None, max_increase: tuple[str, ...],
           max_increase_bytes: tuple[str, ...], strict_env: bool, allow_empty: bool,
           output_format: str, junit_xml: str | None, output: str | None, as_module: bool,
-          target: str | None, args: tuple[str, ...]) -> None:
+          accelerator: str | None, target: str | None, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or check --report REPORT.json) and compare every jitted
     function with --baseline and the budgets in [tool.memscope].
 
@@ -90,6 +93,8 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         raise MemscopeError("nothing to check against: give --baseline FILE.json, or budgets "
                             "in [tool.memscope.functions.NAME] of pyproject.toml or --config"
                              + misplaced)
+    if accelerator is not None and target is None:
+        raise MemscopeError("--target compiles a SCRIPT's functions: give the SCRIPT")
     what = None if target is None else Target(target, tuple(args), module=as_module)
     if what is not None:
         check_target(what)
@@ -109,7 +114,9 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         if warning is not None:
             click.echo(warning, err=True)
         report = run_and_report(what, guard=guard, deliver=None if output is None
-                                else partial(save_report, path=output))
+                                else partial(save_report, path=output),
+                                accelerator=open_accelerator(accelerator))
+    _same_target(base, report)
     failure = target_failure(report)
     if failure is not None:
         click.echo(visible(f"memscope: {failure}; nothing was checked{misplaced}"), err=True)
@@ -160,3 +167,16 @@ def _load_baseline(path: str) -> Report:
         raise MemscopeError(f"no baseline at {path}; make one with "
                             f"--update-baseline --baseline {path}")
     return load_report(path)
+
+
+def _same_target(base: Report | None, report: Report) -> None:
+    """Refuse to compare figures compiled for different accelerators (``--target``)."""
+    if base is None:
+        return
+    theirs, ours = (None if r.target is None else r.target.name for r in (base, report))
+    if theirs != ours:
+        def where(name: str | None) -> str:
+            return name or "the machine that ran it (no --target)"
+        raise MemscopeError(f"the baseline's figures are for {where(theirs)}, this run's for "
+                            f"{where(ours)}: run with the baseline's --target, or make the "
+                            "baseline again")

@@ -6,7 +6,12 @@ import sys
 
 import click
 
-from memscope.cli._common import module_option, stop_after_option
+from memscope.cli._common import (
+    accelerator_option,
+    module_option,
+    open_accelerator,
+    stop_after_option,
+)
 from memscope.flow import run_fit
 from memscope.program.runner import Target, check_target
 from memscope.render.fit import render_fit_json, render_fit_text
@@ -28,14 +33,15 @@ EXIT_NOTHING_FITS = 1
               help="The budget per device, e.g. 80GiB (default: the device's limit from "
                    "memory_stats(); CPU has none).")
 @stop_after_option
+@accelerator_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               help="text (default) or json (schema memscope.fit/1).")
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def fit(ctx: click.Context, as_module: bool, function: str | None, batch: tuple[str, ...],
-        memory: str | None, stop_after: int | None, fmt: str, target: str,
-        args: tuple[str, ...]) -> None:
+        memory: str | None, stop_after: int | None, accelerator: str | None, fmt: str,
+        target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... until its loop begins (a jitted signature called a
     second time, or --stop-after N calls), then compile the chosen function at
     other batch sizes (abstract arguments with the same shardings: nothing runs
@@ -43,7 +49,8 @@ def fit(ctx: click.Context, as_module: bool, function: str | None, batch: tuple[
     with the advised donation, each confirmed by compiling it and one size up.
 
     The budget is --memory, or the device's limit, less what the process holds
-    outside the function's arguments. Exit codes: 0 a batch fits; 1 none fits;
+    outside the function's arguments. With --target, the compiles are XLA:TPU's
+    for that topology and the limit is its chip's HBM. Exit codes: 0 a batch fits; 1 none fits;
     2 bad input (no function captured, an unknown --function or --batch, no
     budget on a device without a limit, a function that does not trace or
     compile at another size with what --batch resizes).
@@ -52,7 +59,7 @@ def fit(ctx: click.Context, as_module: bool, function: str | None, batch: tuple[
     check_target(what)
     budget = parse_size(memory) if memory is not None else None
     done = run_fit(what, function=function, batch=batch, memory=budget,
-                   stop_after=stop_after)
+                   stop_after=stop_after, accelerator=open_accelerator(accelerator))
     if fmt == "json":
         render_fit_json(done.forecast, sys.stdout, outcome=done.outcome)
     else:

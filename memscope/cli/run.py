@@ -8,6 +8,7 @@ import click
 
 from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel
 from memscope.cli._common import (
+    accelerator_option,
     buffers_option,
     html_option,
     leaf_filter,
@@ -15,6 +16,7 @@ from memscope.cli._common import (
     misplaced_hint,
     module_option,
     nothing_called,
+    open_accelerator,
     output_option,
     output_paths,
     stop_after_option,
@@ -63,6 +65,7 @@ from memscope.variants.remat import remat_setting
 @buffers_option
 @html_option
 @trace_option
+@accelerator_option
 @leaves_options
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -70,7 +73,8 @@ from memscope.variants.remat import remat_setting
 def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         advice: AdviceLevel | None, no_advice: bool, remat: bool | None,
         remat_flops: float | None, stop_after: int | None, strict: bool,
-        buffers: bool, html: str | None, trace: str | None, leaves: bool, path_pattern: str | None,
+        buffers: bool, html: str | None, trace: str | None, accelerator: str | None,
+        leaves: bool, path_pattern: str | None,
         fate: str | None,
         target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) as python would, then report
@@ -95,6 +99,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     paths = output_paths(what, output=output, html=html, trace=trace)
     guard = ctx.with_resource(Guard())
     which = leaf_filter(leaves, path_pattern, fate)
+    chips = open_accelerator(accelerator)
 
     def deliver(report: Report) -> None:
         if paths["output"] is not None:
@@ -111,7 +116,8 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         click.echo(warning, err=True)
     report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
                             deliver=deliver,
-                            remat_flops=remat_setting(remat, remat_flops, level))
+                            remat_flops=remat_setting(remat, remat_flops, level),
+                            accelerator=chips)
     assert report.run is not None
     if not report.functions:
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")

@@ -162,6 +162,10 @@ _SCHEMA: dict[str, list[tuple[str, int, str, bool]]] = {
     # XLA:CPU's (xla/service/cpu/executable.proto) and XLA:GPU's
     # (xla/service/gpu/executable.proto) alike. Kept as bytes: decoded by
     # read_buffer_assignment like memory_analysis()'s own.
+    # XLA's dump of an optimized module with its buffer assignment
+    # (``--xla_dump_hlo_as_proto``: ``*.after_optimizations.hlo.pb``), where the
+    # compiler gives it nowhere else (XLA:TPU): hlo.proto's HloProto.
+    "HloProto": [("hlo_module", 1, "bytes", False), ("buffer_assignment", 3, "bytes", False)],
     "ExecutableAndOptionsProto": [("serialized_executable", 1, "bytes", False)],
     "CompilationResultProto": [("buffer_assignment", 2, "bytes", False)],
 }

@@ -93,18 +93,23 @@ def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = (),
 
 def read_stages(traced: Any, lowered: Any, compiled: Any, *,
                 shardings: Sequence[Any] = (),
-                ref_names: Mapping[int, str] | None = None) -> CompiledFacts:
+                ref_names: Mapping[int, str] | None = None,
+                module: bytes | None = None, assignment: bytes | None = None
+                ) -> CompiledFacts:
     """Read one compiled program from its three stages (``jax.stages``): the
     executable ``compiled``, the ``lowered`` module it came from, and the
-    ``traced`` call that names its arguments."""
+    ``traced`` call that names its arguments. ``module`` and ``assignment``
+    (serialized) stand in for the executable's own optimized module and buffer
+    assignment where XLA gave them apart (its dump: :mod:`memscope.compiled.tpu`)."""
     stats = compiled.memory_analysis()
-    module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
-    buffers, error = read_buffers(stats, module, compiled)
-    program = _program(traced, lowered, compiled, shardings, module, ref_names)
+    decoded = parse_module(module if module is not None
+                           else _compat.optimized_hlo_module_protos(compiled)[0])
+    buffers, error = read_buffers(stats, decoded, compiled, assignment)
+    program = _program(traced, lowered, compiled, shardings, decoded, ref_names)
     memory = by_memory_kind(memory_figures(stats), program)
     if memory.memory_kind_note is not None and buffers is not None:
-        buffers = host_colored(buffers, program, module)
-    liveness, liveness_error = read_liveness(module, buffers)
+        buffers = host_colored(buffers, program, decoded)
+    liveness, liveness_error = read_liveness(decoded, buffers)
     return CompiledFacts(memory=memory,
                          program=program,
                          buffers=buffers, buffers_error=error, liveness=liveness,
@@ -118,16 +123,19 @@ def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
     return read_handles(take_compiled(jitted, args, kwargs), shardings=shardings)
 
 
-def read_buffers(stats: Any, module: Any, compiled: Any = None
+def read_buffers(stats: Any, module: Any, compiled: Any = None, dumped: bytes | None = None
                  ) -> tuple[BufferAssignment | None, str | None]:
     """The buffer assignment of ``compiled``, attributed to ``module`` (the decoded
     optimized module); else ``None`` and why.
 
     ``memory_analysis()`` carries it on XLA:CPU; XLA:GPU's PJRT plugin leaves it
     out, and there it is read from the serialized executable instead
-    (:func:`~memscope.compiled.buffers.embedded_buffer_assignment`).
+    (:func:`~memscope.compiled.buffers.embedded_buffer_assignment`). ``dumped``
+    is one from XLA's dump (XLA:TPU), read first.
     """
-    data = _compat.buffer_assignment_bytes(stats) if stats is not None else None
+    data = dumped
+    if data is None and stats is not None:
+        data = _compat.buffer_assignment_bytes(stats)
     if data is None and compiled is not None:
         data = embedded_buffer_assignment(_compat.serialized_executable_payloads(compiled))
     if data is None:

@@ -50,6 +50,7 @@ from memscope.report.summary import (
     FunctionSummary,
     ReportSummary,
     summarize,
+    target_line,
 )
 from memscope.report.units import format_bytes
 
@@ -159,6 +160,8 @@ def _header(out: Lines, report: Report) -> None:
         out.para(f"run:    {visible(report.run.ending)}", "        ")
     out.para(f"jax {visible(env.jax)}, jaxlib {visible(env.jaxlib)}, backend "
              f"{visible(env.backend)}, {devices} ({', '.join(kinds)})")
+    if report.target is not None:
+        out.para(visible(target_line(report.target)), "  ")
     for note in report.notes:
         out.para(visible(note), "  ")
     if report.merged_from:
@@ -188,7 +191,7 @@ def _answer(out: Lines, summary: ReportSummary) -> None:
         where = visible(s.source or "n/a")
         variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
         out.para(f"{visible(s.name)} ({where}{variant}): peak {format_bytes(s.peak)} per "
-                 f"device{s.host_text}", "    ")
+                 f"device{s.host_text}{visible(s.target_text)}", "    ")
         for f in s.findings:
             _finding(out, f)
         if s.advice is not None:

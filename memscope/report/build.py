@@ -40,6 +40,7 @@ from memscope.report import (
     RunInfo,
     RunMemory,
     Runtime,
+    TargetInfo,
     Variant,
     XlaBuffer,
 )
@@ -67,7 +68,8 @@ def function_report(entry: Entry) -> FunctionReport:
     timeline, live, timeline_note = _memory_view(entry, inputs, memory)
     return FunctionReport(
         name=entry.name, source=entry.source, calls=entry.calls, signature=entry.signature,
-        memory=memory, inputs=inputs, outputs=outputs, warnings=entry.warnings,
+        memory=memory, memory_here=entry.memory_here, inputs=inputs, outputs=outputs,
+        warnings=entry.warnings,
         donate_argnums=entry.spec.donate_argnums,
         donate_argnames=entry.spec.donate_argnames,
         error=entry.error, variants=variants,
@@ -208,11 +210,13 @@ def environment() -> Environment:
 def build_report(entries: Iterable[Entry], run: RunInfo | None,
                  runtime: Runtime | None = None, *, uncaptured_pmaps: int = 0,
                  ledger: DonationLedger | None = None,
-                 sampler: RunSampler | None = None) -> Report:
+                 sampler: RunSampler | None = None,
+                 target: TargetInfo | None = None) -> Report:
     """The report of captured ``entries``; ``runtime`` is ``session.runtime()``,
     ``uncaptured_pmaps`` is ``session.uncaptured_pmaps``, ``ledger`` the
     session's donations (hazards, and the donation behind a deleted array),
-    ``sampler`` its live arrays before calls (for the run's device memory)."""
+    ``sampler`` its live arrays before calls (for the run's device memory),
+    ``target`` the accelerator the functions were compiled for (``--target``)."""
     entries = list(entries)
     recompiles = explain_recompiles(entries)
     functions = tuple(dataclasses.replace(function_report(e), recompile=recompiles.get(id(e)))
@@ -231,7 +235,7 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
     return Report(memscope_version=__version__, environment=environment(), run=run,
                   functions=functions, runtime=runtime,
                   notes=run_notes(uncaptured_pmaps), donation_hazards=hazards,
-                  deleted_read=deleted)
+                  deleted_read=deleted, target=target)
 
 
 def over_the_run(sampler: RunSampler, functions: dict[int, tuple[int, FunctionReport]],

@@ -343,6 +343,9 @@ class FunctionReport:
     inputs: tuple[InputBuffer, ...] = ()
     outputs: tuple[OutputBuffer, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: with ``--target``, ``memory`` is the target's (per device) and this the
+    #: figures of the same function as compiled on the machine that ran it
+    memory_here: Memory | None = None
     donate_argnums: tuple[int, ...] = ()
     donate_argnames: tuple[str, ...] = ()
     error: str | None = None

@@ -9,8 +9,10 @@ from typing import Literal
 from memscope.report.units import format_bytes
 
 #: How ``Memory.peak_bytes`` was obtained: XLA's ``peak_memory_in_bytes`` (``xla``),
-#: or argument + output - alias + temp (``sum``), see :func:`peak_rule`.
-PeakRule = Literal["xla", "sum"]
+#: or argument + output - alias + temp (``sum``), see :func:`peak_rule`; on a TPU
+#: target, the HBM allocations of XLA's buffer assignment (``hbm``), see
+#: :func:`hbm_peak_rule`.
+PeakRule = Literal["xla", "sum", "hbm"]
 AllocationKind = Literal["parameter", "aliased", "output", "temporary", "constant",
                          "thread_local"]
 
@@ -163,6 +165,41 @@ def split_host(memory: Memory, argument: int, output: int, alias: int) -> Memory
             f"device figures leave out {format_bytes(moved)} of arguments and outputs in "
             "host memory (their shardings' memory kinds), which this backend's "
             "memory_analysis() counts in its device fields (XLA:CPU does)"))
+
+
+def hbm_peak_rule(memory: Memory, hbm: int | None, on_chip: int | None) -> Memory:
+    """``memory`` (XLA:TPU's figures) with its peak by the HBM rule.
+
+    XLA:TPU's ``peak_memory_in_bytes`` also counts the scratch memory the
+    compiler plans on the chip itself (VMEM, CMEM: ``on_chip``, the buffer
+    assignment's allocations outside memory spaces 0 and host), which is not
+    HBM: on v4, v5e, v5p and v6e it was seen up to that scratch above argument +
+    output - alias, and never below the HBM live at once. Its
+    ``temp_size_in_bytes`` is not the HBM temporary block either. The HBM a call holds is the buffer
+    assignment's memory-space-0 allocations (``hbm``): arguments, outputs and
+    the temporary block, allocated whole for the call. Without a buffer
+    assignment (``hbm`` None) the peak is argument + output - alias + temp.
+    """
+    xla = memory.xla_peak_bytes
+    if hbm is None:
+        peak, rule, text = peak_rule(memory.argument_bytes, memory.output_bytes,
+                                     memory.alias_bytes, memory.temp_bytes, None)
+        return dataclasses.replace(
+            memory, peak_bytes=peak, peak_is_computed=True, peak_rule=rule,
+            peak_rule_text=("peak = argument + output - alias + temp: XLA:TPU gave no "
+                            "buffer assignment, and its peak_memory_in_bytes "
+                            f"({format_bytes(xla) if xla is not None else 'n/a'}) also "
+                            "counts on-chip scratch memory"))
+    text = ("peak: XLA:TPU's HBM allocations in its buffer assignment (arguments, outputs, "
+            "the temporary block), held for the call")
+    if xla is not None and xla != hbm:
+        scratch = (f"; XLA's peak_memory_in_bytes ({format_bytes(xla)}) also counts "
+                   f"on-chip scratch (VMEM/CMEM, {format_bytes(on_chip)} allocated), "
+                   "which is not HBM"
+                   if on_chip else f"; XLA's peak_memory_in_bytes is {format_bytes(xla)}")
+        text += scratch
+    return dataclasses.replace(memory, peak_bytes=hbm, peak_is_computed=True,
+                               peak_rule="hbm", peak_rule_text=text)
 
 
 def with_peak_rule(memory: Memory) -> Memory:

@@ -43,6 +43,23 @@ class Environment:
 
 
 @dataclass(frozen=True)
+class TargetInfo:
+    """The accelerator the captured programs were compiled for (``--target``),
+    beside the machine that ran them; nothing ran on it."""
+
+    #: as given: ``tpu:v5p:2x2x1``
+    name: str
+    #: JAX's device kind of its devices: ``TPU v5``
+    chip: str
+    chips: int
+    #: JAX devices (per chip: 1, or 2 on v2, v3 and 7x)
+    devices: int
+    #: HBM per device, and where that figure comes from
+    hbm_bytes: int | None = None
+    hbm_source: str | None = None
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """How the target ran; ``error`` is the uncaught exception, as one line."""
 
@@ -223,6 +240,9 @@ class Report:
     donation_hazards: tuple[DonationHazard, ...] = ()
     #: the donation that deleted the array whose read ended the run
     deleted_read: DeletedRead | None = None
+    #: the accelerator every function was also compiled for (``--target``): the
+    #: functions' figures are then the target's, per device
+    target: TargetInfo | None = None
 
     def unreadable(self) -> tuple[FunctionReport, ...]:
         """The functions whose compiled program memscope could not read (``error``)."""

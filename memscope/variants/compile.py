@@ -26,21 +26,24 @@ class LoweredVariant:
     lowered: Any
 
 
-def lower_variant(traced: Any, donated: Sequence[bool]) -> LoweredVariant:
+def lower_variant(traced: Any, donated: Sequence[bool], accelerator: Any = None
+                  ) -> LoweredVariant:
     """Lower ``traced`` (a call's ``jax.stages.Traced``) as if it donated the flat
-    leaves in ``donated``.
+    leaves in ``donated``; for ``accelerator`` (a
+    :class:`memscope.compiled.tpu.TpuTarget`) when given.
 
     The jaxpr is JAX's cached trace of the call: the function is not traced
     again. JAX's donation warnings for the variant are raised here, as usual;
     the caller decides what to do with them.
     """
     variant = _compat.with_donation(traced, tuple(donated))
-    return LoweredVariant(variant, variant.lower())
+    return LoweredVariant(variant, variant.lower() if accelerator is None
+                          else accelerator.lower(variant))
 
 
 def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[Any] = (),
                      workers: int | None = None, pool: Executor | None = None,
-                     settings: _compat.ConfigSnapshot = ()
+                     settings: _compat.ConfigSnapshot = (), accelerator: Any = None
                      ) -> list[CompiledFacts | Exception]:
     """Compile lowered variants and read them; one real XLA compile each.
 
@@ -52,11 +55,14 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
     least ``workers`` threads) runs the compiles themselves, and only them: the
     reading, Python that holds the GIL, stays on the calling thread. The
     compiles run under the JAX ``settings`` given (see
-    :func:`memscope._compat.config_snapshot`).
+    :func:`memscope._compat.config_snapshot`); for ``accelerator`` (lowered by
+    :func:`lower_variant` for it) when given.
     """
     def compile_one(v: LoweredVariant) -> Any:
         try:
             with _compat.applied_config(settings):
+                if accelerator is not None:
+                    return accelerator.compile(v.lowered)
                 return _compat.compile_uncached(v.lowered)
         except Exception as e:  # reported with the variant; the program is unaffected
             return e
@@ -65,6 +71,8 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
         if isinstance(compiled, Exception):
             return compiled
         try:
+            if accelerator is not None:
+                return accelerator.read(v.traced, v.lowered, compiled, shardings=shardings)
             return read_stages(v.traced, v.lowered, compiled, shardings=shardings)
         except Exception as e:
             return e

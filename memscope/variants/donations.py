@@ -101,6 +101,8 @@ class Host(Protocol):
 
     advice: AdviceLevel
     request: VariantRequest | None
+    #: the accelerator the variants are compiled for (``--target``), else None
+    accelerator: Any
 
     @property
     def worker(self) -> Worker: ...
@@ -160,7 +162,8 @@ def _compile(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
     results = compile_variants([lowered for _, lowered in pending], shardings=shardings,
                                workers=None if ended else 1,
                                pool=None if ended else host.worker.compiler,
-                               settings=_compat.config_snapshot())
+                               settings=_compat.config_snapshot(),
+                               accelerator=host.accelerator)
     done = []
     for (ready, _), result in zip(pending, results, strict=True):
         if isinstance(result, Exception):
@@ -318,7 +321,7 @@ def _lower_variant(ready: VariantFacts, mask: tuple[bool, ...], traced: Any,
     # JAX's warnings for a program the user never runs are not the user's.
     with host.recording_warnings(emit=False) as lowering_warnings:
         try:
-            lowered = lower_variant(traced, mask)
+            lowered = lower_variant(traced, mask, host.accelerator)
         except Exception as e:
             return None, replace(ready, error=f"could not lower with {ready.setting}: "
                                               f"{type(e).__name__}: {e}")

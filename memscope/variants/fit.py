@@ -12,6 +12,7 @@ linear in the batch, a bisection of compiles finds it.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -271,17 +272,26 @@ def resized(call: KeptCall, choice: BatchChoice, batch: int) -> tuple[tuple[Any,
 
 
 def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
-                 donated: tuple[bool, ...] | None = None) -> int | None:
+                 donated: tuple[bool, ...] | None = None, accelerator: Any = None
+                 ) -> int | None:
     """The function's peak at ``batch`` by memscope's rule: one XLA compile, with
-    the function's own donation or the flat leaves in ``donated``."""
+    the function's own donation or the flat leaves in ``donated``; for the
+    ``accelerator`` (:class:`memscope.compiled.tpu.TpuTarget`) when given."""
     args, kwargs = resized(call, choice, batch)
     try:
         traced = call.jitted.trace(*args, **kwargs)
     except Exception as e:  # the user's function, at shapes it was never called with
         raise NotCompiled(batch, "trace", e) from e
     try:
-        lowered = (traced.lower() if donated is None
-                   else lower_variant(traced, donated).lowered)
+        if donated is not None:
+            variant = lower_variant(traced, donated, accelerator)
+            traced, lowered = variant.traced, variant.lowered
+        elif accelerator is not None:
+            lowered = accelerator.lower(traced)
+        else:
+            lowered = traced.lower()
+        if accelerator is not None:
+            return accelerator.memory(traced, lowered, accelerator.compile(lowered)).peak_bytes
         compiled = _compat.compile_uncached(lowered)
     except Exception as e:
         raise NotCompiled(batch, "compile", e) from e
@@ -504,9 +514,11 @@ def _local_slope(a: Answer) -> Fraction | None:
 
 
 def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
-             memory: int | None = None, held: int | None = None) -> Forecast:
+             memory: int | None = None, held: int | None = None,
+             accelerator: Any = None) -> Forecast:
     """The forecast for ``entry`` as written and with the advised donation (when
-    the capture compiled one), each confirmed by compiling.
+    the capture compiled one), each confirmed by compiling (for ``accelerator``,
+    a :class:`memscope.compiled.tpu.TpuTarget`, when given).
 
     Raises:
         MemscopeError: the function does not trace or compile at a size tried
@@ -518,11 +530,13 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     advised = next((v for v in entry.variants if v.name == "advised" and v.facts is not None
                     and not v.same_as_written), None)
     fix = None
+    peak = functools.partial(compile_peak, accelerator=accelerator)
     try:
-        written = search(call, choice, budget, known=_peak(entry))
+        written = search(call, choice, budget, known=_peak(entry), compile_peak=peak)
         if advised is not None and advised.facts is not None:
             fix = search(call, choice, budget, donated=advised.facts.program.donated,
-                         known=advised.facts.memory.peak_bytes, hint=_local_slope(written))
+                         known=advised.facts.memory.peak_bytes, hint=_local_slope(written),
+                         compile_peak=peak)
     except NotCompiled as failed:
         raise MemscopeError(not_compiled_line(entry, choice, failed)) from None
     by_batch = dict(fix.rows) if fix is not None else {}

@@ -172,11 +172,11 @@ def _without_aux(f: Callable[..., Any]) -> Callable[..., Any]:
 def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
                       call: tuple[tuple[Any, ...], dict[str, Any]], policy: str,
                       donated: tuple[bool, ...] | None = None,
-                      names: Sequence[str] = ()) -> Any:
+                      names: Sequence[str] = (), accelerator: Any = None) -> Any:
     """``fun`` traced again with every differentiated function under
     ``jax.checkpoint(policy=jax.checkpoint_policies.<policy>)`` (see
     :func:`policy_object`), and lowered (with the flat donation ``donated``, if
-    given)."""
+    given), for ``accelerator`` when given."""
     chosen = policy_object(policy, names)
 
     def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool
@@ -188,16 +188,22 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
         traced = _compat.with_donation(traced, donated)
-    return traced, traced.lower()
+    return traced, (traced.lower() if accelerator is None else accelerator.lower(traced))
 
 
 def measure(traced: Any, lowered: Any, policy: str,
-            compile_in: Callable[[Callable[[], Any]], Any]) -> RematVariant:
+            compile_in: Callable[[Callable[[], Any]], Any],
+            accelerator: Any = None) -> RematVariant:
     """Compile ``lowered`` (through ``compile_in``, which runs a thunk) and read
-    its peak (device memory) and FLOPs; the executable is dropped once read."""
+    its peak (device memory) and FLOPs; the executable is dropped once read.
+    ``accelerator``: ``lowered`` is for it (:func:`lower_with_policy`)."""
     try:
-        compiled = compile_in(lambda: _compat.compile_uncached(lowered))
-        memory = compiled_memory(traced, lowered, compiled)
+        if accelerator is not None:
+            built = compile_in(lambda: accelerator.compile(lowered))
+            compiled, memory = built.compiled, accelerator.memory(traced, lowered, built)
+        else:
+            compiled = compile_in(lambda: _compat.compile_uncached(lowered))
+            memory = compiled_memory(traced, lowered, compiled)
         return RematVariant(policy, memory.peak_bytes, _compat.flops(compiled),
                             host_bytes=memory.host.peak_bytes,
                             offloads=policy in OFFLOAD_POLICIES)
@@ -415,6 +421,8 @@ class Plan:
     options: dict[str, Any]
     call: tuple[tuple[Any, ...], dict[str, Any]]
     max_flops_increase: float = DEFAULT_MAX_FLOPS_INCREASE
+    #: compile the policies for this accelerator (``--target``), else here
+    accelerator: Any = None
 
 
 def analyse(plan: Plan, written: RematVariant, *, compile_in: Callable[[Callable[[], Any]], Any],
@@ -471,10 +479,10 @@ def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
              names: Sequence[str] = ()) -> RematVariant:
     try:
         traced, lowered = lower_with_policy(plan.fun, plan.options, plan.call, policy,
-                                            donated, names)
+                                            donated, names, plan.accelerator)
     except Exception as e:
         return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
-    return measure(traced, lowered, policy, compile_in)
+    return measure(traced, lowered, policy, compile_in, plan.accelerator)
 
 
 def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any, ...],
@@ -496,9 +504,16 @@ def measure_call(plan: Plan, facts: CompiledFacts, handles: CompiledHandles,
     while the program runs, as the donation variants do."""
     if not _compat.transposes(handles.traced.jaxpr):
         return None  # no grad or vjp: nothing to trace again for
-    written = RematVariant("as_written", facts.memory.peak_bytes,
-                           _compat.flops(handles.compiled),
+    plan = replace(plan, accelerator=host.accelerator)
+    compiled = handles.compiled
+    if plan.accelerator is not None:  # the policies' FLOPs are compared with the target's
+        try:
+            compiled = plan.accelerator.compile(plan.accelerator.lower(handles.traced)).compiled
+        except Exception as e:
+            return Remat(differentiations=(), error=f"{type(e).__name__}: {e}")
+    written = RematVariant("as_written", facts.memory.peak_bytes, _compat.flops(compiled),
                            host_bytes=facts.memory.host.peak_bytes)
+    del compiled
     fix = next((v for v in variants if v.name == "advised" and v.facts is not None
                 and not v.same_as_written), None)
     donation = (fix.setting, fix.facts.program.donated) if fix and fix.facts else None

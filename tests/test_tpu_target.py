@@ -1,0 +1,283 @@
+"""``--target tpu:TOPOLOGY``: the captured programs compiled with XLA:TPU (libtpu) on a
+machine without TPUs, checked against JAX's own direct compile for the topology.
+
+The direct compile is JAX's documented way: ``ShapeDtypeStruct``s sharded over the
+topology's devices (``jax.experimental.topologies``), ``jax.jit(...).trace(...)
+.lower(lowering_platforms=("tpu",)).compile().memory_analysis()``. memscope's own
+path carries a program traced on this machine's CPU over to those devices; both
+must give XLA:TPU's very figures.
+
+These tests need libtpu (``pip install "jax[tpu]==<jax>"``); CI installs it on the
+newest JAX series. Each CLI test runs memscope in a subprocess, as JAX must start
+with the target's device count.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from memscope.compiled import tpu
+from memscope.report import Memory, hbm_peak_rule
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None,
+    reason=f"libtpu is not installed ({tpu.libtpu_install_line()})")
+
+TOPOLOGIES = ["v5e:2x2", "v5p:2x2x1"]
+
+
+def _devices(topology: str) -> list:
+    # JAX's CPU backend has started in this process (8 devices): the topology
+    # API needs no backend of its own.
+    return tpu._topology(tpu.parse_target(f"tpu:{topology}"))
+
+
+def _step(w, x):
+    y = jnp.tanh(x @ w)
+    return w - 0.01 * (x.T @ y), y.sum()
+
+
+def _direct(topology: str, fun, shapes, specs, donate=()):
+    """JAX's own compile of ``fun`` for the topology: the ground truth."""
+    devices = _devices(topology)
+    mesh = Mesh(np.array(devices).reshape(len(devices)), ("d",))
+    args = [jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, spec))
+            for s, spec in zip(shapes, specs, strict=True)]
+    lowered = jax.jit(fun, donate_argnums=donate).trace(*args).lower(
+        lowering_platforms=("tpu",))
+    return lowered.compile(compiler_options={})
+
+
+def _ours(topology: str, fun, shapes, specs, donate=()):
+    """memscope's: the program traced here, on 4 of the CPU devices, retargeted."""
+    target = tpu.TpuTarget(tpu.parse_target(f"tpu:{topology}"),
+                           {d.id: d for d in _devices(topology)})
+    mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
+    args = [jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, spec))
+            for s, spec in zip(shapes, specs, strict=True)]
+    traced = jax.jit(fun, donate_argnums=donate).trace(*args)
+    return target.facts(traced, [a.sharding for a in args])
+
+
+CASES = {
+    "sharded batch": (_step, [(1024, 1024), (4096, 1024)], [P(), P("d")], ()),
+    "donated weight": (_step, [(1024, 1024), (4096, 1024)], [P(), P("d")], (0,)),
+    "temporaries": (lambda x: jnp.sort(jnp.exp(x) @ jnp.exp(x).T, axis=0).sum(0),
+                    [(4096, 512)], [P()], ()),
+}
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_figures_equal_a_direct_compile_for_the_topology(topology: str, case: str) -> None:
+    fun, shapes, specs, donate = CASES[case]
+    direct = _direct(topology, fun, shapes, specs, donate).memory_analysis()
+    facts = _ours(topology, fun, shapes, specs, donate)
+    m = facts.memory
+    assert (m.argument_bytes, m.output_bytes, m.alias_bytes, m.temp_bytes,
+            m.generated_code_bytes, m.xla_peak_bytes) == (
+        direct.argument_size_in_bytes, direct.output_size_in_bytes,
+        direct.alias_size_in_bytes, direct.temp_size_in_bytes,
+        direct.generated_code_size_in_bytes, direct.peak_memory_in_bytes)
+    assert facts.program.devices == 4
+    if donate:  # XLA:TPU's alias map says the weight's buffer takes the new weight
+        assert [(a.argument, a.output) for a in facts.program.hlo.aliases] == [(0, 0)]
+        assert m.alias_bytes == 1024 * 1024 * 4
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_the_peak_is_the_buffer_assignments_hbm_not_xlas_figure(topology: str) -> None:
+    """XLA:TPU's peak_memory_in_bytes counts on-chip scratch (VMEM) besides HBM;
+    the HBM a call holds is the buffer assignment's memory-space-0 allocations."""
+    fun, shapes, specs, donate = CASES["sharded batch"]
+    facts = _ours(topology, fun, shapes, specs, donate)
+    m, buffers = facts.memory, facts.buffers
+    assert buffers is not None and m.peak_rule == "hbm"
+    hbm = sum(a.size for a in buffers.allocations if a.color == 0)
+    on_chip = sum(a.size for a in buffers.allocations if a.color not in (0, 5))
+    assert m.peak_bytes == hbm
+    # The HBM holds the arguments and outputs (nothing aliased here) and XLA's
+    # temporary block; XLA's own figure is larger by the on-chip scratch.
+    assert hbm >= m.argument_bytes + m.output_bytes
+    assert on_chip > 0 and m.xla_peak_bytes is not None
+    held = m.argument_bytes + m.output_bytes - m.alias_bytes
+    assert facts.liveness is not None and facts.liveness.peak_bytes <= hbm
+    assert hbm < m.xla_peak_bytes <= held + on_chip
+    assert "on-chip scratch" in (m.peak_rule_text or "")
+
+
+def test_the_hbm_rule_without_a_buffer_assignment_is_the_sum() -> None:
+    memory = Memory(argument_bytes=100, output_bytes=50, alias_bytes=10, temp_bytes=7,
+                    xla_peak_bytes=400)
+    got = hbm_peak_rule(memory, None, None)
+    assert (got.peak_bytes, got.peak_rule) == (147, "sum")
+    got = hbm_peak_rule(memory, 160, 240)
+    assert (got.peak_bytes, got.peak_rule) == (160, "hbm")
+    assert "on-chip scratch (VMEM/CMEM, 240 B allocated)" in (got.peak_rule_text or "")
+
+
+def test_a_mesh_larger_than_the_target_is_named() -> None:
+    target = tpu.TpuTarget(tpu.parse_target("tpu:v5e:2x2"),
+                           {d.id: d for d in _devices("v5e:2x2")})
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+    with pytest.raises(tpu.TargetMismatch, match=r"mesh \(data=4, model=2\) spans 8 "
+                                                 r"devices; tpu:v5e:2x2 has 4"):
+        target.sharding(NamedSharding(mesh, P("data")))
+
+
+@pytest.mark.parametrize("text", ["tpu:v9:2x2", "gpu:h100", "tpu:v5p", "v5p:2x2x1"])
+def test_unknown_targets_list_the_known_forms(text: str) -> None:
+    with pytest.raises(tpu.TpuSetupError, match="tpu:v5p:2x2x1"):
+        tpu.parse_target(text)
+
+
+# --- the command, as a user runs it -------------------------------------------------
+
+PROGRAM = textwrap.dedent("""
+    import jax, jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((len(jax.devices()),), ("data",))
+
+    def loss(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    @jax.jit
+    def step(w, x):
+        return w - 0.01 * jax.grad(loss)(w, x)
+
+    w = jax.device_put(jnp.ones((1024, 1024)), NamedSharding(mesh, P()))
+    for _ in range(2):
+        x = jax.device_put(jnp.ones((4096, 1024)), NamedSharding(mesh, P("data")))
+        w = step(w, x)
+    print("devices", len(jax.devices()), float(w.sum()))
+""")
+
+
+def _memscope(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return subprocess.run([sys.executable, "-m", "memscope", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_run_reports_the_targets_figures_beside_the_hosts(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(PROGRAM)
+    done = _memscope("run", "--target", "tpu:v5p:2x2x1", "-o", "r.json", "train.py",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # The script ran on the CPU with the topology's 4 devices, and libtpu's
+    # warnings about TPU environment variables did not reach the terminal.
+    assert "devices 4 " in done.stdout
+    assert "TPU_" not in done.stderr and "TPU_" not in done.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["target"]["name"] == "tpu:v5p:2x2x1"
+    assert report["target"]["chip"] == "TPU v5"
+    (fn,) = report["functions"]
+    # Ground truth: JAX's own compile of the same step for the topology, its mesh
+    # made as the script makes its own (jax.make_mesh: explicit axes on JAX 0.10).
+    devices = _devices("v5p:2x2x1")
+    mesh = jax.make_mesh((4,), ("data",), devices=devices)
+
+    def loss(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    def step(w, x):
+        return w - 0.01 * jax.grad(loss)(w, x)
+
+    direct = jax.jit(step).trace(
+        jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(mesh, P())),
+        jax.ShapeDtypeStruct((4096, 1024), jnp.float32, sharding=NamedSharding(mesh, P("data"))),
+    ).lower(lowering_platforms=("tpu",)).compile(compiler_options={}).memory_analysis()
+    m = fn["memory"]
+    assert (m["argument_bytes"], m["output_bytes"], m["temp_bytes"], m["xla_peak_bytes"]) == (
+        direct.argument_size_in_bytes, direct.output_size_in_bytes,
+        direct.temp_size_in_bytes, direct.peak_memory_in_bytes)
+    assert m["peak_rule"] == "hbm"
+    # The figures of the program that ran here (XLA:CPU) are kept beside them.
+    here = fn["memory_here"]
+    assert here["peak_rule"] in ("xla", "sum") and here["argument_bytes"] == m["argument_bytes"]
+    assert "on tpu:v5p:2x2x1" in done.stdout and "here (cpu)" in done.stdout
+    # The advice was measured on the target too: its variant's figures are XLA:TPU's.
+    advised = next(v for v in fn["variants"] if v["name"] == "advised")
+    assert advised["memory"]["peak_rule"] == "hbm"
+
+
+def test_a_mesh_that_does_not_map_is_said_per_function(tmp_path: Path) -> None:
+    """A script that sets its own device count (as many examples do) builds a mesh
+    the target cannot hold: the function says which mesh and sizes, the run goes on."""
+    script = tmp_path / "eight.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+        import jax, jax.numpy as jnp
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        mesh = jax.make_mesh((8,), ("data",))
+        x = jax.device_put(jnp.ones((16, 4)), NamedSharding(mesh, P("data")))
+        print("sum", float(jax.jit(lambda a: a * 2)(x).sum()))
+    """))
+    done = _memscope("run", "--target", "tpu:v5e:2x2", "-o", "r.json", "eight.py",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "sum 128.0" in done.stdout
+    (fn,) = json.loads((tmp_path / "r.json").read_text())["functions"]
+    assert fn["memory"] is None and fn["memory_here"] is not None
+    assert ("could not compile it for tpu:v5e:2x2: TargetMismatch: the program's mesh "
+            "(data=8) spans 8 devices; tpu:v5e:2x2 has 4") in fn["error"]
+
+
+def test_bad_targets_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    done = _memscope("run", "--target", "tpu:v9:2x2", "t.py", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "ran" not in done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    assert "tpu:GENERATION:TOPOLOGY" in line and "tpu:v5e:2x4" in line
+
+
+def test_fit_for_the_target_is_confirmed_by_direct_compiles(tmp_path: Path) -> None:
+    """The batch ``fit --target`` gives fits the chip's HBM and one step more does
+    not, by JAX's own compiles for the topology (the budget here is --memory)."""
+    script = tmp_path / "train.py"
+    script.write_text(PROGRAM)
+    done = _memscope("fit", "--target", "tpu:v5e:2x2", "--memory", "64MiB",
+                     "--format", "json", "train.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    largest, step = found["largest"], found["step"]
+    budget = found["budget_bytes"]
+    devices = _devices("v5e:2x2")
+    mesh = jax.make_mesh((4,), ("data",), devices=devices)
+
+    def loss(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    def step_fn(w, x):
+        return w - 0.01 * jax.grad(loss)(w, x)
+
+    target = tpu.TpuTarget(tpu.parse_target("tpu:v5e:2x2"), {d.id: d for d in devices})
+
+    def peak(batch: int) -> int:
+        """JAX's own compile for the topology, its peak by the HBM rule."""
+        traced = jax.jit(step_fn).trace(
+            jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(mesh, P())),
+            jax.ShapeDtypeStruct((batch, 1024), jnp.float32,
+                                 sharding=NamedSharding(mesh, P("data"))))
+        lowered = traced.lower(lowering_platforms=("tpu",))
+        return target.read(traced, lowered, target.compile(lowered)).memory.peak_bytes
+
+    assert peak(largest) <= budget < peak(largest + step)

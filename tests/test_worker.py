@@ -106,9 +106,9 @@ def test_variants_lower_under_the_settings_the_call_ran_with(monkeypatch):
     seen = []
     real = capture_module.lower_variant
 
-    def recording(traced, mask):
+    def recording(traced, mask, accelerator=None):
         seen.append((threading.current_thread().name, jax.config.jax_enable_x64))
-        return real(traced, mask)
+        return real(traced, mask, accelerator)
 
     monkeypatch.setattr(capture_module, "lower_variant", recording)
 

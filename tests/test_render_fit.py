@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from memscope.render.fit import render_fit_text
@@ -18,6 +19,7 @@ from memscope.report import (
     Report,
     XlaBuffer,
 )
+from memscope.report.units import format_bytes_apart
 
 FORECAST = Forecast(
     function="step", source="train.py:10", argument="batch", axis=0, batch=8, step=1,
@@ -34,20 +36,40 @@ def test_fit_text_answers_first():
     render_fit_text(FORECAST, out)
     assert out.getvalue().splitlines() == [
         "memscope fit: step (train.py:10)",
-        "Largest batch that fits 1.0 GiB: 102 (compiled: 102 -> 1023.0 MiB, 103 -> 1.0 GiB)",
+        "Largest batch that fits 1.0 GiB: 102 (compiled: 102 -> 1023.000 MiB, 103 -> "
+        "1.001 GiB; budget 1.000 GiB)",
         'With the advised donation (donate_argnames=("params",)): n/a',
         "batch axis: batch, axis 0 (inferred); now 8, step 1",
         "peak = 20.0 MiB fixed + 10.0 MiB per example (linear at every size compiled)",
         "",
         "     batch          peak  fits       advised  fits",
-        "         8     100.0 MiB   yes      90.0 MiB   yes",
-        "        16     180.0 MiB   yes           n/a   n/a",
-        "       102    1023.0 MiB   yes           n/a   n/a",
-        "       103       1.0 GiB    no           n/a   n/a",
+        "         8   100.000 MiB   yes    90.000 MiB   yes",
+        "        16   180.000 MiB   yes           n/a   n/a",
+        "       102  1023.000 MiB   yes           n/a   n/a",
+        "       103     1.001 GiB    no           n/a   n/a",
         "",
         "3 compiles in 1.2 s; nothing ran on the device. peak: memscope's rule (XLA's peak "
         "where it gives one, at least argument + output - alias + temp)",
     ]
+
+
+def test_fit_text_tells_the_boundary_apart():
+    """The sizes either side of the boundary never read alike (the issue's 1774 ->
+    64.0 MiB, 1775 -> 64.0 MiB): as many decimals as it takes, else whole bytes."""
+    budget = 64 << 20
+    forecast = dataclasses.replace(
+        FORECAST, budget_bytes=budget, memory_bytes=budget, largest=1774,
+        rows=(FitRow(1774, budget - 600), FitRow(1775, budget + 36_000)))
+    out = io.StringIO()
+    render_fit_text(forecast, out)
+    head = out.getvalue().splitlines()[1]
+    assert head == ("Largest batch that fits 64.0 MiB: 1774 (compiled: 1774 -> 63.999 MiB, "
+                    "1775 -> 64.034 MiB; budget 64.000 MiB)")
+    # 100 B under the budget reads 64.000 MiB at 3 decimals: whole bytes then.
+    assert format_bytes_apart([budget - 100, budget]) == ["67,108,764 B", "67,108,864 B"]
+    apart = format_bytes_apart([budget, budget + 36_000, None, 1000])
+    assert apart == ["64.00 MiB", "64.03 MiB", "n/a", "1000 B"]
+    assert format_bytes_apart([3 << 20, 5 << 20]) == ["3.0 MiB", "5.0 MiB"]
 
 
 def test_post_mortem_lines_say_what_failed_and_what_would_fit():

@@ -30,16 +30,13 @@ from memscope.report import (
 )
 from memscope.report.leaves import (
     argument_signatures,
-    bounded,
-    bounded_leaves,
     common_prefix,
     differences,
     leaf_groups,
-    path_matches,
-    path_steps,
     reason_groups,
     static_arguments,
 )
+from memscope.report.paths import bounded, bounded_leaves, path_matches, path_steps
 from memscope.report.summary import summarize
 from tests.test_cli_errors import invoke
 

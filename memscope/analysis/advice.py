@@ -21,6 +21,7 @@ from typing import Literal, get_args
 from memscope.compiled.program import Leaf, Program
 from memscope.errors import MemscopeError
 from memscope.report import InputBuffer, OutputBuffer, is_host_kind
+from memscope.report.paths import bounded, bounded_leaves
 from memscope.report.units import format_bytes
 
 CAVEAT = ("Donate only arguments the program does not read after the call: a donated "
@@ -284,21 +285,21 @@ def _unusable_reason(b: InputBuffer, i: int, pairing: _Pairing,
                 f"the input's sharding (out_shardings), or stop donating {b.path}.")
     if same:
         takers = {j: k for k, j in pairing.same_aval.items()}
-        taken = ", ".join(f"{outputs[j].path} <- {inputs[takers[j]].path}"
-                          for j in same if j in takers)
+        taken = bounded([f"{outputs[j].path} <- {inputs[takers[j]].path}"
+                         for j in same if j in takers])
         return (f"Every output of {_aval_text(b)} is already written into an earlier "
                 f"donated argument ({taken}). Return an updated {b.path} too, or donate "
                 f"only as many {_aval_text(b)} arguments as the function returns.")
     size = math.prod(_local_shape(b))
     same_size = [o.path for o in outputs if math.prod(_local_shape(o)) == size]
     if same_size and not same_size_donors:
-        return (f"No output is {_aval_text(b)}. {', '.join(same_size)} "
+        return (f"No output is {_aval_text(b)}. {bounded_leaves(same_size)} "
                 f"{'has' if len(same_size) == 1 else 'have'} its {size} elements, but this "
                 "JAX (before 0.8) pairs donations only by shape and dtype. Stop donating "
                 f"{b.path}, or return its updated value.")
     if same_size:
         return (f"No output is {_aval_text(b)}, and the outputs with its {size} elements "
-                f"({', '.join(same_size)}) are taken by other donated arguments. Stop "
+                f"({bounded_leaves(same_size)}) are taken by other donated arguments. Stop "
                 f"donating {b.path}, or return its updated value.")
     return (f"No output is {_aval_text(b)} or has its {size} elements, so its buffer "
             f"cannot be reused. Stop donating {b.path} (the function does not return a "

@@ -14,7 +14,8 @@ from memscope.check.judge import judge
 from memscope.check.pairing import pair_functions, signature_changes
 from memscope.check.records import Tolerances
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
-from memscope.report.leaves import argument_of, bounded_leaves, parenthesized, short_signature
+from memscope.report.leaves import parenthesized, short_signature
+from memscope.report.paths import argument_of, bounded_leaves
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
 

@@ -42,13 +42,8 @@ from memscope.check.records import (
     Tolerances,
 )
 from memscope.report import Environment, FunctionReport, InputBuffer, Report, run_text
-from memscope.report.leaves import (
-    MAX_LISTED,
-    bounded,
-    bounded_leaves,
-    parenthesized,
-    short_signature,
-)
+from memscope.report.leaves import parenthesized, short_signature
+from memscope.report.paths import MAX_LISTED, bounded, bounded_leaves
 from memscope.report.summary import growth_text, recompile_text
 from memscope.report.units import format_bytes, format_change
 

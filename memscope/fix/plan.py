@@ -190,7 +190,8 @@ def plan(report: Report, functions: Iterable[str] | None = None) -> Plan:
 
 def _chosen(report: Report, functions: Iterable[str] | None) -> list[FunctionReport]:
     with_advice = [f for f in report.functions
-                   if f.advice is not None and f.advice.add and f.library is None]
+                   if f.advice is not None and (f.advice.add or f.advice.drop)
+                   and f.advice.worthwhile and f.library is None]
     if functions is None:
         return with_advice
     names = set(functions)

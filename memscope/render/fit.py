@@ -11,7 +11,7 @@ from typing import IO
 
 from memscope.render.text import visible
 from memscope.report import Forecast
-from memscope.report.units import format_bytes
+from memscope.report.units import format_bytes, format_bytes_apart
 
 #: The schema of ``memscope fit --format json``.
 FIT_SCHEMA = "memscope.fit/1"
@@ -27,9 +27,12 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
                    f"{visible(f.held_note or 'held outside the function arguments')})")
     if f.largest is not None:
         peaks = {r.batch: r.peak_bytes for r in f.rows}
+        # Enough digits that the two sides of the boundary and the budget read apart.
+        below, above, limit = format_bytes_apart(
+            [peaks.get(f.largest), peaks.get(f.largest + f.step), f.budget_bytes])
         lines.append(f"Largest batch that fits {budget}: {f.largest} (compiled: "
-                     f"{f.largest} -> {format_bytes(peaks.get(f.largest))}, "
-                     f"{f.largest + f.step} -> {format_bytes(peaks.get(f.largest + f.step))})")
+                     f"{f.largest} -> {below}, {f.largest + f.step} -> {above}; "
+                     f"budget {limit})")
     else:
         lines.append(f"Largest batch that fits {budget}: none"
                      + (f" ({visible(f.note)})" if f.note else ""))
@@ -47,10 +50,14 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
     header = (f"{'batch':>10}  {'peak':>12}  fits"
               + (f"  {'advised':>12}  fits" if advised else ""))
     lines += ["", header]
-    for r in f.rows:
-        lines.append(f"{r.batch:>10}  {format_bytes(r.peak_bytes):>12}  "
+    # One precision for the whole table: rows close to the budget read apart.
+    texts = format_bytes_apart([f.budget_bytes, *(r.peak_bytes for r in f.rows),
+                                *(r.advised_peak_bytes for r in f.rows)])[1:]
+    peak_texts, advised_texts = texts[:len(f.rows)], texts[len(f.rows):]
+    for r, peak, advised_peak in zip(f.rows, peak_texts, advised_texts, strict=True):
+        lines.append(f"{r.batch:>10}  {peak:>12}  "
                      f"{_fits(r.peak_bytes, f.budget_bytes):>4}"
-                     + (f"  {format_bytes(r.advised_peak_bytes):>12}  "
+                     + (f"  {advised_peak:>12}  "
                         f"{_fits(r.advised_peak_bytes, f.budget_bytes):>4}" if advised else ""))
     lines += ["", f"{f.compiles} compiles in {f.seconds:.1f} s; nothing ran on the device. "
               "peak: memscope's rule (XLA's peak where it gives one, at least argument + "

@@ -38,12 +38,12 @@ from memscope.report import (
 )
 from memscope.report.leaves import (
     LeafGroup,
-    bounded_leaves,
     fate_label,
     leaf_reason,
     observed_label,
     select_leaves,
 )
+from memscope.report.paths import bounded_leaves
 from memscope.report.summary import (
     FIGURES_SHOWN,
     Finding,
@@ -243,13 +243,17 @@ def _figures_table(summary: ReportSummary, out: Lines) -> Table:
 
 #: Rows of the device-memory timeline shown; the JSON report has every sample.
 TIMELINE_ROWS = 12
+#: Backends that never keep device memory statistics (``memory_stats()`` is
+#: None): the report says nothing of the figures they never have (docs/cli.md).
+NO_MEMORY_STATISTICS = ("cpu",)
 
 
 def _runtime(report: Report) -> list[str]:
     rt = report.runtime
     assert rt is not None
     lines = []
-    if rt.device_memory is None and rt.run_memory is None:
+    if (rt.device_memory is None and rt.run_memory is None
+            and report.environment.backend not in NO_MEMORY_STATISTICS):
         lines.append(f"Device memory over the run: unavailable "
                      f"({visible(rt.device_memory_note or 'n/a')}).")
     elif rt.device_memory:
@@ -266,7 +270,12 @@ def _runtime(report: Report) -> list[str]:
     # The run's high-water mark, first in the report, says what the samples found.
     if timeline is not None and timeline.samples and rt.run_memory is None:
         shown = timeline.samples[::max(1, -(-len(timeline.samples) // TIMELINE_ROWS))]
-        points = ", ".join(f"{s.count:,} at call {s.call}" for s in shown)
+        if timeline.samples[-1] not in shown:
+            shown = (*shown, timeline.samples[-1])
+        # The last sample is taken at the end, after the last call (its number).
+        points = ", ".join(dict.fromkeys(
+            f"{s.count:,} at the end" if s.function == "(end)" else
+            f"{s.count:,} before call {s.call}" for s in shown))
         lines.append(f"Live arrays over the run ({len(timeline.samples)} samples, "
                      f"{timeline.sample_seconds * 1000:.3g} ms of sampling): {points}")
     live = rt.live_arrays

@@ -180,7 +180,7 @@ def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,
     candidates or when the advisor was off."""
     candidates = [b for b in inputs if b.candidate]
     fix = next((v for v in variants if v.name == "advised"), None)
-    if not candidates or fix is None:
+    if fix is None or not (candidates or fix.dropped):
         return None
     if fix.facts is not None:
         # Only what the setting donates: the advisor may have left an argument out.
@@ -192,7 +192,8 @@ def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,
                   candidate_bytes=sum(b.bytes for b in candidates),
                   peak_before=memory.peak_bytes if memory else None,
                   peak_after=fix.facts.memory.peak_bytes if fix.facts else None,
-                  caveat=f"{fix.note} {advice.CAVEAT}" if fix.note else advice.CAVEAT)
+                  caveat=f"{fix.note} {advice.CAVEAT}" if fix.note else advice.CAVEAT,
+                  drop=fix.dropped)
 
 
 def environment() -> Environment:

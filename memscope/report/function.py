@@ -119,6 +119,11 @@ class Variant:
     live_at_peak: LiveAtPeak | None = None
 
 
+#: The smallest peak saving, as a fraction of the peak, that a donation advice
+#: is shown for; below it the candidates are a note (``Advice.worthwhile``).
+MEANINGFUL_SAVING = 0.01
+
+
 @dataclass(frozen=True)
 class Advice:
     """What to donate, in the user's own terms, and what it was measured to save.
@@ -134,6 +139,20 @@ class Advice:
     peak_before: int | None
     peak_after: int | None
     caveat: str
+    #: the arguments the function donates that no output can take (left out)
+    drop: tuple[str, ...] = ()
+
+    @property
+    def worthwhile(self) -> bool:
+        """Whether the advice is worth acting on: it leaves out a donation that
+        does nothing, or it was measured to lower the peak by at least
+        :data:`MEANINGFUL_SAVING` of it (or could not be measured)."""
+        if self.drop:
+            return True
+        if self.peak_before is None or self.peak_after is None:
+            return True
+        saved = self.peak_before - self.peak_after
+        return saved > 0 and saved >= MEANINGFUL_SAVING * self.peak_before
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,10 @@
-"""Leaves the way users think of them: paths, bounded lists ("and N more"), groups by argument and subtree, reasons merged with a count, and each argument's abbreviated signature. Pure, no JAX."""
+"""Leaves the way users think of them (their paths and bounded lists: :mod:`memscope.report.paths`): groups by argument and subtree, reasons merged with a count, and each argument's abbreviated signature. Pure, no JAX."""
 
 from __future__ import annotations
 
-import functools
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 
 from memscope.analysis.advice import candidates
 from memscope.report import (
@@ -15,10 +12,14 @@ from memscope.report import (
     InputBuffer,
     OutputBuffer,
 )
+from memscope.report.paths import (
+    argument_of,
+    bounded,
+    path_matches,
+    path_steps,
+)
 from memscope.report.units import format_bytes
 
-#: How many leaves a bounded list names before "and N more".
-MAX_LISTED = 5
 #: An argument or subtree with more leaves than this is shown by its parts.
 SUBTREE_MIN = 8
 #: How many subtrees of one argument get a line of their own.
@@ -74,69 +75,6 @@ class ArgumentSignature:
     text: str
     #: a static argument (``lr=0.1``), part of the signature by value
     static: bool = False
-
-
-# --- paths ---------------------------------------------------------------------------
-
-_STEP = re.compile(r"""\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\]]*)\]|\.[^.\[]+""")
-
-
-@functools.lru_cache(maxsize=1 << 16)  # every grouping reads each path's steps again
-def path_steps(path: str) -> tuple[str, ...]:
-    """``opt_state[0].mu['w']`` -> ``("opt_state", "[0]", ".mu", "['w']")``."""
-    head = re.match(r"[^.\[]*", path)
-    first = head.group(0) if head else ""
-    steps, pos = [first], len(first)
-    while pos < len(path):
-        m = _STEP.match(path, pos)
-        if m is None:  # not a pytree path we can read: keep the rest whole
-            steps.append(path[pos:])
-            break
-        steps.append(m.group(0))
-        pos = m.end()
-    return tuple(steps)
-
-
-def argument_of(path: str) -> str:
-    """The top-level argument (or result) a leaf belongs to: ``opt_state``."""
-    return path_steps(path)[0]
-
-
-def path_matches(path: str, pattern: str) -> bool:
-    """Whether a leaf ``path`` is under ``pattern`` or matches it as a glob
-    (``*`` any text, ``?`` one character; brackets are literal)."""
-    if path == pattern or (path.startswith(pattern) and path[len(pattern):][:1] in ("[", ".")):
-        return True
-    if not any(ch in pattern for ch in "*?"):
-        return False
-    escaped = pattern.replace("[", "[[]")
-    return fnmatchcase(path, escaped) or fnmatchcase(path, escaped + "*")
-
-
-# --- bounded lists -------------------------------------------------------------------
-
-
-def bounded(items: Sequence[str], limit: int = MAX_LISTED) -> str:
-    """``a, b, c and 12 more``: at most ``limit`` items named."""
-    if len(items) <= limit:
-        return ", ".join(items)
-    return f"{', '.join(items[:limit])} and {len(items) - limit} more"
-
-
-def bounded_leaves(paths: Sequence[str], limit: int = MAX_LISTED) -> str:
-    """A few leaves by name, counted by argument (when more than one) when there are
-    more than ``limit``: ``134 in params, 269 in opt_state; e.g. params['embed'], ...
-    and 400 more``.
-    """
-    if len(paths) <= limit:
-        return ", ".join(paths)
-    by_arg: dict[str, int] = defaultdict(int)
-    for p in paths:
-        by_arg[argument_of(p)] += 1
-    named = bounded(list(paths), min(limit, 3))
-    if len(by_arg) == 1:
-        return named
-    return f"{bounded([f'{n} in {arg}' for arg, n in by_arg.items()], limit)}; e.g. {named}"
 
 
 # --- groups --------------------------------------------------------------------------

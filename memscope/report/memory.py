@@ -110,8 +110,9 @@ def peak_rule(argument: int | None, output: int | None, alias: int | None,
     else:
         why = ("counts the temporaries live at once in its heap simulation; the whole "
                "temporary allocation is held for the call")
-    return parts, "sum", (f"peak = argument + output - alias + temp; XLA's own peak "
-                          f"({format_bytes(xla_peak)}) {why}")
+    # No figure of this function's in the text: one line says it for every
+    # function it applies to (XLA's own figure is each one's xla_peak_bytes).
+    return parts, "sum", f"peak = argument + output - alias + temp; XLA's own peak {why}"
 
 
 def host_figures(host: HostMemory, source: Literal["xla", "shardings"]) -> HostMemory:

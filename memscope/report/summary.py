@@ -31,19 +31,20 @@ from memscope.report import (
     Variant,
     remat_text,
 )
+from memscope.report.function import MEANINGFUL_SAVING
 from memscope.report.leaves import (
     ArgumentSignature,
     Buffer,
     LeafGroup,
     ReasonGroup,
     argument_signatures,
-    bounded_leaves,
     differences,
     leaf_groups,
     reason_groups,
     short_signature,
     signature_text,
 )
+from memscope.report.paths import argument_of, bounded_leaves
 from memscope.report.units import format_bytes, format_change
 
 #: A function with at most this many leaves (inputs and outputs) is shown leaf by leaf.
@@ -105,6 +106,9 @@ class AdviceSummary:
     peak_before: int | None
     peak_after: int | None
     caveat: str
+    drop: tuple[str, ...] = ()
+    #: the donation's own leaves no output can take (bounded), with ``drop``
+    idle_leaves: str = ""
 
     @property
     def change(self) -> int | None:
@@ -114,18 +118,29 @@ class AdviceSummary:
 
     @property
     def headline(self) -> str:
-        """``jit step with donate_argnames=("state",) (adds state)``."""
-        return f"jit {self.function} with {self.setting} (adds {', '.join(self.add)})"
+        """``jit step with donate_argnames=("state",) (adds state; drops batch)``."""
+        parts = ([f"adds {', '.join(self.add)}"] if self.add else []) + (
+            [f"drops {', '.join(self.drop)}"] if self.drop else [])
+        return f"jit {self.function} with {self.setting} ({'; '.join(parts)})"
 
     @property
     def saving(self) -> str:
         """``3 candidate leaves, 12.0 KiB; peak 40.0 KiB -> 28.0 KiB (-12.0 KiB, measured)``."""
         peak = f"peak {format_bytes(self.peak_before)} -> {format_bytes(self.peak_after)}"
-        if self.change is not None:
+        if self.change == 0:
+            peak = f"peak unchanged, {format_bytes(self.peak_before)} (measured)"
+        elif self.change is not None:
             peak += f" ({format_change(self.change)}, measured)"
+        dropped = ""
+        if self.drop:
+            it = "it" if "," not in self.idle_leaves else "them"
+            dropped = (f"no output can take {self.idle_leaves}, so donating {it} only "
+                       f"deletes {it} for the caller and makes JAX warn")
+        if not self.candidates:
+            return f"{dropped}; {peak}"
         noun = "leaf" if self.candidates == 1 else "leaves"
-        return (f"{self.candidates} candidate {noun}, {format_bytes(self.candidate_bytes)}; "
-                f"{peak}")
+        head = f"{self.candidates} candidate {noun}, {format_bytes(self.candidate_bytes)}"
+        return f"{head}; {dropped}; {peak}" if dropped else f"{head}; {peak}"
 
 
 #: The figures shown side by side, by report field.
@@ -233,7 +248,14 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
         out.append(_leaf_finding("warning", copies, "returned as copies of non-donated "
                                  "inputs: each a whole extra buffer"))
     chosen = [b for b in fn.inputs if b.candidate]
-    if chosen:
+    if chosen and fn.advice is not None and not fn.advice.worthwhile:
+        a = fn.advice
+        saved = format_bytes((a.peak_before or 0) - (a.peak_after or 0))
+        out.append(_leaf_finding(
+            "info", chosen, f"not donated; an output could reuse the buffer, but donating "
+            f"was measured to save {saved} of the {format_bytes(a.peak_before)} peak (under "
+            f"{MEANINGFUL_SAVING:.0%}): not advised"))
+    elif chosen:
         out.append(_leaf_finding("warning", chosen, "not donated, but an output of the same "
                                  "shape and dtype could reuse the buffer (candidates)"))
     if signatures > 1:
@@ -261,8 +283,13 @@ def advice_summary(fn: FunctionReport) -> AdviceSummary | None:
     a = fn.advice
     if a is None:
         return None
+    if not a.worthwhile:
+        return None  # a note among the findings says what it would save
+    unusable = [b.path for b in fn.inputs if b.fate == "unusable"]
+    idle = [p for p in unusable if argument_of(p) in a.drop] or unusable
     return AdviceSummary(fn.name, a.setting, a.add, sum(b.candidate for b in fn.inputs),
-                         a.candidate_bytes, a.peak_before, a.peak_after, a.caveat)
+                         a.candidate_bytes, a.peak_before, a.peak_after, a.caveat, a.drop,
+                         bounded_leaves(idle))
 
 
 def _terms(fn: FunctionReport, groups: Iterable[LeafGroup]) -> tuple[tuple[str, str], ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from memscope.errors import MemscopeError
 
@@ -30,6 +31,25 @@ _PERCENT = re.compile(rf"{_NUMBER}\s*%")
 
 def format_bytes(n: int | None) -> str:
     """``1536`` -> ``1.5 KiB``; ``None`` (not measured) -> ``n/a``; never a fake 0."""
+    return _with_decimals(n, 1)
+
+
+def format_bytes_apart(values: Sequence[int | None]) -> list[str]:
+    """Each of ``values`` as :func:`format_bytes` would write it, with as many
+    decimals (up to 3) as it takes for different values to read differently;
+    in whole bytes (``67,108,480 B``) where even 3 do not tell them apart."""
+    known = [v for v in values if v is not None]
+    if not known or max(abs(v) for v in known) < 1024:
+        return [format_bytes(v) for v in values]
+    distinct = len(set(known))
+    for decimals in (1, 2, 3):
+        texts = [_with_decimals(v, decimals) for v in values]
+        if len({t for t, v in zip(texts, values, strict=True) if v is not None}) == distinct:
+            return texts
+    return ["n/a" if v is None else f"{v:,} B" for v in values]
+
+
+def _with_decimals(n: int | None, decimals: int) -> str:
     if n is None:
         return "n/a"
     if abs(n) < 1024:
@@ -38,7 +58,7 @@ def format_bytes(n: int | None) -> str:
     for unit in _IEC:
         value /= 1024
         if abs(value) < 1024 or unit == _IEC[-1]:
-            return f"{value:.1f} {unit}"
+            return f"{value:.{decimals}f} {unit}"
     raise AssertionError("unreachable")
 
 

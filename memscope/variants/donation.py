@@ -189,10 +189,22 @@ def donate_all(arguments: Sequence[Argument]) -> Donation:
 
 
 def advised(arguments: Sequence[Argument], written: Donation,
-            candidate_leaves: Collection[int]) -> Donation:
-    """The written donation plus every argument holding a candidate leaf."""
+            candidate_leaves: Collection[int], drop: Collection[int] = ()) -> Donation:
+    """The written donation less the arguments in ``drop``, plus every argument
+    holding a candidate leaf."""
     extra = {i for i, a in enumerate(arguments) if set(a.leaves) & set(candidate_leaves)}
-    return Donation(written.arguments | frozenset(extra))
+    return Donation((written.arguments - frozenset(drop)) | frozenset(extra))
+
+
+def idle(arguments: Sequence[Argument], donation: Donation, taken: Sequence[bool],
+         unusable: Sequence[bool]) -> frozenset[int]:
+    """The donated arguments no output takes anything of: none of their leaves
+    is ``taken`` (written into by an output) and at least one is ``unusable``.
+    Donating them saves nothing; leaving them out keeps them for the caller."""
+    return frozenset(i for i in donation.arguments
+                     if arguments[i].leaves
+                     and not any(taken[leaf] for leaf in arguments[i].leaves)
+                     and any(unusable[leaf] for leaf in arguments[i].leaves))
 
 
 @dataclass(frozen=True)

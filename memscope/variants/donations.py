@@ -11,7 +11,7 @@ program's path.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -22,7 +22,8 @@ from memscope.analysis.advice import AdviceLevel
 from memscope.analysis.fates import classify
 from memscope.compiled.read import CompiledFacts
 from memscope.errors import MemscopeError
-from memscope.report import VariantName
+from memscope.report import InputBuffer, VariantName
+from memscope.report.paths import bounded_leaves
 from memscope.variants.compile import LoweredVariant, compile_variants, lower_variant
 from memscope.variants.donation import (
     Argument,
@@ -33,6 +34,7 @@ from memscope.variants.donation import (
     as_written,
     donate_all,
     donate_none,
+    idle,
     resolve_spec,
     wider_note,
 )
@@ -61,6 +63,8 @@ class VariantFacts:
     error: str | None = None
     #: labels of the arguments this variant donates that the function does not
     added: tuple[str, ...] = ()
+    #: labels of the arguments the function donates that this variant does not
+    dropped: tuple[str, ...] = ()
     #: what the setting does beyond the donation asked for (a wrapper's limits)
     note: str | None = None
     #: the variant planned before this one with the same donation (one compile)
@@ -222,9 +226,11 @@ def _plan(call: Call, facts: CompiledFacts, host: Host
         inputs, outputs = classify(facts.program, call.warnings)
         chosen = {i: o for i, o in advice.candidates(inputs, outputs).items()
                   if not any(i in arguments[a].leaves for a in with_refs)}
-        if chosen:  # no candidate: the advice is known without a compile
-            written = as_written(arguments, facts.program.donated)
-            wanted = advised(arguments, written, chosen)
+        written = as_written(arguments, facts.program.donated)
+        # The user's own donations no output can take: the advice leaves them out.
+        drop = idle(arguments, written, *_taken_unusable(inputs)) - with_refs
+        if chosen or drop:  # neither: the advice is known without a compile
+            wanted = advised(arguments, written, chosen, drop)
             fix = _without_ref_collisions(wanted.closest(arguments, call.style), written,
                                           arguments, facts)
             if fix.arguments != written.arguments:
@@ -260,13 +266,16 @@ def _consistent_advice(call: Call, facts: CompiledFacts, variants: list[VariantF
     mask = fixed.facts.program.donated
     donated = Donation(frozenset(i for i, a in enumerate(arguments)
                                  if any(mask[leaf] for leaf in a.leaves)))
-    bad = sorted(i for i in donated.arguments - written.arguments
-                 if any(inputs[leaf].fate == "unusable" for leaf in arguments[i].leaves))
+    # What the advice adds must all be usable; what the user wrote must be of use.
+    bad = sorted({i for i in donated.arguments - written.arguments
+                  if any(inputs[leaf].fate == "unusable" for leaf in arguments[i].leaves)}
+                 | idle(arguments, Donation(donated.arguments & written.arguments),
+                        *_taken_unusable(inputs)))
     if not bad:
         return variants
     unusable = [inputs[leaf].path for i in bad for leaf in arguments[i].leaves
                 if inputs[leaf].fate == "unusable"]
-    leaves, labels = ", ".join(unusable), ", ".join(arguments[i].label for i in bad)
+    leaves, labels = bounded_leaves(unusable), ", ".join(arguments[i].label for i in bad)
     one = len(unusable) == 1
     rest = Donation(donated.arguments - frozenset(bad))
     refix = rest.closest(arguments, style)
@@ -297,10 +306,17 @@ def _describe(call: Call, facts: CompiledFacts, name: VariantName,
     written = as_written(call.arguments, facts.program.donated)
     added = tuple(call.arguments[i].label
                   for i in sorted(donation.arguments - written.arguments))
+    dropped = tuple(call.arguments[i].label
+                    for i in sorted(written.arguments - donation.arguments))
     if mask == facts.program.donated:
         return VariantFacts(name, setting, facts, call.warnings, same_as_written=True,
-                            added=added), mask
-    return VariantFacts(name, setting, None, added=added), mask
+                            added=added, dropped=dropped), mask
+    return VariantFacts(name, setting, None, added=added, dropped=dropped), mask
+
+
+def _taken_unusable(inputs: Sequence[InputBuffer]) -> tuple[list[bool], list[bool]]:
+    """Per input leaf: whether an output is written into it, whether it is unusable."""
+    return ([b.output is not None for b in inputs], [b.fate == "unusable" for b in inputs])
 
 
 def _lower_variant(ready: VariantFacts, mask: tuple[bool, ...], traced: Any,

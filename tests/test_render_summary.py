@@ -107,9 +107,10 @@ def model_report(*functions: FunctionReport, argv: tuple[str, ...] = ("--steps",
         functions=functions or (model_step(),))
 
 
-def render(report: Report, width: int = 80, leaves: LeafFilter | None = None) -> list[str]:
+def render(report: Report, width: int = 80, leaves: LeafFilter | None = None,
+           detail: bool = False) -> list[str]:
     out = io.StringIO()
-    render_report(report, out, width=width, plain=True, leaves=leaves)
+    render_report(report, out, width=width, plain=True, leaves=leaves, detail=detail)
     return [line.rstrip() for line in out.getvalue().splitlines()]
 
 
@@ -289,13 +290,74 @@ Donation variants (each compiled and measured)
     new: a fresh buffer
     candidate: not donated, yet an output of its shape and dtype could reuse it
 
-Every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o FILE.json
+every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o FILE.json
 """
 
 
 def test_terminal_at_80_columns_answers_first_and_groups_leaves():
-    lines = render(model_report())
+    lines = render(model_report(), detail=True)
     assert "\n".join(lines) + "\n" == EXPECTED_80
+
+
+EXPECTED_DEFAULT = """\
+memscope report
+target: train.py --steps 3
+run:    completed (exit code 0)
+jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
+
+train_step (train.py:40): peak 90.0 KiB per device
+  warning: 27 leaves, 20.8 KiB, not donated, but an output of the same shape and
+      dtype could reuse the buffer (candidates): opt_state[0].count,
+      opt_state[0].mu['embed'], opt_state[0].mu['layers'][0]['b'] and 24 more
+  Advice: jit train_step with donate_argnames=("params", "opt_state") (adds
+    opt_state): 27 candidate leaves, 20.8 KiB; peak 90.0 KiB -> 60.0 KiB
+    (-30.0 KiB, measured).
+
+Compiled functions (bytes per device)
++-------------------------------------------------------------------+
+| function   | argument |   output |    alias |     temp |     peak |
+|------------+----------+----------+----------+----------+----------|
+| train_step | 60.0 KiB | 60.0 KiB | 20.0 KiB | 10.0 KiB | 90.0 KiB |
++-------------------------------------------------------------------+
+
+train_step  train.py:40  12 calls
+  signature: params: 13 arrays, 10.4 KiB; opt_state: 27 arrays, 20.8 KiB; batch:
+    {x: float32[8,64], y: int32[8]}; lr=0.001
+  inputs: 42 leaves, 33.2 KiB
+    params       13 leaves   10.4 KiB  aliased 13
+    opt_state    27 leaves   20.8 KiB  not_donated 27 (candidates)
+    batch         2 leaves    2.0 KiB  not_donated 2
+  outputs: 41 leaves, 31.1 KiB
+    result         41 leaves   31.1 KiB  new 28, reuses_input 13
+      result[0]     1 leaf          4 B  new 1
+      result[1]    13 leaves   10.4 KiB  reuses_input 13
+      result[2]    27 leaves   20.8 KiB  new 27
+  why (identical reasons merged; each leaf's own: --leaves):
+    opt_state[0] (27 leaves, not_donated, 20.8 KiB): for example
+      opt_state[0].mu['embed']: result[2][0].mu['embed'] has the same shape and
+      dtype and is a new buffer; donating opt_state[0].mu['embed'] lets
+      result[2][0].mu['embed'] reuse its buffer and saves 4.0 KiB, if the caller
+      does not read opt_state[0].mu['embed'] after the call.
+  donation variants (each compiled and measured; the table: --detail):
+    donate all: donate_argnames=("params", "opt_state", "batch"): peak 62.0 KiB
+      (-28.0 KiB), alias n/a, 2 unusable
+
+Every function's arguments, subtrees, reasons, donation variants and terms:
+--detail; every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o
+FILE.json
+"""
+
+
+def test_the_default_shows_each_argument_on_a_line_and_the_rest_on_request():
+    """Subtrees, every reason, the variants' table and the terms: --detail."""
+    assert "\n".join(render(model_report())) + "\n" == EXPECTED_DEFAULT
+    # A function with nothing to change gets no section, and the footer names it.
+    clean = dataclasses.replace(model_step(0), name="eval_step", inputs=(), outputs=(),
+                                variants=(), advice=None)
+    lines = render(model_report(model_step(0), clean))
+    assert "eval_step (train.py:40): peak 90.0 KiB per device; nothing to change" in lines
+    assert not any(line.startswith("eval_step  ") for line in lines)
+    assert "1 function with nothing to change not shown (eval_step)." in " ".join(lines)
 
 
 def test_leaves_lists_every_leaf_whole_and_filters():
@@ -319,7 +381,7 @@ def test_leaves_lists_every_leaf_whole_and_filters():
 def test_a_small_function_is_shown_leaf_by_leaf():
     small = model_step(0)
     small = dataclasses.replace(small, inputs=small.inputs[:3], outputs=small.outputs[:3])
-    lines = render(model_report(small))
+    lines = render(model_report(small), detail=True)
     assert "    params['embed']           (64,16)  float32  4.0 KiB  yes      aliased       " \
            "result[1]['embed']" in lines
     assert not any(line.startswith("  inputs:") for line in lines)
@@ -349,7 +411,9 @@ def test_show_leaves_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     save_report(report, str(saved))
     plain = invoke("show", str(saved))
     assert plain.exit_code == 0, plain.output
-    assert plain.stdout.splitlines() == EXPECTED_80.splitlines()
+    assert plain.stdout.splitlines() == EXPECTED_DEFAULT.splitlines()
+    detail = invoke("show", "--detail", str(saved))
+    assert detail.stdout.splitlines() == EXPECTED_80.splitlines()
     every = invoke("show", "--leaves", str(saved))
     for b in report.functions[0].inputs:
         assert f"    {b.path}  " in every.stdout
@@ -387,3 +451,45 @@ def test_diff_groups_many_changed_leaves_by_argument_and_fates():
     text = "\n".join(lines)
     assert "input batch: 1 leaf not_donated -> unusable: batch['x']" in text
     assert "signature: opt_state: 30 arrays, 120.0 KiB" in text
+
+
+def test_markdown_for_pull_requests_is_the_answer_bounded():
+    from memscope.render.markdown_run import MAX_ROWS, MAX_SECTIONS, render_run_markdown
+
+    out = io.StringIO()
+    render_run_markdown(model_report(), out)
+    text = out.getvalue()
+    assert text.startswith("### memscope: `train.py --steps 3`\n")
+    assert ("| `train_step` | `train.py:40` | 12 | 60.0 KiB | 60.0 KiB | 20.0 KiB | "
+            "10.0 KiB | 90.0 KiB |") in text
+    # Leaf paths escaped, so markdown shows their brackets and underscores as typed.
+    assert ("- **warning:** 27 leaves, 20.8 KiB, not donated, but an output of the same "
+            "shape and dtype could reuse the buffer (candidates): opt\\_state\\[0\\].count"
+            ) in text
+    assert ('- **advice:** jit train\\_step with donate\\_argnames=("params", "opt\\_state") '
+            "(adds opt\\_state): 27 candidate leaves, 20.8 KiB; peak 90.0 KiB -\\> 60.0 KiB "
+            "(-30.0 KiB, measured).") in text
+    many = [dataclasses.replace(model_step(1), name=f"step_{i}") for i in range(30)]
+    out = io.StringIO()
+    render_run_markdown(model_report(*many), out)
+    text = out.getvalue()
+    assert text.count("| `step_") == MAX_ROWS
+    assert "| and 10 more functions |" in text
+    assert text.count("- **advice:**") == MAX_SECTIONS
+    assert "And 22 more functions with something to change" in text
+    assert len(text.splitlines()) < 100
+
+
+def test_show_and_run_print_markdown(tmp_path: Path):
+    saved = tmp_path / "r.json"
+    save_report(model_report(), str(saved))
+    shown = invoke("show", "--format", "markdown", str(saved))
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith("### memscope: `train.py --steps 3`")
+    script = tmp_path / "step.py"
+    script.write_text("import jax, jax.numpy as jnp\n"
+                      "f = jax.jit(lambda x: x * 2)\n"
+                      "print(f(jnp.ones(4)))\n")
+    ran = invoke("run", "--format", "markdown", str(script))
+    assert ran.exit_code == 0, ran.output
+    assert "| `<lambda>` |" in ran.stdout and "### memscope: `" in ran.stdout

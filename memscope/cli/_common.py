@@ -169,6 +169,23 @@ def leaves_options(f: F) -> F:
                              "them).")(f)
 
 
+def detail_option(f: F) -> F:
+    return click.option("--detail", is_flag=True,
+                        help="Every function's section in full: its arguments' subtrees, "
+                             "every merged reason, the donation variants' table and the "
+                             "terms (by default only functions with something to change "
+                             "get a section, one line per argument).")(f)
+
+
+def format_option(f: F) -> F:
+    return click.option("--format", "output_format",
+                        type=click.Choice(["terminal", "markdown"]), default="terminal",
+                        show_default=True,
+                        help="How to print the report: for a terminal or a log, or as "
+                             "markdown to paste into a pull request or an issue (the "
+                             "answer and the figures, bounded like check's).")(f)
+
+
 def leaf_filter(leaves: bool, path_pattern: str | None, fate: str | None) -> LeafFilter | None:
     """What to list leaf by leaf; ``None`` for the grouped view only."""
     if not (leaves or path_pattern is not None or fate is not None):

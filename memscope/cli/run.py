@@ -10,6 +10,8 @@ from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel
 from memscope.cli._common import (
     accelerator_option,
     buffers_option,
+    detail_option,
+    format_option,
     html_option,
     leaf_filter,
     leaves_options,
@@ -31,6 +33,7 @@ from memscope.flow import run_and_report
 from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
 from memscope.render.buffers import render_buffers
+from memscope.render.markdown_run import render_run_markdown
 from memscope.render.terminal import LeafFilter, render_report
 from memscope.report import Report, save_report
 from memscope.variants.remat import remat_setting
@@ -62,6 +65,8 @@ from memscope.variants.remat import remat_setting
 @click.option("--strict", is_flag=True,
               help="Exit 4 when the compiled program of a function could not be read "
                    "(and the script itself succeeded).")
+@detail_option
+@format_option
 @buffers_option
 @html_option
 @trace_option
@@ -73,7 +78,7 @@ from memscope.variants.remat import remat_setting
 def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         advice: AdviceLevel | None, no_advice: bool, remat: bool | None,
         remat_flops: float | None, stop_after: int | None, strict: bool,
-        buffers: bool, html: str | None, trace: str | None, accelerator: str | None,
+        detail: bool, output_format: str, buffers: bool, html: str | None, trace: str | None, accelerator: str | None,
         leaves: bool, path_pattern: str | None,
         fate: str | None,
         target: str, args: tuple[str, ...]) -> None:
@@ -82,8 +87,9 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     what other donations would change (each compiled and measured).
 
     The output answers first (per function: peak, what is wrong, what to change
-    and the peak it was measured to save), then one line per argument and
-    subtree; --leaves lists every leaf.
+    and the peak it was measured to save), then the figures, then a section for
+    each function with something to change, one line per argument; --detail
+    shows every function in full, --leaves every leaf.
 
     Everything after SCRIPT goes to the script untouched, options included.
     The exit code is the script's own (1 if it raised, 130 if interrupted, 0 if
@@ -109,7 +115,8 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
         if paths["trace"] is not None:
             write_trace(report, paths["trace"])
         if not quiet:
-            guard.write(lambda out: _render(report, out, buffers, which))
+            guard.write(lambda out: _render(report, out, buffers, which, detail,
+                                            output_format))
 
     warning = unsupported_jax_line()
     if warning is not None:
@@ -131,7 +138,11 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     ctx.exit(report.run.exit_code)
 
 
-def _render(report: Report, out: TextIO, buffers: bool, which: LeafFilter | None) -> None:
-    render_report(report, out, leaves=which)
+def _render(report: Report, out: TextIO, buffers: bool, which: LeafFilter | None,
+            detail: bool, output_format: str) -> None:
+    if output_format == "markdown":
+        render_run_markdown(report, out)
+        return
+    render_report(report, out, leaves=which, detail=detail)
     if buffers:
         render_buffers(report, out)

@@ -9,6 +9,8 @@ import click
 from memscope.cli._common import (
     buffers_option,
     check_writable,
+    detail_option,
+    format_option,
     html_option,
     leaf_filter,
     leaves_options,
@@ -17,18 +19,22 @@ from memscope.cli._common import (
     write_trace,
 )
 from memscope.render.buffers import render_buffers
+from memscope.render.markdown_run import render_run_markdown
 from memscope.render.terminal import render_report
 from memscope.report import load_report
 
 
 @click.command()
+@detail_option
+@format_option
 @buffers_option
 @html_option
 @trace_option
 @leaves_options
 @click.argument("report_file", metavar="REPORT.json")
-def show(buffers: bool, html: str | None, trace: str | None, leaves: bool, path_pattern: str | None,
-         fate: str | None, report_file: str) -> None:
+def show(detail: bool, output_format: str, buffers: bool, html: str | None,
+         trace: str | None, leaves: bool, path_pattern: str | None, fate: str | None,
+         report_file: str) -> None:
     """Render a report saved with `memscope run -o REPORT.json`."""
     if html is not None:
         check_writable(html, "--html")
@@ -39,6 +45,10 @@ def show(buffers: bool, html: str | None, trace: str | None, leaves: bool, path_
         write_html(report, html)
     if trace is not None:
         write_trace(report, trace)
-    render_report(report, sys.stdout, leaves=leaf_filter(leaves, path_pattern, fate))
+    if output_format == "markdown":
+        render_run_markdown(report, sys.stdout)
+        return
+    render_report(report, sys.stdout, leaves=leaf_filter(leaves, path_pattern, fate),
+                  detail=detail)
     if buffers:
         render_buffers(report, sys.stdout)

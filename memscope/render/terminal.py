@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memscope.render.oom import post_mortem_lines
-from memscope.render.text import fates_text, shorten, visible, wrap
+from memscope.render.text import fates_text, shorten, source_text, visible, wrap
 from memscope.report import (
     FunctionReport,
     InputBuffer,
@@ -52,7 +52,7 @@ from memscope.report.summary import (
     summarize,
     target_line,
 )
-from memscope.report.units import format_bytes
+from memscope.report.units import format_bytes, format_change
 
 #: Width when writing to a pipe or file and COLUMNS is not set.
 PIPE_WIDTH = 120
@@ -118,8 +118,14 @@ class Lines:
 
 
 def render_report(report: Report, file: IO[str], *, width: int | None = None,
-                  plain: bool | None = None, leaves: LeafFilter | None = None) -> None:
-    """Write the answer, the figures, each function's groups, and with ``leaves`` its leaves."""
+                  plain: bool | None = None, leaves: LeafFilter | None = None,
+                  detail: bool = False) -> None:
+    """Write the answer, the figures, and a section for each function with
+    something to change: its arguments, the reasons, JAX's warnings. With
+    ``detail`` (implied by ``leaves``) every function's section in full: its
+    subtrees, every reason, the donation variants' table and the terms; with
+    ``leaves`` its leaves too."""
+    detail = detail or leaves is not None
     out = Lines(make_console(file, width=width, plain=plain))
     _header(out, report)
     summary = summarize(report)
@@ -134,20 +140,40 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     _between(out, summary)
     out.line()
     out.table(_figures_table(summary, out), "Compiled functions (bytes per device)")
-    for text in report.peak_rule_texts():
-        out.para(visible(text), "  ", style="dim")
+    computed = {fn.memory.peak_rule_text for fn in report.functions
+                if fn.memory is not None and fn.memory.peak_is_computed}
+    for text in report.peak_rule_texts():  # "*" marks the peaks memscope computed
+        out.para(("* " if text in computed else "") + visible(text), "  ", style="dim")
     if report.runtime is not None:
         for text in _runtime(report):
             out.para(text, "  ")
+    quiet = []
     for fn, s in zip(report.functions, summary.functions, strict=True):
+        if not (detail or _has_something_to_say(fn, s)):
+            quiet.append(s.name)
+            continue
         out.line()
-        _function_section(out, fn, s)
+        _function_section(out, fn, s, detail)
         if leaves is not None and not (s.small and leaves == LeafFilter()):
             _leaf_detail(out, fn, leaves)
     out.line()
-    out.para("Every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o FILE.json"
-             if leaves is None else "Everything, every figure and leaf: -o FILE.json",
-             style="dim")
+    if leaves is not None:
+        out.para("Everything, every figure and leaf: -o FILE.json", style="dim")
+        return
+    hidden = (f"{len(quiet)} function{'s' if len(quiet) != 1 else ''} with nothing to change "
+              f"not shown ({shorten(', '.join(dict.fromkeys(quiet)), 60)}). " if quiet else "")
+    more = ("" if detail else "Every function's arguments, subtrees, reasons, donation "
+            "variants and terms: --detail; ")
+    out.para(f"{hidden}{more}every leaf: --leaves [--path PATTERN] [--fate FATE]; "
+             "everything: -o FILE.json", style="dim")
+
+
+def _has_something_to_say(fn: FunctionReport, s: FunctionSummary) -> bool:
+    """Whether the default report gives ``fn`` a section: something to change or
+    a problem, or figures the user asked for (other donations, --remat)."""
+    return (fn.error is not None or s.advice is not None or s.remat_advice is not None
+            or fn.remat is not None or any(v.name != "advised" for v in s.variants)
+            or any(f.severity != "info" for f in s.findings))
 
 
 def _header(out: Lines, report: Report) -> None:
@@ -188,10 +214,12 @@ def _high_water(out: Lines, report: Report) -> None:
 def _answer(out: Lines, summary: ReportSummary) -> None:
     """Per function: its peak, what is wrong, and what to change."""
     for s in summary.functions:
-        where = visible(s.source or "n/a")
+        where = source_text(s.source)
         variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
+        clean = not s.findings and s.advice is None and s.remat_advice is None
         out.para(f"{visible(s.name)} ({where}{variant}): peak {format_bytes(s.peak)} per "
-                 f"device{s.host_text}{visible(s.target_text)}", "    ")
+                 f"device{s.host_text}{visible(s.target_text)}"
+                 + ("; nothing to change" if clean else ""), "    ")
         for f in s.findings:
             _finding(out, f)
         if s.advice is not None:
@@ -201,9 +229,6 @@ def _answer(out: Lines, summary: ReportSummary) -> None:
         if s.remat_advice is not None:
             out.labelled("Remat advice:", "bold magenta", f"{visible(s.remat_advice)}.",
                          "    ")
-        if not s.findings and s.advice is None and s.remat_advice is None:
-            out.line("  nothing to change: no unusable, unused or missed donation, no copy",
-                     "green")
 
 
 def _between(out: Lines, summary: ReportSummary) -> None:
@@ -285,11 +310,16 @@ def _runtime(report: Report) -> list[str]:
     return lines
 
 
-def _function_section(out: Lines, fn: FunctionReport, s: FunctionSummary) -> None:
+#: Merged reasons a function's section shows by default (all with --detail).
+REASONS_SHOWN = 2
+
+
+def _function_section(out: Lines, fn: FunctionReport, s: FunctionSummary,
+                      detail: bool = True) -> None:
     calls = f"{fn.calls} call{'s' if fn.calls != 1 else ''}"
     where = f"  processes {', '.join(map(str, fn.processes))}" if fn.processes else ""
     out.console.print(Text.assemble((visible(fn.name), "bold"),
-                                    f"  {visible(fn.source or 'n/a')}  {calls}{where}"),
+                                    f"  {source_text(fn.source)}  {calls}{where}"),
                       soft_wrap=True)
     which = f" {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
     out.para(f"signature{which}: {visible(s.signature)}", "    ", "  ")
@@ -303,28 +333,35 @@ def _function_section(out: Lines, fn: FunctionReport, s: FunctionSummary) -> Non
         out.para(f"runs on {fn.devices} devices; the figures are per device: peak "
                  f"{format_bytes(peak)} each, {format_bytes(peak * fn.devices)} in all",
                  "    ", "  ")
-    if s.small:
+    if s.small and detail:
         _leaf_detail(out, fn, LeafFilter(), heading=False)
-    else:
-        _groups(out, "inputs", s.input_leaves, s.input_bytes, s.inputs)
-        _groups(out, "outputs", s.output_leaves, s.output_bytes, s.outputs)
-    if s.reasons and not s.small:
+    else:  # by default each argument and result on one line, its subtrees with --detail
+        _groups(out, "inputs", s.input_leaves, s.input_bytes,
+                s.inputs if detail else tuple(g for g in s.inputs if g.depth == 0))
+        _groups(out, "outputs", s.output_leaves, s.output_bytes,
+                s.outputs if detail else _top_level(s.outputs))
+    reasons = s.reasons if detail else s.reasons[:REASONS_SHOWN]
+    if reasons and not (s.small and detail):
         out.line("  why (identical reasons merged; each leaf's own: --leaves):")
-        for r in s.reasons:
+        for r in reasons:
             noun = "leaf" if r.leaves == 1 else "leaves"
             head = (f"{visible(r.group)} ({r.leaves} {noun}, {r.fate}, "
                     f"{format_bytes(r.bytes)}): ")
             example = (visible(r.example) if r.leaves == 1 else
                        f"for example {visible(r.example_path)}: {visible(r.example)}")
             out.para(head + example, "      ", "    ")
+        if len(reasons) < len(s.reasons):
+            out.line(f"    and {len(s.reasons) - len(reasons)} more: --detail", "dim")
     for note in _notes(fn):
         out.para(note, "      ", "  ")
-    if s.variants:
+    if s.variants and detail:
         out.table(_variants_table(s, out), "Donation variants (each compiled and measured)")
         _variant_settings(out, s)
+    elif any(v.name != "advised" for v in s.variants):  # the advice line has the advised one
+        _variant_lines(out, s)
     if fn.remat is not None:
         _remat_section(out, fn.remat)
-    if s.terms:
+    if s.terms and detail:
         out.line("  terms:", "dim")
         for term, meaning in s.terms:
             out.para(f"{term}: {meaning}", "      ", "    ", style="dim")
@@ -356,6 +393,31 @@ def _variants_table(s: FunctionSummary, out: Lines) -> Table:
     table.add_row("unusable", str(s.unusable),
                   *("n/a" if v.unusable is None else str(v.unusable) for v in s.variants))
     return table
+
+
+def _top_level(groups: tuple[LeafGroup, ...]) -> tuple[LeafGroup, ...]:
+    """The results' groups shown by default: each result, or for one tuple or dict
+    result (``result``), its elements (``result[0]``, ``result['loss']``)."""
+    if sum(g.depth == 0 for g in groups) == 1:
+        return groups
+    return tuple(g for g in groups if g.depth == 0)
+
+
+def _variant_lines(out: Lines, s: FunctionSummary) -> None:
+    """The donation variants, one line each (their table: --detail)."""
+    out.line("  donation variants (each compiled and measured; the table: --detail):")
+    for v in s.variants:
+        if v.error:
+            text = f"{v.title}: {visible(v.setting)}: {visible(v.error)}"
+        else:
+            m = v.memory
+            unusable = f", {v.unusable} unusable" if v.unusable else ""
+            change = (f" ({format_change(m.peak_bytes - s.peak)})"
+                      if m is not None and m.peak_bytes is not None and s.peak is not None
+                      else "")
+            text = (f"{v.title}: {visible(v.setting)}: peak {_figure(m, 'peak_bytes')}"
+                    f"{change}, alias {_figure(m, 'alias_bytes')}{unusable}")
+        out.para(text, "      ", "    ")
 
 
 def _variant_settings(out: Lines, s: FunctionSummary) -> None:

@@ -74,6 +74,18 @@ def wrap(text: str, width: int, indent: str = "", first: str | None = None) -> l
     return [ln.replace(_GLUE, " ") for ln in lines]
 
 
+#: Folders of installed packages: a source there is shown from the package on.
+_INSTALLED = re.compile(r".*[/\\](?:site|dist)-packages[/\\]")
+
+
+def source_text(source: str | None) -> str:
+    """A function's ``path:line`` for a reader: ``optax/_src/base.py:78`` for a
+    file of an installed package, the path as recorded otherwise; ``n/a``."""
+    if source is None:
+        return "n/a"
+    return visible(_INSTALLED.sub("", source, count=1))
+
+
 def shorten(text: str, limit: int) -> str:
     """``text`` cut in the middle to ``limit`` characters with ``...`` (whole if it fits)."""
     if len(text) <= limit or limit < 8:
@@ -112,3 +124,27 @@ def sparkline(values: Sequence[int], width: int, *, ascii_only: bool = True) -> 
     cols = [max(values[i:i + step]) for i in range(0, len(values), step)]
     top = max(cols) or 1
     return "".join(bars[round(v / top * (len(bars) - 1))] for v in cols)
+
+
+def markdown_code(text: str) -> str:
+    """``text`` as a code span, fenced by more backticks than it holds in a row."""
+    text = visible(text)
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def markdown_cell(text: str | None) -> str:
+    """``text`` as a code span in a table cell: markdown takes it literally, and a
+    pipe, which ends a cell even there, escaped as GitHub's tables read it."""
+    return markdown_code(text or "").replace("|", "\\|")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` with what markdown would read as markup escaped (leaf paths hold
+    brackets and underscores)."""
+    text = visible(text)
+    for ch in "\\`*_[]<>|":
+        text = text.replace(ch, "\\" + ch)
+    return text

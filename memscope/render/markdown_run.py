@@ -1,0 +1,111 @@
+"""The markdown view of a run's report (``memscope run/show --format markdown``),
+to paste into a pull request or an issue: the answer and the figures, bounded
+like check's (a row per function up to :data:`MAX_ROWS`, the findings of at most
+:data:`MAX_SECTIONS` functions, each finding's leaves already bounded), so a
+model with hundreds of leaves still makes a comment a reader can take in.
+Nothing is computed here: the text is the summary's, as the terminal shows it.
+"""
+
+from __future__ import annotations
+
+from typing import IO
+
+from memscope.render.text import markdown_cell, markdown_code, markdown_text, source_text
+from memscope.report import Report, run_text
+from memscope.report.summary import FIGURES_SHOWN, FunctionSummary, summarize, target_line
+from memscope.report.units import format_bytes
+
+#: Functions given a row of the figures table; the rest are counted.
+MAX_ROWS = 20
+#: Functions whose findings and advice are listed; the rest are counted.
+MAX_SECTIONS = 8
+
+_LABELS = {"problem": "**problem:**", "warning": "**warning:**", "info": "note:"}
+
+
+def render_run_markdown(report: Report, file: IO[str]) -> None:
+    """A heading, the environment, the run's high-water mark, the figures table,
+    then per function with something to change its findings and advice."""
+    summary = summarize(report)
+    run = report.run
+    title = markdown_code(run.command) if run is not None else "a captured run"
+    lines = [f"### memscope: {title}", ""]
+    env = report.environment
+    about = [f"jax {env.jax}, jaxlib {env.jaxlib}, {env.backend}, {len(env.devices)} "
+             f"device{'s' if len(env.devices) != 1 else ''}"]
+    if run is not None:
+        about.append(run.ending)
+    lines += [markdown_text("; ".join(about)), ""]
+    if report.target is not None:
+        lines += [markdown_text(target_line(report.target)), ""]
+    lines += [f"> {markdown_text(note)}" for note in report.notes]
+    if report.notes:
+        lines.append("")
+    high = report.runtime.run_memory if report.runtime is not None else None
+    if high is not None and high.high_water is not None:
+        first, *_ = run_text.high_water_lines(high)
+        lines += [f"**{markdown_text(first)}**", ""]
+    if not summary.functions:
+        lines += ["No jitted function was called.", ""]
+        file.write("\n".join(lines))
+        return
+    lines += _figures(summary.functions)
+    computed = {fn.memory.peak_rule_text for fn in report.functions
+                if fn.memory is not None and fn.memory.peak_is_computed}
+    for text in report.peak_rule_texts():
+        lines.append(("\\* " if text in computed else "") + markdown_text(text) + "  ")
+    lines.append("")
+    lines += _sections(summary.functions)
+    if summary.between:
+        lines += ["**Between calls**", ""]
+        lines += [f"- {_LABELS[f.severity]} {markdown_text(f.text)}"
+                  + (f": {markdown_text(f.leaves)}" if f.leaves else "")
+                  for f in summary.between]
+        lines.append("")
+    lines += ["<sub>Every function in full: `memscope show --detail REPORT.json`; every "
+              "leaf: `--leaves` (the report saved with `-o REPORT.json`).</sub>", ""]
+    file.write("\n".join(lines))
+
+
+def _figures(functions: tuple[FunctionSummary, ...]) -> list[str]:
+    titles = [label for label, _ in FIGURES_SHOWN]
+    lines = ["| function | source | calls | " + " | ".join(titles) + " |",
+             "|---|---|---:|" + "---:|" * len(titles)]
+    for s in functions[:MAX_ROWS]:
+        m = s.memory
+        figures = [format_bytes(getattr(m, attr) if m is not None else None)
+                   for _, attr in FIGURES_SHOWN]
+        if m is not None and m.peak_is_computed:
+            figures[-1] += "\\*"
+        which = f" ({s.variant_of[0]} of {s.variant_of[1]})" if s.variant_of else ""
+        lines.append(f"| {markdown_cell(s.name)}{which} | {markdown_cell(source_text(s.source))} "
+                     f"| {s.calls} | " + " | ".join(figures) + " |")
+    if len(functions) > MAX_ROWS:
+        rest = len(functions) - MAX_ROWS
+        lines.append(f"| and {rest} more function{'s' if rest != 1 else ''} | | | "
+                     + " | ".join("" for _ in titles) + " |")
+    return [*lines, ""]
+
+
+def _sections(functions: tuple[FunctionSummary, ...]) -> list[str]:
+    worth = [s for s in functions if s.advice is not None or s.remat_advice is not None
+             or any(f.severity != "info" for f in s.findings)]
+    lines = []
+    for s in worth[:MAX_SECTIONS]:
+        lines += [f"**{markdown_text(s.name)}** at {markdown_code(source_text(s.source))}: "
+                  f"peak {format_bytes(s.peak)} per device", ""]
+        lines += [f"- {_LABELS[f.severity]} {markdown_text(f.text)}"
+                  + (f": {markdown_text(f.leaves)}" if f.leaves else "") for f in s.findings]
+        if s.advice is not None:
+            lines.append(f"- **advice:** {markdown_text(s.advice.headline)}: "
+                         f"{markdown_text(s.advice.saving)}.")
+        if s.remat_advice is not None:
+            lines.append(f"- **remat advice:** {markdown_text(s.remat_advice)}.")
+        lines.append("")
+    if len(worth) > MAX_SECTIONS:
+        rest = len(worth) - MAX_SECTIONS
+        lines += [f"And {rest} more function{'s' if rest != 1 else ''} with something to "
+                  "change: the full report.", ""]
+    if not worth:
+        lines += ["Nothing to change: no unusable, unused or missed donation, no copy.", ""]
+    return lines

@@ -232,7 +232,7 @@ def test_saved_report_with_variants_renders_again(tmp_path):
     report = load_report(str(out))
     save_report(report, str(tmp_path / "again.json"))
     assert load_report(str(tmp_path / "again.json")) == report
-    shown = invoke("show", str(out))
+    shown = invoke("show", "--detail", str(out))
     assert shown.exit_code == 0
     assert "Donation variants (each compiled and measured)" in shown.stdout
     assert 'Advice: jit train_step with donate_argnames=("params", "momentum")' in shown.stdout

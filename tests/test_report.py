@@ -161,7 +161,7 @@ train_step  train.py:12  20 calls
 
 def test_terminal_rendering_at_80_columns_is_plain_and_exact():
     out = io.StringIO()
-    render_report(sample_report(), out, width=80, plain=True)
+    render_report(sample_report(), out, width=80, plain=True, detail=True)
     lines = [line.rstrip() for line in out.getvalue().splitlines()]
     assert "\x1b[" not in out.getvalue()
     assert "\n".join(lines[:len(EXPECTED_80.splitlines())]) + "\n" == EXPECTED_80

@@ -212,8 +212,8 @@ def _high_water(out: Lines, report: Report) -> None:
 
 
 def _answer(out: Lines, summary: ReportSummary) -> None:
-    """Per function: its peak, what is wrong, and what to change."""
-    for s in summary.functions:
+    """Per function, worst first: its peak, what is wrong, and what to change."""
+    for s in sorted(summary.functions, key=_urgency):
         where = source_text(s.source)
         variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
         clean = not s.findings and s.advice is None and s.remat_advice is None
@@ -229,6 +229,17 @@ def _answer(out: Lines, summary: ReportSummary) -> None:
         if s.remat_advice is not None:
             out.labelled("Remat advice:", "bold magenta", f"{visible(s.remat_advice)}.",
                          "    ")
+
+
+def _urgency(s: FunctionSummary) -> int:
+    """0 for a function with a problem, 1 with a warning or advice, 2 with a note,
+    3 with nothing to say: the answer's order (stable within each)."""
+    severities = {f.severity for f in s.findings}
+    if "problem" in severities:
+        return 0
+    if "warning" in severities or s.advice is not None or s.remat_advice is not None:
+        return 1
+    return 2 if severities else 3
 
 
 def _between(out: Lines, summary: ReportSummary) -> None:

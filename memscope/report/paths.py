@@ -64,15 +64,14 @@ def bounded(items: Sequence[str], limit: int = MAX_LISTED) -> str:
 
 def bounded_leaves(paths: Sequence[str], limit: int = MAX_LISTED) -> str:
     """A few leaves by name, counted by argument (when more than one) when there are
-    more than ``limit``: ``134 in params, 269 in opt_state; e.g. params['embed'], ...
-    and 400 more``.
+    more than ``limit``: ``134 in params, 269 in opt_state; e.g. params['embed']``.
     """
     if len(paths) <= limit:
         return ", ".join(paths)
     by_arg: dict[str, int] = defaultdict(int)
     for p in paths:
         by_arg[argument_of(p)] += 1
-    named = bounded(list(paths), min(limit, 3))
     if len(by_arg) == 1:
-        return named
-    return f"{bounded([f'{n} in {arg}' for arg, n in by_arg.items()], limit)}; e.g. {named}"
+        return bounded(list(paths), min(limit, 3))
+    # Counted by argument, one leaf is example enough.
+    return f"{bounded([f'{n} in {arg}' for arg, n in by_arg.items()], limit)}; e.g. {paths[0]}"

@@ -161,6 +161,11 @@ _TRACED_META_TYS: bool = _JAX_SERIES >= (0, 8)
 #: on by default; JAX 0.10 removed the flag); on 0.7 it compiles outside
 #: ``jax.jit`` unless that flag is set.
 PMAP_THROUGH_JIT_DEFAULT: bool = _JAX_SERIES >= (0, 8)
+#: JAX 0.11 merged ``ClosedJaxpr`` into ``Jaxpr``: a jaxpr carries its constants
+#: (``consts``), ``with_consts`` copies it, ``.jaxpr`` is the jaxpr itself and
+#: ``ClosedJaxpr`` is an alias kept for old callers (read, not run:
+#: docs/versions.md).
+JAXPR_HOLDS_CONSTS: bool = _JAX_SERIES >= (0, 11)
 
 
 # ------------------------------------------------------ private modules --
@@ -641,7 +646,9 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     in the traced parameters' ``donated_invars`` (hoisted constants first, never
     donated), which is all that lowering reads of it; swapping it reuses the
     jaxpr JAX already traced, so the user's function is not traced again and
-    its trace-time side effects do not repeat.
+    its trace-time side effects do not repeat. (Read, not run: JAX's main
+    branch after 0.11.0 adds ``fun_sourceinfo`` to ``Traced``'s constructor,
+    passed on where ``Traced`` has that slot.)
     """
     params = traced._params
     extra = len(params["donated_invars"]) - len(donated)
@@ -652,12 +659,15 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     # the variant's lowering and executable are freed with the variant, instead
     # of living as long as the user's function does.
     jaxpr = params["jaxpr"]
-    own = _core.ClosedJaxpr(jaxpr.jaxpr, jaxpr.consts)
+    own = (jaxpr.with_consts(jaxpr.consts) if JAXPR_HOLDS_CONSTS
+           else _core.ClosedJaxpr(jaxpr.jaxpr, jaxpr.consts))
     new_params = dict(params, jaxpr=own,
                       donated_invars=(*params["donated_invars"][:extra], *donated))
     if _TRACED_META_TYS:
+        source = ((traced._fun_sourceinfo,)
+                  if "_fun_sourceinfo" in getattr(type(traced), "__slots__", ()) else ())
         return type(traced)(traced._meta_tys_flat, new_params, traced._in_tree,
-                            traced.out_tree, traced._consts)
+                            traced.out_tree, traced._consts, *source)
     # JAX 0.7: the lowering function (with the call's arguments bound) comes
     # first, and lowering passes it the params, so the new ones take effect.
     return type(traced)(traced._lfg, new_params, traced._in_tree, traced._out_tree,
@@ -1234,24 +1244,33 @@ def transposes(jaxpr: Any) -> bool:
 
 
 def _policy_name(policy: Any) -> str:
-    """A checkpoint policy by its ``jax.checkpoint_policies`` name where it is one
-    (JAX 0.10 makes the dot policies objects that print as their class), else
-    by its function name."""
+    """A checkpoint policy by its ``jax.checkpoint_policies`` name where it is one,
+    else by the ``jax.checkpoint_policies`` function that made it, else by its
+    own name.
+
+    The policies a function makes are closures on JAX 0.7 to 0.9
+    (``save_only_these_names.<locals>.policy``) and, one by one, frozen
+    dataclasses from 0.10: ``SaveOnlyTheseNames`` and ``SaveAnyNamesButThese``
+    (0.10), ``SaveAndOffloadOnlyTheseNames`` and ``OffloadDotWithNoBatchDims``
+    (0.11, read, not run), each named as its function in snake case. JAX 0.10
+    also makes the dot policies objects that print as their class; they compare
+    equal to ``jax.checkpoint_policies``' own.
+    """
     if policy is None:
         return "none"
+    policies = jax.checkpoint_policies
     standard = ("everything_saveable", "nothing_saveable", "dots_saveable",
                 "dots_with_no_batch_dims_saveable")  # before aliases (checkpoint_dots)
-    for name in (*standard, *dir(jax.checkpoint_policies)):
-        known = getattr(jax.checkpoint_policies, name)
+    for name in (*standard, *dir(policies)):
         with contextlib.suppress(Exception):
+            known = getattr(policies, name)
             if not name.startswith("_") and (known is policy or known == policy):
                 return name
-    # save_only_these_names(...) and the offloading policies are closures,
-    # named by the function that made them ("save_and_offload_only_these_names")
-    qualname = str(getattr(policy, "__qualname__", ""))
-    if ".<locals>." in qualname:
-        return qualname.split(".<locals>.")[0]
-    return str(getattr(policy, "__name__", policy))
+    maker = str(getattr(policy, "__qualname__", "")).split(".<locals>.")[0]
+    if isinstance(policy, types.FunctionType):
+        return maker if callable(getattr(policies, maker, None)) else policy.__name__
+    made_by = re.sub(r"(?<!^)(?=[A-Z])", "_", type(policy).__name__).lower()
+    return made_by if callable(getattr(policies, made_by, None)) else type(policy).__name__
 
 
 def checkpoint_names(jaxpr: Any) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ stand-in for a private module, the things another installation changes for it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import logging
@@ -288,6 +289,88 @@ def test_a_private_module_missing_where_programs_are_read_is_that_functions_erro
            "(ImportError: moved)" in fn["error"]
     assert result.stderr.startswith("memscope: could not read the compiled program of 1 "
                                     "function on JAX ")
+
+
+# ------------------------------------------------ checkpoint policy names --
+
+
+def test_policies_are_named_by_the_function_that_made_them():
+    policies = jax.checkpoint_policies
+    assert _compat._policy_name(None) == "none"
+    assert _compat._policy_name(policies.dots_saveable) == "dots_saveable"
+    assert _compat._policy_name(policies.save_only_these_names("h")) == "save_only_these_names"
+    assert _compat._policy_name(policies.save_any_names_but_these("h")) == \
+        "save_any_names_but_these"
+    assert _compat._policy_name(policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["h"],
+        offload_src="device", offload_dst="pinned_host")) == "save_and_offload_only_these_names"
+    assert _compat._policy_name(policies.offload_dot_with_no_batch_dims(
+        "device", "pinned_host")) == "offload_dot_with_no_batch_dims"
+
+    def mine(prim, *_, **__):
+        return False
+
+    assert _compat._policy_name(mine) == "mine"
+
+
+def test_class_valued_offload_policies_of_jax_0_11_are_named_by_their_function():
+    """JAX 0.11 makes ``save_and_offload_only_these_names(...)`` and
+    ``offload_dot_with_no_batch_dims(...)`` return frozen dataclasses (read in its
+    source, not run): stand-ins of the same names and fields, as JAX 0.11
+    defines them."""
+    @dataclasses.dataclass(frozen=True)
+    class SaveAndOffloadOnlyTheseNames:
+        names_which_can_be_saved: frozenset[str]
+        names_which_can_be_offloaded: frozenset[str]
+        offload_src: str
+        offload_dst: str
+
+        def __call__(self, prim, *_, **params):
+            return False
+
+    @dataclasses.dataclass(frozen=True)
+    class OffloadDotWithNoBatchDims:
+        offload_src: str
+        offload_dst: str
+
+        def __call__(self, prim, *_, **params):
+            return False
+
+    @dataclasses.dataclass(frozen=True)
+    class MyPolicy:
+        def __call__(self, prim, *_, **params):
+            return False
+
+    names = _compat._policy_name(SaveAndOffloadOnlyTheseNames(
+        frozenset(), frozenset({"h"}), "device", "pinned_host"))
+    assert names == "save_and_offload_only_these_names"
+    assert _compat._policy_name(OffloadDotWithNoBatchDims("device", "pinned_host")) == \
+        "offload_dot_with_no_batch_dims"
+    assert _compat._policy_name(MyPolicy()) == "MyPolicy"
+
+
+@pytest.mark.skipif(not _compat._TRACED_META_TYS, reason="JAX 0.7's Traced binds the call")
+def test_a_donation_variant_keeps_the_traced_functions_source_info():
+    """JAX's main branch after 0.11.0 adds ``fun_sourceinfo`` to ``Traced``'s
+    constructor (read, not run): a subclass of this JAX's ``Traced`` with that
+    constructor stands in for it."""
+    traced = jax.jit(lambda x: x * 2).trace(jax.numpy.ones(3))
+
+    class LaterTraced(type(traced)):
+        __slots__ = ("_fun_sourceinfo",)
+
+        def __init__(self, meta_tys_flat, params, in_tree, out_tree, consts,
+                     fun_sourceinfo):
+            super().__init__(meta_tys_flat, params, in_tree, out_tree, consts)
+            self._fun_sourceinfo = fun_sourceinfo
+
+    later = LaterTraced(traced._meta_tys_flat, traced._params, traced._in_tree,
+                        traced.out_tree, traced._consts, "<lambda> at train.py:1")
+    variant = _compat.with_donation(later, (True,))
+    assert type(variant) is LaterTraced
+    assert variant._fun_sourceinfo == "<lambda> at train.py:1"
+    assert variant._params["donated_invars"][-1] is True
+    assert variant._params["jaxpr"] is not traced._params["jaxpr"]
 
 
 @pytest.fixture

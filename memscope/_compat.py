@@ -8,12 +8,20 @@ is a JAX release, and the review that release needs is of every private
 attribute together (docs/versions.md lists them by series). Split by topic, the
 same review would span several files, and the tests that stand in for another
 JAX (``monkeypatch.setattr(_compat, ...)``) would have to know which.
+
+A private module or attribute that a newer JAX moved must not break the user's
+program: the private modules are imported through :func:`_private`, so this
+module imports on any JAX, and what is missing raises :class:`JaxInternalMissing`
+where it is used. What capturing needs on the program's own path is checked
+once, before anything runs (:func:`capture_problem`); the rest is read off the
+program's path, where a failure is that function's ``error`` in the report.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 import os
 import re
@@ -28,15 +36,6 @@ from typing import Any
 import jax
 import jaxlib
 import numpy as np
-from jax._src import config as _config
-from jax._src import core as _core
-from jax._src import linear_util as _linear_util
-from jax._src import pjit as _pjit
-from jax._src import xla_bridge as _xla_bridge
-from jax._src.interpreters import mlir as _mlir
-from jax._src.interpreters import pxla as _pxla
-from jax._src.lib.mlir import ir as _ir
-from jax._src.state import types as _state_types
 
 JAX_VERSION: str = jax.__version__
 JAXLIB_VERSION: str = getattr(jaxlib, "__version__", None) or jaxlib.version.__version__
@@ -47,11 +46,16 @@ JAX_PACKAGES = ("jax", "jaxlib")
 
 # --------------------------------------------------------------- versions --
 
-#: The JAX (and jaxlib) series memscope is tested on, oldest first; the same
-#: range as the ``jax>=0.7,<0.11`` requirement in pyproject.toml.
+#: The JAX (and jaxlib) series memscope is tested on (CI runs the suite on each),
+#: oldest first. pyproject.toml requires ``jax>=0.7`` with no upper bound, so that
+#: installing memscope never moves a user's JAX: a newer series runs with its
+#: figures unverified (:func:`unverified_line`), an older one is refused
+#: (:func:`support_problem`).
 SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 7), (0, 8), (0, 9), (0, 10))
-#: Set to 1 to run on a JAX outside the range anyway (figures unverified).
+#: Set to 1 to run on an older JAX anyway (figures unverified).
 ALLOW_UNSUPPORTED_ENV = "MEMSCOPE_ALLOW_UNSUPPORTED_JAX"
+#: Where a user on a newer JAX reports a difference (the project names no URL).
+REPORT_TO = "memscope's issue tracker"
 
 
 def series(version: str) -> tuple[int, int] | None:
@@ -60,24 +64,79 @@ def series(version: str) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
+def _installed(jax_version: str | None, jaxlib_version: str | None
+               ) -> tuple[tuple[str, str], tuple[str, str]]:
+    return (("JAX", JAX_VERSION if jax_version is None else jax_version),
+            ("jaxlib", JAXLIB_VERSION if jaxlib_version is None else jaxlib_version))
+
+
+def _verified_text() -> str:
+    return f"{_series_text(SUPPORTED_SERIES[0])} to {_series_text(SUPPORTED_SERIES[-1])}"
+
+
 def support_problem(jax_version: str | None = None,
                     jaxlib_version: str | None = None) -> str | None:
-    """Why memscope does not support this JAX installation (or the versions
-    given), as one line; else ``None``."""
-    jax_version = JAX_VERSION if jax_version is None else jax_version
-    jaxlib_version = JAXLIB_VERSION if jaxlib_version is None else jaxlib_version
-    supported = f"{_series_text(SUPPORTED_SERIES[0])} to {_series_text(SUPPORTED_SERIES[-1])}"
-    for name, version in (("JAX", jax_version), ("jaxlib", jaxlib_version)):
-        if series(version) not in SUPPORTED_SERIES:
+    """Why memscope refuses this JAX installation (or the versions given), as one
+    line: a series older than the oldest it supports, or a version it cannot
+    read; else ``None`` (a supported series, or a newer one: see
+    :func:`unverified_line`)."""
+    for name, version in _installed(jax_version, jaxlib_version):
+        found = series(version)
+        if found is None or found < SUPPORTED_SERIES[0]:
             return (f"{name} {version} is not supported: memscope supports JAX and jaxlib "
-                    f"{supported} (jax>=0.7,<0.11); run it in an environment with one of "
-                    f"those (this one was not changed), or set {ALLOW_UNSUPPORTED_ENV}=1 "
-                    "to try anyway with unverified figures")
+                    f"{_series_text(SUPPORTED_SERIES[0])} and later (verified on "
+                    f"{_verified_text()}); run it in an environment with one of those (this "
+                    f"one was not changed), or set {ALLOW_UNSUPPORTED_ENV}=1 to try anyway "
+                    "with unverified figures")
+    return None
+
+
+def newer_than_verified(jax_version: str | None = None,
+                        jaxlib_version: str | None = None) -> str | None:
+    """``"JAX 0.11.0"`` when this JAX (or jaxlib, or the versions given) is of a
+    series newer than any memscope is verified on, and none is refused; else
+    ``None``."""
+    if support_problem(jax_version, jaxlib_version) is not None:
+        return None
+    for name, version in _installed(jax_version, jaxlib_version):
+        found = series(version)
+        if found is not None and found > SUPPORTED_SERIES[-1]:
+            return f"{name} {version}"
+    return None
+
+
+def unverified_line(jax_version: str | None = None,
+                    jaxlib_version: str | None = None) -> str | None:
+    """The one line that says this JAX's figures are unverified: a newer series
+    (it runs), or a refused one the user allowed (:data:`ALLOW_UNSUPPORTED_ENV`);
+    ``None`` on a supported series, and on a refused one not allowed."""
+    newer = newer_than_verified(jax_version, jaxlib_version)
+    if newer is not None:
+        return (f"{newer} is newer than the series memscope is verified on "
+                f"({_verified_text()}); its figures are unverified: report differences "
+                f"to {REPORT_TO}")
+    problem = support_problem(jax_version, jaxlib_version)
+    if problem is not None and unsupported_allowed():
+        return f"{problem.split(':')[0]}; running anyway, figures unverified"
+    return None
+
+
+def unverified_note(jax_version: str | None = None,
+                    jaxlib_version: str | None = None) -> str | None:
+    """What a report made on an unverified JAX says of its figures (its ``notes``)."""
+    newer = newer_than_verified(jax_version, jaxlib_version)
+    if newer is not None:
+        return (f"{newer} is newer than the series memscope is verified on "
+                f"({_verified_text()}): the figures are unverified")
+    problem = support_problem(jax_version, jaxlib_version)
+    if problem is not None:
+        return (f"{problem.split(':')[0]}: the figures are unverified "
+                f"({ALLOW_UNSUPPORTED_ENV} is set)")
     return None
 
 
 def unsupported_allowed() -> bool:
-    """True when the user asked to run on an unsupported JAX anyway."""
+    """True when the user asked to run on an older JAX anyway."""
     return os.environ.get(ALLOW_UNSUPPORTED_ENV, "") not in ("", "0")
 
 
@@ -102,6 +161,88 @@ _TRACED_META_TYS: bool = _JAX_SERIES >= (0, 8)
 #: on by default; JAX 0.10 removed the flag); on 0.7 it compiles outside
 #: ``jax.jit`` unless that flag is set.
 PMAP_THROUGH_JIT_DEFAULT: bool = _JAX_SERIES >= (0, 8)
+#: JAX 0.11 merged ``ClosedJaxpr`` into ``Jaxpr``: a jaxpr carries its constants
+#: (``consts``), ``with_consts`` copies it, ``.jaxpr`` is the jaxpr itself and
+#: ``ClosedJaxpr`` is an alias kept for old callers (read, not run:
+#: docs/versions.md).
+JAXPR_HOLDS_CONSTS: bool = _JAX_SERIES >= (0, 11)
+
+
+# ------------------------------------------------------ private modules --
+
+
+class JaxInternalMissing(AttributeError):
+    """A private JAX module or attribute memscope reads is not in the installed
+    JAX. An ``AttributeError``, so ``getattr(module, name, default)`` still
+    gives the default."""
+
+
+class _Missing:
+    """Stands in for a private JAX module that did not import: any attribute
+    read says which, and on which JAX."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        self._name = name
+        self._error = f"{type(error).__name__}: {error}"
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # copy, pickle and friends probing for hooks
+            raise AttributeError(attr)
+        raise JaxInternalMissing(f"memscope cannot read {self._name}.{attr} on JAX "
+                                 f"{JAX_VERSION}: {self._name} did not import ({self._error})")
+
+
+def _private(package: str, name: str) -> Any:
+    """``from package import name`` for a private JAX module, or a :class:`_Missing`
+    stand-in where this JAX has moved it."""
+    try:
+        module = importlib.import_module(package)
+        found = getattr(module, name, None)
+        return found if found is not None else importlib.import_module(f"{package}.{name}")
+    except Exception as e:
+        return _Missing(f"{package}.{name}", e)
+
+
+_config: Any = _private("jax._src", "config")
+_core: Any = _private("jax._src", "core")
+_linear_util: Any = _private("jax._src", "linear_util")
+_pjit: Any = _private("jax._src", "pjit")
+_xla_bridge: Any = _private("jax._src", "xla_bridge")
+_mlir: Any = _private("jax._src.interpreters", "mlir")
+_pxla: Any = _private("jax._src.interpreters", "pxla")
+_ir: Any = _private("jax._src.lib.mlir", "ir")
+_state_types: Any = _private("jax._src.state", "types")
+
+#: What capturing reads on the program's own path (at each ``jax.jit`` made and
+#: each call). A failure there would be the program's, so where one is missing
+#: memscope refuses to start instead (:func:`capture_problem`).
+_NEEDED_TO_CAPTURE: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
+    ("jax._src.pjit", _pjit, ("make_jit",)),
+    ("jax._src.core", _core, ("trace_state_clean", "Tracer")),
+    ("jax._src.config", _config, ("disable_jit", "config_states", "config_ext", "State",
+                                  "StateContextManager")),
+    ("jax._src.interpreters.mlir", _mlir, ("warnings",)),
+    ("jax._src.linear_util", _linear_util, ("WrappedFun",)),
+    ("jax._src.xla_bridge", _xla_bridge, ("backends_are_initialized",)),
+)
+
+
+def capture_problem() -> str | None:
+    """Why memscope cannot capture on this JAX, as one line naming each private
+    attribute it needs and this JAX lacks; ``None`` when all are there."""
+    missing = []
+    for module_name, module, names in _NEEDED_TO_CAPTURE:
+        missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
+    if not missing:
+        try:
+            _thread_settings()
+        except Exception as e:
+            missing.append(f"jax._src.config's settings ({type(e).__name__}: {e})")
+    if not missing:
+        return None
+    return (f"memscope cannot capture on JAX {JAX_VERSION}: this JAX has no "
+            f"{', '.join(missing)}, which memscope reads to see each jitted call; nothing "
+            f"was run (report it to {REPORT_TO})")
 
 
 # ---------------------------------------------------------------- capture --
@@ -166,8 +307,7 @@ def exclude_from_source_info(folder: str) -> None:
     skips its own: a jitted call made through memscope's stand-in is then
     attributed to the user's (or library's) line, exactly as without memscope.
     Equinox and Flax register their own folders the same way."""
-    from jax._src import source_info_util
-
+    source_info_util = _private("jax._src", "source_info_util")
     path = os.path.join(os.path.abspath(folder), "")
     with _exclusion_lock:
         if path in _excluded:
@@ -301,7 +441,7 @@ class _WarningsProxy:
 def lowering_warnings() -> Iterator[_WarningsProxy]:
     """Install the warnings proxy in JAX's lowering module for the block."""
     proxy = _WarningsProxy(_mlir.warnings)
-    _mlir.warnings = proxy  # type: ignore[assignment]
+    _mlir.warnings = proxy
     try:
         yield proxy
     finally:
@@ -310,12 +450,15 @@ def lowering_warnings() -> Iterator[_WarningsProxy]:
 
 ConfigSnapshot = tuple[tuple[Any, Any], ...]
 
-#: JAX's per-thread settings: every option (``State``) and the mesh and device
-#: contexts (plain ``Config`` objects of the same kind, outside ``config_states``).
-_THREAD_SETTINGS = tuple({id(c): c for c in (
-    *_config.config_states.values(),
-    *(v for v in vars(_config).values() if isinstance(v, _config.config_ext.Config)),
-)}.values())
+
+@functools.cache
+def _thread_settings() -> tuple[Any, ...]:
+    """JAX's per-thread settings: every option (``State``) and the mesh and device
+    contexts (plain ``Config`` objects of the same kind, outside ``config_states``)."""
+    return tuple({id(c): c for c in (
+        *_config.config_states.values(),
+        *(v for v in vars(_config).values() if isinstance(v, _config.config_ext.Config)),
+    )}.values())
 
 
 def config_snapshot() -> ConfigSnapshot:
@@ -326,7 +469,7 @@ def config_snapshot() -> ConfigSnapshot:
     call's variants under the values the call itself ran with
     (:func:`applied_config`).
     """
-    return tuple((setting, setting.value) for setting in _THREAD_SETTINGS)
+    return tuple((setting, setting.value) for setting in _thread_settings())
 
 
 @contextlib.contextmanager
@@ -503,7 +646,9 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     in the traced parameters' ``donated_invars`` (hoisted constants first, never
     donated), which is all that lowering reads of it; swapping it reuses the
     jaxpr JAX already traced, so the user's function is not traced again and
-    its trace-time side effects do not repeat.
+    its trace-time side effects do not repeat. (Read, not run: JAX's main
+    branch after 0.11.0 adds ``fun_sourceinfo`` to ``Traced``'s constructor,
+    passed on where ``Traced`` has that slot.)
     """
     params = traced._params
     extra = len(params["donated_invars"]) - len(donated)
@@ -514,12 +659,15 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     # the variant's lowering and executable are freed with the variant, instead
     # of living as long as the user's function does.
     jaxpr = params["jaxpr"]
-    own = _core.ClosedJaxpr(jaxpr.jaxpr, jaxpr.consts)
+    own = (jaxpr.with_consts(jaxpr.consts) if JAXPR_HOLDS_CONSTS
+           else _core.ClosedJaxpr(jaxpr.jaxpr, jaxpr.consts))
     new_params = dict(params, jaxpr=own,
                       donated_invars=(*params["donated_invars"][:extra], *donated))
     if _TRACED_META_TYS:
+        source = ((traced._fun_sourceinfo,)
+                  if "_fun_sourceinfo" in getattr(type(traced), "__slots__", ()) else ())
         return type(traced)(traced._meta_tys_flat, new_params, traced._in_tree,
-                            traced.out_tree, traced._consts)
+                            traced.out_tree, traced._consts, *source)
     # JAX 0.7: the lowering function (with the call's arguments bound) comes
     # first, and lowering passes it the params, so the new ones take effect.
     return type(traced)(traced._lfg, new_params, traced._in_tree, traced._out_tree,
@@ -938,8 +1086,7 @@ def remove_duration_listener(listener: Callable[..., None]) -> None:
     """Stop hearing them. JAX 0.8 named the remover privately
     (``_unregister_event_duration_listener_by_callback``); 0.7, 0.9 and later
     publicly."""
-    from jax._src import monitoring
-
+    monitoring = _private("jax._src", "monitoring")
     remove = getattr(monitoring, "unregister_event_duration_listener", None) or getattr(
         monitoring, "_unregister_event_duration_listener_by_callback", None)
     if remove is not None:
@@ -1097,24 +1244,33 @@ def transposes(jaxpr: Any) -> bool:
 
 
 def _policy_name(policy: Any) -> str:
-    """A checkpoint policy by its ``jax.checkpoint_policies`` name where it is one
-    (JAX 0.10 makes the dot policies objects that print as their class), else
-    by its function name."""
+    """A checkpoint policy by its ``jax.checkpoint_policies`` name where it is one,
+    else by the ``jax.checkpoint_policies`` function that made it, else by its
+    own name.
+
+    The policies a function makes are closures on JAX 0.7 to 0.9
+    (``save_only_these_names.<locals>.policy``) and, one by one, frozen
+    dataclasses from 0.10: ``SaveOnlyTheseNames`` and ``SaveAnyNamesButThese``
+    (0.10), ``SaveAndOffloadOnlyTheseNames`` and ``OffloadDotWithNoBatchDims``
+    (0.11, read, not run), each named as its function in snake case. JAX 0.10
+    also makes the dot policies objects that print as their class; they compare
+    equal to ``jax.checkpoint_policies``' own.
+    """
     if policy is None:
         return "none"
+    policies = jax.checkpoint_policies
     standard = ("everything_saveable", "nothing_saveable", "dots_saveable",
                 "dots_with_no_batch_dims_saveable")  # before aliases (checkpoint_dots)
-    for name in (*standard, *dir(jax.checkpoint_policies)):
-        known = getattr(jax.checkpoint_policies, name)
+    for name in (*standard, *dir(policies)):
         with contextlib.suppress(Exception):
+            known = getattr(policies, name)
             if not name.startswith("_") and (known is policy or known == policy):
                 return name
-    # save_only_these_names(...) and the offloading policies are closures,
-    # named by the function that made them ("save_and_offload_only_these_names")
-    qualname = str(getattr(policy, "__qualname__", ""))
-    if ".<locals>." in qualname:
-        return qualname.split(".<locals>.")[0]
-    return str(getattr(policy, "__name__", policy))
+    maker = str(getattr(policy, "__qualname__", "")).split(".<locals>.")[0]
+    if isinstance(policy, types.FunctionType):
+        return maker if callable(getattr(policies, maker, None)) else policy.__name__
+    made_by = re.sub(r"(?<!^)(?=[A-Z])", "_", type(policy).__name__).lower()
+    return made_by if callable(getattr(policies, made_by, None)) else type(policy).__name__
 
 
 def checkpoint_names(jaxpr: Any) -> tuple[str, ...]:

@@ -6,8 +6,9 @@ Exit codes (documented in docs/cli.md):
 * 1: the target raised an uncaught exception;
 * 2: memscope could not do what was asked: a missing or unreadable target,
   a syntax error, an unknown module, a corrupt report, a target that called
-  no jitted function, a malformed config or size, a JAX outside the supported
-  range (0.7 to 0.10; nothing is run);
+  no jitted function, a malformed config or size, a JAX older than the
+  supported series (before 0.7), or one without a private attribute capturing
+  reads (nothing is run; a newer series runs, its figures unverified);
 * 4 (:data:`EXIT_UNREADABLE`): ``memscope run --strict`` and ``memscope check``
   could not read the compiled program of a function (the target itself
   succeeded);

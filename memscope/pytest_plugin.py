@@ -28,6 +28,7 @@ saying so, never passes silently.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,17 @@ MARKER_HELP = (
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Where a test measured on a JAX whose figures are unverified (a newer
+    series, or an older one allowed), say so once at the end, where a passing
+    suite shows it too."""
+    recorder = sys.modules.get("memscope.capturing.recorder")  # never imports JAX
+    said = getattr(recorder, "unverified_jax_said", None)
+    line = said() if callable(said) else None
+    if line is not None:
+        terminalreporter.write_line(f"memscope: warning: {line}", yellow=True)
 
 
 @dataclass(frozen=True)

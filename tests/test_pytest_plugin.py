@@ -177,6 +177,32 @@ def test_plugin_loads_without_a_flag_and_imports_no_jax(pytester: pytest.Pyteste
     result.assert_outcomes(passed=1)
 
 
+def test_a_newer_jax_passes_under_warnings_as_errors_and_is_said_at_the_end(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a JAX newer than the verified series a measured test passes where
+    warnings are errors, and the run's summary says the figures are unverified."""
+    from memscope import _compat
+    from memscope.capturing import recorder
+
+    monkeypatch.setattr(_compat, "JAX_VERSION", "0.11.0")
+    monkeypatch.setattr(recorder, "_unverified_said", [])
+    pytester.makepyfile(test_inner=JITTED + textwrap.dedent("""
+        @pytest.mark.limit_device_memory("64 MiB")
+        def test_under():
+            outer(jnp.ones(8))
+
+        def test_fixture(memscope):
+            memscope.analyze(make_small(), jnp.ones(8))
+    """))
+    pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    line = ("memscope: warning: JAX 0.11.0 is newer than the series memscope is verified on "
+            "(0.7 to 0.10); its figures are unverified: report differences to memscope's "
+            "issue tracker")
+    assert result.stdout.lines.count(line) == 1
+
+
 def test_memscope_fixture_here(memscope) -> None:  # type: ignore[no-untyped-def]
     # This suite gets the fixture from the installed entry point, with no flag.
     report = memscope.analyze(jax.jit(lambda x: x + 1, donate_argnums=0), jnp.ones(16))

@@ -8,6 +8,7 @@ Inside it, every jit object JAX makes is handed back inside a
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +18,28 @@ from memscope.capturing.jit import MeasuredJit, is_jax_internal
 from memscope.capturing.session import Session
 from memscope.errors import MemscopeError
 from memscope.variants.donations import VariantRequest
+
+_log = logging.getLogger("memscope")
+#: The line that says this JAX's figures are unverified, once said in this
+#: process (by the CLI, or by the first capture()).
+_unverified_said: list[str] = []
+
+
+def unverified_jax_once() -> str | None:
+    """The line that says this JAX's figures are unverified
+    (:func:`memscope._compat.unverified_line`), the first time it is asked for in
+    this process; ``None`` after that, and on a verified JAX."""
+    line = _compat.unverified_line()
+    if line is None or _unverified_said:
+        return None
+    _unverified_said.append(line)
+    return line
+
+
+def unverified_jax_said() -> str | None:
+    """The unverified-JAX line, if this process has said it (the pytest plugin
+    repeats it in its summary)."""
+    return _unverified_said[0] if _unverified_said else None
 
 
 @contextlib.contextmanager
@@ -48,12 +71,29 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     Reading the compiled programs and the variants' compiles finish before the
     block exits. Jit objects made inside the block stay usable after it; they
     just stop recording.
+
+    On a JAX series newer than those memscope is verified on, it runs and logs
+    one warning (logger ``memscope``), once per process, that the figures are
+    unverified; the report's ``notes`` say so too (docs/versions.md).
+
+    Raises:
+        MemscopeError: the JAX is older than memscope supports (unless
+            ``MEMSCOPE_ALLOW_UNSUPPORTED_JAX=1``), or lacks a private attribute
+            capturing reads on the program's path; the block does not run.
     """
     if stop_after is not None and stop_after < 1:
         raise MemscopeError(f"stop_after must be at least 1, got {stop_after}")
     unsupported = _compat.support_problem()
     if unsupported is not None and not _compat.unsupported_allowed():
         raise MemscopeError(unsupported)
+    cannot = _compat.capture_problem()
+    if cannot is not None:
+        raise MemscopeError(cannot)
+    # A logged line, not a Python warning: suites that run with warnings as
+    # errors would otherwise fail every measured test on a newer JAX.
+    unverified = unverified_jax_once()
+    if unverified is not None:
+        _log.warning("memscope: warning: %s", unverified)
     with _compat.lowering_warnings() as proxy:
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
                           remat_flops=remat_flops)

@@ -109,14 +109,14 @@ def unreadable_line(report: Report) -> str | None:
             f"{first.name} ({first.error}){more}; their figures are missing from the report")
 
 
-def unsupported_jax_line() -> str | None:
-    """The one-line warning for a run on an unsupported JAX the user allowed."""
-    from memscope import _compat
+def unverified_jax_line() -> str | None:
+    """The one-line warning for a run on a JAX whose figures are unverified: a
+    series newer than memscope is verified on, or an older one the user allowed.
+    Said here, it is not logged again when the run starts capturing."""
+    from memscope.capturing.recorder import unverified_jax_once
 
-    problem = _compat.support_problem()
-    if problem is None or not _compat.unsupported_allowed():
-        return None
-    return f"memscope: warning: {problem.split(':')[0]}; running anyway, figures unverified"
+    line = unverified_jax_once()
+    return None if line is None else f"memscope: warning: {line}"
 
 
 def nothing_called(target: str, outcome: str, hint: str = "") -> str:

@@ -19,7 +19,7 @@ from memscope.cli._common import (
     output_option,
     output_paths,
     unreadable_line,
-    unsupported_jax_line,
+    unverified_jax_line,
 )
 from memscope.errors import (
     EXIT_REGRESSION,
@@ -110,7 +110,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         if output is not None:
             save_report(report, output)
     else:
-        warning = unsupported_jax_line()
+        warning = unverified_jax_line()
         if warning is not None:
             click.echo(warning, err=True)
         report = run_and_report(what, guard=guard, deliver=None if output is None

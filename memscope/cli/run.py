@@ -24,7 +24,7 @@ from memscope.cli._common import (
     stop_after_option,
     trace_option,
     unreadable_line,
-    unsupported_jax_line,
+    unverified_jax_line,
     write_html,
     write_trace,
 )
@@ -118,7 +118,7 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
             guard.write(lambda out: _render(report, out, buffers, which, detail,
                                             output_format))
 
-    warning = unsupported_jax_line()
+    warning = unverified_jax_line()
     if warning is not None:
         click.echo(warning, err=True)
     report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,

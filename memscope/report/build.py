@@ -339,10 +339,9 @@ def _deleted_read(ledger: DonationLedger) -> DeletedRead | None:
 def run_notes(uncaptured_pmaps: int = 0) -> tuple[str, ...]:
     """What the report cannot show on this JAX, one line each."""
     notes = []
-    unsupported = _compat.support_problem()
-    if unsupported is not None:
-        notes.append(f"{unsupported.split(':')[0]}: the figures are unverified "
-                     f"({_compat.ALLOW_UNSUPPORTED_ENV} is set)")
+    unverified = _compat.unverified_note()
+    if unverified is not None:
+        notes.append(unverified)
     if uncaptured_pmaps:
         notes.append(f"jax.pmap compiled {uncaptured_pmaps} program"
                      f"{'s' if uncaptured_pmaps != 1 else ''} outside jax.jit, which "

@@ -342,9 +342,8 @@ train_step  train.py:40  12 calls
     donate all: donate_argnames=("params", "opt_state", "batch"): peak 62.0 KiB
       (-28.0 KiB), alias n/a, 2 unusable
 
-Every function's arguments, subtrees, reasons, donation variants and terms:
---detail; every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o
-FILE.json
+Every function in full: --detail; every leaf: --leaves [--path PATTERN] [--fate
+FATE]; everything: -o FILE.json
 """
 
 
@@ -357,7 +356,7 @@ def test_the_default_shows_each_argument_on_a_line_and_the_rest_on_request():
     lines = render(model_report(model_step(0), clean))
     assert "eval_step (train.py:40): peak 90.0 KiB per device; nothing to change" in lines
     assert not any(line.startswith("eval_step  ") for line in lines)
-    assert "1 function with nothing to change not shown (eval_step)." in " ".join(lines)
+    assert "Not shown, nothing to change: eval_step." in " ".join(lines)
 
 
 def test_leaves_lists_every_leaf_whole_and_filters():
@@ -493,3 +492,40 @@ def test_show_and_run_print_markdown(tmp_path: Path):
     ran = invoke("run", "--format", "markdown", str(script))
     assert ran.exit_code == 0, ran.output
     assert "| `<lambda>` |" in ran.stdout and "### memscope: `" in ran.stdout
+
+
+def test_advice_that_saves_under_the_threshold_is_a_note_not_advice():
+    """The issue's "peak 1.5 MiB -> 1.5 MiB (0 B, measured)": measured to save less
+    than MEANINGFUL_SAVING of the peak, the donation is not advised."""
+    from memscope.report.function import MEANINGFUL_SAVING
+
+    fn = model_step(1)
+    peak = fn.memory.peak_bytes
+    for after, worth in ((peak, False), (peak - int(peak * MEANINGFUL_SAVING) + 1, False),
+                         (peak - int(peak * MEANINGFUL_SAVING) - 1, True), (peak + 10, False)):
+        advice = dataclasses.replace(fn.advice, peak_before=peak, peak_after=after)
+        assert advice.worthwhile == worth, after
+        s = summarize(model_report(dataclasses.replace(fn, advice=advice))).functions[0]
+        assert (s.advice is not None) == worth
+        (candidates,) = [f for f in s.findings if "could reuse" in f.text]
+        assert candidates.severity == ("warning" if worth else "info")
+        if not worth:
+            assert "not advised" in candidates.text and "under 1%" in candidates.text
+            lines = render(model_report(dataclasses.replace(fn, advice=advice)))
+            assert not any("Advice:" in line for line in lines)
+    # Dropping a donation that does nothing is advised whatever it saves.
+    dropped = dataclasses.replace(fn.advice, peak_before=peak, peak_after=peak,
+                                  drop=("batch",))
+    assert dropped.worthwhile
+
+
+def test_live_array_samples_are_not_repeated():
+    from memscope.report import LiveSample, LiveTimeline, Runtime
+
+    samples = (LiveSample(2, "step", 4, 64), LiveSample(2, "(end)", 4, 64))
+    report = dataclasses.replace(model_report(), runtime=Runtime(
+        live_timeline=LiveTimeline(samples, "every call", 0.001)))
+    text = " ".join(render(report, width=200))
+    assert "4 before call 2, 4 at the end" in text
+    assert "4 at call 2, 4 at call 2" not in text
+    assert "unavailable" not in text  # CPU never keeps device memory statistics

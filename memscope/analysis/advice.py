@@ -299,7 +299,7 @@ def _unusable_reason(b: InputBuffer, i: int, pairing: _Pairing,
                 f"{b.path}, or return its updated value.")
     if same_size:
         return (f"No output is {_aval_text(b)}, and the outputs with its {size} elements "
-                f"({bounded_leaves(same_size)}) are taken by other donated arguments. Stop "
+                f"({bounded_leaves(same_size, 2)}) are taken by other donated arguments. Stop "
                 f"donating {b.path}, or return its updated value.")
     return (f"No output is {_aval_text(b)} or has its {size} elements, so its buffer "
             f"cannot be reused. Stop donating {b.path} (the function does not return a "

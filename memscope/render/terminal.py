@@ -160,10 +160,9 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     if leaves is not None:
         out.para("Everything, every figure and leaf: -o FILE.json", style="dim")
         return
-    hidden = (f"{len(quiet)} function{'s' if len(quiet) != 1 else ''} with nothing to change "
-              f"not shown ({shorten(', '.join(dict.fromkeys(quiet)), 60)}). " if quiet else "")
-    more = ("" if detail else "Every function's arguments, subtrees, reasons, donation "
-            "variants and terms: --detail; ")
+    hidden = (f"Not shown, nothing to change: {shorten(', '.join(dict.fromkeys(quiet)), 60)}. "
+              if quiet else "")
+    more = "" if detail else "Every function in full: --detail; "
     out.para(f"{hidden}{more}every leaf: --leaves [--path PATTERN] [--fate FATE]; "
              "everything: -o FILE.json", style="dim")
 

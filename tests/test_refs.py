@@ -521,7 +521,8 @@ def test_the_cli_reports_refs_in_terminal_json_and_html(tmp_path: Path):
     script.write_text(PROGRAM)
     plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                            check=True, cwd=tmp_path)
-    done = subprocess.run([sys.executable, "-m", "memscope", "run", "-o", "r.json",
+    # --detail: a function with nothing to change gets its section on request.
+    done = subprocess.run([sys.executable, "-m", "memscope", "run", "--detail", "-o", "r.json",
                            "--html", "r.html", str(script)], capture_output=True, text=True,
                           cwd=tmp_path, env=_env())
     assert done.returncode == 0, done.stderr

@@ -290,7 +290,7 @@ Donation variants (each compiled and measured)
     new: a fresh buffer
     candidate: not donated, yet an output of its shape and dtype could reuse it
 
-every leaf: --leaves [--path PATTERN] [--fate FATE]; everything: -o FILE.json
+every leaf: --leaves; everything: -o FILE.json
 """
 
 
@@ -342,8 +342,7 @@ train_step  train.py:40  12 calls
     donate all: donate_argnames=("params", "opt_state", "batch"): peak 62.0 KiB
       (-28.0 KiB), alias n/a, 2 unusable
 
-Every function in full: --detail; every leaf: --leaves [--path PATTERN] [--fate
-FATE]; everything: -o FILE.json
+Every function in full: --detail; every leaf: --leaves; everything: -o FILE.json
 """
 
 

@@ -163,8 +163,7 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     hidden = (f"Not shown, nothing to change: {shorten(', '.join(dict.fromkeys(quiet)), 60)}. "
               if quiet else "")
     more = "" if detail else "Every function in full: --detail; "
-    out.para(f"{hidden}{more}every leaf: --leaves [--path PATTERN] [--fate FATE]; "
-             "everything: -o FILE.json", style="dim")
+    out.para(f"{hidden}{more}every leaf: --leaves; everything: -o FILE.json", style="dim")
 
 
 def _has_something_to_say(fn: FunctionReport, s: FunctionSummary) -> bool:

@@ -9,6 +9,9 @@ The public API::
     fn_report = memscope.analyze(jitted_fn, *args)   # one call, one FunctionReport
     report = memscope.load_report("report.json")
 
+A report shows itself as the terminal report (``repr``) and, in a notebook, as
+the HTML report's body (``_repr_html_``).
+
 Importing memscope does not import JAX; the names that need it load on first use.
 
 PYTEST_DONT_REWRITE: ``memscope run -m pytest`` imports memscope before pytest
@@ -33,6 +36,7 @@ from memscope.report import (
     load_report,
     save_report,
 )
+from memscope.report import display as _display
 from memscope.version import __version__
 
 __all__ = [
@@ -54,6 +58,16 @@ __all__ = [
 
 _LAZY = {"analyze": "memscope.flow", "build_report": "memscope.report.build",
          "capture": "memscope.capturing"}
+
+
+def _shown(kind: _display.Kind, record: Any) -> str:
+    # The renderers are imported when a report is first shown, not with memscope.
+    from memscope.render.inline import shown
+
+    return shown(kind, record)
+
+
+_display.show_with(_shown)
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from memscope.errors import ReportFormatError
+from memscope.report import display
 from memscope.report.decode import _decode
 from memscope.report.function import FunctionReport
 from memscope.report.memory import LiveArrays, Memory, with_peak_rule
@@ -243,6 +244,18 @@ class Report:
     #: the accelerator every function was also compiled for (``--target``): the
     #: functions' figures are then the target's, per device
     target: TargetInfo | None = None
+
+    def __repr__(self) -> str:
+        """The terminal report, plain (``print(report)``, the prompt)."""
+        return display.text(self, f"<Report of {len(self.functions)} functions>")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython's plain text: the terminal report."""
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str | None:
+        """In a notebook: the HTML report's body, answer first, sections collapsible."""
+        return display.shown("html", self)
 
     def unreadable(self) -> tuple[FunctionReport, ...]:
         """The functions whose compiled program memscope could not read (``error``)."""

@@ -9,8 +9,9 @@ The public API::
     fn_report = memscope.analyze(jitted_fn, *args)   # one call, one FunctionReport
     report = memscope.load_report("report.json")
 
-A report shows itself as the terminal report (``repr``) and, in a notebook, as
-the HTML report's body (``_repr_html_``).
+In IPython or Jupyter, ``%load_ext memscope`` adds the ``%%memscope`` cell magic
+(:mod:`memscope.notebook`); a report shows itself as the terminal report
+(``repr``) and, in a notebook, as the HTML report's body (``_repr_html_``).
 
 Importing memscope does not import JAX; the names that need it load on first use.
 
@@ -68,6 +69,20 @@ def _shown(kind: _display.Kind, record: Any) -> str:
 
 
 _display.show_with(_shown)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext memscope``: the ``%%memscope`` and ``%memscope`` magics."""
+    from memscope.notebook import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext memscope``: the magics go again."""
+    from memscope.notebook import unload
+
+    unload(ipython)
 
 
 def __getattr__(name: str) -> Any:

@@ -62,7 +62,12 @@ class TargetInfo:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """How the target ran; ``error`` is the uncaught exception, as one line."""
+    """How the target ran; ``error`` is the uncaught exception, as one line.
+
+    A notebook cell run under ``%%memscope`` is the target ``In[5]`` with
+    ``cell`` true (its ``exit_code`` as python's would be for a script that
+    ended alike).
+    """
 
     target: str
     argv: tuple[str, ...]
@@ -70,10 +75,15 @@ class RunInfo:
     exit_code: int
     module: bool = False
     error: str | None = None
+    #: the target was a notebook cell (``%%memscope``, ``%memscope``), ``target`` its ``In[N]``
+    cell: bool = False
 
     @property
     def command(self) -> str:
-        """The target and its arguments as a shell would take them (``-m`` for a module)."""
+        """The target and its arguments as a shell would take them (``-m`` for a
+        module); a notebook cell as ``notebook cell In[5]``."""
+        if self.cell:
+            return f"notebook cell {self.target}"
         text = shlex.join(["-m", self.target] if self.module else [self.target])
         return f"{text} {shlex.join(self.argv)}" if self.argv else text
 

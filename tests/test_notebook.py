@@ -267,7 +267,33 @@ def test_bad_options_are_one_line(kernel):
     assert kernel.value("'x' in dir()") is False  # the cell did not run
 
 
-# --- the inline forms, without a kernel --------------------------------------------
+# --- without a kernel --------------------------------------------------------------
+
+
+def test_the_output_history_names_only_what_no_variable_holds():
+    import jax.numpy as jnp
+
+    from memscope.analysis.run_memory import OUTPUT_HISTORY, Holder
+    from memscope.capturing.residency import OutputHistory, user_holders
+    from memscope.program.sites import NOT_USER
+
+    shown, kept = jnp.ones(3), jnp.zeros(3)
+    out = {4: shown, 5: kept}
+    namespace = {"Out": out, "_oh": out, "_4": shown, "_5": kept, "_": kept, "__": shown,
+                 "kept": kept}
+    hidden = {name: namespace[name] for name in ("Out", "_oh", "_4", "_5", "_", "__")}
+    history = OutputHistory(namespace, out, "Out",
+                            lambda name: name in hidden and hidden[name] is namespace[name])
+    # No frame is the user's here (tests/ is skipped): the namespace is the program's globals.
+    found = user_holders((*NOT_USER, str(Path(__file__).parent)), {id(shown), id(kept)},
+                         history)
+    assert found[id(kept)] == Holder("kept", "", "module", 0, 0)
+    assert found[id(shown)] == Holder("Out[4]", "", OUTPUT_HISTORY, 0, 0, ("_4", "__"))
+    namespace["_"] = shown  # bound by the user: a variable of theirs like any
+    found = user_holders((*NOT_USER, str(Path(__file__).parent)), {id(shown)}, history)
+    assert found[id(shown)].name == "_"
+
+
 
 
 def test_a_reports_repr_is_its_terminal_report_in_plain_text():

@@ -9,6 +9,10 @@ The public API::
     fn_report = memscope.analyze(jitted_fn, *args)   # one call, one FunctionReport
     report = memscope.load_report("report.json")
 
+In IPython or Jupyter, ``%load_ext memscope`` adds the ``%%memscope`` cell magic
+(:mod:`memscope.notebook`); a report shows itself as the terminal report
+(``repr``) and, in a notebook, as the HTML report's body (``_repr_html_``).
+
 Importing memscope does not import JAX; the names that need it load on first use.
 
 PYTEST_DONT_REWRITE: ``memscope run -m pytest`` imports memscope before pytest
@@ -33,6 +37,7 @@ from memscope.report import (
     load_report,
     save_report,
 )
+from memscope.report import display as _display
 from memscope.version import __version__
 
 __all__ = [
@@ -54,6 +59,30 @@ __all__ = [
 
 _LAZY = {"analyze": "memscope.flow", "build_report": "memscope.report.build",
          "capture": "memscope.capturing"}
+
+
+def _shown(kind: _display.Kind, record: Any) -> str:
+    # The renderers are imported when a report is first shown, not with memscope.
+    from memscope.render.inline import shown
+
+    return shown(kind, record)
+
+
+_display.show_with(_shown)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext memscope``: the ``%%memscope`` and ``%memscope`` magics."""
+    from memscope.notebook import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext memscope``: the magics go again."""
+    from memscope.notebook import unload
+
+    unload(ipython)
 
 
 def __getattr__(name: str) -> Any:

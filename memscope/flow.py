@@ -23,12 +23,12 @@ import jax
 from memscope import _compat
 from memscope.analysis.advice import AdviceLevel
 from memscope.analysis.run_memory import pruned_positions, resident
-from memscope.capturing import MeasuredJit, capture
+from memscope.capturing import MeasuredJit, Session, capture
 from memscope.compiled.tpu import TpuTarget
 from memscope.errors import MemscopeError
 from memscope.program.ending import EXIT_TERMINATED, Guard
 from memscope.program.runner import RunResult, Target, run_target
-from memscope.report import Forecast, FunctionReport, Report, RunInfo, TargetInfo
+from memscope.report import Forecast, FunctionReport, Report, RunInfo
 from memscope.report.build import build_report, forecast_failures, function_report
 from memscope.variants.donations import VariantRequest
 from memscope.variants.fit import choose_batch, choose_function, forecast
@@ -70,10 +70,8 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                  remat_flops=remat_flops, accelerator=accelerator) as session:
         def terminated() -> None:
             session.finish()
-            report = build_report(session.entries, run_info(RunResult(
-                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), session.runtime(),
-                uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
-                sampler=session.live_sampler, target=_info(accelerator))
+            report = session_report(session, run_info(RunResult(
+                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), accelerator)
             if deliver is not None:
                 deliver(report)
 
@@ -86,16 +84,20 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
         result = RunResult("stopped", 0)
     forecast_failures(session.entries)
     with guard.deferred_signals():
-        report = build_report(session.entries, run_info(result), session.runtime(),
-                              uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
-                              sampler=session.live_sampler, target=_info(accelerator))
+        report = session_report(session, run_info(result), accelerator)
         if deliver is not None:
             deliver(report)
     return report
 
 
-def _info(accelerator: TpuTarget | None) -> TargetInfo | None:
-    return None if accelerator is None else accelerator.info()
+def session_report(session: Session, run: RunInfo, accelerator: TpuTarget | None = None
+                   ) -> Report:
+    """The report of what ``session`` has captured, for a run that ended as ``run``
+    says; ``accelerator`` is the capture's."""
+    return build_report(session.entries, run, session.runtime(),
+                        uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
+                        sampler=session.live_sampler,
+                        target=None if accelerator is None else accelerator.info())
 
 
 def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,

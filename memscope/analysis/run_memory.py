@@ -46,17 +46,24 @@ HOW = ("live arrays sampled {sampling} ({sampled} of {calls} calls), grouped by 
        "sample before them (what was alive then, less the function's argument bytes)")
 
 
+#: :attr:`Holder.scope` of an entry of an interactive shell's output history
+#: (IPython's ``Out[3]``): the value a cell showed, kept by the shell.
+OUTPUT_HISTORY = "output history"
+
+
 class Holder(NamedTuple):
     """A variable of the user's code that held arrays at a sample."""
 
     name: str
     path: str
-    #: the function's name, or ``module``
+    #: the function's name, ``module``, or :data:`OUTPUT_HISTORY`
     scope: str
     #: the function's first line (0 for a module's global)
     first_line: int
     #: the frame's line at the sample (0: a module's global seen from a function)
     line: int
+    #: for an output history's entry: the shell's other names for it (``_3``, ``_``)
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass

@@ -89,9 +89,10 @@ class MeasuredJit:
             self._memscope_key, self._memscope_library = object(), None
             self._memscope_identity = object()
         self._memscope_seen: dict[Any, Entry] = {}
-        # a library's own jit has no line of the user's to edit
+        # a library's own jit has no line of the user's to edit, and one made before
+        # the capture (options unknown) was made at no line memscope saw
         self._memscope_site = (_site(session) if self._memscope_library is None
-                               else (None, None))
+                               and options is not None else (None, None))
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not set on the wrapper: the jit object's methods.
@@ -118,6 +119,13 @@ class MeasuredJit:
         # Pickled as the jit object it stands for: where that pickles, this does,
         # and where it does not, the error is the same.
         return _as_is, (self._memscope_jitted,)
+
+    def for_session(self, session: Session) -> MeasuredJit:
+        """A stand-in for the same jit object recording into ``session`` (one that
+        an earlier capture made, called in a later one: a later notebook cell)."""
+        twin = object.__new__(MeasuredJit)
+        twin.__dict__.update(self.__dict__, _memscope_session=session, _memscope_seen={})
+        return twin
 
     def _like(self, jitted: Any) -> MeasuredJit:
         """A stand-in for a copy of the jit object, recording into the same session."""

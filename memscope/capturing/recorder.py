@@ -124,3 +124,45 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
             session.finish()
             # Before the warnings proxy goes: the variants' lowerings record through it.
             session.wait()
+
+
+@contextlib.contextmanager
+def measure_names(namespace: dict[str, Any], session: Session) -> Iterator[None]:
+    """Inside the block, the jit objects that ``namespace`` holds by name and that
+    were made before ``session``'s capture (an earlier notebook cell's
+    ``train_step``) record into it too: each such name is bound to a stand-in
+    (:class:`MeasuredJit`) for the block, and bound back to its own jit object
+    afterwards, unless the block bound it to something else.
+
+    A jit JAX made before the capture does not tell how its donation was
+    spelled, nor its options: its advice names arguments, and it has no remat
+    (as with :func:`memscope.analyze`). One held elsewhere (in an object, a
+    closure, a module) records only if made inside the capture.
+    """
+    swapped: dict[str, tuple[Any, MeasuredJit]] = {}
+    for name, value in list(namespace.items()):
+        stand_in = _stand_in(value, session)
+        if stand_in is not None:
+            namespace[name] = stand_in
+            swapped[name] = (value, stand_in)
+    try:
+        yield
+    finally:
+        for name, (value, stand_in) in swapped.items():
+            if namespace.get(name) is stand_in:
+                namespace[name] = value
+
+
+def _stand_in(value: Any, session: Session) -> MeasuredJit | None:
+    """A stand-in recording into ``session`` for the jit object ``value``, if it is one."""
+    try:
+        if isinstance(value, MeasuredJit):
+            return None if value._memscope_session is session else value.for_session(session)
+        if not _compat.is_jit_object(value):
+            return None
+        fun = getattr(value, "__wrapped__", None)
+        if fun is None or is_jax_internal(fun):
+            return None
+        return MeasuredJit(value, fun, session)
+    except Exception:  # a value that answers oddly is not one memscope can measure
+        return None

@@ -39,7 +39,7 @@ import numpy as np
 
 from memscope import _compat
 from memscope.analysis.growth import GroupKey, GroupSample, growing
-from memscope.analysis.run_memory import CallLog, Holder, RawGroup, RawSample
+from memscope.analysis.run_memory import OUTPUT_HISTORY, CallLog, Holder, RawGroup, RawSample
 from memscope.capturing.between import caller_line
 from memscope.compiled.read import describe_sharding
 from memscope.report import LiveGrowth, LiveSample, LiveTimeline, is_host_kind
@@ -109,6 +109,8 @@ class RunSampler:
         self.compile_seconds = 0.0
         #: sample before every call (``memscope fit``'s short run)
         self.every_call = False
+        #: an interactive shell's output history, where the program runs in one
+        self.history: OutputHistory | None = None
         self._outputs = _Attribution()
         #: id of a live array -> (entry, flat output index, shape, dtype) of the call
         #: that made it, from earlier samples
@@ -215,7 +217,7 @@ class RunSampler:
                 unnamed.append((id(a), (producer, key)))
             count_all = len(arrays)
             if unnamed:
-                holders = user_holders(self._skip, {i for i, _ in unnamed})
+                holders = user_holders(self._skip, {i for i, _ in unnamed}, self.history)
             for array_id, (producer, key) in unnamed:
                 holder = holders.get(array_id) if holders else None
                 group = groups.get((producer, holder, key))
@@ -372,14 +374,34 @@ def output_tops(out: Any) -> tuple[list[str], list[tuple[tuple[int, ...], Any]]]
     return tops, shapes
 
 
-def user_holders(skip: tuple[str, ...], wanted: set[int]) -> dict[int, Holder]:
+@dataclass(frozen=True)
+class OutputHistory:
+    """An interactive shell's record of the values its cells showed, kept in the
+    program's globals (IPython's ``Out``, with ``_3``, ``_``, ``__`` naming its
+    entries again): an array held there is named by its entry (``Out[3]``), and
+    only where no name of the user's holds it.
+
+    ``namespace`` is the program's globals (the shell's user namespace),
+    ``outputs`` the shown values by number, called ``name`` there; ``shell_name``
+    tells the shell's own names in ``namespace`` (``_``, ``_3``, ``Out``, ``In``).
+    """
+
+    namespace: dict[str, Any]
+    outputs: dict[Any, Any]
+    name: str
+    shell_name: Callable[[str], bool]
+
+
+def user_holders(skip: tuple[str, ...], wanted: set[int],
+                 history: OutputHistory | None = None) -> dict[int, Holder]:
     """For the arrays whose ids are in ``wanted``: the user's variable that holds
     each (a local of a frame of the user's code, a global of its module; inside
     lists, dicts and other pytrees, and one attribute deep in an object),
-    innermost frame first."""
+    innermost frame first; then, with ``history``, the globals it names and the
+    entries of its output history."""
     found: dict[int, Holder] = {}
     frame: types.FrameType | None = sys._getframe(1)
-    modules: set[int] = set()
+    modules: set[int] = set()  # the globals read already (a module's, once)
     budget = [MAX_HOLDER_LEAVES]
     while frame is not None and len(found) < len(wanted):
         code = frame.f_code
@@ -387,15 +409,51 @@ def user_holders(skip: tuple[str, ...], wanted: set[int]) -> dict[int, Holder]:
         if not path.startswith(skip) and not path.startswith("<frozen"):
             scope = "module" if code.co_name == "<module>" else code.co_name
             where = (path, scope, code.co_firstlineno, frame.f_lineno)
-            for name, value in _compat.frame_locals(frame):
-                _name_leaves(value, Holder(name, *where), wanted, found, budget)
-            if id(frame.f_globals) not in modules and code.co_name != "<module>":
-                modules.add(id(frame.f_globals))
-                for name, value in list(frame.f_globals.items()):
+            # A module's frame: its locals are its namespace (no snapshot to leave behind).
+            namespace = frame.f_locals if scope == "module" else None
+            if namespace is None or id(namespace) not in modules:
+                for name, value in _own(_compat.frame_locals(frame), namespace, history):
+                    _name_leaves(value, Holder(name, *where), wanted, found, budget)
+            if namespace is None and id(frame.f_globals) not in modules:
+                for name, value in _own(list(frame.f_globals.items()), frame.f_globals,
+                                        history):
                     _name_leaves(value, Holder(name, path, "module", 0, 0), wanted,
                                  found, budget)
+            modules.add(id(frame.f_globals))
+            if namespace is not None:
+                modules.add(id(namespace))
         frame = frame.f_back
+    if history is not None and len(found) < len(wanted):
+        if id(history.namespace) not in modules:  # the program's globals, seen from no frame
+            for name, value in _own(list(history.namespace.items()), history.namespace,
+                                    history):
+                _name_leaves(value, Holder(name, "", "module", 0, 0), wanted, found, budget)
+        _history_holders(history, wanted, found, budget)
     return found
+
+
+def _own(items: list[tuple[str, Any]], namespace: Any, history: OutputHistory | None
+         ) -> list[tuple[str, Any]]:
+    """``items`` of ``namespace`` less an interactive shell's own names in it."""
+    if history is None or namespace is not history.namespace:
+        return items
+    return [(name, value) for name, value in items if not history.shell_name(name)]
+
+
+def _history_holders(history: OutputHistory, wanted: set[int], found: dict[int, Holder],
+                     budget: list[int]) -> None:
+    """Name the arrays that entries of the output history hold (``Out[3]``), each
+    with the shell's other names for it (``_3``, ``_``)."""
+    others: dict[int, list[str]] = {}
+    for name, value in list(history.namespace.items()):
+        if value is not history.outputs and history.shell_name(name):
+            others.setdefault(id(value), []).append(name)
+    for number, value in list(history.outputs.items()):
+        if len(found) >= len(wanted):
+            return
+        aliases = sorted(others.get(id(value), ()), key=lambda n: (not n[1:].isdigit(), n))
+        _name_leaves(value, Holder(f"{history.name}[{number}]", "", OUTPUT_HISTORY, 0, 0,
+                                   tuple(aliases)), wanted, found, budget)
 
 
 def _name_leaves(value: Any, holder: Holder, wanted: set[int], found: dict[int, Holder],

@@ -188,11 +188,24 @@ def _flush(stream: Any) -> None:
 
 
 def _ended_by(e: BaseException) -> RunResult:
+    """How ``e`` ended the target, after printing it as python would."""
+    if isinstance(e, SystemExit):
+        if e.code is not None and not isinstance(e.code, int):
+            with contextlib.suppress(Exception):
+                print(e.code, file=sys.stderr)
+    elif not isinstance(e, TargetStopped):
+        _print_traceback(e)
+    return ended_by(e)
+
+
+def ended_by(e: BaseException) -> RunResult:
+    """How the exception ``e`` that ended a target ends its run, with the exit code
+    python would give it (``sys.exit(n)``, an uncaught exception, Ctrl-C) or
+    ``stopped`` for :class:`~memscope.errors.TargetStopped`; prints nothing."""
     if isinstance(e, SystemExit):
         return _exit_result(e.code)
     if isinstance(e, TargetStopped):
         return RunResult("stopped", 0)
-    _print_traceback(e)
     if isinstance(e, KeyboardInterrupt):
         return RunResult("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt")
     return RunResult("failed", EXIT_TARGET_RAISED, _one_line(e))
@@ -213,8 +226,6 @@ def _exit_result(code: object) -> RunResult:
     if isinstance(code, int):  # bools included, as python treats them
         status = exit_status(int(code))
         return RunResult("completed" if status == 0 else "failed", status)
-    with contextlib.suppress(Exception):
-        print(code, file=sys.stderr)
     return RunResult("failed", 1, f"SystemExit: {_text(code)}")
 
 

@@ -17,7 +17,7 @@ import os
 import sys
 import sysconfig
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -29,6 +29,28 @@ OWN_FILES = OWN_ROOT + os.sep
 
 #: How far up the stack the user's frame may be (JAX, a framework, memscope).
 MAX_FRAMES = 64
+
+#: The names of the user's sources that are no file (a notebook's cells, ``In[3]``),
+#: by the path their code was compiled with; set by the front end that runs them.
+_source_names: Callable[[str], str | None] | None = None
+
+
+def name_sources(names: Callable[[str], str | None] | None) -> None:
+    """Show each source ``names`` has a name for by that name (``In[3]:5``, not its
+    path) and count its frames as the user's, though no file holds it; ``None``:
+    no such sources. ``memscope.notebook`` names a kernel's cells this way."""
+    global _source_names
+    _source_names = names
+
+
+def source_name(path: str) -> str | None:
+    """The name of the source compiled as ``path`` (:func:`name_sources`), or ``None``."""
+    if _source_names is None:
+        return None
+    try:
+        return _source_names(path)
+    except Exception:  # a front end's lookup must not fail the report
+        return None
 
 
 def installed_roots() -> tuple[str, ...]:
@@ -50,6 +72,8 @@ def user_frame(skip: Sequence[str]) -> tuple[str, int] | None:
         if frame is None:
             return None
         path = frame.f_code.co_filename
+        if source_name(path) is not None:  # a notebook's cell: the user's, in no file
+            return path, frame.f_lineno
         if not path.startswith("<"):
             real = _realpath(path)
             if not real.startswith(tuple(skip)):
@@ -130,7 +154,11 @@ def site_text(where: tuple[str, int]) -> str:
 
 
 def display_path(path: str) -> str:
-    """``path`` relative to the working directory when it lies under it."""
+    """``path`` relative to the working directory when it lies under it; a named
+    source by its name (:func:`name_sources`)."""
+    named = source_name(path)
+    if named is not None:
+        return named
     try:
         rel = os.path.relpath(path)
     except ValueError:
@@ -174,8 +202,14 @@ def assigned_line(path: str, first_line: int, name: str, before: int) -> int | N
 @functools.lru_cache(maxsize=64)
 def _syntax(path: str) -> ast.Module | None:
     try:
-        with open(path, encoding="utf-8") as f:
-            return ast.parse(f.read(), path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError:  # a notebook's cell is in linecache only
+            text = "".join(linecache.getlines(path))
+            if not text:
+                raise
+        return ast.parse(text, path)
     except (OSError, SyntaxError, ValueError):
         return None
 

@@ -4,32 +4,42 @@ The answer first (per function: peak, findings, advice), the run's device memory
 over its calls (:mod:`memscope.render.html_run`), then one collapsible section
 per function with its leaves by argument, the merged reasons, the
 donation variants, the terms it uses, and a table of every leaf that sorts by
-size and filters by fate and path text in the page. Every string from the report
+size and filters by fate and path text in the page
+(:mod:`memscope.render.html_leaves`). Every string from the report
 is shown literally (control characters escaped, then HTML-escaped); the script
 holds no report data, it only reads the table it is given.
+
+The same body, as one element to embed in a page of another's (a notebook's
+output, :func:`report_fragment`): its style scoped to it, its ids its own, and
+no script (notebooks strip scripts from outputs they do not trust), so what
+collapses is ``<details>`` and the leaf table lists its first rows.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import IO
 
-from memscope.render import html_live, html_run
+from memscope.render import html_leaves, html_live, html_run
 from memscope.render.text import fates_text
 from memscope.render.text import html_text as _t
 from memscope.report import (
     BufferBreakdown,
     FunctionReport,
-    InputBuffer,
     LiveSample,
     Memory,
-    OutputBuffer,
     Report,
-    is_host_kind,
     remat_text,
 )
-from memscope.report.leaves import LeafGroup, fate_label, leaf_reason, observed_label
-from memscope.report.summary import FunctionSummary, ReportSummary, summarize
+from memscope.report.leaves import LeafGroup
+from memscope.report.summary import (
+    FunctionSummary,
+    ReportSummary,
+    summarize,
+    summarize_function,
+)
 from memscope.report.units import format_bytes
 
 _CSS = """
@@ -57,59 +67,6 @@ table.leaves th button{font:inherit;border:0;background:none;cursor:pointer;padd
 table.leaves td.reason{max-width:560px;color:#3a4450;font-size:12px}
 """
 
-#: The leaf table's sorting and filtering. It holds no report data: it reads the
-#: rows' data attributes, so nothing from the report ever runs as script.
-_SCRIPT = """
-document.querySelectorAll('.leafview').forEach(function (view) {
-  var table = view.querySelector('table.leaves'), body = table.tBodies[0];
-  var text = view.querySelector('.path-filter');
-  var fate = view.querySelector('.fate-filter');
-  var shown = view.querySelector('.shown'), more = view.querySelector('.more');
-  var limit = Number(view.dataset.limit), all = false;
-  // Keys are read once: reading data attributes in every comparison is slow.
-  var keys = Array.prototype.map.call(body.rows, function (r) {
-    return {row: r, bytes: Number(r.dataset.bytes), path: r.dataset.path,
-            low: r.dataset.path.toLowerCase(), fate: r.dataset.fate,
-            candidate: r.dataset.candidate === '1'};
-  });
-  // Only the first rows that match are laid out: a table of thousands of rows
-  // takes seconds to lay out, a few hundred take a moment.
-  function apply() {
-    var q = text.value.toLowerCase(), f = fate.value, n = 0;
-    for (var i = 0; i < keys.length; i++) {
-      var k = keys[i];
-      var ok = (!f || k.fate === f || (f === 'candidate' && k.candidate)) &&
-               (!q || k.low.indexOf(q) >= 0);
-      if (ok) n++;
-      k.row.hidden = !ok || (!all && n > limit);
-    }
-    shown.textContent = String(n);
-    more.hidden = all || n <= limit;
-  }
-  text.addEventListener('input', apply);
-  fate.addEventListener('change', apply);
-  more.addEventListener('click', function () { all = true; apply(); });
-  view.querySelectorAll('th[data-sort]').forEach(function (th) {
-    th.querySelector('button').addEventListener('click', function () {
-      var key = th.dataset.sort, down = th.getAttribute('aria-sort') !== 'descending';
-      view.querySelectorAll('th[data-sort]').forEach(function (o) {
-        o.setAttribute('aria-sort', 'none'); });
-      th.setAttribute('aria-sort', down ? 'descending' : 'ascending');
-      keys.sort(function (x, y) {
-        var a = x[key], b = y[key];
-        var c = key === 'bytes' ? a - b : (a < b ? -1 : a > b ? 1 : 0);
-        return down ? -c : c;
-      });
-      table.removeChild(body);  // reorder off the page, then put it back once
-      keys.forEach(function (k) { body.appendChild(k.row); });
-      apply();
-      table.appendChild(body);
-    });
-  });
-  apply();
-});
-"""
-
 #: Colours of the figures in each function's chart.
 FIGURE_COLOURS = (("argument", "argument_bytes", "#4e79a7"),
                   ("output", "output_bytes", "#59a14f"),
@@ -118,35 +75,99 @@ FIGURE_COLOURS = (("argument", "argument_bytes", "#4e79a7"),
                   ("peak", "peak_bytes", "#e15759"))
 #: With at most this many functions, each section starts open.
 OPEN_SECTIONS = 3
-#: Rows of a leaf table laid out at once (the rest: a button away, and in JSON).
-LEAF_ROWS = 500
+
+
+#: The element an embedded report is in (:func:`report_fragment`); its style is scoped to it.
+FRAGMENT_CLASS = "memscope-report"
+#: An embedded report's own look: its page's, less the page's margins, smaller headings.
+_FRAGMENT_CSS = ("body{margin:0;padding:0;max-width:none}h1{font-size:17px}"
+                 "h2{font-size:15px;margin:20px 0 4px}")
+#: Numbers the ids of embedded reports: several in one notebook never share one.
+_FRAGMENTS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class _Page:
+    """Where the body goes: a page of memscope's own (its script runs there), or
+    embedded (no script; ``ids`` prefixes every id, sections start closed)."""
+
+    script: bool = True
+    ids: str = ""
 
 
 def render_html(report: Report, file: IO[str]) -> None:
     """Write ``report`` to ``file`` as a complete HTML document."""
-    title = "memscope report"
-    if report.run is not None:
-        title += f": {report.run.target}"
+    title = _title(report)
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{_t(title)}</title>"
              f"<style>{_CSS}{html_live.CSS}{html_run.CSS}</style></head><body>",
-             f"<h1>{_t(title)}</h1>", *_header(report)]
-    if not report.functions:
-        parts.append("<p>No jitted function was called.</p>")
-        parts.extend(_run_memory(report))
-        parts.extend(_between(report, summarize(report)))
-    else:
-        summary = summarize(report)
-        parts.extend(_answer(summary))
-        parts.extend(_run_memory(report))
-        parts.extend(_between(report, summary))
-        parts.append(_figures_table(report))
-        opened = len(report.functions) <= OPEN_SECTIONS
-        for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
-            parts.extend(_function(fn, s, i, opened))
-    parts.append(f"<script>{_SCRIPT}{html_live.SCRIPT}{html_run.SCRIPT}</script></body></html>")
+             *_body(report, _Page()),
+             f"<script>{html_leaves.SCRIPT}{html_live.SCRIPT}{html_run.SCRIPT}</script>"
+             "</body></html>"]
     file.write("\n".join(parts))
     file.write("\n")
+
+
+def report_fragment(report: Report) -> str:
+    """``report`` as one ``<div>`` to embed in another page (a notebook's output):
+    the page's body, answer first, with its style scoped to the element, ids of
+    its own, no script and no resource from elsewhere; every function's section
+    starts closed."""
+    page = _Page(script=False, ids=f"memscope{next(_FRAGMENTS)}-")
+    return _embedded(_body(report, page))
+
+
+def function_fragment(fn: FunctionReport) -> str:
+    """One function's report as one ``<div>`` to embed (see :func:`report_fragment`):
+    its answer, then its section, open."""
+    page = _Page(script=False, ids=f"memscope{next(_FRAGMENTS)}-")
+    s = summarize_function(fn)
+    return _embedded([*_answer(ReportSummary((s,)), page), *_function(fn, s, 0, True, page)])
+
+
+def _embedded(parts: list[str]) -> str:
+    css = scoped(_CSS + html_live.CSS + html_run.CSS + _FRAGMENT_CSS, f".{FRAGMENT_CLASS}")
+    return "\n".join([f'<div class="{FRAGMENT_CLASS}"><style>{css}</style>', *parts, "</div>"])
+
+
+def scoped(css: str, root: str) -> str:
+    """``css`` (plain rules, no at-rules) applying only inside ``root``: each
+    selector prefixed with it, ``body`` becoming ``root`` itself."""
+    rules = []
+    for rule in css.split("}"):
+        selectors, brace, declarations = rule.partition("{")
+        if not brace:
+            continue
+        prefixed = (root if sel.strip() == "body" else f"{root} {sel.strip()}"
+                    for sel in selectors.split(","))
+        rules.append(f"{','.join(prefixed)}{{{declarations.strip()}}}")
+    return "".join(rules)
+
+
+def _title(report: Report) -> str:
+    title = "memscope report"
+    if report.run is not None:
+        title += f": {report.run.command if report.run.cell else report.run.target}"
+    return title
+
+
+def _body(report: Report, page: _Page) -> list[str]:
+    """The report's body, the page's and the embedded one's: the answer first."""
+    parts = [f"<h1>{_t(_title(report))}</h1>", *_header(report)]
+    summary = summarize(report)
+    if not report.functions:
+        parts.append("<p>No jitted function was called.</p>")
+        parts.extend(_run_memory(report, page))
+        parts.extend(_between(report, summary, page))
+        return parts
+    parts.extend(_answer(summary, page))
+    parts.extend(_run_memory(report, page))
+    parts.extend(_between(report, summary, page))
+    parts.append(_figures_table(report, page))
+    opened = page.script and len(report.functions) <= OPEN_SECTIONS
+    for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
+        parts.extend(_function(fn, s, i, opened, page))
+    return parts
 
 
 def _header(report: Report) -> list[str]:
@@ -175,13 +196,13 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]],
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _answer(summary: ReportSummary) -> list[str]:
+def _answer(summary: ReportSummary, page: _Page) -> list[str]:
     """Per function: its peak, what is wrong, and what to change, before any table."""
-    out = ['<section id="answer"><h2>What to look at</h2>']
+    out = [f'<section id="{page.ids}answer"><h2>What to look at</h2>']
     for i, s in enumerate(summary.functions):
         calls = f"{s.calls} call{'s' if s.calls != 1 else ''}"
         which = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
-        out.append(f'<div class="answer"><b><a href="#fn{i}">{_t(s.name)}</a></b>: peak '
+        out.append(f'<div class="answer"><b><a href="#{page.ids}fn{i}">{_t(s.name)}</a></b>: peak '
                    f"{_t(format_bytes(s.peak))} per device{_t(s.host_text)} ({_t(s.source)}, "
                    f"{calls}{which})")
         items = [f'<li class="{f.severity}">{_t(f.text)}'
@@ -203,12 +224,12 @@ def _answer(summary: ReportSummary) -> list[str]:
     return out
 
 
-def _figures_table(report: Report) -> str:
+def _figures_table(report: Report, page: _Page) -> str:
     rows = []
     for i, fn in enumerate(report.functions):
         m = fn.memory
         figures = [getattr(m, attr) if m else None for _, attr, _ in FIGURE_COLOURS]
-        rows.append([f'<a href="#fn{i}">{_t(fn.name)}</a>', _t(fn.source), str(fn.calls),
+        rows.append([f'<a href="#{page.ids}fn{i}">{_t(fn.name)}</a>', _t(fn.source), str(fn.calls),
                      *(_t(format_bytes(f)) for f in figures)])
     rules = "".join(f'<p class="dim">{_t(t)}</p>' for t in report.peak_rule_texts())
     return "<h3>Compiled functions</h3>" + _table(
@@ -216,10 +237,11 @@ def _figures_table(report: Report) -> str:
         numeric=range(2, 8)) + rules
 
 
-def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> list[str]:
+def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool,
+              page: _Page) -> list[str]:
     calls = f"{fn.calls} call{'s' if fn.calls != 1 else ''}"
     problems = f", {s.problems} problem{'s' if s.problems != 1 else ''}" if s.problems else ""
-    out = [f'<details class="fn" id="fn{i}"{" open" if opened else ""}><summary>'
+    out = [f'<details class="fn" id="{page.ids}fn{i}"{" open" if opened else ""}><summary>'
            f"<b>{_t(fn.name)}</b> peak {_t(format_bytes(s.peak))}{problems}</summary>",
            f'<p class="meta"><code>{_t(fn.source)}</code>, {calls}; donation as written '
            f"<code>{_t(fn.setting)}</code></p>",
@@ -238,8 +260,8 @@ def _function(fn: FunctionReport, s: FunctionSummary, i: int, opened: bool) -> l
     out.extend(_variants(s))
     out.extend(_remat(fn))
     out.extend(_terms(s))
-    out.extend(_leaf_table(fn))
-    out.extend(html_live.live_section(fn))
+    out.extend(html_leaves.leaf_table(fn, script=page.script))
+    out.extend(html_live.live_section(fn, script=page.script))
     out.extend(_buffers(fn))
     out.append("</details>")
     return out
@@ -379,55 +401,6 @@ def _terms(s: FunctionSummary) -> list[str]:
     return [f'<h3>Terms</h3><dl class="terms">{items}</dl>']
 
 
-def _leaf_table(fn: FunctionReport) -> list[str]:
-    leaves: list[InputBuffer | OutputBuffer] = [*fn.inputs, *fn.closed_over_refs,
-                                                *fn.outputs]
-    if not leaves:
-        return []
-    fates: list[str] = list(dict.fromkeys(fate_label(b) for b in leaves))
-    if any(b.candidate for b in fn.inputs):
-        fates.append("candidate")
-    options = "".join(f'<option value="{_t(f)}">{_t(f)}</option>' for f in fates)
-    closed = {id(b) for b in fn.closed_over_refs}
-    rows = [_leaf_row(b, closed_over=id(b) in closed) for b in leaves]
-    head = ('<tr><th data-sort="path" aria-sort="none"><button type="button">leaf</button></th>'
-            "<th>kind</th><th>shape</th><th>dtype</th>"
-            '<th data-sort="bytes" aria-sort="none"><button type="button">size</button></th>'
-            '<th data-sort="fate" aria-sort="none"><button type="button">fate</button></th>'
-            "<th>partner</th><th>at run time</th><th>reason</th></tr>")
-    return [f"<h3>Every leaf ({len(leaves)})</h3>",
-            f'<div class="leafview" data-limit="{LEAF_ROWS}"><p class="controls">'
-            '<input type="search" class="path-filter" placeholder="filter by path text" '
-            'aria-label="filter leaves by path"> <select class="fate-filter" '
-            f'aria-label="filter leaves by fate"><option value="">every fate</option>{options}'
-            f'</select> <span class="shown">{len(leaves)}</span> of {len(leaves)} match; '
-            "click leaf, size or fate to sort "
-            f'<button type="button" class="more" hidden>show every match (the first '
-            f"{LEAF_ROWS} are shown)</button></p>",
-            f'<table class="leaves"><thead>{head}</thead><tbody>{"".join(rows)}</tbody>'
-            "</table></div>"]
-
-
-def _leaf_row(b: InputBuffer | OutputBuffer, *, closed_over: bool = False) -> str:
-    if isinstance(b, InputBuffer):
-        kind = "closed-over Ref" if closed_over else "input Ref" if b.ref else "input"
-        partner = b.output or ("candidate" if b.candidate else "")
-        observed = observed_label(b)
-        reason, candidate = leaf_reason(b) or "", "1" if b.candidate else "0"
-    else:
-        kind, partner, observed, reason, candidate = "output", b.input or "", "", "", "0"
-    if is_host_kind(b.memory_kind):  # where it lives, when not on the device
-        kind = f"{kind} in {b.memory_kind}"
-    path, fate = _t(b.path), _t(fate_label(b))
-    return (f'<tr data-path="{path}" data-bytes="{b.bytes}" data-fate="{fate}" '
-            f'data-candidate="{candidate}"><td><code>{path}</code></td><td>{kind}</td>'
-            f"<td>{_t(_shape(b.shape))}</td><td>{_t(b.dtype)}</td>"
-            f'<td class="n">{_t(format_bytes(b.bytes))}</td>'
-            f'<td class="fate-{fate}">{fate}</td>'
-            f"<td><code>{_t(partner)}</code></td><td>{_t(observed)}</td>"
-            f'<td class="reason">{_t(reason)}</td></tr>')
-
-
 def _buffers(fn: FunctionReport) -> list[str]:
     b = fn.buffers
     if b is None:
@@ -484,18 +457,19 @@ def _timeline(fn: FunctionReport, b: BufferBreakdown) -> list[str]:
     return out
 
 
-def _run_memory(report: Report) -> list[str]:
+def _run_memory(report: Report, page: _Page) -> list[str]:
     """The run's device memory over its calls, when the run was sampled."""
     run = report.runtime.run_memory if report.runtime is not None else None
-    return [html_run.run_chart(run)] if run is not None else []
+    return ([html_run.run_chart(run, ids=page.ids, script=page.script)]
+            if run is not None else [])
 
 
-def _between(report: Report, summary: ReportSummary) -> list[str]:
+def _between(report: Report, summary: ReportSummary, page: _Page) -> list[str]:
     """What happened between calls, and the live arrays over the run as a chart."""
     timeline = report.runtime.live_timeline if report.runtime is not None else None
     if not summary.between and (timeline is None or not timeline.samples):
         return []
-    out = ['<section id="between"><h2>Between calls</h2>']
+    out = [f'<section id="{page.ids}between"><h2>Between calls</h2>']
     items = [f'<li class="{f.severity}">{_t(f.text)}</li>' for f in summary.between]
     if items:
         out.append(f"<ul>{''.join(items)}</ul>")
@@ -542,8 +516,3 @@ def _timeline_chart(points: Sequence[tuple[int, int]], name: str) -> str:
             f'<text x="{pad}" y="{height - 4}" font-size="11">step 0</text>'
             f'<text x="{width - 60}" y="{height - 4}" font-size="11">step {last}</text>'
             "</svg>")
-
-
-def _shape(shape: tuple[int, ...]) -> str:
-    return f"({','.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
-

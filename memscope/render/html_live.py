@@ -47,18 +47,20 @@ _RULE = {"schedule": "the compiled schedule over XLA's buffer assignment",
          "heap_trace": "XLA's heap-simulator trace"}
 
 
-def live_section(fn: FunctionReport) -> list[str]:
-    """The chart, the readout, the peak's buffers (collapsed) and the notes."""
+def live_section(fn: FunctionReport, *, script: bool = True) -> list[str]:
+    """The chart, the readout, the peak's buffers (collapsed) and the notes;
+    without ``script`` (:data:`SCRIPT` is not on the page) nothing to hover."""
     t, live = fn.memory_timeline, fn.live_at_peak
     out = ["<h3>Memory over program order, and what is live at the peak</h3>"]
     if t is None or live is None or not t.points:
         return [*out, f'<p class="dim">n/a: {_t(fn.memory_timeline_note or _NONE)}</p>']
     out.append('<div class="livechart">')
     out.append(_chart(t, fn.name))
+    hover = (" Hover the chart for a step; hover or click the peak marker for the "
+             "buffers live there." if script else "")
     out.append(f'<p class="readout">Peak {_t(format_bytes(t.peak_bytes))} at step '
                f"{t.peak_step} of {t.steps} (<code>{_t(t.peak_instruction)}</code>), from "
-               f"{_RULE[t.rule]}. Hover the chart for a step; hover or click the peak "
-               "marker for the buffers live there.</p>")
+               f"{_RULE[t.rule]}.{hover}</p>")
     out.extend(_peak_list(live))
     out.append("</div>")
     for note in (t.peak_note, t.trace_note):

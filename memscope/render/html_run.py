@@ -29,11 +29,13 @@ _RESIDENT, _TOTAL, _MARK = "#4e79a7", "#1d232b", "#e15759"
 _WIDTH, _HEIGHT, _PAD = 760, 220, 60
 
 
-def run_chart(run: RunMemory) -> str:
+def run_chart(run: RunMemory, *, ids: str = "", script: bool = True) -> str:
     """The run's section: the answer (the high-water mark), the chart with its
-    readout, the mark's parts (collapsed) and how the figures were obtained."""
+    readout, the mark's parts (collapsed) and how the figures were obtained.
+    ``ids`` prefixes its id; without ``script`` (:data:`SCRIPT` is not on the
+    page) there is no readout to hover."""
     h = run.high_water
-    out = ['<section id="run-memory"><h2>Device memory over the run</h2>']
+    out = [f'<section id="{ids}run-memory"><h2>Device memory over the run</h2>']
     if h is not None:
         out.append(f'<p class="answer"><b>{_t(headline(h))}</b> {_t(parts(h))}.</p>')
     else:
@@ -41,8 +43,9 @@ def run_chart(run: RunMemory) -> str:
     out.append('<div class="runchart">')
     if run.points:
         out.append(_chart(run.points, h))
-    out.append('<p class="readout">Hover the chart for a call; hover or click the '
-               "high-water mark for what made it up.</p>")
+    if script:
+        out.append('<p class="readout">Hover the chart for a call; hover or click the '
+                   "high-water mark for what made it up.</p>")
     if h is not None:
         out.append(_parts(run, h))
     out.append("</div>")

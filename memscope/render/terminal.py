@@ -50,6 +50,7 @@ from memscope.report.summary import (
     FunctionSummary,
     ReportSummary,
     summarize,
+    summarize_function,
     target_line,
 )
 from memscope.report.units import format_bytes, format_change
@@ -74,7 +75,8 @@ def make_console(file: IO[str], *, width: int | None = None,
                  plain: bool | None = None) -> Console:
     """A console on ``file``; ``plain`` defaults to "not a terminal, or NO_COLOR set".
 
-    It never reads markup: ``[bold]`` in a path or an argument prints as typed.
+    It never reads markup: ``[bold]`` in a path or an argument prints as typed, and
+    it writes to ``file`` even in a notebook (where rich would display instead).
     """
     if plain is None:
         # no-color.org: only a non-empty NO_COLOR turns colour off
@@ -83,7 +85,8 @@ def make_console(file: IO[str], *, width: int | None = None,
         width = PIPE_WIDTH  # logs do not wrap; rich's 80 would fold every path
     return Console(file=file, width=width, force_terminal=not plain,
                    no_color=plain, color_system=None if plain else "auto",
-                   highlight=False, emoji=False, markup=False, soft_wrap=False)
+                   highlight=False, emoji=False, markup=False, soft_wrap=False,
+                   force_jupyter=False)
 
 
 class Lines:
@@ -172,6 +175,17 @@ def _has_something_to_say(fn: FunctionReport, s: FunctionSummary) -> bool:
     return (fn.error is not None or s.advice is not None or s.remat_advice is not None
             or fn.remat is not None or any(v.name != "advised" for v in s.variants)
             or any(f.severity != "info" for f in s.findings))
+
+
+def render_function(fn: FunctionReport, file: IO[str], *, width: int | None = None,
+                    plain: bool | None = None) -> None:
+    """Write one function's report: its answer, then its section (as in
+    :func:`render_report`)."""
+    out = Lines(make_console(file, width=width, plain=plain))
+    s = summarize_function(fn)
+    _answer(out, ReportSummary((s,)))
+    out.line()
+    _function_section(out, fn, s)
 
 
 def _header(out: Lines, report: Report) -> None:

@@ -14,7 +14,13 @@ from memscope.analysis import advice, observed, oom
 from memscope.analysis.fates import classify, closed_over
 from memscope.analysis.live import memory_view
 from memscope.analysis.recompiles import SignatureShape, explain
-from memscope.analysis.run_memory import CallFacts, Holder, pruned_positions, run_memory
+from memscope.analysis.run_memory import (
+    OUTPUT_HISTORY,
+    CallFacts,
+    Holder,
+    pruned_positions,
+    run_memory,
+)
 from memscope.capturing.between import DonationLedger, signature_shape
 from memscope.capturing.entry import Entry
 from memscope.capturing.residency import SAMPLING as RUN_SAMPLING
@@ -273,7 +279,12 @@ def _call_facts(fn: FunctionReport | None) -> CallFacts | None:
 
 
 def _holder_text(holder: Holder) -> tuple[str, str | None]:
-    """```losses``` and the line that last assigned it (``train.py:50``)."""
+    """```losses``` and the line that last assigned it (``train.py:50``); an entry
+    of a notebook's output history with what frees it."""
+    if holder.scope == OUTPUT_HISTORY:
+        names = ", ".join([holder.name, *holder.aliases])
+        return (f"`{holder.name}` (the notebook's output history; `del {names}` or "
+                "`%reset -f out` frees it)"), None
     line = assigned_line(holder.path, holder.first_line, holder.name, holder.line)
     return f"`{holder.name}`", (f"{display_path(holder.path)}:{line}" if line is not None
                                 else None)

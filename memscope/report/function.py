@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from memscope.report import display
 from memscope.report.memory import (
     BufferBreakdown,
     LiveArrays,
@@ -419,6 +420,18 @@ class FunctionReport:
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""
         return next((v for v in self.variants if v.name == name), None)
+
+    def __repr__(self) -> str:
+        """Its terminal report, plain: its answer, then its section."""
+        return display.text(self, f"<FunctionReport {self.name} {self.signature}>")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython's plain text: the terminal report."""
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str | None:
+        """In a notebook: its answer and its section of the HTML report."""
+        return display.shown("html", self)
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per buffer (inputs, the Refs it closes over, then outputs), for

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from memscope.errors import ReportFormatError
+from memscope.report import display
 from memscope.report.decode import _decode
 from memscope.report.function import FunctionReport
 from memscope.report.memory import LiveArrays, Memory, with_peak_rule
@@ -61,7 +62,12 @@ class TargetInfo:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """How the target ran; ``error`` is the uncaught exception, as one line."""
+    """How the target ran; ``error`` is the uncaught exception, as one line.
+
+    A notebook cell run under ``%%memscope`` is the target ``In[5]`` with
+    ``cell`` true (its ``exit_code`` as python's would be for a script that
+    ended alike).
+    """
 
     target: str
     argv: tuple[str, ...]
@@ -69,10 +75,15 @@ class RunInfo:
     exit_code: int
     module: bool = False
     error: str | None = None
+    #: the target was a notebook cell (``%%memscope``, ``%memscope``), ``target`` its ``In[N]``
+    cell: bool = False
 
     @property
     def command(self) -> str:
-        """The target and its arguments as a shell would take them (``-m`` for a module)."""
+        """The target and its arguments as a shell would take them (``-m`` for a
+        module); a notebook cell as ``notebook cell In[5]``."""
+        if self.cell:
+            return f"notebook cell {self.target}"
         text = shlex.join(["-m", self.target] if self.module else [self.target])
         return f"{text} {shlex.join(self.argv)}" if self.argv else text
 
@@ -243,6 +254,18 @@ class Report:
     #: the accelerator every function was also compiled for (``--target``): the
     #: functions' figures are then the target's, per device
     target: TargetInfo | None = None
+
+    def __repr__(self) -> str:
+        """The terminal report, plain (``print(report)``, the prompt)."""
+        return display.text(self, f"<Report of {len(self.functions)} functions>")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython's plain text: the terminal report."""
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str | None:
+        """In a notebook: the HTML report's body, answer first, sections collapsible."""
+        return display.shown("html", self)
 
     def unreadable(self) -> tuple[FunctionReport, ...]:
         """The functions whose compiled program memscope could not read (``error``)."""

@@ -301,7 +301,7 @@ class _Terminal:
 @pytest.mark.parametrize(("value", "coloured"), [("", True), ("1", False), (None, True)])
 def test_only_a_non_empty_no_color_turns_colour_off(monkeypatch: pytest.MonkeyPatch,
                                                     value: str | None, coloured: bool) -> None:
-    from memscope.render.terminal import make_console
+    from memscope.render.console import make_console
 
     if value is None:
         monkeypatch.delenv("NO_COLOR", raising=False)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from memscope.analysis.advice import annotate
-from memscope.render.terminal import LeafFilter, render_report
+from memscope.render.terminal import render_report
+from memscope.render.terminal_leaves import LeafFilter
 from memscope.render.text import shorten, visible, wrap
 from memscope.report import (
     Advice,

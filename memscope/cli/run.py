@@ -34,7 +34,8 @@ from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
 from memscope.render.buffers import render_buffers
 from memscope.render.markdown_run import render_run_markdown
-from memscope.render.terminal import LeafFilter, render_report
+from memscope.render.terminal import render_report
+from memscope.render.terminal_leaves import LeafFilter
 from memscope.report import Report, save_report
 from memscope.variants.remat import remat_setting
 

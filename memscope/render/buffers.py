@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memscope.render.console import make_console
 from memscope.render.live import live_lines
-from memscope.render.terminal import make_console
 from memscope.render.text import sparkline, visible
 from memscope.report import BufferBreakdown, FunctionReport, Report
 from memscope.report.units import format_bytes

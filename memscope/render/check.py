@@ -10,7 +10,7 @@ from rich.text import Text
 from memscope.check.records import CheckResult, FunctionVerdict
 from memscope.render import STATUS_LABELS
 from memscope.render._check_text import against, environment_note
-from memscope.render.terminal import Lines, make_console
+from memscope.render.console import Lines, make_console
 from memscope.render.text import shorten, visible
 from memscope.report.units import format_bytes, format_change
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memscope.check.compare import FunctionDiff
-from memscope.render.terminal import Lines, make_console
+from memscope.render.console import Lines, make_console
 from memscope.render.text import visible
 from memscope.report.units import format_bytes, format_change
 

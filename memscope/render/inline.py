@@ -13,7 +13,8 @@ from typing import Any
 
 from memscope.render.buffers import render_buffers
 from memscope.render.html import function_fragment, report_fragment
-from memscope.render.terminal import LeafFilter, render_function, render_report
+from memscope.render.terminal import render_function, render_report
+from memscope.render.terminal_leaves import LeafFilter
 from memscope.report import FunctionReport, Report
 from memscope.report.display import Kind
 

@@ -14,34 +14,23 @@ from the report is read as markup, and control characters are shown escaped.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from typing import IO
 
-from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memscope.render.console import Lines, make_console
 from memscope.render.oom import post_mortem_lines
+from memscope.render.terminal_leaves import LeafFilter, leaf_detail, remat_section
 from memscope.render.text import fates_text, shorten, source_text, visible, wrap
 from memscope.report import (
     FunctionReport,
-    InputBuffer,
     Memory,
-    OutputBuffer,
-    Remat,
     Report,
-    is_host_kind,
-    remat_text,
     run_text,
 )
 from memscope.report.leaves import (
     LeafGroup,
-    fate_label,
-    leaf_reason,
-    observed_label,
-    select_leaves,
 )
 from memscope.report.paths import bounded_leaves
 from memscope.report.summary import (
@@ -55,69 +44,10 @@ from memscope.report.summary import (
 )
 from memscope.report.units import format_bytes, format_change
 
-#: Width when writing to a pipe or file and COLUMNS is not set.
-PIPE_WIDTH = 120
 #: The widest a group's path is shown in its line (the whole path: --leaves, JSON).
 GROUP_PATH_WIDTH = 36
 
 SEVERITY_STYLES = {"problem": "bold red", "warning": "yellow", "info": "dim"}
-
-
-@dataclass(frozen=True)
-class LeafFilter:
-    """Which leaves ``--leaves`` lists: those under or matching ``pattern``, with ``fate``."""
-
-    pattern: str | None = None
-    fate: str | None = None
-
-
-def make_console(file: IO[str], *, width: int | None = None,
-                 plain: bool | None = None) -> Console:
-    """A console on ``file``; ``plain`` defaults to "not a terminal, or NO_COLOR set".
-
-    It never reads markup: ``[bold]`` in a path or an argument prints as typed, and
-    it writes to ``file`` even in a notebook (where rich would display instead).
-    """
-    if plain is None:
-        # no-color.org: only a non-empty NO_COLOR turns colour off
-        plain = not file.isatty() or bool(os.environ.get("NO_COLOR"))
-    if width is None and not file.isatty() and "COLUMNS" not in os.environ:
-        width = PIPE_WIDTH  # logs do not wrap; rich's 80 would fold every path
-    return Console(file=file, width=width, force_terminal=not plain,
-                   no_color=plain, color_system=None if plain else "auto",
-                   highlight=False, emoji=False, markup=False, soft_wrap=False,
-                   force_jupyter=False)
-
-
-class Lines:
-    """Lines onto a console, wrapped between words at its width, never by rich."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.width = console.width
-        self.box = box.ASCII if console.no_color else box.ROUNDED
-
-    def line(self, text: str | Text = "", style: str = "") -> None:
-        self.console.print(Text(text, style) if isinstance(text, str) else text,
-                           soft_wrap=True)
-
-    def para(self, text: str, indent: str = "", first: str = "", style: str = "") -> None:
-        for ln in wrap(text, self.width, indent, first):
-            self.line(ln, style)
-
-    def labelled(self, label: str, style: str, text: str, indent: str) -> None:
-        """``  label: text`` with the label styled, wrapped under ``indent``."""
-        lines = wrap(f"{label} {text}", self.width, indent, "  ")
-        self.console.print(Text.assemble("  ", (label, style), lines[0][len(label) + 2:]),
-                           soft_wrap=True)
-        for ln in lines[1:]:
-            self.line(ln)
-
-    def table(self, table: Table, title: str = "") -> None:
-        # The title on a line of its own: rich would wrap it to the table's width.
-        if title:
-            self.line(title, "italic")
-        self.console.print(table)
 
 
 def render_report(report: Report, file: IO[str], *, width: int | None = None,
@@ -158,7 +88,7 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         out.line()
         _function_section(out, fn, s, detail)
         if leaves is not None and not (s.small and leaves == LeafFilter()):
-            _leaf_detail(out, fn, leaves)
+            leaf_detail(out, fn, leaves)
     out.line()
     if leaves is not None:
         out.para("Everything, every figure and leaf: -o FILE.json", style="dim")
@@ -357,7 +287,7 @@ def _function_section(out: Lines, fn: FunctionReport, s: FunctionSummary,
                  f"{format_bytes(peak)} each, {format_bytes(peak * fn.devices)} in all",
                  "    ", "  ")
     if s.small and detail:
-        _leaf_detail(out, fn, LeafFilter(), heading=False)
+        leaf_detail(out, fn, LeafFilter(), heading=False)
     else:  # by default each argument and result on one line, its subtrees with --detail
         _groups(out, "inputs", s.input_leaves, s.input_bytes,
                 s.inputs if detail else tuple(g for g in s.inputs if g.depth == 0))
@@ -383,7 +313,7 @@ def _function_section(out: Lines, fn: FunctionReport, s: FunctionSummary,
     elif any(v.name != "advised" for v in s.variants):  # the advice line has the advised one
         _variant_lines(out, s)
     if fn.remat is not None:
-        _remat_section(out, fn.remat)
+        remat_section(out, fn.remat)
     if s.terms and detail:
         out.line("  terms:", "dim")
         for term, meaning in s.terms:
@@ -465,10 +395,6 @@ def _figure(memory: Memory | None, attr: str) -> str:
     return format_bytes(getattr(memory, attr) if memory is not None else None)
 
 
-def _shape(shape: tuple[int, ...]) -> str:
-    return f"({','.join(map(str, shape))}{',' if len(shape) == 1 else ''})"
-
-
 def _notes(fn: FunctionReport) -> list[str]:
     notes = []
     warned = [b.path for b in fn.inputs if b.in_warning]
@@ -505,112 +431,3 @@ def _notes(fn: FunctionReport) -> list[str]:
     if m is not None and m.memory_kind_note:
         notes.append(visible(m.memory_kind_note))
     return notes
-
-
-# --- every leaf, on request ----------------------------------------------------------
-
-
-def _leaf_detail(out: Lines, fn: FunctionReport, which: LeafFilter,
-                 heading: bool = True) -> None:
-    inputs, outputs = select_leaves(fn, which.pattern, which.fate)
-    chosen = []
-    if which.pattern is not None:
-        chosen.append(f"under or matching {visible(which.pattern)}")
-    if which.fate is not None:
-        chosen.append(f"fate {visible(which.fate)}")
-    scope = f" ({', '.join(chosen)})" if chosen else ""
-    if heading:
-        out.line()
-        out.para(f"leaves of {visible(fn.name)}{scope}: {len(inputs)} of "
-                 f"{len(fn.inputs) + len(fn.closed_over_refs)} "
-                 f"inputs, {len(outputs)} of {len(fn.outputs)} outputs", "    ", "  ",
-                 style="bold")
-    at_run_time = any(b.observed not in (None, "n/a") for b in inputs)
-    header = ["leaf", "shape", "dtype", "size", "donated", "fate", "partner"]
-    if at_run_time:
-        header.append("at run time")
-    closed = {id(b) for b in fn.closed_over_refs}
-    rows = [_input_row(b, at_run_time, closed_over=id(b) in closed) for b in inputs]
-    rows += [[visible(o.path), _shape(o.shape), o.dtype, format_bytes(o.bytes), "",
-              o.fate, visible(o.input or ""), *([""] if at_run_time else [])] for o in outputs]
-    both: list[InputBuffer | OutputBuffer] = [*inputs, *outputs]
-    if any(is_host_kind(b.memory_kind) for b in both):  # where each leaf lives
-        header.append("memory")
-        rows = [[*row, visible(b.memory_kind or "device")] for row, b in zip(rows, both, strict=True)]
-    if rows:
-        _columns(out, header, rows, right={3})
-    sharded = [b for b in both
-               if b.device_bytes is not None and b.device_bytes != b.bytes]
-    if sharded:
-        out.line("  each sharded leaf on one device:")
-        _columns(out, ["leaf", "shard shape", "per device", "sharding"],
-                 [[visible(b.path),
-                   _shape(b.shard_shape) if b.shard_shape is not None else "n/a",
-                   format_bytes(b.device_bytes), visible(b.sharding or "n/a")]
-                  for b in sharded], right={2})
-    for b in inputs:
-        reason = leaf_reason(b)
-        if reason is not None:
-            out.para(f"{visible(b.path)} ({fate_label(b)}): {visible(reason)}", "      ",
-                     "    ")
-
-
-def _input_row(b: InputBuffer, at_run_time: bool, *, closed_over: bool = False
-               ) -> list[str]:
-    partner = ("closed over" if closed_over else
-               b.output or ("candidate" if b.candidate else ""))
-    row = [visible(b.path), _shape(b.shape), b.dtype, format_bytes(b.bytes),
-           "yes" if b.donated else "no", fate_label(b), visible(partner)]
-    if at_run_time:
-        row.append(observed_label(b))
-    return row
-
-
-def _columns(out: Lines, header: list[str], rows: list[list[str]], right: set[int]) -> None:
-    """Aligned columns, every cell whole: a list, one line per leaf, never wrapped."""
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "    " + "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                                  for i, (c, w) in enumerate(zip(cells, widths, strict=True)
-                                                             )).rstrip()
-    out.line(line(header), "dim")
-    for r in rows:
-        out.line(line(r))
-
-
-
-def _remat_section(out: Lines, remat: Remat) -> None:
-    """What the backward pass keeps, by source line, and the policies measured."""
-    out.line("  backward pass:")
-    if remat.error is not None:
-        out.para(f"could not trace it again: {visible(remat.error)}", "      ", "    ",
-                 style="red")
-        return
-    for d in remat.differentiations:
-        out.para(visible(remat_text.differentiation_line(d)), "      ", "    ")
-        rows, more = remat_text.residual_lines(d)
-        _columns(out, ["source line", "bytes", "values", "primitives"],
-                 [[visible(c) for c in row] for row in rows], {1, 2})
-        if more:
-            out.line(f"      {more}", "dim")
-    if remat.current_policies or remat.uses_scan:
-        used = ", ".join(remat.current_policies) or "no checkpoint"
-        out.para(f"already uses: {visible(used)}" + (", scan" if remat.uses_scan else ""),
-                 "      ", "    ")
-    if remat.variants:
-        table = Table(box=out.box)
-        host = remat_text.offloads(remat)
-        titles = ("policy", "peak", *(("host",) if host else ()), "FLOPs", "against as written")
-        for title in titles:
-            table.add_column(title, justify="left" if title in ("policy", "against as written")
-                             else "right", no_wrap=title != "against as written")
-        for row in remat_text.policy_rows(remat):
-            table.add_row(row.policy, row.peak, *((row.host,) if host else ()), row.flops,
-                          visible(row.change))
-        out.table(table, "Checkpoint policies (each compiled and measured)")
-    if remat.offload_note is not None:
-        out.para(visible(remat.offload_note), "      ", "    ", style="red")
-    why = remat_text.no_advice(remat)
-    if why is not None:
-        out.para(why, "      ", "    ", style="dim")

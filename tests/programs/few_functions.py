@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import jax
+import optax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_programs"))
-from transformer_adam import init_params, loss_fn, make_batch, optimizer  # noqa: E402
-
-import optax  # noqa: E402
+from transformer_adam import init_params, loss_fn, make_batch, optimizer
 
 
 @functools.partial(jax.jit, donate_argnames=("params", "opt_state", "batch"))
@@ -32,7 +31,7 @@ def main():
     opt_state = jax.jit(optimizer.init)(params)
     for step in range(4):
         batch = make_batch(jax.random.key(step), 8, 64)
-        params, opt_state, loss = train_step(params, opt_state, batch)
+        params, opt_state, _loss = train_step(params, opt_state, batch)
         if step % 2 == 1:
             print("eval", float(eval_step(params, make_batch(jax.random.key(99), 8, 64))))
     return params, opt_state

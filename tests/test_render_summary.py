@@ -529,3 +529,31 @@ def test_live_array_samples_are_not_repeated():
     assert "4 before call 2, 4 at the end" in text
     assert "4 at call 2, 4 at call 2" not in text
     assert "unavailable" not in text  # CPU never keeps device memory statistics
+
+
+def test_many_functions_are_bounded_worst_and_largest_first():
+    """A test suite's thousands of functions: the answer and the figures show the
+    MAX_FUNCTIONS most urgent (the largest peaks first), the sections MAX_SECTIONS,
+    the rest counted; --detail shows all."""
+    from memscope.render.terminal import MAX_FUNCTIONS, MAX_SECTIONS
+
+    clean = dataclasses.replace(model_step(0), inputs=(), outputs=(), variants=(), advice=None)
+    functions = [dataclasses.replace(clean, name=f"test_{i}", memory=Memory(peak_bytes=i * KiB))
+                 for i in range(300)]
+    functions += [dataclasses.replace(model_step(1), name=f"step_{i}") for i in range(12)]
+    lines = render(model_report(*functions), width=120)
+    text = "\n".join(lines)
+    assert len(lines) < 200, len(lines)
+    answered = [ln.split(" (")[0] for ln in lines if "): peak " in ln and ln[:1] != " "]
+    assert len(answered) == MAX_FUNCTIONS
+    # The 12 with advice first, then the largest clean ones.
+    assert answered[:12] == [f"step_{i}" for i in range(12)]
+    assert answered[12:] == [f"test_{i}" for i in range(300 - (MAX_FUNCTIONS - 12), 300)]
+    assert "and 292 more functions (292 with nothing to change; the largest peak 291.0 KiB)" \
+        in " ".join(text.split())
+    assert "| 292 more " in text
+    assert sum(ln.startswith("step_") and "calls" in ln for ln in lines) == MAX_SECTIONS
+    assert f"{12 - MAX_SECTIONS} more functions with something to change: --detail" in \
+        " ".join(text.split())
+    full = render(model_report(*functions), width=120, detail=True)
+    assert sum("): peak " in ln and ln[:1] != " " for ln in full) == 312

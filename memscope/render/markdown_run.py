@@ -12,7 +12,14 @@ from typing import IO
 
 from memscope.render.text import markdown_cell, markdown_code, markdown_text, source_text
 from memscope.report import Report, run_text
-from memscope.report.summary import FIGURES_SHOWN, FunctionSummary, summarize, target_line
+from memscope.report.summary import (
+    FIGURES_SHOWN,
+    FunctionSummary,
+    most_urgent,
+    summarize,
+    target_line,
+    urgency,
+)
 from memscope.report.units import format_bytes
 
 #: Functions given a row of the figures table; the rest are counted.
@@ -71,7 +78,8 @@ def _figures(functions: tuple[FunctionSummary, ...]) -> list[str]:
     titles = [label for label, _ in FIGURES_SHOWN]
     lines = ["| function | source | calls | " + " | ".join(titles) + " |",
              "|---|---|---:|" + "---:|" * len(titles)]
-    for s in functions[:MAX_ROWS]:
+    shown = most_urgent(functions, MAX_ROWS)
+    for s in (s for i, s in enumerate(functions) if i in shown):
         m = s.memory
         figures = [format_bytes(getattr(m, attr) if m is not None else None)
                    for _, attr in FIGURES_SHOWN]
@@ -88,8 +96,7 @@ def _figures(functions: tuple[FunctionSummary, ...]) -> list[str]:
 
 
 def _sections(functions: tuple[FunctionSummary, ...]) -> list[str]:
-    worth = [s for s in functions if s.advice is not None or s.remat_advice is not None
-             or any(f.severity != "info" for f in s.findings)]
+    worth = sorted((s for s in functions if urgency(s) < 2), key=urgency)
     lines = []
     for s in worth[:MAX_SECTIONS]:
         lines += [f"**{markdown_text(s.name)}** at {markdown_code(source_text(s.source))}: "

@@ -38,9 +38,11 @@ from memscope.report.summary import (
     Finding,
     FunctionSummary,
     ReportSummary,
+    most_urgent,
     summarize,
     summarize_function,
     target_line,
+    urgency,
 )
 from memscope.report.units import format_bytes, format_change
 
@@ -69,10 +71,11 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     for line in post_mortem_lines(report):  # a failure is the first finding
         out.para(line, "    ", style="bold red" if line.startswith("OUT OF MEMORY") else "")
     _high_water(out, report)
-    _answer(out, summary)
+    shown = most_urgent(summary.functions, None if detail else MAX_FUNCTIONS)
+    _answer(out, summary, shown)
     _between(out, summary)
     out.line()
-    out.table(_figures_table(summary, out), "Compiled functions (bytes per device)")
+    out.table(_figures_table(summary, out, shown), "Compiled functions (bytes per device)")
     computed = {fn.memory.peak_rule_text for fn in report.functions
                 if fn.memory is not None and fn.memory.peak_is_computed}
     for text in report.peak_rule_texts():  # "*" marks the peaks memscope computed
@@ -80,11 +83,14 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     if report.runtime is not None:
         for text in _runtime(report):
             out.para(text, "  ")
-    quiet = []
-    for fn, s in zip(report.functions, summary.functions, strict=True):
-        if not (detail or _has_something_to_say(fn, s)):
-            quiet.append(s.name)
+    quiet: list[str] = []
+    sections = 0
+    for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
+        if not (detail or (_has_something_to_say(fn, s) and i in shown
+                           and sections < MAX_SECTIONS)):
+            quiet += [s.name] if i in shown and not _has_something_to_say(fn, s) else []
             continue
+        sections += 1
         out.line()
         _function_section(out, fn, s, detail)
         if leaves is not None and not (s.small and leaves == LeafFilter()):
@@ -95,6 +101,10 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         return
     hidden = (f"Not shown, nothing to change: {shorten(', '.join(dict.fromkeys(quiet)), 60)}. "
               if quiet else "")
+    worth = sum(_has_something_to_say(fn, s)
+                for fn, s in zip(report.functions, summary.functions, strict=True))
+    if not detail and worth > sections:
+        hidden += f"{worth - sections:,} more functions with something to change: --detail. "
     more = "" if detail else "Every function in full: --detail; "
     out.para(f"{hidden}{more}every leaf: --leaves; everything: -o FILE.json", style="dim")
 
@@ -113,7 +123,7 @@ def render_function(fn: FunctionReport, file: IO[str], *, width: int | None = No
     :func:`render_report`)."""
     out = Lines(make_console(file, width=width, plain=plain))
     s = summarize_function(fn)
-    _answer(out, ReportSummary((s,)))
+    _answer(out, ReportSummary((s,)), {0})
     out.line()
     _function_section(out, fn, s)
 
@@ -153,9 +163,18 @@ def _high_water(out: Lines, report: Report) -> None:
     out.line()
 
 
-def _answer(out: Lines, summary: ReportSummary) -> None:
-    """Per function, worst first: its peak, what is wrong, and what to change."""
-    for s in sorted(summary.functions, key=_urgency):
+#: The functions the answer and the figures show by default, worst and largest
+#: first, the rest counted (all with --detail; every one is in the JSON report).
+MAX_FUNCTIONS = 20
+#: The function sections shown by default, worst first.
+MAX_SECTIONS = 4
+
+
+def _answer(out: Lines, summary: ReportSummary, shown: set[int]) -> None:
+    """Per function, worst first: its peak, what is wrong, and what to change;
+    the functions not shown counted, by what they have to say."""
+    chosen = [s for i, s in enumerate(summary.functions) if i in shown]
+    for s in sorted(chosen, key=urgency):
         where = source_text(s.source)
         variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
         clean = not s.findings and s.advice is None and s.remat_advice is None
@@ -171,17 +190,16 @@ def _answer(out: Lines, summary: ReportSummary) -> None:
         if s.remat_advice is not None:
             out.labelled("Remat advice:", "bold magenta", f"{visible(s.remat_advice)}.",
                          "    ")
-
-
-def _urgency(s: FunctionSummary) -> int:
-    """0 for a function with a problem, 1 with a warning or advice, 2 with a note,
-    3 with nothing to say: the answer's order (stable within each)."""
-    severities = {f.severity for f in s.findings}
-    if "problem" in severities:
-        return 0
-    if "warning" in severities or s.advice is not None or s.remat_advice is not None:
-        return 1
-    return 2 if severities else 3
+    rest = [s for i, s in enumerate(summary.functions) if i not in shown]
+    if rest:
+        kinds = ("with a problem", "with a warning or advice", "with a note",
+                 "with nothing to change")
+        counts = [sum(urgency(s) == k for s in rest) for k in range(4)]
+        largest = max((s.peak or 0 for s in rest), default=0)
+        out.para(f"and {len(rest):,} more functions ("
+                 + ", ".join(f"{n:,} {kinds[k]}" for k, n in enumerate(counts) if n)
+                 + f"; the largest peak {format_bytes(largest)}): --detail, or -o FILE.json",
+                 "    ", style="dim")
 
 
 def _between(out: Lines, summary: ReportSummary) -> None:
@@ -198,14 +216,15 @@ def _finding(out: Lines, f: Finding) -> None:
     out.labelled(label, SEVERITY_STYLES[f.severity], text, "      ")
 
 
-def _figures_table(summary: ReportSummary, out: Lines) -> Table:
+def _figures_table(summary: ReportSummary, out: Lines, shown: set[int]) -> Table:
     table = Table(box=out.box)
     # The calls are in the answer above: the name gets their room.
     table.add_column("function", no_wrap=True)
     for name, _ in FIGURES_SHOWN:
         table.add_column(name, justify="right", no_wrap=True)
+    functions = [s for i, s in enumerate(summary.functions) if i in shown]
     rows = []
-    for s in summary.functions:
+    for s in functions:
         m = s.memory
         peak = _figure(m, "peak_bytes") + ("*" if m and m.peak_is_computed else "")
         rows.append([*(_figure(m, attr) for _, attr in FIGURES_SHOWN[:-1]), peak])
@@ -213,9 +232,11 @@ def _figures_table(summary: ReportSummary, out: Lines) -> Table:
     titles = [label for label, _ in FIGURES_SHOWN]
     used = sum(max(len(t), *(len(r[i]) for r in rows)) + 3 for i, t in enumerate(titles))
     room = max(10, out.width - used - 4)
-    for s, row in zip(summary.functions, rows, strict=True):
+    for s, row in zip(functions, rows, strict=True):
         which = f" {s.variant_of[0]}/{s.variant_of[1]}" if s.variant_of else ""
         table.add_row(shorten(visible(s.name), room - len(which)) + which, *row)
+    if len(functions) < len(summary.functions):
+        table.add_row(f"{len(summary.functions) - len(functions):,} more", *("" for _ in rows[0]))
     return table
 
 

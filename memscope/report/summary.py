@@ -343,6 +343,27 @@ def summarize_function(fn: FunctionReport, siblings: Sequence[FunctionReport] = 
         remat_advice=remat_text.headline(fn.remat) if fn.remat is not None else None)
 
 
+def urgency(s: FunctionSummary) -> int:
+    """0 for a function with a problem, 1 with a warning or advice, 2 with a note,
+    3 with nothing to say: the order in which the renderers answer."""
+    severities = {f.severity for f in s.findings}
+    if "problem" in severities:
+        return 0
+    if "warning" in severities or s.advice is not None or s.remat_advice is not None:
+        return 1
+    return 2 if severities else 3
+
+
+def most_urgent(functions: Sequence[FunctionSummary], limit: int | None) -> set[int]:
+    """The positions of the functions a bounded view shows: all up to ``limit``,
+    else the ``limit`` most urgent, the largest peaks first within each urgency."""
+    order = range(len(functions))
+    if limit is None or len(functions) <= limit:
+        return set(order)
+    return set(sorted(order, key=lambda i: (urgency(functions[i]),
+                                           -(functions[i].peak or 0)))[:limit])
+
+
 def summarize(report: Report) -> ReportSummary:
     """Every function of ``report`` summarized, in the report's order."""
     by_name: dict[tuple[str, str | None], list[FunctionReport]] = defaultdict(list)

@@ -33,9 +33,19 @@ if importlib.util.find_spec("libtpu") is not None:
 # ones); `python -m pytest` runs them all. `pytest --collect-only -m real_sized`
 # lists them.
 _REAL_SIZED = ("transformer", "real_sized", "test_benchmarks.py", "test_large_reports.py")
+# The version-agnostic end-to-end flows: what they test is memscope's own code
+# above the capture (source edits, the runner's endings, the command line and
+# its errors, notebooks, the docs' commands, an installed wheel); what they
+# capture is tested on every series by the capture, fate and advice tests. CI
+# runs them on the newest series only, as the real-sized ones.
+_AGNOSTIC = ("tests/test_fix.py", "tests/test_endings.py", "tests/test_docs_ci.py",
+             "tests/test_notebook.py", "tests/test_cli_errors.py", "tests/test_check_cli.py",
+             "tests/test_installed.py", "tests/test_render_")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(word in item.nodeid for word in _REAL_SIZED):
             item.add_marker(pytest.mark.real_sized)
+        if item.nodeid.startswith(_AGNOSTIC):
+            item.add_marker(pytest.mark.agnostic)

@@ -260,3 +260,45 @@ def test_real_sized_sample_one_advised_compile_and_memscope_cost_reported():
     overhead = run.report.runtime.overhead
     assert (overhead.variant_compiles, overhead.variants_reused) == (1, 0)
     assert overhead.analysis_seconds > 0
+
+
+def test_candidates_too_small_to_matter_get_no_advised_compile():
+    """A candidate holding under 1% of the peak cannot save more than it holds:
+    no compile, and a note (not a warning) that says why it is not advised."""
+    from memscope.report.summary import summarize_function
+
+    def f(s, w):
+        return s + jnp.sum(w @ w.T)
+
+    s, w = jnp.ones(4), jnp.ones((512, 512))
+
+    def run():
+        run.report = analyze(jax.jit(f), s, w, advise="advised")
+
+    assert count_compiles(run) == 1
+    fn = run.report
+    assert [b.path for b in fn.inputs if b.candidate] == ["s"]
+    assert fn.variants == () and fn.advice is None
+    (note,) = [f for f in summarize_function(fn).findings if "could reuse" in f.text]
+    assert note.severity == "info" and "under 1%" in note.text and note.leaves == "s"
+
+
+def test_many_small_functions_get_the_advised_compile_for_the_first_50_only():
+    """A run of many small jitted functions (a test suite): the first 50
+    signatures with candidates get their advised compile, the rest do not, and
+    the report says so; a function with a peak of 1 MiB or more always does."""
+    from memscope.capturing.session import ADVICE_FOR_EVERY
+    from memscope.report.build import build_report
+
+    with capture(advise="advised") as session:
+        for i in range(ADVICE_FOR_EVERY + 5):
+            jax.jit(lambda x, i=i: x * i)(jnp.ones(8 + i))  # a new function, x a candidate
+        big = jax.jit(lambda x: x * 2)(jnp.ones(1 << 18))  # 1 MiB argument and output
+        del big
+    overhead = session.overhead()
+    assert overhead.advice_skipped == 5
+    assert overhead.variant_compiles == ADVICE_FOR_EVERY + 1
+    report = build_report(session.entries, None, session.runtime())
+    assert sum(f.advice is not None for f in report.functions) == ADVICE_FOR_EVERY + 1
+    (note,) = [n for n in report.notes if "not compiled for 5 signatures" in n]
+    assert f"after the first {ADVICE_FOR_EVERY}" in note and "1.0 MiB" in note

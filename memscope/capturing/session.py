@@ -45,6 +45,10 @@ from memscope.variants.donations import VariantRequest
 MAX_SAMPLES = 10_000
 #: Live arrays listed by size at the end of a run.
 LARGEST_LIVE_ARRAYS = 10
+#: Signatures that get the advised compile whatever their size; after them,
+#: only those with a compiled peak of at least ADVICE_MIN_PEAK.
+ADVICE_FOR_EVERY = 50
+ADVICE_MIN_PEAK = 1 << 20
 
 
 class Session:
@@ -92,6 +96,9 @@ class Session:
         self._after_end: list[Callable[[], None]] = []
         self.variant_compiles = 0
         self.variants_reused = 0
+        #: signatures given an advised compile, and those refused one (many functions)
+        self.advice_given = 0
+        self.advice_skipped = 0
         #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
         self.uncaptured_pmaps = 0
         #: the SHA-256 of each file a jit was made in (read once per run)
@@ -243,6 +250,17 @@ class Session:
             self.variant_compiles += compiled
             self.variants_reused += reused
 
+    def advice_allowed(self, peak: int | None) -> bool:
+        """The first :data:`ADVICE_FOR_EVERY` signatures get their advised compile;
+        after them only those whose peak is at least :data:`ADVICE_MIN_PEAK`
+        (a test suite, a sweep: thousands of small functions cost what one does)."""
+        with self._lock:
+            if self.advice_given < ADVICE_FOR_EVERY or (peak or 0) >= ADVICE_MIN_PEAK:
+                self.advice_given += 1
+                return True
+            self.advice_skipped += 1
+            return False
+
     def overhead(self) -> Overhead | None:
         """What memscope's own work cost; ``None`` before :meth:`wait`."""
         if self._waited is None:
@@ -251,7 +269,8 @@ class Session:
                         after_exit_seconds=self._waited,
                         host_bytes=self.worker.largest_growth,
                         variant_compiles=self.variant_compiles,
-                        variants_reused=self.variants_reused)
+                        variants_reused=self.variants_reused,
+                        advice_skipped=self.advice_skipped)
 
     def observed(self, entry: Entry, seen: Observation | Unread | Failed) -> None:
         """Keep what a first call's buffers showed; read later what is not ready."""

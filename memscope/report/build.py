@@ -25,6 +25,7 @@ from memscope.capturing.between import DonationLedger, signature_shape
 from memscope.capturing.entry import Entry
 from memscope.capturing.residency import SAMPLING as RUN_SAMPLING
 from memscope.capturing.residency import RunSampler
+from memscope.capturing.session import ADVICE_FOR_EVERY, ADVICE_MIN_PEAK
 from memscope.compiled.buffers import breakdown
 from memscope.compiled.read import CompiledFacts
 from memscope.program.sites import assigned_line, display_path
@@ -50,6 +51,7 @@ from memscope.report import (
     Variant,
     XlaBuffer,
 )
+from memscope.report.units import format_bytes
 from memscope.variants.donations import VariantFacts
 from memscope.version import __version__
 
@@ -241,7 +243,7 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
         deleted = _deleted_read(ledger)
     return Report(memscope_version=__version__, environment=environment(), run=run,
                   functions=functions, runtime=runtime,
-                  notes=run_notes(uncaptured_pmaps), donation_hazards=hazards,
+                  notes=run_notes(uncaptured_pmaps, runtime), donation_hazards=hazards,
                   deleted_read=deleted, target=target)
 
 
@@ -347,9 +349,17 @@ def _deleted_read(ledger: DonationLedger) -> DeletedRead | None:
                        call=found.donated.call, line=_line(found.donated.line))
 
 
-def run_notes(uncaptured_pmaps: int = 0) -> tuple[str, ...]:
-    """What the report cannot show on this JAX, one line each."""
+def run_notes(uncaptured_pmaps: int = 0, runtime: Runtime | None = None
+              ) -> tuple[str, ...]:
+    """What the report cannot show (on this JAX, or in a run this large), one line each."""
     notes = []
+    skipped = runtime.overhead.advice_skipped if runtime and runtime.overhead else 0
+    if skipped:
+        notes.append(f"the advised donation was not compiled for {skipped:,} signature"
+                     f"{'s' if skipped != 1 else ''} with candidates: in a run of many jitted "
+                     f"functions, after the first {ADVICE_FOR_EVERY} only those with a peak "
+                     f"of {format_bytes(ADVICE_MIN_PEAK)} or more get one (their candidates "
+                     "are still named)")
     unverified = _compat.unverified_note()
     if unverified is not None:
         notes.append(unverified)

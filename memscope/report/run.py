@@ -147,6 +147,9 @@ class Overhead:
     #: variants answered without a compile of their own: the program as written,
     #: or another variant with the same donation
     variants_reused: int
+    #: signatures with candidates whose advice was not compiled: in a run of many
+    #: jitted functions, the small ones after the first 50 (docs/cli.md)
+    advice_skipped: int = 0
 
 
 @dataclass(frozen=True)

@@ -255,6 +255,11 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
             "info", chosen, f"not donated; an output could reuse the buffer, but donating "
             f"was measured to save {saved} of the {format_bytes(a.peak_before)} peak (under "
             f"{MEANINGFUL_SAVING:.0%}): not advised"))
+    elif chosen and _too_small(fn, chosen):
+        peak = fn.memory.peak_bytes if fn.memory is not None else None
+        out.append(_leaf_finding(
+            "info", chosen, f"not donated; an output could reuse the buffer, but they hold "
+            f"under {MEANINGFUL_SAVING:.0%} of the {format_bytes(peak)} peak: not advised"))
     elif chosen:
         out.append(_leaf_finding("warning", chosen, "not donated, but an output of the same "
                                  "shape and dtype could reuse the buffer (candidates)"))
@@ -267,6 +272,13 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
         out.append(_leaf_finding("info", pruned, "never read, so dropped from the compiled "
                                  "program (pruned)"))
     return tuple(out)
+
+
+def _too_small(fn: FunctionReport, chosen: Sequence[Buffer]) -> bool:
+    """Candidates that hold under MEANINGFUL_SAVING of the peak: donating them
+    cannot save more, so no advice was compiled for them."""
+    peak = fn.memory.peak_bytes if fn.memory is not None else None
+    return bool(peak) and sum(b.bytes for b in chosen) < MEANINGFUL_SAVING * peak  # type: ignore[operator]
 
 
 def _leaf_finding(severity: Severity, leaves: Sequence[Buffer], what: str) -> Finding:

@@ -23,6 +23,7 @@ from memscope.analysis.fates import classify
 from memscope.compiled.read import CompiledFacts
 from memscope.errors import MemscopeError
 from memscope.report import InputBuffer, VariantName
+from memscope.report.function import MEANINGFUL_SAVING
 from memscope.report.paths import bounded_leaves
 from memscope.variants.compile import LoweredVariant, compile_variants, lower_variant
 from memscope.variants.donation import (
@@ -115,6 +116,9 @@ class Host(Protocol):
                            ) -> contextlib.AbstractContextManager[list[str]]: ...
 
     def count_variants(self, *, compiled: int, reused: int) -> None: ...
+
+    def advice_allowed(self, peak: int | None) -> bool:
+        """Whether a function with this compiled peak gets its advised compile."""
 
 
 def donation_variants(call: Call, facts: CompiledFacts, traced: Any, shardings: list[Any],
@@ -229,7 +233,9 @@ def _plan(call: Call, facts: CompiledFacts, host: Host
         written = as_written(arguments, facts.program.donated)
         # The user's own donations no output can take: the advice leaves them out.
         drop = idle(arguments, written, *_taken_unusable(inputs)) - with_refs
-        if chosen or drop:  # neither: the advice is known without a compile
+        # Neither: the advice is known without a compile. Candidates too small to
+        # matter, or a run of many small functions: not compiled (said in the report).
+        if drop or (chosen and _worth_a_compile(inputs, chosen, facts, host)):
             wanted = advised(arguments, written, chosen, drop)
             fix = _without_ref_collisions(wanted.closest(arguments, call.style), written,
                                           arguments, facts)
@@ -246,6 +252,19 @@ def _plan(call: Call, facts: CompiledFacts, host: Host
         except MemscopeError as e:
             done.append(VariantFacts("requested", request.spec.text, None, error=str(e)))
     return plan, done, note
+
+
+def _worth_a_compile(inputs: Sequence[InputBuffer], chosen: dict[int, int],
+                     facts: CompiledFacts, host: Host) -> bool:
+    """Whether the advised donation is worth its compile: its candidates hold at
+    least :data:`MEANINGFUL_SAVING` of the peak (donating them cannot save more
+    than they hold), and the session still compiles advice for a function of
+    this peak (:meth:`Host.advice_allowed`)."""
+    peak = facts.memory.peak_bytes
+    held = sum(inputs[i].bytes for i in chosen)
+    if peak and held < MEANINGFUL_SAVING * peak:
+        return False
+    return host.advice_allowed(peak)
 
 
 def _consistent_advice(call: Call, facts: CompiledFacts, variants: list[VariantFacts],

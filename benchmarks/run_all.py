@@ -26,6 +26,7 @@ FULL = {
     "bench_load.py": ["--functions", "2000", "--leaves", "55"],
     "bench_reports.py": ["--sizes", "405,1000,5000,20000"],
     "bench_remat.py": ["--layers", "8", "--repeat", "3"],
+    "bench_short.py": ["--repeat", "3"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],
@@ -38,6 +39,7 @@ QUICK = {
     "bench_load.py": ["--functions", "3", "--leaves", "2"],
     "bench_reports.py": ["--sizes", "50", "--repeat", "1"],
     "bench_remat.py": ["--layers", "1", "--width", "32", "--repeat", "1"],
+    "bench_short.py": ["--only", "eqx_mlp.py", "--repeat", "1"],
 }
 
 

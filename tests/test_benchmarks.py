@@ -126,3 +126,8 @@ def test_live_sampling_benchmark_prints_both_runs_and_the_samples():
     assert list(rows) == ["python", "memscope capture"] and rows["python"][1] == "1.00"
     # calls 1 and 2 always (powers of two); call 3 when the time budget allows
     assert re.match(r"^samples before [23] of 3 calls and at the end; sampling and per-call records ", lines[4]), out
+
+
+def test_short_programs_benchmark_prints_the_ratio_table():
+    out = _bench("bench_short.py", "--only", "eqx_mlp.py", "--repeat", "1")
+    assert "| `eqx_mlp.py` |" in out and "| program | python s | memscope run s | ratio" in out

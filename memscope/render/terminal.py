@@ -165,7 +165,7 @@ def _high_water(out: Lines, report: Report) -> None:
 
 #: The functions the answer and the figures show by default, worst and largest
 #: first, the rest counted (all with --detail; every one is in the JSON report).
-MAX_FUNCTIONS = 20
+MAX_FUNCTIONS = 12
 #: The function sections shown by default, worst first.
 MAX_SECTIONS = 4
 

@@ -250,11 +250,14 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
     chosen = [b for b in fn.inputs if b.candidate]
     if chosen and fn.advice is not None and not fn.advice.worthwhile:
         a = fn.advice
-        saved = format_bytes((a.peak_before or 0) - (a.peak_after or 0))
+        change = (a.peak_after or 0) - (a.peak_before or 0)
+        measured = (f"to save {format_bytes(-change)} of the {format_bytes(a.peak_before)} "
+                    f"peak (under {MEANINGFUL_SAVING:.0%})" if change < 0 else
+                    f"to save nothing (peak {format_bytes(a.peak_before)} -> "
+                    f"{format_bytes(a.peak_after)})")
         out.append(_leaf_finding(
             "info", chosen, f"not donated; an output could reuse the buffer, but donating "
-            f"was measured to save {saved} of the {format_bytes(a.peak_before)} peak (under "
-            f"{MEANINGFUL_SAVING:.0%}): not advised"))
+            f"was measured {measured}: not advised"))
     elif chosen and _too_small(fn, chosen):
         peak = fn.memory.peak_bytes if fn.memory is not None else None
         out.append(_leaf_finding(

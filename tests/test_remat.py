@@ -202,14 +202,18 @@ def test_printed_advice_gives_the_predicted_peak(activations):
     fn = report.functions[0]
     assert fn.remat is not None
     a = fn.remat.advice
-    assert a is not None and a.combined and a.donation == 'donate_argnames=("params",)'
+    # params (256 KiB) hold under 1% of the peak the activations make: no donation
+    # is advised (nor compiled), so the policy is advised alone.
+    assert a is not None and not a.combined and a.donation is None
+    assert fn.advice is None and sum(b.bytes for b in fn.inputs if b.candidate) < (
+        0.01 * fn.memory.peak_bytes)
     measured = {v.policy: v for v in fn.remat.variants}
     written = measured["as_written"]
     assert a.flops_after is not None and written.flops is not None
     assert a.flops_after <= written.flops * (1 + remat.DEFAULT_MAX_FLOPS_INCREASE)
     # The code as printed, evaluated in the sample's terms, then the donation.
     grad = eval(a.code, {"jax": jax, "loss_fn": sample.loss_fn})
-    donate = eval(f"dict({a.donation})")
+    donate: dict[str, Any] = {}
 
     def train_step(params, x):
         loss, grads = grad(params, x)

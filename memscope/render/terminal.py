@@ -70,7 +70,7 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         return
     for line in post_mortem_lines(report):  # a failure is the first finding
         out.para(line, "    ", style="bold red" if line.startswith("OUT OF MEMORY") else "")
-    _high_water(out, report)
+    _high_water(out, report, detail)
     shown = most_urgent(summary.functions, None if detail else MAX_FUNCTIONS)
     _answer(out, summary, shown)
     _between(out, summary)
@@ -150,12 +150,18 @@ def _header(out: Lines, report: Report) -> None:
     out.line()
 
 
-def _high_water(out: Lines, report: Report) -> None:
+#: Groups of what was alive at the high-water mark named by default (the rest
+#: counted; run_text.SHOWN with --detail, all of them in the JSON and HTML).
+HIGH_WATER_GROUPS = 2
+
+
+def _high_water(out: Lines, report: Report, detail: bool = True) -> None:
     """The run's high-water mark, first: what the devices held at the run's largest."""
     run = report.runtime.run_memory if report.runtime is not None else None
     if run is None or run.high_water is None:
         return
-    for i, text in enumerate(run_text.high_water_lines(run)):
+    shown = run_text.SHOWN if detail else HIGH_WATER_GROUPS
+    for i, text in enumerate(run_text.high_water_lines(run, shown)):
         if i == 0:
             out.line(visible(text), "bold")
         else:

@@ -256,10 +256,13 @@ def _plan(call: Call, facts: CompiledFacts, host: Host
 
 def _worth_a_compile(inputs: Sequence[InputBuffer], chosen: dict[int, int],
                      facts: CompiledFacts, host: Host) -> bool:
-    """Whether the advised donation is worth its compile: its candidates hold at
+    """Whether the advised donation is worth its compile (always with ``--advice
+    full``, which asks for every variant): its candidates hold at
     least :data:`MEANINGFUL_SAVING` of the peak (donating them cannot save more
     than they hold), and the session still compiles advice for a function of
     this peak (:meth:`Host.advice_allowed`)."""
+    if host.advice == "full":  # every variant asked for, the advised one among them
+        return True
     peak = facts.memory.peak_bytes
     held = sum(inputs[i].bytes for i in chosen)
     if peak and held < MEANINGFUL_SAVING * peak:

@@ -706,14 +706,24 @@ def without_call_arrays(traced: Any) -> Any:
                         traced._num_consts)
 
 
-def compile_uncached(lowered: Any) -> Any:
+def compile_uncached(lowered: Any, options: dict[str, Any] | None = None) -> Any:
     """Compile ``lowered`` without storing the executable on the lowering.
 
     ``Lowered.compile()`` keeps the executable on the lowering object; with
-    explicit (empty) compiler options it does not. With :func:`with_donation`'s
-    own jaxpr, nothing else keeps it either (see there).
+    explicit compiler options (empty by default) it does not. With
+    :func:`with_donation`'s own jaxpr, nothing else keeps it either (see there).
+    ``options`` are XLA's debug options (e.g. :data:`UNTUNED_GPU`).
     """
-    return lowered.compile(compiler_options={})
+    return lowered.compile(compiler_options=dict(options or {}))
+
+
+#: XLA:GPU's autotuner off. It runs candidate kernels for each fusion and GEMM
+#: on the device while compiling; at a size that does not fit the device it
+#: fails the compile ("RESOURCE_EXHAUSTED: Failed to get configs"), and each
+#: compile it tunes takes seconds. ``memscope fit`` compiles sizes that need not
+#: fit, so it compiles them without it (on an H200, JAX 0.11.2, the transformer
+#: step's memory_analysis() was the same with the autotuner on and off).
+UNTUNED_GPU: dict[str, Any] = {"xla_gpu_autotune_level": 0}
 
 
 def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:

@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope import _compat
 from memscope.compiled import buffers
 from memscope.compiled.buffers import (
     Allocation,
@@ -21,12 +20,11 @@ from memscope.compiled.buffers import (
     Slot,
     breakdown,
     downsample,
-    read_buffer_assignment,
     replay,
 )
-from memscope.compiled.hlo import parse_module
 from memscope.flow import analyze
 from memscope.report import Memory
+from tests.truth import assigned
 
 
 def forward(x, w):
@@ -132,12 +130,8 @@ def test_the_largest_temporary_is_the_matmul_on_its_line():
 @pytest.mark.parametrize("case", list(CASES))
 def test_instructions_and_shapes_agree_with_the_module_text(case):
     fun, make_args, donate = CASES[case]
-    compiled = _compiled(fun, make_args(), donate)
-    text = compiled.as_text()
-    module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
-    data = _compat.buffer_assignment_bytes(compiled.memory_analysis())
-    assert data is not None
-    assignment = read_buffer_assignment(data, module)
+    _, assignment, text = assigned(
+        jax.jit(fun, donate_argnums=donate).lower(*make_args()))
     assert assignment.buffers
     for buf in assignment.buffers.values():
         # `%name = f32[256,1024]{1,0} opcode(` in XLA's own text of the module

@@ -81,7 +81,11 @@ def test_no_second_compile_of_what_jax_compiled():
         assert all(e.facts is not None for e in session.entries)
 
     assert _compiles(plain) == 2
-    assert _compiles(measured) == 2
+    # Where memory_analysis() carries no buffer assignment (XLA:GPU), memscope
+    # compiles each signature once more, in its worker, for XLA's dump of it.
+    carried = _compat.buffer_assignment_bytes(jax.jit(jnp.sin).lower(a).compile()
+                                              .memory_analysis()) is not None
+    assert _compiles(measured) == (2 if carried else 4)
 
 
 def test_argument_and_output_bytes_are_the_leaves_sizes():
@@ -181,7 +185,10 @@ def test_a_copy_wrapped_in_a_fusion_is_a_copy_of_its_operand():
 
 def test_the_serialized_executable_holds_the_assignment_memory_analysis_carries():
     # XLA:GPU's PJRT plugin leaves serialized_buffer_assignment_proto empty (seen
-    # on an H100 with jax 0.10.2); memscope then reads the executable's own copy.
+    # on an H100 with jax 0.10.2); memscope then reads the executable's own copy,
+    # where it has one (XLA:GPU's of JAX 0.11.2 had none: the dump, below).
+    if jax.default_backend() != "cpu":
+        pytest.skip("the ground truth, memory_analysis()'s own copy, is XLA:CPU's")
     params, x = _args()
     for donate in ((), (0,)):
         compiled = jax.jit(_mlp_step, donate_argnums=donate).lower(params, x).compile()
@@ -192,6 +199,8 @@ def test_the_serialized_executable_holds_the_assignment_memory_analysis_carries(
 
 
 def test_without_memory_analysis_assignment_the_report_reads_the_executable():
+    if jax.default_backend() != "cpu":
+        pytest.skip("the ground truth, memory_analysis()'s own copy, is XLA:CPU's")
     params, x = _args()
     traced = jax.jit(_mlp_step).trace(params, x)
     lowered = traced.lower()
@@ -205,3 +214,24 @@ def test_without_memory_analysis_assignment_the_report_reads_the_executable():
     fallback, error = read_buffers(NoAssignment(), module, compiled)
     assert error is None and fallback == facts.buffers
     assert read_buffers(NoAssignment(), module)[0] is None  # nothing else to read
+
+
+def test_where_neither_holds_it_the_assignment_comes_from_xlas_dump(monkeypatch):
+    # XLA:GPU with JAX 0.11.2 (an H200): memory_analysis() and the serialized
+    # executable carry no assignment; XLA's dump of one more compile does. On
+    # CPU, memory_analysis()'s own copy is the ground truth it must equal.
+    params, x = _args()
+    traced = jax.jit(_mlp_step).trace(params, x)
+    lowered = traced.lower()
+    compiled = lowered.compile()
+    carried = read_stages(traced, lowered, compiled)
+    monkeypatch.setattr(_compat, "buffer_assignment_bytes", lambda stats: None)
+    monkeypatch.setattr(_compat, "serialized_executable_payloads", lambda compiled: ())
+    dumped = read_stages(traced, lowered, compiled)
+    assert dumped.buffers_error is None and carried.buffers is not None
+    # the same allocations and buffers (the dump keeps XLA's heap traces too,
+    # which memory_analysis()'s copy leaves out on CPU)
+    assert (dumped.buffers.allocations, dumped.buffers.buffers) == (
+        carried.buffers.allocations, carried.buffers.buffers)
+    assert dumped.liveness == carried.liveness
+    assert _compiles(lambda: read_stages(traced, lowered, compiled)) == 1  # the dump's own

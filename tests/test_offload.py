@@ -106,6 +106,9 @@ def test_on_a_gpu_the_named_residual_moves_to_host():
     (fn,) = _measured(None).functions
     v = next(v for v in fn.remat.variants if v.policy == "save_and_offload_only_these_names")
     peak, host = _direct(WRITTEN)
-    assert (v.peak_bytes, v.host_bytes) == (peak, host) and host > 0
-    kept = _direct(jax.checkpoint_policies.save_only_these_names("h"))[0]
-    assert peak < kept  # h (1 MiB) held on the host, not the device
+    assert (v.peak_bytes, v.host_bytes) == (peak, host)
+    # h (f32[512,512], 1 MiB) is what the host holds. The device peak need not
+    # fall: on an H200 (JAX 0.11.2) it was 512 B above keeping h on the device
+    # (12,583,456 B against 12,582,944 B), the peak lying where h is not live.
+    assert host == 512 * 512 * 4
+    assert v.offloads and fn.remat.offload_note is None

@@ -147,8 +147,8 @@ def test_device_memory_timeline_where_the_backend_keeps_statistics(monkeypatch):
 def test_device_memory_on_a_gpu():
     if jax.default_backend() != "gpu":
         pytest.skip("needs a GPU")
-    f = jax.jit(lambda x: (x @ x.T).sum(), donate_argnums=())
-    with capture() as session:
+    with capture() as session:  # a jit made inside the block (capture's hook)
+        f = jax.jit(lambda x: (x @ x.T).sum(), donate_argnums=())
         f(jnp.ones((2048, 2048)))
     report = function_report(session.entries[0])
     rt = session.runtime()

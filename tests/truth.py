@@ -94,3 +94,23 @@ def expected_peak(stats: Any) -> int:
     :func:`device_held` (it replays heap-simulator traces), else :func:`device_held`
     (XLA:CPU records no trace and leaves the temporaries out of its figure)."""
     return max(int(stats.peak_memory_in_bytes), device_held(stats))
+
+
+def assigned(lowered: Any) -> tuple[Any, Any, Any]:
+    """XLA's own optimized module, its buffer assignment (decoded) and its text,
+    for ``lowered`` compiled: from ``memory_analysis()`` where it carries the
+    assignment (XLA:CPU), else from XLA's dump of the compile (XLA:GPU)."""
+    from memscope import _compat
+    from memscope.compiled.buffers import read_buffer_assignment
+    from memscope.compiled.dump import compile_dumped
+    from memscope.compiled.hlo import parse_module
+
+    compiled = lowered.compile()
+    data = _compat.buffer_assignment_bytes(compiled.memory_analysis())
+    if data is not None:
+        module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
+        return module, read_buffer_assignment(data, module), compiled.as_text()
+    built = compile_dumped(lowered)
+    assert built.module is not None and built.assignment is not None
+    module = parse_module(built.module)
+    return module, read_buffer_assignment(built.assignment, module), built.compiled.as_text()

@@ -47,7 +47,11 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
             stop_after: int | None = None, keep_calls: bool = False,
             stop_at_repeat: bool = False,
             remat_flops: float | None = None, accelerator: Any = None) -> Iterator[Session]:
-    """Record every jitted function called inside the block.
+    """Record every function jitted inside the block when it is called there.
+
+    A jit object made before the block is not recorded (JAX made it without
+    memscope's hook): measure it with :func:`memscope.analyze`, or make it
+    inside the block.
 
     ``advise`` also compiles each signature with other donations: ``"advised"``
     the advisor's donation, ``"full"`` (or ``True``) also no donation and every

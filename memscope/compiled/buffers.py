@@ -143,6 +143,14 @@ class BufferAssignment:
         return [a for a in self.allocations
                 if a.kind == kind and (color is None or a.color == color)]
 
+    def covered(self, trace: HeapTrace) -> frozenset[int]:
+        """The allocations ``trace`` simulates: those its buffers live in.
+        XLA:CPU's trace names the temporary block it fills; XLA:GPU's names
+        another allocation (an H200, JAX 0.11.2: a 4-byte thread-local one)."""
+        holder = {s.buffer: a.index for a in self.allocations for s in a.slots}
+        found = {holder[e.buffer] for e in trace.events if e.buffer in holder}
+        return frozenset(found or {trace.allocation})
+
 
 def allocation_kind(alloc: Any) -> AllocationKind:
     """XLA's own classification (``BufferAllocation::IsPreallocatedTempBuffer`` and
@@ -466,12 +474,13 @@ def _timeline(assignment: BufferAssignment, memory: Memory | None,
     outputs, constants).
     """
     device = {a.index: a for a in assignment.allocations if a.color == 0}
-    traces = [t for t in assignment.traces if t.allocation in device and t.events]
+    covers = {id(t): assignment.covered(t) for t in assignment.traces}
+    traces = [t for t in assignment.traces if t.events and covers[id(t)] <= device.keys()]
     if not traces:
         return None, NO_TRACE_NOTE, None, ()
-    trace = max(traces, key=lambda t: device[t.allocation].size)
+    trace = max(traces, key=lambda t: sum(device[i].size for i in covers[id(t)]))
     result = replay(trace.events)
-    traced = {t.allocation for t in traces}
+    traced = set().union(*(covers[id(t)] for t in traces))
     fixed = sum(a.size for a in device.values()
                 if a.index not in traced and a.kind != "thread_local")
     peak = result.peak + fixed

@@ -116,11 +116,17 @@ def _plain_source(computations: dict[int, Any], by_id: dict[int, Any], instr: An
     """The argument whose value this instruction is, through ``copy`` only: a
     ``copy`` instruction, or a fusion that only copies one of its operands
     (XLA:GPU wraps each instruction it leaves unfused in a fusion of its own,
-    ``wrapped_copy``)."""
+    ``wrapped_copy``), seen through tuples built and taken apart on the way
+    (XLA:GPU, JAX 0.11.2: ``copy(get-tuple-element(tuple(param, ...), 0))``)."""
     while instr.operand_ids:
         if instr.opcode == "copy":
             instr = by_id[instr.operand_ids[0]]
             continue
+        if instr.opcode == "get-tuple-element":
+            built = by_id[instr.operand_ids[0]]
+            if built.opcode == "tuple" and instr.tuple_index < len(built.operand_ids):
+                instr = by_id[built.operand_ids[instr.tuple_index]]
+                continue
         operand = _copied_operand(computations, instr)
         if operand is None or operand >= len(instr.operand_ids):
             break

@@ -23,6 +23,7 @@ from memscope.compiled.buffers import (
     embedded_buffer_assignment,
     read_buffer_assignment,
 )
+from memscope.compiled.dump import compile_dumped
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
 from memscope.compiled.program import Leaf, Program
@@ -105,11 +106,14 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     decoded = parse_module(module if module is not None
                            else _compat.optimized_hlo_module_protos(compiled)[0])
     buffers, error = read_buffers(stats, decoded, compiled, assignment)
+    scheduled = decoded  # the module the assignment names (and whose schedule is replayed)
+    if buffers is None and assignment is None:
+        scheduled, buffers, error = _dumped_buffers(lowered, decoded, error)
     program = _program(traced, lowered, compiled, shardings, decoded, ref_names)
     memory = by_memory_kind(memory_figures(stats), program)
     if memory.memory_kind_note is not None and buffers is not None:
-        buffers = host_colored(buffers, program, decoded)
-    liveness, liveness_error = read_liveness(decoded, buffers)
+        buffers = host_colored(buffers, program, scheduled)
+    liveness, liveness_error = read_liveness(scheduled, buffers)
     return CompiledFacts(memory=memory,
                          program=program,
                          buffers=buffers, buffers_error=error, liveness=liveness,
@@ -145,6 +149,25 @@ def read_buffers(stats: Any, module: Any, compiled: Any = None, dumped: bytes | 
         return read_buffer_assignment(data, module), None
     except BufferDecodeError as e:
         return None, str(e)
+
+
+def _dumped_buffers(lowered: Any, decoded: Any, error: str | None
+                    ) -> tuple[Any, BufferAssignment | None, str | None]:
+    """The buffer assignment from XLA's dump of one more compile of ``lowered``
+    (:mod:`memscope.compiled.dump`), with the module it names; else ``decoded``,
+    ``None`` and why. For XLA:GPU, whose ``memory_analysis()`` and serialized
+    executable carry none."""
+    try:
+        built = compile_dumped(lowered)
+    except Exception as e:  # the program itself compiled; a dump that fails is only unknown
+        return decoded, None, f"{error}; compiling it again to dump it failed ({e})"
+    if built.module is None or built.assignment is None:
+        return decoded, None, f"{error}, nor XLA's dump of it"
+    dumped = parse_module(built.module)
+    try:
+        return dumped, read_buffer_assignment(built.assignment, dumped), None
+    except BufferDecodeError as e:
+        return decoded, None, str(e)
 
 
 def read_liveness(module: Any, buffers: BufferAssignment | None

@@ -25,17 +25,15 @@ import math
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import jax
 import numpy as np
 
 from memscope import _compat
-from memscope.compiled._hlo_schema import message_class
+from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.read import HOST_MEMORY_SPACE, CompiledFacts, read_stages
 from memscope.errors import MemscopeError
 from memscope.report import Memory, TargetInfo, hbm_peak_rule
@@ -200,19 +198,6 @@ def _stderr_to_nowhere() -> Iterator[None]:
         os.close(saved)
 
 
-HloProto = message_class("HloProto")
-
-
-@dataclass(frozen=True)
-class Built:
-    """One program compiled for the target: the executable and, from XLA's dump
-    of it, its optimized module and buffer assignment (``None`` if not dumped)."""
-
-    compiled: Any
-    module: bytes | None
-    assignment: bytes | None
-
-
 class TpuTarget:
     """The TPU topology the captured programs are compiled for."""
 
@@ -286,19 +271,9 @@ class TpuTarget:
 
     def compile(self, lowered: Any) -> Built:
         """Compile ``lowered`` (from :meth:`lower`) with XLA:TPU, keeping XLA's dump
-        of the optimized module with its buffer assignment (``HloProto``):
-        XLA:TPU's ``memory_analysis()`` carries no buffer assignment."""
-        with tempfile.TemporaryDirectory(prefix="memscope-tpu-") as folder:
-            compiled = lowered.compile(compiler_options={
-                "xla_dump_to": folder, "xla_dump_hlo_as_proto": True})
-            found = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))
-            data = found[0].read_bytes() if found else None
-        if data is None:
-            return Built(compiled, None, None)
-        proto = HloProto()
-        proto.ParseFromString(data)
-        return Built(compiled, bytes(proto.hlo_module) or None,
-                     bytes(proto.buffer_assignment) or None)
+        of the optimized module with its buffer assignment: XLA:TPU's
+        ``memory_analysis()`` carries no buffer assignment."""
+        return compile_dumped(lowered)
 
     def read(self, traced: Any, lowered: Any, built: Built, *,
              shardings: Sequence[Any] = (),

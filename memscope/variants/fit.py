@@ -292,7 +292,8 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
             lowered = traced.lower()
         if accelerator is not None:
             return accelerator.memory(traced, lowered, accelerator.compile(lowered)).peak_bytes
-        compiled = _compat.compile_uncached(lowered)
+        untuned = _compat.UNTUNED_GPU if jax.default_backend() == "gpu" else None
+        compiled = _compat.compile_uncached(lowered, untuned)
     except Exception as e:
         raise NotCompiled(batch, "compile", e) from e
     return compiled_memory(traced, lowered, compiled).peak_bytes

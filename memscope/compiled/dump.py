@@ -1,0 +1,48 @@
+"""XLA's own dump of a compile: the optimized module with its buffer assignment.
+
+Where ``memory_analysis()`` carries no buffer assignment, the compiler still
+writes one beside the optimized module when asked to dump it as a proto
+(``xla_dump_hlo_as_proto``: ``*after_optimizations.hlo.pb``, an ``HloProto``
+holding both). XLA:TPU's ``memory_analysis()`` has none; neither has XLA:GPU's
+PJRT plugin, nor its serialized executable (seen on an H200 with JAX 0.11.2;
+the dump held the assignment there). Reading it costs one more compile of the
+same lowering, made where the compiled programs are read (memscope's worker).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memscope import _compat
+from memscope.compiled._hlo_schema import message_class
+
+HloProto = message_class("HloProto")
+
+
+@dataclass(frozen=True)
+class Built:
+    """One compile: the executable and, from XLA's dump of it, its optimized
+    module and buffer assignment, serialized (``None`` where not dumped)."""
+
+    compiled: Any
+    module: bytes | None
+    assignment: bytes | None
+
+
+def compile_dumped(lowered: Any, options: dict[str, Any] | None = None) -> Built:
+    """Compile ``lowered`` (with XLA debug ``options`` too), keeping what XLA
+    dumps of the optimized module and its buffer assignment."""
+    with tempfile.TemporaryDirectory(prefix="memscope-dump-") as folder:
+        compiled = _compat.compile_uncached(lowered, {
+            **(options or {}), "xla_dump_to": folder, "xla_dump_hlo_as_proto": True})
+        found = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))
+        data = found[0].read_bytes() if found else None
+    if data is None:
+        return Built(compiled, None, None)
+    proto = HloProto()
+    proto.ParseFromString(data)
+    return Built(compiled, bytes(proto.hlo_module) or None,
+                 bytes(proto.buffer_assignment) or None)

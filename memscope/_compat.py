@@ -725,6 +725,26 @@ def compile_uncached(lowered: Any, options: dict[str, Any] | None = None) -> Any
 #: step's memory_analysis() was the same with the autotuner on and off).
 UNTUNED_GPU: dict[str, Any] = {"xla_gpu_autotune_level": 0}
 
+#: XLA:CPU's code generation without LLVM's optimizations. Every figure memscope
+#: reads (``memory_analysis()``, the buffer assignment, ``cost_analysis()``) is
+#: decided on the optimized HLO, before code is generated; optimizing the
+#: generated code is most of an XLA:CPU compile (DP-SGD's step: 2.5 s -> 1.0 s)
+#: and changes none of them (tests/test_compiled.py holds them byte for byte).
+UNOPTIMIZED_CPU_CODE: dict[str, Any] = {"xla_backend_optimization_level": 0}
+
+
+def compile_to_read(lowered: Any, *, sizes: bool = False) -> Any:
+    """Compile ``lowered``, a program memscope only reads and never runs (a
+    donation variant, a checkpoint policy; ``sizes``: one of ``memscope fit``'s
+    sizes), as cheaply as its figures allow: on XLA:CPU without optimizing the
+    generated code (:data:`UNOPTIMIZED_CPU_CODE`); ``fit``'s sizes on XLA:GPU
+    without the autotuner (:data:`UNTUNED_GPU`). Not kept in JAX's caches."""
+    backend = jax.default_backend()
+    options = dict(UNOPTIMIZED_CPU_CODE) if backend == "cpu" else {}
+    if sizes and backend == "gpu":
+        options.update(UNTUNED_GPU)
+    return compile_uncached(lowered, options)
+
 
 def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:
     """Serialized ``HloModuleProto`` of each module of the executable JAX runs."""

@@ -63,7 +63,7 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
             with _compat.applied_config(settings):
                 if accelerator is not None:
                     return accelerator.compile(v.lowered)
-                return _compat.compile_uncached(v.lowered)
+                return _compat.compile_to_read(v.lowered)
         except Exception as e:  # reported with the variant; the program is unaffected
             return e
 

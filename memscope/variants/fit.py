@@ -292,8 +292,7 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
             lowered = traced.lower()
         if accelerator is not None:
             return accelerator.memory(traced, lowered, accelerator.compile(lowered)).peak_bytes
-        untuned = _compat.UNTUNED_GPU if jax.default_backend() == "gpu" else None
-        compiled = _compat.compile_uncached(lowered, untuned)
+        compiled = _compat.compile_to_read(lowered, sizes=True)
     except Exception as e:
         raise NotCompiled(batch, "compile", e) from e
     return compiled_memory(traced, lowered, compiled).peak_bytes

@@ -202,7 +202,7 @@ def measure(traced: Any, lowered: Any, policy: str,
             built = compile_in(lambda: accelerator.compile(lowered))
             compiled, memory = built.compiled, accelerator.memory(traced, lowered, built)
         else:
-            compiled = compile_in(lambda: _compat.compile_uncached(lowered))
+            compiled = compile_in(lambda: _compat.compile_to_read(lowered))
             memory = compiled_memory(traced, lowered, compiled)
         return RematVariant(policy, memory.peak_bytes, _compat.flops(compiled),
                             host_bytes=memory.host.peak_bytes,

@@ -26,7 +26,7 @@ from memscope.cli import cli
 from memscope.flow import run_and_report
 from memscope.program.runner import Target
 from memscope.render.html import render_html
-from memscope.render.terminal import render_report
+from memscope.render.terminal import MAX_BETWEEN, render_report
 from memscope.report import Report, load_report, save_report
 from memscope.report.summary import summarize
 from tests.test_samples import SAMPLES
@@ -173,6 +173,35 @@ def test_a_static_argument_and_a_function_that_keeps_recompiling(tmp_path):
     verdicts = check(report, None, Config(budgets=(Budget("scale", forbid_recompiles=True),)))
     assert [v.failed for v in verdicts.functions] == [False, True, True, True, True]
     assert "#1: 3 -> 4" in verdicts.functions[4].problems[0]
+
+
+def test_the_default_report_bounds_the_run_s_findings_and_says_recompiles_briefly(tmp_path):
+    # A test suite's run: many functions that keep recompiling. By default the
+    # terminal lists the first few run-wide findings and counts the rest, and a
+    # recompile says what kind of difference and where; --detail says all.
+    defined = "\n".join(f"f{i} = jax.jit(lambda x, k: x * k + {i}, static_argnums=1)"
+                        for i in range(8))
+    report = _run(tmp_path, "import jax, jax.numpy as jnp\n" + defined + """
+fs = [f0, f1, f2, f3, f4, f5, f6, f7]
+for f in fs:
+    for k in range(4):
+        f(jnp.ones((3, 2)), k)
+f0(jnp.ones((3, 2), jnp.int32), 0)
+""")
+    between = summarize(report).between
+    assert sum("keeps recompiling" in f.text for f in between) == 8
+    default, full = io.StringIO(), io.StringIO()
+    render_report(report, default, width=400, plain=True)  # a line per finding
+    render_report(report, full, width=400, plain=True, detail=True)
+    short = [line for line in default.getvalue().splitlines() if "keeps recompiling" in line]
+    assert len(short) == MAX_BETWEEN
+    assert f"  and {len(between) - MAX_BETWEEN} more: --detail" in default.getvalue()
+    assert sum("keeps recompiling" in line for line in full.getvalue().splitlines()) == 8
+    # the recompile of fs[0] with an int32 x: its kind and leaf in the default report
+    (brief,) = [f.brief for fn in summarize(report).functions for f in fn.findings
+                if f.brief and "a new dtype" in f.brief]
+    assert brief.startswith("compiled again at call 33 (differs from signature 1): a new dtype in x")
+    assert "x: float32[3,2] -> int32[3,2]" in full.getvalue()
 
 
 # --- live arrays ---------------------------------------------------------------------

@@ -72,8 +72,8 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         out.para(line, "    ", style="bold red" if line.startswith("OUT OF MEMORY") else "")
     _high_water(out, report, detail)
     shown = most_urgent(summary.functions, None if detail else MAX_FUNCTIONS)
-    _answer(out, summary, shown)
-    _between(out, summary)
+    _answer(out, summary, shown, detail)
+    _between(out, summary, detail)
     out.line()
     out.table(_figures_table(summary, out, shown), "Compiled functions (bytes per device)")
     computed = {fn.memory.peak_rule_text for fn in report.functions
@@ -176,7 +176,7 @@ MAX_FUNCTIONS = 12
 MAX_SECTIONS = 4
 
 
-def _answer(out: Lines, summary: ReportSummary, shown: set[int]) -> None:
+def _answer(out: Lines, summary: ReportSummary, shown: set[int], detail: bool = True) -> None:
     """Per function, worst first: its peak, what is wrong, and what to change;
     the functions not shown counted, by what they have to say."""
     chosen = [s for i, s in enumerate(summary.functions) if i in shown]
@@ -188,7 +188,7 @@ def _answer(out: Lines, summary: ReportSummary, shown: set[int]) -> None:
                  f"device{s.host_text}{visible(s.target_text)}"
                  + ("; nothing to change" if clean else ""), "    ")
         for f in s.findings:
-            _finding(out, f)
+            _finding(out, f, detail)
         if s.advice is not None:
             a = s.advice
             out.labelled("Advice:", "bold magenta", f"{visible(a.headline)}: {a.saving}.",
@@ -208,17 +208,25 @@ def _answer(out: Lines, summary: ReportSummary, shown: set[int]) -> None:
                  "    ", style="dim")
 
 
-def _between(out: Lines, summary: ReportSummary) -> None:
+#: Findings of the run as a whole shown by default (all with --detail).
+MAX_BETWEEN = 6
+
+
+def _between(out: Lines, summary: ReportSummary, detail: bool = True) -> None:
     if summary.between:
         out.line()
         out.line("Between calls", "bold")
-        for f in summary.between:
-            _finding(out, f)
+        shown = summary.between if detail else summary.between[:MAX_BETWEEN]
+        for f in shown:
+            _finding(out, f, detail)
+        if len(shown) < len(summary.between):
+            out.line(f"  and {len(summary.between) - len(shown):,} more: --detail", "dim")
 
 
-def _finding(out: Lines, f: Finding) -> None:
+def _finding(out: Lines, f: Finding, detail: bool = True) -> None:
     label = {"problem": "problem:", "warning": "warning:", "info": "note:"}[f.severity]
-    text = visible(f.text) + (f": {visible(f.leaves)}" if f.leaves else "")
+    said = f.text if detail or f.brief is None else f.brief
+    text = visible(said) + (f": {visible(f.leaves)}" if f.leaves else "")
     out.labelled(label, SEVERITY_STYLES[f.severity], text, "      ")
 
 

@@ -92,6 +92,8 @@ class Finding:
     severity: Severity
     text: str
     leaves: str = ""
+    #: the same, shorter, for the default terminal report (``None``: ``text``)
+    brief: str | None = None
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,8 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
     if signatures > 1:
         out.append(Finding("info", f"compiled for {signatures} signatures (a recompile each)"))
     if fn.recompile is not None:
-        out.append(Finding("warning", recompile_text(fn, fn.recompile)))
+        out.append(Finding("warning", recompile_text(fn, fn.recompile),
+                           brief=recompile_brief(fn, fn.recompile)))
     pruned = [b for b in fn.inputs if b.fate == "pruned"]
     if pruned:
         out.append(_leaf_finding("info", pruned, "never read, so dropped from the compiled "
@@ -419,13 +422,29 @@ def target_text(fn: FunctionReport, target: TargetInfo | None, here: str) -> str
 def recompile_text(fn: FunctionReport, r: Recompile) -> str:
     """``compiled again at call 3 (differs from signature 2): batch: float32[8,3] ->
     float32[5,3] (only the leading dimension changed ...); cost 0.1 s, 1.2 KiB of code``."""
-    reasons = "; ".join(
+    said = "; ".join(
         (f"{x.path}: " if x.path else "")
         + (f"{x.before} -> {x.after}: {x.advice}" if x.before or x.after else x.advice)
         for x in r.reasons)
-    more = f"; and {r.more} more" if r.more else ""
+    return _compiled_again(fn, r, said, r.more)
+
+
+def recompile_brief(fn: FunctionReport, r: Recompile) -> str:
+    """:func:`recompile_text` in a line or two: what kind of difference, where
+    first (``compiled again at call 3 (differs from signature 2): a new shape in
+    batch; and 2 more; cost ...``)."""
+    if all(x.kind == "unknown" for x in r.reasons):  # no difference seen: the why is the text
+        return recompile_text(fn, r)
+    kinds = ", ".join(dict.fromkeys(x.kind.replace("_", " ") for x in r.reasons))
+    first = next((x.path for x in r.reasons if x.path), "")
+    said = f"a new {kinds}" + (f" in {first}" if first else "")
+    return _compiled_again(fn, r, said, r.more + max(0, len(r.reasons) - 1))
+
+
+def _compiled_again(fn: FunctionReport, r: Recompile, said: str, left: int) -> str:
+    more = f"; and {left} more" if left else ""
     at = f" at call {fn.first_call}" if fn.first_call is not None else ""
-    return (f"compiled again{at} (differs from signature {r.since}): {reasons}{more}; "
+    return (f"compiled again{at} (differs from signature {r.since}): {said}{more}; "
             f"cost {compile_cost(fn)}")
 
 

@@ -50,16 +50,16 @@ def hold_variant_compiles(monkeypatch
     is set when the first one has begun; the list records the thread of each."""
     release, started = threading.Event(), threading.Event()
     threads: list[str] = []
-    real = _compat.compile_uncached
+    real = _compat.compile_to_read
 
-    def held(lowered):
+    def held(lowered, **options):
         niceness = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         threads.append(f"{threading.current_thread().name} nice {niceness}")
         started.set()
         assert release.wait(120), "the test never released the compile"
-        return real(lowered)
+        return real(lowered, **options)
 
-    monkeypatch.setattr(_compat, "compile_uncached", held)
+    monkeypatch.setattr(_compat, "compile_to_read", held)
     return release, started, threads
 
 

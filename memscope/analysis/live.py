@@ -154,15 +154,13 @@ def _trace_timeline(liveness: Liveness, assignment: BufferAssignment,
     replayed from it (over the entry steps its events name), compared with the
     schedule's. ``None`` without a trace."""
     temps = {a.index: a for a in liveness.temp_allocations}
-    covers = {id(t): assignment.covered(t) for t in assignment.traces}
-    traces = [t for t in assignment.traces if t.events and covers[id(t)] <= temps.keys()]
-    if not traces:
+    found = assignment.traces_within(temps)
+    if not found:
         return None
     # As XLA's own peak: the trace of the largest temporary allocation, the
     # other allocations held whole.
-    trace = max(traces, key=lambda t: sum(temps[i].size for i in covers[id(t)]))
-    base = liveness.held_bytes + sum(a.size for i, a in temps.items()
-                                     if i not in covers[id(trace)])
+    trace, simulated = found[0]
+    base = liveness.held_bytes + sum(a.size for i, a in temps.items() if i not in simulated)
     step_of = dict(zip(liveness.time_names, liveness.time_steps, strict=True))
     per_step: list[int | None] = [None] * liveness.steps
     peak, peak_step, peak_name, step = -1, 0, "", 0

@@ -143,13 +143,21 @@ class BufferAssignment:
         return [a for a in self.allocations
                 if a.kind == kind and (color is None or a.color == color)]
 
-    def covered(self, trace: HeapTrace) -> frozenset[int]:
-        """The allocations ``trace`` simulates: those its buffers live in.
-        XLA:CPU's trace names the temporary block it fills; XLA:GPU's names
-        another allocation (an H200, JAX 0.11.2: a 4-byte thread-local one)."""
+    def traces_within(self, allocations: Mapping[int, Allocation]
+                      ) -> list[tuple[HeapTrace, frozenset[int]]]:
+        """The heap-simulator traces (with events) that simulate only some of
+        ``allocations`` (by index), each with the allocations it simulates, the
+        largest first. A trace simulates the allocations its buffers live in:
+        XLA:CPU's names the temporary block it fills, XLA:GPU's another
+        allocation (an H200, JAX 0.11.2: a 4-byte thread-local one)."""
         holder = {s.buffer: a.index for a in self.allocations for s in a.slots}
-        found = {holder[e.buffer] for e in trace.events if e.buffer in holder}
-        return frozenset(found or {trace.allocation})
+        found = []
+        for t in self.traces:
+            held = frozenset({holder[e.buffer] for e in t.events if e.buffer in holder}
+                             or {t.allocation})
+            if t.events and held <= allocations.keys():
+                found.append((t, held))
+        return sorted(found, key=lambda f: -sum(allocations[i].size for i in f[1]))
 
 
 def allocation_kind(alloc: Any) -> AllocationKind:
@@ -474,13 +482,11 @@ def _timeline(assignment: BufferAssignment, memory: Memory | None,
     outputs, constants).
     """
     device = {a.index: a for a in assignment.allocations if a.color == 0}
-    covers = {id(t): assignment.covered(t) for t in assignment.traces}
-    traces = [t for t in assignment.traces if t.events and covers[id(t)] <= device.keys()]
-    if not traces:
+    found = assignment.traces_within(device)
+    if not found:
         return None, NO_TRACE_NOTE, None, ()
-    trace = max(traces, key=lambda t: sum(device[i].size for i in covers[id(t)]))
-    result = replay(trace.events)
-    traced = set().union(*(covers[id(t)] for t in traces))
+    result = replay(found[0][0].events)
+    traced = set().union(*(held for _, held in found))
     fixed = sum(a.size for a in device.values()
                 if a.index not in traced and a.kind != "thread_local")
     peak = result.peak + fixed

@@ -29,6 +29,9 @@ COSTS = {
     "padded to 64": lambda b: 1000 + 37 * (-(-b // 64) * 64),
     "algorithm change past 300": lambda b: 1000 + 37 * b + (5000 if b > 300 else 0),
     "quadratic": lambda b: 1000 + 3 * b * b,
+    # XLA:TPU pads to tiles, and a layout change past a size adds a jump
+    "tiles of 64, a jump past 400": lambda b: 1000 + 37 * (-(-b // 64) * 64)
+                                               + (900 if b > 400 else 0),
 }
 
 
@@ -45,7 +48,8 @@ def test_the_answer_fits_and_the_next_size_up_does_not(name, step):
     answer = search(None, _choice(16, step), budget, compile_peak=compile_peak)
     assert answer.largest == _truth(peak, budget, step)
     assert answer.largest in calls and answer.largest + step in calls  # both compiled
-    assert len(calls) == len(set(calls)) == answer.compiles <= MAX_COMPILES
+    # A staircase closes in from both sides: the search ends before its limit.
+    assert len(calls) == len(set(calls)) == answer.compiles < MAX_COMPILES
     assert answer.linear == (name == "linear")
     if name == "linear":
         assert answer.compiles == 4 and answer.note is None  # 16, 32, the answer, one up

@@ -441,19 +441,32 @@ def _slope(s: _Search, b0: int, p0: int) -> Fraction | None:
 def _interpolate(s: _Search, b0: int, p0: int, per: Fraction, step: int
                  ) -> tuple[int, int | None]:
     """Narrow [lo fits, hi does not] to one step by compiling: each guess is where
-    the line through the nearest sizes compiled meets the budget, and the guess
-    and the next size up are compiled (a linear peak ends after one guess)."""
+    the line through the nearest sizes compiled meets the budget. The first
+    guess and the next size up are compiled, so a linear peak ends after one
+    guess; later guesses compile one size each.
+
+    A peak padded to tiles, or one that jumps, meets the line on one side only,
+    and plain interpolation creeps up on the answer from that side. Each round
+    an end of the bracket stays put, the line is drawn as if that end were half
+    as far from the budget (the Illinois rule of false position), so the guesses
+    close in from both sides."""
     assert s.budget is not None
+    budget = s.budget
     point, slope = (b0, Fraction(p0)), per
+    kept = [0, 0]  # rounds in a row that the bracket's low and high end stayed put
+    first = True
     while s.compiles < MAX_COMPILES:
-        guess = max(int((s.budget - point[1]) / slope) + point[0], step) // step * step
+        guess = max(int((budget - point[1]) / slope) + point[0], step) // step * step
         lo, hi = s.bounds()
         guess = min(max(guess, lo + step), hi - step) if hi is not None else max(guess,
                                                                                  lo + step)
         if hi is not None and guess <= lo:
             break
+        before = (lo, hi)
         s.fits(guess)
-        s.fits(guess + step)
+        if first:
+            s.fits(guess + step)
+            first = False
         lo, hi = s.bounds()
         if hi is not None and hi == lo + step:
             break
@@ -464,7 +477,13 @@ def _interpolate(s: _Search, b0: int, p0: int, per: Fraction, step: int
         if len(near) < 2 or near[1][0] == near[0][0] or near[1][1] <= near[0][1]:
             return _bisect(s, lo, hi, step)
         (b1, q1), (b2, q2) = near
-        point, slope = (b1, Fraction(q1)), Fraction(q2 - q1, b2 - b1)
+        if not above or before[1] is None:
+            point, slope = (b1, Fraction(q1)), Fraction(q2 - q1, b2 - b1)
+            continue
+        kept = [kept[0] + 1 if lo == before[0] else 0, kept[1] + 1 if hi == before[1] else 0]
+        under = Fraction(q1 - budget, 2 ** kept[0])  # <= 0: b1 fits
+        over = Fraction(q2 - budget, 2 ** kept[1])   # > 0: b2 does not
+        point, slope = (b1, budget + under), (over - under) / (b2 - b1)
     return s.bounds()
 
 

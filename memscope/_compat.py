@@ -1351,6 +1351,22 @@ def _runs_foreign_code(fun: Any, depth: int = 3) -> bool:
     return False
 
 
+def count_equations(jaxpr: Any, limit: int) -> int:
+    """The equations of ``jaxpr`` and the jaxprs inside it, counted up to ``limit``."""
+    count = 0
+    for _ in _all_eqns(jaxpr):
+        count += 1
+        if count >= limit:
+            break
+    return count
+
+
+def traced_donation(traced: Any) -> tuple[bool, ...]:
+    """The flat donation a ``jax.stages.Traced`` was jitted with (hoisted
+    constants first, never donated; see :func:`with_donation`)."""
+    return tuple(traced._params["donated_invars"])
+
+
 def _all_eqns(jaxpr: Any) -> Iterator[Any]:
     """Every equation of ``jaxpr`` (open or closed) and of the jaxprs inside it."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr's open jaxpr

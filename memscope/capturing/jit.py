@@ -46,7 +46,7 @@ from memscope.program.sites import NOT_USER, definition, library, site_text
 from memscope.report import (
     MeasuredMemory,
 )
-from memscope.variants import remat
+from memscope.variants import early, remat
 from memscope.variants.donation import Argument, Style
 from memscope.variants.fit import KeptCall
 
@@ -220,14 +220,20 @@ class MeasuredJit:
         late = any_pending(leaves)
         memory_before = session.device_memory()
         session.clock.start()
+        begun = None
         try:
             with session.recording_warnings() as lowering_warnings:
+                begun = self._begin_early(leaves, args, kwargs)
                 try:
                     out = self._memscope_jitted(*args, **kwargs)
                 except Exception as e:
                     if oom.is_out_of_memory(str(e)):
                         self._failed_first_call(key, same_function, leaves, args, kwargs, e)
                     raise
+        except BaseException:
+            if begun is not None:
+                session.defer(functools.partial(reading.let_go, session, begun))
+            raise
         finally:
             compile_seconds = session.clock.stop()
         memory_after = session.device_memory()
@@ -248,6 +254,8 @@ class MeasuredJit:
                         else _compat.executable_fingerprint(handles.compiled))
         entry = session.lookup(same_program)
         if entry is not None:
+            if begun is not None:
+                session.defer(functools.partial(reading.let_go, session, begun))
             session.alias(same_function, entry)
             self._merged(entry, key, leaves)
             return out, entry
@@ -286,10 +294,38 @@ class MeasuredJit:
             # The read and the variants, off the program's path (memscope.capturing.worker).
             session.defer(functools.partial(reading.analyse, session, entry, self._memscope_fun,
                                             handles, shardings, _compat.config_snapshot(), plan,
-                                            {id(ref): name for name, ref in visible}))
+                                            {id(ref): name for name, ref in visible}, begun))
+        elif begun is not None:
+            session.defer(functools.partial(reading.let_go, session, begun))
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out, entry
+
+    def _begin_early(self, leaves: Sequence[Any], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> early.EarlyVariant | None:
+        """Begin the advised variant's compile now, beside JAX's compile of this
+        call, where it can be predicted (:mod:`memscope.variants.early`). The
+        trace taken here is JAX's own: the call reuses it from JAX's cache."""
+        session, spec = self._memscope_session, self._memscope_spec
+        try:
+            if (self._memscope_library is not None or self._memscope_framework is not None
+                    or spec.donate_argnums or spec.donate_argnames  # (see early.predict)
+                    or not session.early_allowed() or not early.worth_tracing(leaves)):
+                return None
+            session.count_early(traced=True)
+            traced = self._memscope_jitted.trace(*args, **kwargs)
+            arguments = call_arguments(self._memscope_fun, spec, args, kwargs)
+            mask = early.predict(traced, leaves, arguments, self._memscope_style)
+            if mask is None:
+                return None
+            job = functools.partial(early.start, early.EarlyVariant(mask),
+                                    _compat.without_call_arrays(traced), session,
+                                    _compat.config_snapshot())
+        except Exception:  # never let the measurement break the program (the
+            return None    # call itself says what is wrong, if anything is)
+        session.count_early()
+        session.defer(job)
+        return job.args[0]
 
     def _refs_before(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                      ) -> tuple[list[tuple[str, Any]], dict[int, Any]]:

@@ -20,16 +20,30 @@ from memscope.compiled.read import (
     read_handles,
 )
 from memscope.variants import donations, remat
+from memscope.variants.early import EarlyVariant
 
 
 def analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: CompiledHandles,
             shardings: list[Any], settings: _compat.ConfigSnapshot,
-            plan: remat.Plan | None = None, ref_names: dict[int, str] | None = None) -> None:
+            plan: remat.Plan | None = None, ref_names: dict[int, str] | None = None,
+            early: EarlyVariant | None = None) -> None:
     """Read the compiled program of ``entry``'s first call, then hand the
     recorded call to the variants (in the worker thread, under the JAX settings
     the call ran with). ``fun`` is the jitted function (the parameters a
     requested donation may name); ``ref_names`` names, by ``id``, the Refs it
-    can see (:mod:`memscope.capturing.refs`)."""
+    can see (:mod:`memscope.capturing.refs`); ``early`` the advised variant
+    whose compile began with the call's, if one did (:mod:`memscope.variants.early`)."""
+    try:
+        _analyse(session, entry, fun, handles, shardings, settings, plan, ref_names, early)
+    finally:
+        if early is not None and not early.deferred:
+            let_go(session, early)
+
+
+def _analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: CompiledHandles,
+             shardings: list[Any], settings: _compat.ConfigSnapshot,
+             plan: remat.Plan | None, ref_names: dict[int, str] | None,
+             early: EarlyVariant | None) -> None:
     with contextlib.suppress(Exception):
         texts = tuple(describe_sharding(s) for s in shardings)
         session.publish(lambda: setattr(entry, "shardings", texts))
@@ -46,11 +60,13 @@ def analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: Co
                 session.advice != "off" or session.request or plan is not None):
             return
         later = functools.partial(_alternatives, session, entry, fun, handles, shardings,
-                                  settings, plan, facts)
+                                  settings, plan, facts, early)
         if _compat.lowers_with_foreign_rules(handles.traced.jaxpr):
             # Lowering a variant runs every lowering rule of the program again,
             # the program's own too (a custom primitive's, which may count or
             # print): they run once the program has ended, when it cannot see them.
+            if early is not None:
+                early.deferred = True  # (never started: see variants.early.start)
             session.defer_to_end(later)
         else:
             later()
@@ -80,13 +96,14 @@ class TargetCompileError(RuntimeError):
 def _alternatives(session: Session, entry: Entry, fun: Callable[..., Any],
                   handles: CompiledHandles, shardings: list[Any],
                   settings: _compat.ConfigSnapshot, plan: remat.Plan | None,
-                  facts: Any) -> None:
+                  facts: Any, early: EarlyVariant | None = None) -> None:
     """The variants the session asks for, and the checkpoint policies of ``plan``."""
     try:
         with _compat.applied_config(settings):
             if session.advice != "off" or session.request:
                 variants = donations.donation_variants(
-                    recorded(entry, fun, session), facts, handles.traced, shardings, session)
+                    recorded(entry, fun, session), facts, handles.traced, shardings, session,
+                    early)
                 session.publish(lambda: setattr(entry, "variants", variants))
             if plan is not None:
                 found = remat.measure_call(plan, facts, handles, settings, entry.variants,
@@ -95,6 +112,17 @@ def _alternatives(session: Session, entry: Entry, fun: Callable[..., Any],
     except Exception as e:  # never let the measurement break the program
         error = f"could not read the compiled program: {type(e).__name__}: {e}"
         session.publish(lambda: setattr(entry, "error", error))
+    finally:
+        if early is not None:
+            let_go(session, early)
+
+
+def let_go(session: Session, early: EarlyVariant) -> None:
+    """Drop an early compile the variants did not use, counting it: it was a
+    real compile, only of a donation the advice did not settle on."""
+    if not early.used and early.drop():
+        session.count_variants(compiled=1, reused=0)
+        session.count_early(wasted=True)
 
 
 def recorded(entry: Entry, fun: Callable[..., Any], session: Session) -> donations.Call:

@@ -49,6 +49,11 @@ LARGEST_LIVE_ARRAYS = 10
 #: only those with a compiled peak of at least ADVICE_MIN_PEAK.
 ADVICE_FOR_EVERY = 50
 ADVICE_MIN_PEAK = 1 << 20
+#: first calls that may begin their advised compile beside their own (a run's
+#: large functions come first: a model's init, its step, its evaluation), and
+#: first calls traced to see whether they may (see Session.early_allowed)
+EARLY_FOR_FIRST = 4
+EARLY_TRACES = 16
 
 
 class Session:
@@ -99,6 +104,10 @@ class Session:
         #: signatures given an advised compile, and those refused one (many functions)
         self.advice_given = 0
         self.advice_skipped = 0
+        #: advised compiles begun beside the call's own, and those left unused
+        self.early_compiles = 0
+        self.early_unused = 0
+        self.early_traced = 0
         #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
         self.uncaptured_pmaps = 0
         #: the SHA-256 of each file a jit was made in (read once per run)
@@ -250,6 +259,30 @@ class Session:
             self.variant_compiles += compiled
             self.variants_reused += reused
 
+    def early_allowed(self) -> bool:
+        """Whether a first call may be traced before JAX's call, to begin its
+        advised compile beside its own (:mod:`memscope.variants.early`): with
+        the advice on and compiled here (no ``--target``), no variant asked for
+        beside it, among the first :data:`EARLY_TRACES` first calls large
+        enough, until :data:`EARLY_FOR_FIRST` have begun one. JAX's call reuses
+        that trace; only a call whose trace fails is traced again by JAX (to
+        raise its error), so a run of many small tests stops trying early."""
+        with self._lock:
+            return (self.advice != "off" and self.accelerator is None and self.request is None
+                    and self.early_compiles < EARLY_FOR_FIRST
+                    and self.early_traced < EARLY_TRACES
+                    and self.advice_given < ADVICE_FOR_EVERY)
+
+    def count_early(self, *, traced: bool = False, wasted: bool = False) -> None:
+        """Count a first call traced early, an early compile begun, or one left unused."""
+        with self._lock:
+            if traced:
+                self.early_traced += 1
+            elif wasted:
+                self.early_unused += 1
+            else:
+                self.early_compiles += 1
+
     def advice_allowed(self, peak: int | None) -> bool:
         """The first :data:`ADVICE_FOR_EVERY` signatures get their advised compile;
         after them only those whose peak is at least :data:`ADVICE_MIN_PEAK`
@@ -270,7 +303,9 @@ class Session:
                         host_bytes=self.worker.largest_growth,
                         variant_compiles=self.variant_compiles,
                         variants_reused=self.variants_reused,
-                        advice_skipped=self.advice_skipped)
+                        advice_skipped=self.advice_skipped,
+                        early_compiles=self.early_compiles,
+                        early_unused=self.early_unused)
 
     def observed(self, entry: Entry, seen: Observation | Unread | Failed) -> None:
         """Keep what a first call's buffers showed; read later what is not ready."""

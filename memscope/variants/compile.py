@@ -59,23 +59,10 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
     :func:`lower_variant` for it) when given.
     """
     def compile_one(v: LoweredVariant) -> Any:
-        try:
-            with _compat.applied_config(settings):
-                if accelerator is not None:
-                    return accelerator.compile(v.lowered)
-                return _compat.compile_to_read(v.lowered)
-        except Exception as e:  # reported with the variant; the program is unaffected
-            return e
+        return compile_lowered(v, settings, accelerator)
 
     def read_one(v: LoweredVariant, compiled: Any) -> CompiledFacts | Exception:
-        if isinstance(compiled, Exception):
-            return compiled
-        try:
-            if accelerator is not None:
-                return accelerator.read(v.traced, v.lowered, compiled, shardings=shardings)
-            return read_stages(v.traced, v.lowered, compiled, shardings=shardings)
-        except Exception as e:
-            return e
+        return read_compiled(v, compiled, shardings, accelerator)
 
     workers = min(len(variants), workers or os.cpu_count() or 1)
     if pool is None and workers <= 1:
@@ -91,3 +78,28 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
             results += [read_one(v, c) for v, c in zip(batch, compiled, strict=True)]
             del compiled  # each executable goes once read
     return results
+
+
+def compile_lowered(v: LoweredVariant, settings: _compat.ConfigSnapshot = (),
+                    accelerator: Any = None) -> Any:
+    """The one XLA compile of a lowered variant (outside the GIL), or its exception."""
+    try:
+        with _compat.applied_config(settings):
+            if accelerator is not None:
+                return accelerator.compile(v.lowered)
+            return _compat.compile_to_read(v.lowered)
+    except Exception as e:  # reported with the variant; the program is unaffected
+        return e
+
+
+def read_compiled(v: LoweredVariant, compiled: Any, shardings: Sequence[Any] = (),
+                  accelerator: Any = None) -> CompiledFacts | Exception:
+    """The facts of a variant's executable (:func:`compile_lowered`'s result)."""
+    if isinstance(compiled, Exception):
+        return compiled
+    try:
+        if accelerator is not None:
+            return accelerator.read(v.traced, v.lowered, compiled, shardings=shardings)
+        return read_stages(v.traced, v.lowered, compiled, shardings=shardings)
+    except Exception as e:
+        return e

@@ -25,7 +25,12 @@ from memscope.errors import MemscopeError
 from memscope.report import InputBuffer, VariantName
 from memscope.report.function import MEANINGFUL_SAVING
 from memscope.report.paths import bounded_leaves
-from memscope.variants.compile import LoweredVariant, compile_variants, lower_variant
+from memscope.variants.compile import (
+    LoweredVariant,
+    compile_variants,
+    lower_variant,
+    read_compiled,
+)
 from memscope.variants.donation import (
     Argument,
     Donation,
@@ -101,6 +106,17 @@ class Worker(Protocol):
     def compiler(self) -> Executor: ...
 
 
+class Begun(Protocol):
+    """A variant whose compile began before the call's reading
+    (:class:`memscope.variants.early.EarlyVariant`)."""
+
+    warnings: tuple[str, ...]
+    lowered: LoweredVariant | None
+
+    def matches(self, mask: tuple[bool, ...]) -> bool: ...
+    def take(self) -> Any: ...
+
+
 class Host(Protocol):
     """What the variants need of the capture that schedules them."""
 
@@ -122,15 +138,18 @@ class Host(Protocol):
 
 
 def donation_variants(call: Call, facts: CompiledFacts, traced: Any, shardings: list[Any],
-                      host: Host) -> list[VariantFacts]:
+                      host: Host, early: Begun | None = None) -> list[VariantFacts]:
     """Compile the donation variants the session asks for: one compile per
-    donation that is neither the program's own nor an earlier variant's."""
+    donation that is neither the program's own nor an earlier variant's. The
+    advised one's compile is ``early``'s where that predicted the same donation
+    (:mod:`memscope.variants.early`)."""
     arguments = call.arguments
     if sum(len(a.leaves) for a in arguments) != len(facts.program.inputs):
         return [VariantFacts("none", "n/a", None, error="the call's arguments do not "
                              "line up with the compiled program's; no variants")]
     plan, done, note = _plan(call, facts, host)
     pending: list[tuple[VariantFacts, LoweredVariant]] = []
+    started: list[tuple[VariantFacts, Begun]] = []
     first: dict[tuple[bool, ...], VariantName] = {}
     shared: list[VariantFacts] = []
     for name, donation in plan:
@@ -143,17 +162,24 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: Any, shardings: 
             shared.append(replace(ready, same_as=first[mask]))
         else:
             first[mask] = name
+            if name == "advised" and early is not None and early.matches(mask):
+                started.append((replace(ready, warnings=early.warnings), early))
+                continue
             lowered, ready = _lower_variant(ready, mask, traced, host, facts)
             if lowered is None:
                 done.append(ready)
             else:
                 pending.append((ready, lowered))
     done += _compile(call, pending, shardings, host)
+    for ready, begun in started:
+        assert begun.lowered is not None
+        done.append(_recorded(call, ready, read_compiled(begun.lowered, begun.take(),
+                                                         shardings)))
     by_name = {v.name: v for v in done}
     done += [replace(v, facts=by_name[v.same_as].facts, warnings=by_name[v.same_as].warnings,
                      error=by_name[v.same_as].error)
              for v in shared if v.same_as is not None]
-    host.count_variants(compiled=len(pending), reused=sum(
+    host.count_variants(compiled=len(pending) + len(started), reused=sum(
         v.same_as_written or v.same_as is not None for v in done))
     order = [name for name, _ in plan]
     done.sort(key=lambda v: order.index(v.name) if v.name in order else -1)
@@ -172,15 +198,18 @@ def _compile(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
                                pool=None if ended else host.worker.compiler,
                                settings=_compat.config_snapshot(),
                                accelerator=host.accelerator)
-    done = []
-    for (ready, _), result in zip(pending, results, strict=True):
-        if isinstance(result, Exception):
-            done.append(replace(ready, error=f"could not compile with {ready.setting}: "
-                                             f"{type(result).__name__}: {result}"
-                                             f"{_ref_alias_note(result)}"))
-        else:
-            done.append(replace(ready, facts=call.rename(result)))
-    return done
+    return [_recorded(call, ready, result)
+            for (ready, _), result in zip(pending, results, strict=True)]
+
+
+def _recorded(call: Call, ready: VariantFacts, result: CompiledFacts | Exception
+              ) -> VariantFacts:
+    """The variant with its compile's facts (in the user's terms), or its error."""
+    if isinstance(result, Exception):
+        return replace(ready, error=f"could not compile with {ready.setting}: "
+                                    f"{type(result).__name__}: {result}"
+                                    f"{_ref_alias_note(result)}")
+    return replace(ready, facts=call.rename(result))
 
 
 def _without_ref_collisions(fix: Donation, written: Donation,

@@ -1,0 +1,180 @@
+"""The advised donation's compile, started beside JAX's own compile of the call.
+
+A short program (a CI smoke run, a notebook cell) often ends soon after its
+largest function's first call: compiled after that call, the advised variant
+keeps the report waiting for one more compile as long as the program's own.
+So, for the first large signatures of a run, memscope predicts the advised
+donation from what is known before anything is compiled (the traced program's
+input and output avals, and which outputs are inputs returned as they are),
+lowers that variant in its worker and starts its compile on the core that
+JAX's compile leaves idle, while JAX compiles the call.
+
+The prediction only schedules work early: what the report says is decided, as
+before, on the compiled program (:mod:`memscope.variants.donations`), and the
+early compile is used only where the donation decided there is the very one
+predicted. Otherwise it is dropped and counted, and the advised variant is
+compiled as usual. docs/performance.md says what it saves.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memscope import _compat
+from memscope.report.function import MEANINGFUL_SAVING
+from memscope.variants.compile import LoweredVariant, compile_lowered, lower_variant
+from memscope.variants.donation import Argument, Donation, Spelling, advised
+from memscope.variants.donations import Host
+
+#: A call is predicted only if its arguments hold at least this many array
+#: leaves and bytes (a model's parameters, a batch), and its traced program at
+#: least :data:`MIN_EQUATIONS` equations: a small program compiles in well under
+#: a second, and its variant hides behind the program anyway.
+MIN_LEAVES = 2
+MIN_BYTES = 1 << 18
+MIN_EQUATIONS = 100
+
+
+@dataclass
+class EarlyVariant:
+    """The predicted advised variant of one call: its flat donation ``mask``,
+    and, once the worker has lowered it, the lowering, JAX's warnings for it
+    and the future of its compile (:func:`compile_lowered`'s result)."""
+
+    mask: tuple[bool, ...]
+    lowered: LoweredVariant | None = None
+    warnings: tuple[str, ...] = ()
+    compile: Future[Any] | None = None
+    used: bool = False
+    #: the call's variants wait for the program's end (foreign lowering rules)
+    deferred: bool = False
+    ready: threading.Event = field(default_factory=threading.Event)
+
+    def matches(self, mask: tuple[bool, ...]) -> bool:
+        """Whether this is the variant of ``mask``, lowered and compiling (the
+        worker runs the job that starts it before the call's reading)."""
+        self.ready.wait(5)  # set already, unless the worker skipped the job (cancelled)
+        return self.compile is not None and self.lowered is not None and mask == self.mask
+
+    def take(self) -> Any:
+        """The compile's result (waiting for it), marking the variant used."""
+        self.used = True
+        assert self.compile is not None
+        return self.compile.result()
+
+    def drop(self) -> bool:
+        """Let go of an unused compile; whether one was started."""
+        started = self.compile is not None
+        if self.compile is not None:
+            self.compile.cancel()  # not started yet: never runs
+        self.compile, self.lowered = None, None
+        return started
+
+
+def worth_tracing(leaves: Sequence[Any]) -> bool:
+    """Whether a call's arguments are large enough to predict for (before tracing)."""
+    arrays = [x for x in leaves if _is_array(x)]
+    return len(arrays) >= MIN_LEAVES and sum(_bytes(x) for x in arrays) >= MIN_BYTES
+
+
+def predict(traced: Any, leaves: Sequence[Any], arguments: Sequence[Argument],
+            style: Spelling) -> tuple[bool, ...] | None:
+    """The flat donation mask the advice will likely ask for, or ``None`` where
+    no prediction is made: the function donates already (what it donates that no
+    output can take is known only once compiled), touches Refs or other effects,
+    keeps arguments in host memory, is too small (:data:`MIN_EQUATIONS`), or
+    has no candidate worth a compile."""
+    closed = traced.jaxpr
+    jaxpr = closed.jaxpr
+    n = len(leaves)
+    if (any(_compat.traced_donation(traced)) or closed.effects
+            or sum(len(a.leaves) for a in arguments) != n or len(jaxpr.invars) < n
+            or _compat.count_equations(closed, MIN_EQUATIONS) < MIN_EQUATIONS):
+        return None
+    invars = jaxpr.invars[len(jaxpr.invars) - n:]
+    if any(_memory_kind(x) not in (None, "device") for x in leaves):
+        return None
+    # As memscope.analysis.advice.candidates on the compiled program: an output
+    # that is an input returned as it is (JAX copies it) takes that input first;
+    # the others, free outputs of their shape and dtype in order.
+    outs = list(zip(jaxpr.outvars, closed.out_avals, strict=True))
+    free: dict[tuple[Any, ...], deque[int]] = defaultdict(deque)
+    for j, (_, aval) in enumerate(outs):
+        free[_key(aval)].append(j)
+    chosen: set[int] = set()
+    position = {id(v): i for i, v in enumerate(invars)}
+    for j, (var, aval) in enumerate(outs):
+        i = position.get(id(var))
+        if i is not None and _is_array(leaves[i]) and j in free[_key(aval)]:
+            free[_key(aval)].remove(j)
+            chosen.add(i)
+    # An argument the program never reads is pruned from it (keep_unused=False).
+    read = {id(v) for eqn in jaxpr.eqns for v in eqn.invars} | {id(v) for v in jaxpr.outvars}
+    for i, var in enumerate(invars):
+        queue = free[_key(var.aval)]
+        if i not in chosen and id(var) in read and _is_array(leaves[i]) and queue:
+            queue.popleft()
+            chosen.add(i)
+    held = sum(_bytes(invars[i].aval) for i in chosen)
+    least_peak = sum(_bytes(v.aval) for v in invars) + sum(_bytes(a) for _, a in outs)
+    if not chosen or held < MEANINGFUL_SAVING * least_peak:
+        return None
+    donation = advised(arguments, Donation(frozenset()), chosen).closest(arguments, style)
+    return tuple(donation.leaf_mask(arguments, n))
+
+
+def start(early: EarlyVariant, traced: Any, host: Host,
+          settings: _compat.ConfigSnapshot) -> None:
+    """Lower the predicted variant and start its compile in the worker's
+    low-priority compile threads (a job for the worker thread)."""
+    try:
+        if host.worker.cancelled or _compat.lowers_with_foreign_rules(traced.jaxpr):
+            return  # (lowering runs the program's own rules: not while it runs)
+        with host.recording_warnings(emit=False) as warnings, _compat.applied_config(settings):
+            lowered = lower_variant(traced, early.mask)
+        early.lowered, early.warnings = lowered, tuple(warnings)
+        early.compile = host.worker.compiler.submit(_unless_cancelled, host, lowered, settings)
+    except Exception:  # the advised variant is then compiled as usual
+        early.lowered, early.compile = None, None
+    finally:
+        early.ready.set()
+
+
+def _unless_cancelled(host: Host, lowered: LoweredVariant,
+                      settings: _compat.ConfigSnapshot) -> Any:
+    """The compile, unless the report stopped waiting for variants (Ctrl-C)
+    before it began: the process then ends without it."""
+    if host.worker.cancelled:
+        return RuntimeError("not compiled: the run was interrupted")
+    return compile_lowered(lowered, settings)
+
+
+def _is_array(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.generic)
+
+
+def _memory_kind(x: Any) -> str | None:
+    try:
+        return x.sharding.memory_kind
+    except AttributeError:
+        return None
+
+
+def _key(aval: Any) -> tuple[Any, ...]:
+    return (tuple(getattr(aval, "shape", ())), str(getattr(aval, "dtype", "")))
+
+
+def _bytes(aval: Any) -> int:
+    """Bytes of an array or aval; 0 where the dtype has no item size of numpy's
+    (a PRNG key's, say)."""
+    try:
+        return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+    except Exception:
+        return 0

@@ -1,0 +1,115 @@
+"""The advised variant's compile, begun beside JAX's compile of the call
+(memscope.variants.early), changes when memscope compiles, never what it reports.
+
+A program large enough to be predicted for (a model's parameters and optimizer
+state, a few hundred equations) gets the same advised figures with and without
+the early compile, equal to JAX's own compile of that donation; the function is
+traced once; a prediction the advice does not settle on is dropped, counted,
+and the advised variant compiled as usual; a small function is not predicted.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memscope.capturing import capture
+from memscope.capturing import session as session_module
+from memscope.variants import early
+from tests.test_advice import figures
+from tests.truth import expected_peak
+
+LEAVES, SIZE, STEPS = 8, 256, 15  # 8 x 256 KiB of parameters, 2 MiB with the state
+traces: list[int] = []
+
+
+def update(params, state, x):
+    traces.append(1)
+    for _ in range(STEPS):  # unrolled: a few hundred equations, as a model's step has
+        state = [0.9 * s + 0.1 * jnp.tanh(p * x) for s, p in zip(state, params, strict=True)]
+        params = [p - 1e-3 * s for p, s in zip(params, state, strict=True)]
+    return params, state, sum(jnp.sum(p) for p in params)
+
+
+def arguments():
+    params = [jnp.full((SIZE, SIZE), 0.5 + i, jnp.float32) for i in range(LEAVES)]
+    return params, [jnp.zeros_like(p) for p in params], jnp.float32(0.25)
+
+
+def run(monkeypatch, *, first: int = session_module.EARLY_FOR_FIRST, program=update):
+    monkeypatch.setattr(session_module, "EARLY_FOR_FIRST", first)
+    traces.clear()
+    jax.clear_caches()  # a first call lowers and compiles afresh
+    with capture(advise="advised") as session:
+        out = jax.jit(program)(*arguments())
+    return session, out
+
+
+def direct(donate):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stats = jax.jit(update, donate_argnums=donate).lower(*arguments()).compile(
+        ).memory_analysis()
+    return {"argument_bytes": stats.argument_size_in_bytes,
+            "output_bytes": stats.output_size_in_bytes,
+            "alias_bytes": stats.alias_size_in_bytes,
+            "temp_bytes": stats.temp_size_in_bytes, "peak_bytes": expected_peak(stats)}
+
+
+def advised_variant(session):
+    (entry,) = session.entries
+    (variant,) = [v for v in entry.variants if v.name == "advised"]
+    assert variant.error is None
+    return variant
+
+
+def test_the_early_compile_gives_the_figures_of_the_usual_one(monkeypatch):
+    late, late_out = run(monkeypatch, first=0)
+    assert traces == [1]
+    begun, begun_out = run(monkeypatch)
+    assert traces == [1]  # the trace taken early is the one the call ran
+    for a, b in zip(jax.tree.leaves(late_out), jax.tree.leaves(begun_out), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert (late.overhead().early_compiles, late.overhead().early_unused) == (0, 0)
+    assert (begun.overhead().early_compiles, begun.overhead().early_unused) == (1, 0)
+    assert late.overhead().variant_compiles == begun.overhead().variant_compiles == 1
+    a, b = advised_variant(late), advised_variant(begun)
+    # x (float32[]) goes into the loss (float32[]) too
+    assert a.setting == b.setting == 'donate_argnames=("params", "state", "x")'
+    assert a.facts.program.donated == b.facts.program.donated
+    assert figures(a.facts.memory) == figures(b.facts.memory)
+    # ... and both are JAX's own compile of that donation
+    got = figures(b.facts.memory)
+    assert {k: got[k] for k in direct((0, 1, 2))} == direct((0, 1, 2))
+    assert got["alias_bytes"] > 0
+
+
+def test_a_prediction_the_advice_does_not_take_is_dropped_and_counted(monkeypatch):
+    real = early.predict
+
+    def only_params(traced, leaves, arguments, style):  # a prediction that misses
+        mask = real(traced, leaves, arguments, style)
+        assert mask is not None
+        return tuple(i < LEAVES for i in range(len(mask)))
+
+    monkeypatch.setattr(early, "predict", only_params)
+    session, _ = run(monkeypatch)
+    overhead = session.overhead()
+    assert (overhead.early_compiles, overhead.early_unused) == (1, 1)
+    assert overhead.variant_compiles == 2  # the dropped one was a real compile
+    got = figures(advised_variant(session).facts.memory)
+    assert {k: got[k] for k in direct((0, 1, 2))} == direct((0, 1, 2))
+
+
+def small(params, state, x):
+    return [p * x for p in params], state, x
+
+
+@pytest.mark.parametrize("program", [small], ids=["few equations"])
+def test_a_small_function_is_not_predicted(monkeypatch, program):
+    session, _ = run(monkeypatch, program=program)
+    assert session.overhead().early_compiles == 0

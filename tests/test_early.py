@@ -113,3 +113,18 @@ def small(params, state, x):
 def test_a_small_function_is_not_predicted(monkeypatch, program):
     session, _ = run(monkeypatch, program=program)
     assert session.overhead().early_compiles == 0
+
+
+def test_a_call_whose_trace_fails_raises_as_it_would_without_memscope(monkeypatch):
+    def broken(params, state, x):
+        update(params, state, x)
+        raise ValueError("the model's own error")
+
+    monkeypatch.setattr(session_module, "EARLY_FOR_FIRST", 4)
+    with pytest.raises(ValueError, match="the model's own error") as plain:
+        jax.jit(broken)(*arguments())
+    with capture(advise="advised") as session, pytest.raises(ValueError) as measured:
+        jax.jit(broken)(*arguments())
+    assert str(measured.value) == str(plain.value)
+    assert type(measured.value) is type(plain.value)
+    assert session.overhead().early_compiles == 0

@@ -70,10 +70,12 @@ class EarlyVariant:
         return self.compile.result()
 
     def drop(self) -> bool:
-        """Let go of an unused compile; whether one was started."""
+        """Let go of an unused compile; whether one was started. One already
+        running is waited for (in the worker thread, which the report waits
+        for): nothing of a capture, its program's constants included, outlives it."""
         started = self.compile is not None
-        if self.compile is not None:
-            self.compile.cancel()  # not started yet: never runs
+        if self.compile is not None and not self.compile.cancel():  # cancelled: never runs
+            self.compile.result()
         self.compile, self.lowered = None, None
         return started
 

@@ -174,9 +174,10 @@ def _key(aval: Any) -> tuple[Any, ...]:
 
 
 def _bytes(aval: Any) -> int:
-    """Bytes of an array or aval; 0 where the dtype has no item size of numpy's
-    (a PRNG key's, say)."""
+    """Bytes of an array or aval (:func:`memscope._compat.leaf_nbytes`: a PRNG
+    key by its physical representation, as the compiled program's figures);
+    0 for anything without a shape and dtype JAX knows."""
     try:
-        return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+        return _compat.leaf_nbytes(tuple(aval.shape), aval.dtype)
     except Exception:
         return 0

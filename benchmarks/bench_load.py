@@ -25,6 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from _cache import first_run_env  # noqa: E402
+
 from memscope.report import (  # noqa: E402
     Device,
     Environment,
@@ -79,7 +81,7 @@ def measure(command: list[str]) -> tuple[float, int]:
     """Seconds and peak resident bytes of a fresh interpreter running ``command``."""
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+                             env=first_run_env(PYTHONPATH=str(HERE.parent)))
     _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - start
     child.returncode = os.waitstatus_to_exitcode(status)

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from _cache import first_run_env
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -28,7 +30,7 @@ def measure(command: list[str]) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one child process."""
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                             env=first_run_env(PYTHONWARNINGS="ignore"))
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:

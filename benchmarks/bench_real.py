@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _cache import first_run_env
+
 HERE = Path(__file__).resolve().parent
 COMMANDS = ("python", "memscope run --no-advice", "memscope run", "memscope run --remat")
 
@@ -50,7 +52,7 @@ def measure(command: list[str], report: str | None) -> Run:
     started = time.time()
     child = subprocess.Popen([*command, "--started", repr(started)], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True,
-                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                             env=first_run_env(PYTHONWARNINGS="ignore"))
     assert child.stdout is not None
     output = child.stdout.read()
     _, status, usage = os.wait4(child.pid, 0)

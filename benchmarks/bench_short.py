@@ -5,10 +5,13 @@ training steps.
 Runs each program of ``benchmarks/short/`` (written for this benchmark, a few
 seconds each: an MLP with optax, DP-SGD with per-example gradients, a Flax NNX
 CNN, an Equinox MLP, a short transformer LM run) plainly and under ``memscope
-run`` with its default options, interleaved, in one invocation. Prints, per
-program, the median wall time of each and the ratio, the XLA compiles memscope
-added (its advised donations), how long the report waited after the program
-ended, and memscope's analysis time; then a markdown table for
+run`` with its default options, interleaved, in one invocation: a first run
+(memscope's cache of its variants' compiles empty, a new one for each run: what
+a program run for the first time costs) and a run again (the cache holding the
+program's variants from a run before it: memscope.variants.cache). Prints, per
+program, the median wall time of each and the ratios, the XLA compiles memscope
+added in a first run (its advised donations), how long the report waited after
+the program ended, and memscope's analysis time; then a markdown table for
 docs/performance.md.
 
     python benchmarks/bench_short.py              # 3 runs each, interleaved
@@ -36,27 +39,38 @@ HERE = Path(__file__).resolve().parent
 PROGRAMS = sorted(p.name for p in (HERE / "short").glob("*.py"))
 
 
-def _run(command: list[str]) -> float:
+def _run(command: list[str], cache: str | None = None) -> float:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
+    env.pop("MEMSCOPE_CACHE", None)
+    if cache is not None:
+        env["MEMSCOPE_CACHE_DIR"] = cache
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"})
+                   env=env)
     return time.perf_counter() - started
 
 
 def measure(program: str, repeat: int, folder: str) -> dict[str, object]:
     memscope = shutil.which("memscope") or str(Path(sys.executable).with_name("memscope"))
     path = str(HERE / "short" / program)
-    report = os.path.join(folder, f"{program}.json")
-    plain, under = [], []
+    report, again_report = (os.path.join(folder, f"{program}{s}.json") for s in ("", "-again"))
+    warm = os.path.join(folder, f"{program}-cache")
+    _run([memscope, "run", "-q", "-o", again_report, path], warm)  # fills the cache
+    plain, under, again = [], [], []
     overhead: dict[str, float] = {}
-    for _ in range(repeat):  # interleaved: a change in the machine's load hits both
+    for i in range(repeat):  # interleaved: a change in the machine's load hits all three
         plain.append(_run([sys.executable, path]))
-        under.append(_run([memscope, "run", "-q", "-o", report, path]))
+        under.append(_run([memscope, "run", "-q", "-o", report, path],
+                          os.path.join(folder, f"{program}-cold-{i}")))
+        again.append(_run([memscope, "run", "-q", "-o", again_report, path], warm))
         with open(report) as f:
             overhead = json.load(f)["runtime"]["overhead"]
-    python_s, memscope_s = statistics.median(plain), statistics.median(under)
+    with open(again_report) as f:
+        hits = json.load(f)["runtime"]["overhead"].get("variant_cache_hits", 0)
+    python_s, memscope_s, again_s = (statistics.median(x) for x in (plain, under, again))
     return {"program": program, "python_s": python_s, "memscope_s": memscope_s,
-            "ratio": memscope_s / python_s, "variant_compiles": overhead["variant_compiles"],
+            "ratio": memscope_s / python_s, "again_s": again_s, "again_ratio": again_s / python_s,
+            "variant_compiles": overhead["variant_compiles"], "cache_hits": hits,
             "after_exit_s": overhead["after_exit_seconds"],
             "analysis_s": overhead["analysis_seconds"]}
 
@@ -73,14 +87,17 @@ def main(argv: list[str] | None = None) -> None:
             row = measure(program, args.repeat, folder)
             rows.append(row)
             print(f"{program:<20} python {row['python_s']:6.2f} s  memscope run "
-                  f"{row['memscope_s']:6.2f} s  ratio {row['ratio']:.2f}", flush=True)
+                  f"{row['memscope_s']:6.2f} s  ratio {row['ratio']:.2f}  again "
+                  f"{row['again_s']:6.2f} s  ratio {row['again_ratio']:.2f}", flush=True)
     print()
-    print(f"| program | python s | memscope run s | ratio | advised compiles | "
-          f"report waited s | analysis s |  (median of {args.repeat}, interleaved)")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(f"| program | python s | memscope run s | ratio | again s | ratio again | "
+          f"advised compiles | read from the cache again | report waited s | analysis s |"
+          f"  (median of {args.repeat}, interleaved)")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| `{r['program']}` | {r['python_s']:.2f} | {r['memscope_s']:.2f} | "
-              f"{r['ratio']:.2f} | {r['variant_compiles']} | {r['after_exit_s']:.2f} | "
+              f"{r['ratio']:.2f} | {r['again_s']:.2f} | {r['again_ratio']:.2f} | "
+              f"{r['variant_compiles']} | {r['cache_hits']} | {r['after_exit_s']:.2f} | "
               f"{r['analysis_s']:.2f} |")
 
 

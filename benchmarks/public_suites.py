@@ -32,6 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (also when loaded by path)
+from _cache import first_run_env
+
 OUTCOMES = ("passed", "failed", "error", "skipped")
 MISSING = "missing"  # the test is in one file only (e.g. a collection error on the other side)
 MESSAGE_LINES = 4
@@ -154,7 +157,7 @@ def node_id(test: str, project: Path) -> str:
 def _run(command: list[str], cwd: Path, timeout: float | None) -> tuple[int | None, float]:
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, cwd=cwd, timeout=timeout)
+        done = subprocess.run(command, cwd=cwd, timeout=timeout, env=first_run_env())
         code: int | None = done.returncode
     except subprocess.TimeoutExpired:
         code = None

@@ -736,14 +736,74 @@ UNOPTIMIZED_CPU_CODE: dict[str, Any] = {"xla_backend_optimization_level": 0}
 def compile_to_read(lowered: Any, *, sizes: bool = False) -> Any:
     """Compile ``lowered``, a program memscope only reads and never runs (a
     donation variant, a checkpoint policy; ``sizes``: one of ``memscope fit``'s
-    sizes), as cheaply as its figures allow: on XLA:CPU without optimizing the
-    generated code (:data:`UNOPTIMIZED_CPU_CODE`); ``fit``'s sizes on XLA:GPU
-    without the autotuner (:data:`UNTUNED_GPU`). Not kept in JAX's caches."""
+    sizes), as cheaply as its figures allow (:func:`options_to_read`). Not kept
+    in JAX's caches."""
+    return compile_uncached(lowered, options_to_read(sizes=sizes))
+
+
+def options_to_read(*, sizes: bool = False) -> dict[str, Any]:
+    """XLA's debug options for :func:`compile_to_read`: on XLA:CPU without
+    optimizing the generated code (:data:`UNOPTIMIZED_CPU_CODE`); ``fit``'s
+    sizes on XLA:GPU without the autotuner (:data:`UNTUNED_GPU`)."""
     backend = jax.default_backend()
     options = dict(UNOPTIMIZED_CPU_CODE) if backend == "cpu" else {}
     if sizes and backend == "gpu":
         options.update(UNTUNED_GPU)
-    return compile_uncached(lowered, options)
+    return options
+
+
+#: The JAX settings that JAX's ``get_compile_options`` reads into XLA's build
+#: options (jax/_src/compiler.py), beside the lowered module: a compile of the
+#: same module under other values may differ. A name this JAX lacks reads as absent.
+COMPILE_SETTINGS = ("use_shardy_partitioner", "exec_time_optimization_effort",
+                    "memory_fitting_effort", "optimization_level", "memory_fitting_level",
+                    "enable_remat_opt_pass", "jax_xla_profile_version",
+                    "disable_most_optimizations", "enable_pgle",
+                    "default_device")  # (where an uncommitted call runs)
+
+
+def compile_fingerprint(lowered: Any, options: dict[str, Any]) -> bytes:
+    """Everything a compile of ``lowered`` with XLA debug ``options`` depends on,
+    as bytes, for memscope's cache of the compiles it only reads
+    (:mod:`memscope.variants.cache`): the lowered module with its source
+    locations (MLIR bytecode), the options, the compile-time JAX settings as the
+    calling thread sees them (:data:`COMPILE_SETTINGS`), XLA's flags from the
+    environment, the JAX and jaxlib versions, and the backend, its version and
+    its devices."""
+    from jax._src.interpreters import mlir
+
+    module = mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
+    settings = []
+    for name in COMPILE_SETTINGS:
+        setting = getattr(_config, name, None)
+        settings.append((name, repr(getattr(setting, "value", None))))
+    args = getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
+    client = args.get("backend") or jax.devices()[0].client
+    devices: list[Any] = []
+    for sharding in (*args.get("in_shardings", ()), *args.get("out_shardings", ())):
+        for device in getattr(sharding, "_device_assignment", None) or ():
+            if device not in devices:
+                devices.append(device)
+    facts = (jax.__version__, jaxlib.__version__, client.platform,
+             getattr(client, "platform_version", ""), args.get("num_devices"),
+             tuple((d.platform, d.device_kind, d.id) for d in devices),
+             len(client.devices()), sorted((k, repr(v)) for k, v in options.items()),
+             settings, os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", ""))
+    return repr(facts).encode() + b"\0" + module
+
+
+def memory_stats_fields(stats: Any) -> dict[str, int]:
+    """The figures of ``memory_analysis()`` (every integer field this jaxlib
+    gives), without the serialized buffer assignment (:func:`buffer_assignment_bytes`)."""
+    return {name: int(getattr(stats, name)) for name in dir(stats)
+            if not name.startswith("_") and isinstance(getattr(stats, name, None), int)
+            and not isinstance(getattr(stats, name), bool)}
+
+
+def memory_stats(fields: dict[str, int], assignment: bytes) -> Any:
+    """A stand-in for ``memory_analysis()``'s result, from
+    :func:`memory_stats_fields` and :func:`buffer_assignment_bytes`."""
+    return types.SimpleNamespace(**fields, serialized_buffer_assignment_proto=assignment)
 
 
 def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:

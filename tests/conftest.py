@@ -17,6 +17,11 @@ DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {DEVICES_FLAG}".strip()
 
+# memscope's cache of the variants' compiles across runs (memscope.variants.cache)
+# would make what a test compiles depend on what ran before it: off for the suite
+# (and the programs it starts), on in the tests of the cache itself.
+os.environ["MEMSCOPE_CACHE"] = "off"
+
 # Where libtpu is installed (the --target tests, tests/test_tpu_target.py), JAX
 # would start its TPU client too, which on a machine without TPUs prints warnings
 # about TPU environment variables into every program's stderr; and libtpu's

@@ -10,7 +10,10 @@ and the advised variant compiled as usual; a small function is not predicted.
 
 from __future__ import annotations
 
+import threading
 import warnings
+from concurrent.futures import Future
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -128,3 +131,34 @@ def test_a_call_whose_trace_fails_raises_as_it_would_without_memscope(monkeypatc
     assert str(measured.value) == str(plain.value)
     assert type(measured.value) is type(plain.value)
     assert session.overhead().early_compiles == 0
+
+
+def test_the_early_compile_begins_once_the_call_has_returned(monkeypatch):
+    # Not beside JAX's compile of the call: the two would hold both their memory.
+    started = threading.Event()
+    monkeypatch.setattr(early, "compile_lowered", lambda *a, **k: started.set())
+    variant = early.EarlyVariant((True,))
+    host = SimpleNamespace(worker=SimpleNamespace(cancelled=False), cache=None)
+    waiting = threading.Thread(target=early._unless_cancelled, args=(host, variant, None, ()))
+    waiting.start()
+    assert not started.wait(0.3)
+    variant.released.set()  # (capturing.jit, once JAX's call has returned or raised)
+    assert started.wait(10)
+    waiting.join(10)
+
+
+def test_the_call_is_read_after_the_early_compile_unless_the_report_waits():
+    variant = early.EarlyVariant((True,))
+    variant.ready.set()
+    variant.compile = Future()
+    ended = threading.Event()
+    done = threading.Event()
+    reader = threading.Thread(target=lambda: (variant.settle(ended.is_set), done.set()))
+    reader.start()
+    assert not done.wait(0.3)  # the compile runs: the read waits
+    variant.compile.set_result(None)
+    assert done.wait(10)
+    reader.join(10)
+    variant.compile = Future()  # still compiling, but the program has ended
+    ended.set()
+    variant.settle(ended.is_set)  # returns at once

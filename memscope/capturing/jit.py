@@ -236,6 +236,8 @@ class MeasuredJit:
             raise
         finally:
             compile_seconds = session.clock.stop()
+            if begun is not None:
+                begun.released.set()
         memory_after = session.device_memory()
         observation = observe(before, leaves, out, late=late)
         handles, handles_error = None, None
@@ -303,9 +305,10 @@ class MeasuredJit:
 
     def _begin_early(self, leaves: Sequence[Any], args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> early.EarlyVariant | None:
-        """Begin the advised variant's compile now, beside JAX's compile of this
-        call, where it can be predicted (:mod:`memscope.variants.early`). The
-        trace taken here is JAX's own: the call reuses it from JAX's cache."""
+        """Begin the advised variant now, where it can be predicted
+        (:mod:`memscope.variants.early`): lowered while JAX compiles this call,
+        compiled once the call returns. The trace taken here is JAX's own: the
+        call reuses it from JAX's cache."""
         session, spec = self._memscope_session, self._memscope_spec
         try:
             if (self._memscope_library is not None or self._memscope_framework is not None

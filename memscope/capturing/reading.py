@@ -13,6 +13,7 @@ from memscope.capturing import wrappers
 from memscope.capturing.arguments import parameter_names
 from memscope.capturing.entry import Entry
 from memscope.capturing.session import Session
+from memscope.capturing.worker import release_free_memory
 from memscope.compiled.read import (
     CompiledFacts,
     CompiledHandles,
@@ -47,6 +48,9 @@ def _analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: C
     with contextlib.suppress(Exception):
         texts = tuple(describe_sharding(s) for s in shardings)
         session.publish(lambda: setattr(entry, "shardings", texts))
+    if early is not None:  # its compile first: the two at once would add their memory
+        early.settle(hurry=lambda: session.worker.draining)
+        release_free_memory()
     try:
         with _compat.applied_config(settings):
             read = read_handles(handles, shardings=shardings, ref_names=ref_names)

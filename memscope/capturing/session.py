@@ -38,6 +38,7 @@ from memscope.report import (
     Runtime,
 )
 from memscope.variants import remat
+from memscope.variants.cache import CompileCache
 from memscope.variants.donations import VariantRequest
 
 #: Device-memory samples kept per run (one per top-level call); later calls are
@@ -49,7 +50,7 @@ LARGEST_LIVE_ARRAYS = 10
 #: only those with a compiled peak of at least ADVICE_MIN_PEAK.
 ADVICE_FOR_EVERY = 50
 ADVICE_MIN_PEAK = 1 << 20
-#: first calls that may begin their advised compile beside their own (a run's
+#: first calls that may begin their advised variant early (a run's
 #: large functions come first: a model's init, its step, its evaluation), and
 #: first calls traced to see whether they may (see Session.early_allowed)
 EARLY_FOR_FIRST = 4
@@ -76,6 +77,9 @@ class Session:
         self.stop_after = stop_after
         #: the accelerator the functions are compiled for too (``--target``), else None
         self.accelerator: Any = None
+        #: the variants' reads kept across runs (:mod:`memscope.variants.cache`)
+        self.cache: CompileCache | None = (CompileCache.from_environment()
+                                           if self.advice != "off" else None)
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
         self.keep_calls = False
         #: end the target at the first call of a signature seen before (the loop began)
@@ -104,7 +108,7 @@ class Session:
         #: signatures given an advised compile, and those refused one (many functions)
         self.advice_given = 0
         self.advice_skipped = 0
-        #: advised compiles begun beside the call's own, and those left unused
+        #: advised variants begun early (memscope.variants.early), and those left unused
         self.early_compiles = 0
         self.early_unused = 0
         self.early_traced = 0
@@ -261,7 +265,7 @@ class Session:
 
     def early_allowed(self) -> bool:
         """Whether a first call may be traced before JAX's call, to begin its
-        advised compile beside its own (:mod:`memscope.variants.early`): with
+        advised variant early (:mod:`memscope.variants.early`): with
         the advice on and compiled here (no ``--target``), no variant asked for
         beside it, among the first :data:`EARLY_TRACES` first calls large
         enough, until :data:`EARLY_FOR_FIRST` have begun one. JAX's call reuses
@@ -294,6 +298,11 @@ class Session:
             self.advice_skipped += 1
             return False
 
+    @property
+    def cache_hits(self) -> int:
+        """The variants read from the cache instead of compiled."""
+        return 0 if self.cache is None else self.cache.hits
+
     def overhead(self) -> Overhead | None:
         """What memscope's own work cost; ``None`` before :meth:`wait`."""
         if self._waited is None:
@@ -301,7 +310,8 @@ class Session:
         return Overhead(analysis_seconds=self.worker.busy_seconds,
                         after_exit_seconds=self._waited,
                         host_bytes=self.worker.largest_growth,
-                        variant_compiles=self.variant_compiles,
+                        variant_compiles=self.variant_compiles - self.cache_hits,
+                        variant_cache_hits=self.cache_hits,
                         variants_reused=self.variants_reused,
                         advice_skipped=self.advice_skipped,
                         early_compiles=self.early_compiles,

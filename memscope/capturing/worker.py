@@ -30,6 +30,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 #: Niceness of the compile threads: 19 is the lowest priority (docs/performance.md).
+#: On XLA:CPU it holds for the calling thread only: most of a compile runs in the
+#: CPU client's own thread pool, at the priority the client started it with.
 NICENESS = 19
 
 Job = Callable[[], None]

@@ -150,11 +150,14 @@ class Overhead:
     #: signatures with candidates whose advice was not compiled: in a run of many
     #: jitted functions, the small ones after the first 50 (docs/cli.md)
     advice_skipped: int = 0
-    #: advised variants whose compile began beside the program's own compile of
-    #: the call (memscope.variants.early), and those of them the advice did not
-    #: settle on (dropped; counted in ``variant_compiles`` all the same)
+    #: advised variants begun early: lowered while JAX compiled the call and
+    #: compiled once it returned (memscope.variants.early), and those of them the
+    #: advice did not settle on (dropped; counted in ``variant_compiles`` all the same)
     early_compiles: int = 0
     early_unused: int = 0
+    #: donation variants read from memscope's cache of an identical compile in an
+    #: earlier run (memscope.variants.cache), not compiled: not in ``variant_compiles``
+    variant_cache_hits: int = 0
 
 
 @dataclass(frozen=True)

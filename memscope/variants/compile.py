@@ -16,6 +16,7 @@ from typing import Any
 
 from memscope import _compat
 from memscope.compiled.read import CompiledFacts, read_stages
+from memscope.variants.cache import CompileCache, Fresh, Kept
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ def lower_variant(traced: Any, donated: Sequence[bool], accelerator: Any = None
 
 def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[Any] = (),
                      workers: int | None = None, pool: Executor | None = None,
-                     settings: _compat.ConfigSnapshot = (), accelerator: Any = None
-                     ) -> list[CompiledFacts | Exception]:
+                     settings: _compat.ConfigSnapshot = (), accelerator: Any = None,
+                     cache: CompileCache | None = None) -> list[CompiledFacts | Exception]:
     """Compile lowered variants and read them; one real XLA compile each.
 
     These are programs the user's code never runs, and nothing of them is kept
@@ -56,10 +57,11 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
     reading, Python that holds the GIL, stays on the calling thread. The
     compiles run under the JAX ``settings`` given (see
     :func:`memscope._compat.config_snapshot`); for ``accelerator`` (lowered by
-    :func:`lower_variant` for it) when given.
+    :func:`lower_variant` for it) when given; those ``cache`` holds are read
+    from it instead.
     """
     def compile_one(v: LoweredVariant) -> Any:
-        return compile_lowered(v, settings, accelerator)
+        return compile_lowered(v, settings, accelerator, cache)
 
     def read_one(v: LoweredVariant, compiled: Any) -> CompiledFacts | Exception:
         return read_compiled(v, compiled, shardings, accelerator)
@@ -81,25 +83,47 @@ def compile_variants(variants: Sequence[LoweredVariant], *, shardings: Sequence[
 
 
 def compile_lowered(v: LoweredVariant, settings: _compat.ConfigSnapshot = (),
-                    accelerator: Any = None) -> Any:
-    """The one XLA compile of a lowered variant (outside the GIL), or its exception."""
+                    accelerator: Any = None, cache: CompileCache | None = None) -> Any:
+    """The one XLA compile of a lowered variant (outside the GIL), or its exception;
+    with a ``cache``, what it kept of an identical compile (a :class:`Kept`)
+    where it has one, else the compile to keep there once read (a :class:`Fresh`)."""
     try:
         with _compat.applied_config(settings):
             if accelerator is not None:
                 return accelerator.compile(v.lowered)
-            return _compat.compile_to_read(v.lowered)
+            if cache is None:
+                return _compat.compile_to_read(v.lowered)
+            options = _compat.options_to_read()
+            key = cache.key(v.lowered, options)
+            if key is None:
+                return _compat.compile_uncached(v.lowered, options)
+            kept = cache.load(key)
+            if kept is not None:
+                return kept
+            return Fresh(_compat.compile_uncached(v.lowered, options), key, cache)
     except Exception as e:  # reported with the variant; the program is unaffected
         return e
 
 
 def read_compiled(v: LoweredVariant, compiled: Any, shardings: Sequence[Any] = (),
                   accelerator: Any = None) -> CompiledFacts | Exception:
-    """The facts of a variant's executable (:func:`compile_lowered`'s result)."""
+    """The facts of a variant's executable (:func:`compile_lowered`'s result).
+
+    A compile made to be kept is read from the pieces kept of it, as a later
+    run reads them from the cache: the figures come from the same bytes either way."""
     if isinstance(compiled, Exception):
         return compiled
     try:
         if accelerator is not None:
             return accelerator.read(v.traced, v.lowered, compiled, shardings=shardings)
+        if isinstance(compiled, Fresh):
+            kept = Kept.of(compiled.compiled)
+            if kept is not None:
+                compiled.cache.store(compiled.key, kept)
+            compiled = compiled.compiled if kept is None else kept
+        if isinstance(compiled, Kept):
+            return read_stages(v.traced, v.lowered, compiled, shardings=shardings,
+                               module=compiled.module, assignment=compiled.assignment)
         return read_stages(v.traced, v.lowered, compiled, shardings=shardings)
     except Exception as e:
         return e

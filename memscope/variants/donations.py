@@ -25,6 +25,7 @@ from memscope.errors import MemscopeError
 from memscope.report import InputBuffer, VariantName
 from memscope.report.function import MEANINGFUL_SAVING
 from memscope.report.paths import bounded_leaves
+from memscope.variants.cache import CompileCache
 from memscope.variants.compile import (
     LoweredVariant,
     compile_variants,
@@ -124,6 +125,8 @@ class Host(Protocol):
     request: VariantRequest | None
     #: the accelerator the variants are compiled for (``--target``), else None
     accelerator: Any
+    #: the variants' reads kept across runs (:mod:`memscope.variants.cache`), else None
+    cache: CompileCache | None
 
     @property
     def worker(self) -> Worker: ...
@@ -197,7 +200,7 @@ def _compile(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
                                workers=None if ended else 1,
                                pool=None if ended else host.worker.compiler,
                                settings=_compat.config_snapshot(),
-                               accelerator=host.accelerator)
+                               accelerator=host.accelerator, cache=host.cache)
     return [_recorded(call, ready, result)
             for (ready, _), result in zip(pending, results, strict=True)]
 

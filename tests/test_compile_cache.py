@@ -1,0 +1,203 @@
+"""memscope's cache of its variants' compiles across runs (memscope.variants.cache).
+
+A run again reads its donation variants from the cache instead of compiling
+them, and reports exactly what the run that compiled them reported: every
+variant's facts (figures, program, buffer assignment, liveness) are equal, and
+equal to JAX's own compile of that donation. A change that could change the
+compile (the donation, XLA's flags, the program) is a miss; a damaged file is
+a miss, replaced; the cache keeps within its limit; ``MEMSCOPE_CACHE=off``
+writes nothing. The rest of the suite runs with the cache off (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from memscope import _compat
+from memscope.capturing import capture
+from memscope.capturing import session as session_module
+from memscope.variants.cache import CompileCache, Kept
+from memscope.variants.compile import lower_variant
+from tests.test_advice import args, direct_figures, figures, step
+from tests.test_early import arguments as early_arguments
+from tests.test_early import direct as early_direct
+from tests.test_early import update
+from tests.test_worker import count_compiles
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("MEMSCOPE_CACHE", raising=False)
+    monkeypatch.setenv("MEMSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def cached_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*/*.bin")) if folder.exists() else []
+
+
+def captured(program, arguments, advise):
+    jax.clear_caches()  # a first call, lowered and compiled afresh, as in a new run
+    session = None
+
+    def run():
+        nonlocal session
+        with capture(advise=advise) as session:
+            jax.jit(program)(*arguments())
+
+    compiles = count_compiles(run)
+    assert session is not None
+    return session, compiles
+
+
+def variants(session):
+    (entry,) = session.entries
+    return {v.name: v for v in entry.variants}
+
+
+@pytest.mark.parametrize("program,arguments,advise,direct,donate", [
+    (step, args, "full", direct_figures, (0, 1)),
+    (update, early_arguments, "advised", early_direct, (0, 1, 2)),
+], ids=["every variant", "the advised one, begun early"])
+def test_a_run_again_reads_its_variants_from_the_cache(cache_dir, monkeypatch, program,
+                                                       arguments, advise, direct, donate):
+    monkeypatch.setattr(session_module, "EARLY_FOR_FIRST", 4)
+    # Both runs from one call site: the module's source locations (so the key)
+    # hold the calling frames, the same in a program run again.
+    runs = [captured(program, arguments, advise) for _ in range(2)]
+    (first, first_compiles), (again, again_compiles) = runs
+    made = first.overhead().variant_compiles
+    assert made >= 1 and first.overhead().variant_cache_hits == 0
+    # (two donations JAX lowers alike, one of them unusable, are one file)
+    assert 1 <= len(cached_files(cache_dir)) <= made
+    assert again.overhead().variant_cache_hits == made
+    assert again.overhead().variant_compiles == 0
+    assert again_compiles == first_compiles - made  # no XLA compile of a variant
+    before, after = variants(first), variants(again)
+    assert before.keys() == after.keys()
+    for name, variant in after.items():
+        assert variant.error is None
+        # every fact alike: figures, program, buffer assignment, liveness
+        assert variant.facts == before[name].facts, name
+    # ... and JAX's own compile of the advised donation gives those figures
+    got = figures(after["advised"].facts.memory)
+    assert {k: got[k] for k in direct(donate)} == direct(donate)
+
+
+def test_the_key_changes_with_what_the_compile_depends_on(cache_dir, monkeypatch):
+    cache = CompileCache(cache_dir)
+    leaves = len(jax.tree.leaves(args()))
+    alike, other = (False,) * leaves, (True,) * (leaves - 1) + (False,)
+
+    # One trace, lowered at one call site: the module's source locations (so the
+    # key) name where the function was traced and where it was lowered, as in a
+    # program run again, where both are the same.
+    traced = jax.jit(step).trace(*args())
+    cases = [(alike, {}), (alike, {}), (other, {}),
+             (alike, {"xla_backend_optimization_level": 0}), (alike, {})]
+    keys = []
+    for i, (donated, options) in enumerate(cases):
+        if i == len(cases) - 1:
+            monkeypatch.setenv("XLA_FLAGS",
+                               f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to=/nowhere")
+        keys.append(cache.key(lower_variant(traced, donated).lowered, options))
+    assert keys[1] == keys[0]
+    assert len(set(keys)) == 4  # another donation, other options, other XLA flags
+
+
+def test_a_damaged_file_is_a_miss_and_is_replaced(cache_dir):
+    runs = []
+    for i in range(3):  # one call site (see above)
+        if i == 1:
+            files = cached_files(cache_dir)
+            assert files
+            for f in files:
+                f.write_bytes(f.read_bytes()[:100])
+        runs.append(captured(step, args, "full")[0])
+    first, again, third = runs
+    assert again.overhead().variant_cache_hits == 0
+    assert again.overhead().variant_compiles == first.overhead().variant_compiles
+    for name, variant in variants(again).items():
+        assert variant.facts == variants(first)[name].facts
+    assert third.overhead().variant_cache_hits == first.overhead().variant_compiles
+
+
+def test_the_cache_keeps_within_its_limit(cache_dir):
+    compiled = jax.jit(lambda x: x * 2).lower(jnp.ones(8)).compile()
+    kept = Kept.of(compiled)
+    assert kept is not None
+    unlimited = CompileCache(cache_dir)
+    keys = [f"{i:02x}" + "0" * 62 for i in range(3)]
+    for age, key in zip((300, 200), keys[:2], strict=True):  # two older files
+        unlimited.store(key, kept)
+        path = cache_dir / key[:2] / f"{key}.bin"
+        os.utime(path, (path.stat().st_atime - age, path.stat().st_mtime - age))
+    size = (cache_dir / keys[0][:2] / f"{keys[0]}.bin").stat().st_size
+    CompileCache(cache_dir, limit=2 * size).store(keys[2], kept)
+    # the least recently used goes; the newest stays
+    assert [p.stem for p in cached_files(cache_dir)] == keys[1:]
+    assert CompileCache(cache_dir).load(keys[2]) == Kept(kept.fields, kept.assignment,
+                                                         kept.module, kept.outputs, cached=True)
+
+
+def test_off_writes_nothing(cache_dir, monkeypatch):
+    monkeypatch.setenv("MEMSCOPE_CACHE", "off")
+    assert CompileCache.from_environment() is None
+    session, _ = captured(step, args, "full")
+    assert session.overhead().variant_compiles >= 1
+    assert not cache_dir.exists()
+
+
+def test_memscope_run_again_reports_the_same(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MEMSCOPE_CACHE"}
+    env.update(MEMSCOPE_CACHE_DIR=str(tmp_path / "cache"), PYTHONWARNINGS="ignore")
+    reports = []
+    for name in ("first.json", "again.json"):
+        subprocess.run([sys.executable, "-m", "memscope", "run", "-q", "-o",
+                        str(tmp_path / name), str(SAMPLES / "forgot_to_donate.py"),
+                        "--steps", "3"], check=True, env=env, capture_output=True)
+        reports.append(json.loads((tmp_path / name).read_text()))
+    first, again = reports
+    made = first["runtime"]["overhead"]["variant_compiles"]
+    assert made >= 1
+    assert again["runtime"]["overhead"]["variant_cache_hits"] == made
+    assert again["runtime"]["overhead"]["variant_compiles"] == 0
+    for report in reports:
+        del report["runtime"]
+        for function in report["functions"]:
+            function.pop("compile_seconds", None)
+    assert again == first
+
+
+def test_kept_stands_in_for_the_compiled_program():
+    compiled = jax.jit(lambda x: (x * 2, x + 1)).lower(jnp.ones(8)).compile()
+    kept = Kept.of(compiled)
+    assert kept is not None
+    stats = compiled.memory_analysis()
+    got = kept.memory_analysis()
+    for name in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                 "temp_size_in_bytes"):
+        assert getattr(got, name) == getattr(stats, name)
+    assert kept.output_shardings == jax.tree.leaves(compiled.output_shardings)
+
+
+def test_a_cache_that_fails_never_fails_a_variant(cache_dir, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a lowering this cache cannot key")
+
+    monkeypatch.setattr(_compat, "compile_fingerprint", broken)
+    session, _ = captured(step, args, "full")
+    assert all(v.error is None for v in variants(session).values())
+    got = figures(variants(session)["advised"].facts.memory)
+    assert {k: got[k] for k in direct_figures((0, 1))} == direct_figures((0, 1))
+    assert session.overhead().variant_compiles >= 1 and not cached_files(cache_dir)

@@ -10,9 +10,11 @@ import shutil
 import tempfile
 
 
-def first_run_env(**extra: str) -> dict[str, str]:
-    """The environment for one timed run: this one, an empty cache, and ``extra``."""
-    folder = tempfile.mkdtemp(prefix="memscope-cache-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+def first_run_env(cache: str | None = None, **extra: str) -> dict[str, str]:
+    """The environment for one timed run: this one, memscope's cache in the
+    folder ``cache`` (by default a new, empty one), and ``extra``."""
+    if cache is None:
+        cache = tempfile.mkdtemp(prefix="memscope-cache-")
+        atexit.register(shutil.rmtree, cache, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if k != "MEMSCOPE_CACHE"}
-    return {**env, "MEMSCOPE_CACHE_DIR": folder, **extra}
+    return {**env, "MEMSCOPE_CACHE_DIR": cache, **extra}

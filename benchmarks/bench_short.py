@@ -35,15 +35,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from _cache import first_run_env
+
 HERE = Path(__file__).resolve().parent
 PROGRAMS = sorted(p.name for p in (HERE / "short").glob("*.py"))
 
 
 def _run(command: list[str], cache: str | None = None) -> float:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
-    env.pop("MEMSCOPE_CACHE", None)
-    if cache is not None:
-        env["MEMSCOPE_CACHE_DIR"] = cache
+    """Seconds of ``command``; memscope's cache in ``cache``, else a new, empty one."""
+    env = first_run_env(cache, JAX_PLATFORMS="cpu", PYTHONWARNINGS="ignore")
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    env=env)
@@ -58,10 +58,9 @@ def measure(program: str, repeat: int, folder: str) -> dict[str, object]:
     _run([memscope, "run", "-q", "-o", again_report, path], warm)  # fills the cache
     plain, under, again = [], [], []
     overhead: dict[str, float] = {}
-    for i in range(repeat):  # interleaved: a change in the machine's load hits all three
+    for _ in range(repeat):  # interleaved: a change in the machine's load hits all three
         plain.append(_run([sys.executable, path]))
-        under.append(_run([memscope, "run", "-q", "-o", report, path],
-                          os.path.join(folder, f"{program}-cold-{i}")))
+        under.append(_run([memscope, "run", "-q", "-o", report, path]))
         again.append(_run([memscope, "run", "-q", "-o", again_report, path], warm))
         with open(report) as f:
             overhead = json.load(f)["runtime"]["overhead"]

@@ -770,9 +770,7 @@ def compile_fingerprint(lowered: Any, options: dict[str, Any]) -> bytes:
     calling thread sees them (:data:`COMPILE_SETTINGS`), XLA's flags from the
     environment, the JAX and jaxlib versions, and the backend, its version and
     its devices."""
-    from jax._src.interpreters import mlir
-
-    module = mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
+    module = _mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
     settings = []
     for name in COMPILE_SETTINGS:
         setting = getattr(_config, name, None)

@@ -23,6 +23,7 @@ assignment (XLA:CPU) and whose outputs each sit on one device are kept.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -59,8 +60,6 @@ class Kept:
     module: bytes
     #: each output's device: platform, id, memory kind
     outputs: tuple[tuple[str, int, str | None], ...]
-    #: read from the cache (not compiled in this run)
-    cached: bool = False
 
     def memory_analysis(self) -> Any:
         return _compat.memory_stats(self.fields, self.assignment)
@@ -112,7 +111,6 @@ class CompileCache:
         self.limit = limit
         self._lock = threading.Lock()
         self.hits = 0
-        self.stored = 0
 
     @classmethod
     def from_environment(cls) -> CompileCache | None:
@@ -174,8 +172,6 @@ class CompileCache:
             if written is not None:
                 _remove(written)
             return
-        with self._lock:
-            self.stored += 1
         self._trim()
 
     def _trim(self) -> None:
@@ -217,7 +213,7 @@ def _decode(data: bytes) -> Kept:
     if len(module) != header["module"] or len(assignment) != header["assignment"]:
         raise ValueError("a truncated memscope cache file")
     return Kept({k: int(v) for k, v in header["fields"].items()}, assignment, module,
-                tuple((str(p), int(i), k) for p, i, k in header["outputs"]), cached=True)
+                tuple((str(p), int(i), k) for p, i, k in header["outputs"]))
 
 
 def _remove(path: Path) -> None:
@@ -225,23 +221,15 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-_HOST: str | None = None
-
-
+@functools.cache
 def _host() -> str:
     """The host's CPU as XLA:CPU compiles for it: its architecture, model and
-    features (``/proc/cpuinfo`` where there is one)."""
-    global _HOST
-    if _HOST is None:
-        facts = [platform.machine()]
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith(("model name", "flags", "Features")):
-                        facts.append(line.strip())
-                    if not line.strip() and len(facts) > 1:
-                        break
-        except OSError:
-            pass
-        _HOST = "\n".join(facts)
-    return _HOST
+    features (``/proc/cpuinfo`` where there is one; read once)."""
+    facts = [platform.machine()]
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith(("model name", "flags", "Features")):
+                facts.append(line.strip())
+            if not line.strip() and len(facts) > 1:
+                break
+    return "\n".join(facts)

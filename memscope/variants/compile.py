@@ -95,12 +95,11 @@ def compile_lowered(v: LoweredVariant, settings: _compat.ConfigSnapshot = (),
                 return _compat.compile_to_read(v.lowered)
             options = _compat.options_to_read()
             key = cache.key(v.lowered, options)
-            if key is None:
-                return _compat.compile_uncached(v.lowered, options)
-            kept = cache.load(key)
+            kept = None if key is None else cache.load(key)
             if kept is not None:
                 return kept
-            return Fresh(_compat.compile_uncached(v.lowered, options), key, cache)
+            compiled = _compat.compile_uncached(v.lowered, options)
+            return compiled if key is None else Fresh(compiled, key, cache)
     except Exception as e:  # reported with the variant; the program is unaffected
         return e
 

@@ -45,7 +45,24 @@ _REAL_SIZED = ("transformer", "real_sized", "test_benchmarks.py", "test_large_re
 # runs them on the newest series only, as the real-sized ones.
 _AGNOSTIC = ("tests/test_fix.py", "tests/test_endings.py", "tests/test_docs_ci.py",
              "tests/test_notebook.py", "tests/test_cli_errors.py", "tests/test_check_cli.py",
-             "tests/test_installed.py", "tests/test_render_")
+             "tests/test_installed.py", "tests/test_render_",
+             # the runner's endings, `memscope show`, the command line's errors and
+             # a run again from the cache, end to end (test_early and
+             # test_compile_cache's other tests check the cache on every series)
+             "tests/test_samples.py::test_show_renders_a_saved_report_again",
+             "tests/test_samples.py::test_a_failing_target_still_reports_what_was_captured",
+             "tests/test_samples.py::test_ctrl_c_interrupts_and_still_reports",
+             "tests/test_fit.py::test_bad_input_is_one_line_and_exit_2",
+             "tests/test_compile_cache.py::test_memscope_run_again_reports_the_same")
+# The same end-to-end check repeated over every sample program: the older series
+# run it on the samples below, one for each way of calling JAX the samples
+# cover (a donation JAX warns about, jax.Ref, a mesh, a wrapper library, one
+# process of several); the newest series on all. What the other samples differ
+# in (which fates, which advice) is checked on every series by test_samples and
+# the advice tests.
+_BREADTH = "tests/test_runtime.py::test_same_output_and_same_live_arrays_with_and_without_memscope"
+_BREADTH_ON_EVERY_SERIES = ("unusable_donation.py", "ref_step.py", "data_parallel.py",
+                            "equinox_train.py", "multi_process.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -54,3 +71,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_sized)
         if item.nodeid.startswith(_AGNOSTIC):
             item.add_marker(pytest.mark.agnostic)
+        if (item.nodeid.startswith(_BREADTH)
+                and not item.nodeid.endswith(tuple(f"[{p}]" for p in _BREADTH_ON_EVERY_SERIES))):
+            item.add_marker(pytest.mark.breadth)

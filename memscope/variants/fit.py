@@ -475,7 +475,7 @@ def _interpolate(s: _Search, b0: int, p0: int, per: Fraction, step: int
         above = [(b, p) for b, p in known if hi is not None and b >= hi]
         near = (below[-1:] + above[:1]) if above else known[-2:]
         if len(near) < 2 or near[1][0] == near[0][0] or near[1][1] <= near[0][1]:
-            return _bisect(s, lo, hi, step)
+            return _bisect(s, lo, hi, step, _reach(s, lo, slope, step))
         (b1, q1), (b2, q2) = near
         if not above or before[1] is None:
             point, slope = (b1, Fraction(q1)), Fraction(q2 - q1, b2 - b1)
@@ -487,13 +487,28 @@ def _interpolate(s: _Search, b0: int, p0: int, per: Fraction, step: int
     return s.bounds()
 
 
-def _bisect(s: _Search, lo: int, hi: int | None, step: int) -> tuple[int, int | None]:
+def _reach(s: _Search, lo: int, slope: Fraction, step: int) -> int | None:
+    """How far above ``lo`` the line through it meets the budget, in whole steps
+    (at least one); ``None`` where the line says nothing."""
+    peak = s.peaks.get(lo)
+    if not lo or peak is None or s.budget is None or slope <= 0:
+        return None
+    return max(int((s.budget - peak) / slope) // step * step, step)
+
+
+def _bisect(s: _Search, lo: int, hi: int | None, step: int,
+            reach: int | None = None) -> tuple[int, int | None]:
     """Narrow [lo fits, hi does not] to one step by halving (the peak is not
-    monotone enough to interpolate)."""
+    monotone enough to interpolate). With no size known too large it first grows
+    from ``lo``: by ``reach`` (where the line says the budget is met), the
+    stride doubled each time it still fits; without one, to twice ``lo``. A
+    peak flat just under the budget (padded to tiles) is so bracketed in a
+    compile or two, not halved down to from twice its size."""
+    stride = reach if reach is not None else max(lo, step)
     while hi is None and s.compiles < MAX_COMPILES:  # no size known too large: grow
-        b = max(2 * lo, step)
+        b = lo + stride
         if s.fits(b):
-            lo = b
+            lo, stride = b, 2 * stride
         else:
             hi = b
     while hi is not None and hi - lo > step and s.compiles < MAX_COMPILES:

@@ -137,16 +137,21 @@ def test_the_cache_keeps_within_its_limit(cache_dir):
     kept = Kept.of(compiled)
     assert kept is not None
     unlimited = CompileCache(cache_dir)
-    keys = [f"{i:02x}" + "0" * 62 for i in range(3)]
+    keys = [f"{i:02x}" + "0" * 62 for i in range(4)]
     for age, key in zip((300, 200), keys[:2], strict=True):  # two older files
         unlimited.store(key, kept)
         path = cache_dir / key[:2] / f"{key}.bin"
         os.utime(path, (path.stat().st_atime - age, path.stat().st_mtime - age))
     size = (cache_dir / keys[0][:2] / f"{keys[0]}.bin").stat().st_size
-    CompileCache(cache_dir, limit=2 * size).store(keys[2], kept)
+    limited = CompileCache(cache_dir, limit=2 * size)
+    limited.store(keys[2], kept)
     # the least recently used goes; the newest stays
-    assert [p.stem for p in cached_files(cache_dir)] == keys[1:]
+    assert [p.stem for p in cached_files(cache_dir)] == keys[1:3]
     assert CompileCache(cache_dir).load(keys[2]) == kept
+    # the same run's next store, counted rather than scanned, still trims
+    os.utime(cache_dir / keys[1][:2] / f"{keys[1]}.bin", (1, 1))
+    limited.store(keys[3], kept)
+    assert [p.stem for p in cached_files(cache_dir)] == keys[2:]
 
 
 def test_off_writes_nothing(cache_dir, monkeypatch):

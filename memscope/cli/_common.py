@@ -12,9 +12,9 @@ import click
 from memscope.compiled.tpu import TpuTarget, open_target, parse_target
 from memscope.errors import MemscopeError
 from memscope.program.runner import Target
-from memscope.render.terminal_leaves import LeafFilter
 from memscope.render.text import visible
 from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, write_whole
+from memscope.report.leaves import LeafFilter
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -32,11 +32,8 @@ from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
 from memscope.flow import run_and_report
 from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
-from memscope.render.buffers import render_buffers
-from memscope.render.markdown_run import render_run_markdown
-from memscope.render.terminal import render_report
-from memscope.render.terminal_leaves import LeafFilter
 from memscope.report import Report, save_report
+from memscope.report.leaves import LeafFilter
 from memscope.variants.remat import remat_setting
 
 
@@ -141,6 +138,12 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
 
 def _render(report: Report, out: TextIO, buffers: bool, which: LeafFilter | None,
             detail: bool, output_format: str) -> None:
+    # Imported here, once the program has ended: rich and the renderers cost
+    # about 80 ms at start, which a run with -q (or the pytest plugin) never needs.
+    from memscope.render.buffers import render_buffers
+    from memscope.render.markdown_run import render_run_markdown
+    from memscope.render.terminal import render_report
+
     if output_format == "markdown":
         render_run_markdown(report, out)
         return

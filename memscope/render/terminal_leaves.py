@@ -4,8 +4,6 @@ policies measured (``--remat``). Each a list of whole cells, one line per item."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.table import Table
 
 from memscope.render.console import Lines, columns
@@ -18,16 +16,14 @@ from memscope.report import (
     is_host_kind,
     remat_text,
 )
-from memscope.report.leaves import fate_label, leaf_reason, observed_label, select_leaves
+from memscope.report.leaves import (
+    LeafFilter,
+    fate_label,
+    leaf_reason,
+    observed_label,
+    select_leaves,
+)
 from memscope.report.units import format_bytes
-
-
-@dataclass(frozen=True)
-class LeafFilter:
-    """Which leaves ``--leaves`` lists: those under or matching ``pattern``, with ``fate``."""
-
-    pattern: str | None = None
-    fate: str | None = None
 
 
 def _shape(shape: tuple[int, ...]) -> str:

@@ -32,6 +32,15 @@ MAX_SPELLED = 3
 
 
 @dataclass(frozen=True)
+class LeafFilter:
+    """Which leaves ``--leaves`` lists: those under or matching ``pattern``, with
+    ``fate`` (see :func:`select_leaves`)."""
+
+    pattern: str | None = None
+    fate: str | None = None
+
+
+@dataclass(frozen=True)
 class FateCount:
     """How many leaves of a group have one fate (``candidates``: of those, not donated
     but reusable by an output)."""

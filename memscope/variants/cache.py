@@ -111,6 +111,12 @@ class CompileCache:
         self.limit = limit
         self._lock = threading.Lock()
         self.hits = 0
+        #: bytes in the folder as last counted, plus what this run stored since
+        #: (``None``: not counted yet). The folder is counted, and trimmed, on
+        #: the run's first store and whenever a store would pass the limit, not
+        #: on every store: a test suite stores hundreds. Another process's
+        #: stores are counted at the next count, so the limit is approximate.
+        self._size: int | None = None
 
     @classmethod
     def from_environment(cls) -> CompileCache | None:
@@ -172,10 +178,15 @@ class CompileCache:
             if written is not None:
                 _remove(written)
             return
-        self._trim()
+        with self._lock:
+            if self._size is None or self._size + len(data) > self.limit:
+                self._size = self._trim()
+            else:
+                self._size += len(data)
 
-    def _trim(self) -> None:
-        """Remove the least recently used files until the cache is within its limit."""
+    def _trim(self) -> int | None:
+        """Remove the least recently used files until the cache is within its
+        limit; the bytes left (``None``: the folder could not be read)."""
         files = []
         try:
             for sub in os.scandir(self.directory):
@@ -184,13 +195,14 @@ class CompileCache:
                         stat = entry.stat()
                         files.append((stat.st_mtime, stat.st_size, entry.path))
         except OSError:
-            return
+            return None
         total = sum(size for _, size, _ in files)
         for _, size, path in sorted(files):
             if total <= self.limit:
                 break
             _remove(Path(path))
             total -= size
+        return total
 
 
 def _encode(kept: Kept) -> bytes:

@@ -67,3 +67,27 @@ def test_a_known_peak_costs_no_compile_and_nothing_fitting_says_so():
 
     answer = search(None, _choice(16), 100, known=1000 + 37 * 16, compile_peak=compile_peak)
     assert 16 not in calls and answer.largest is None
+
+
+def test_a_peak_flat_under_the_budget_is_bracketed_by_the_line_not_by_doubling():
+    """XLA:TPU's peaks as `fit --target` met them: the guess and the size after it
+    sit on one flat tile under the budget, and a layout change just past the
+    answer doubles the peak. The search steps up by the distance the line gives
+    (116 examples here) instead of compiling twice the batch and halving down
+    from it (19 compiles before; 10 now)."""
+    def peak(b: int) -> int:
+        p = 8_400_000 + 1024 * (b // 128) * 128
+        return 2 * p if b > 57_340 else p
+
+    budget, calls = 64 << 20, []
+
+    def compile_peak(call, choice, batch, donated):
+        calls.append(batch)
+        return peak(batch)
+
+    answer = search(None, _choice(4096, 4), budget, compile_peak=compile_peak)
+    assert answer.largest == _truth(peak, budget, 4) == 57_340
+    assert calls[:4] == [4096, 8192, 57_332, 57_336]  # the guess pair: both fit, equal
+    assert peak(57_332) == peak(57_336) <= budget
+    assert calls[4] == 57_336 + 116 and max(calls) < 2 * 57_336
+    assert answer.compiles == len(calls) <= 10

@@ -535,9 +535,10 @@ def test_live_array_samples_are_not_repeated():
 
 def test_many_functions_are_bounded_worst_and_largest_first():
     """A test suite's thousands of functions: the answer and the figures show the
-    MAX_FUNCTIONS most urgent (the largest peaks first), the sections MAX_SECTIONS,
-    the rest counted; --detail shows all."""
-    from memscope.render.terminal import MAX_FUNCTIONS, MAX_SECTIONS
+    MAX_FUNCTIONS most urgent (the largest peaks first), the sections
+    MAX_SECTIONS_BOUNDED, the rest counted, within 200 lines at 80 columns too;
+    --detail shows all."""
+    from memscope.render.terminal import MAX_FUNCTIONS, MAX_SECTIONS_BOUNDED
 
     clean = dataclasses.replace(model_step(0), inputs=(), outputs=(), variants=(), advice=None)
     functions = [dataclasses.replace(clean, name=f"test_{i}", memory=Memory(peak_bytes=i * KiB))
@@ -546,6 +547,7 @@ def test_many_functions_are_bounded_worst_and_largest_first():
     lines = render(model_report(*functions), width=120)
     text = "\n".join(lines)
     assert len(lines) < 200, len(lines)
+    assert len(render(model_report(*functions), width=80)) < 200
     answered = [ln.split(" (")[0] for ln in lines if "): peak " in ln and ln[:1] != " "]
     assert len(answered) == MAX_FUNCTIONS
     # The 12 with advice first, then the largest clean ones.
@@ -555,8 +557,33 @@ def test_many_functions_are_bounded_worst_and_largest_first():
     assert (f"and {rest} more functions ({rest} with nothing to change; the largest peak "
             f"{rest - 1}.0 KiB)") in " ".join(text.split())
     assert f"| {rest} more " in text
-    assert sum(ln.startswith("step_") and "calls" in ln for ln in lines) == MAX_SECTIONS
-    assert f"{12 - MAX_SECTIONS} more functions with something to change: --detail" in \
+    assert sum(ln.startswith("step_") and "calls" in ln for ln in lines) == MAX_SECTIONS_BOUNDED
+    assert f"{12 - MAX_SECTIONS_BOUNDED} more functions with something to change: --detail" in \
         " ".join(text.split())
     full = render(model_report(*functions), width=120, detail=True)
     assert sum("): peak " in ln and ln[:1] != " " for ln in full) == 312
+
+
+def test_a_bounded_answer_gives_each_function_one_signature_first_and_no_notes():
+    """A suite that compiled one function for many signatures: the answer lists
+    one signature of each function before a second of any, each without its
+    notes (the recompiles are told once, between calls); --detail has them all."""
+    from memscope.render.terminal import MAX_FUNCTIONS
+
+    step = model_step(1)
+    many = [dataclasses.replace(step, memory=Memory(peak_bytes=(100 + i) * KiB))
+            for i in range(20)]  # one function, 20 signatures, the largest peaks
+    others = [dataclasses.replace(step, name=f"other_{i}", source=f"other.py:{i}",
+                                  memory=Memory(peak_bytes=i * KiB)) for i in range(5)]
+    summary = summarize(model_report(*many, *others))
+    assert any(f.severity == "info" for s in summary.functions for f in s.findings)
+    lines = render(model_report(*many, *others), width=120)
+    answered = [ln.split(" (")[0] for ln in lines if "): peak " in ln and ln[:1] != " "]
+    assert len(answered) == MAX_FUNCTIONS
+    # (by urgency and peak alone, all twelve would be train_step's)
+    assert set(answered) == {"train_step", *(f"other_{i}" for i in range(5))}
+    assert answered.count("train_step") == MAX_FUNCTIONS - 5
+    answer = lines[:lines.index(next(ln for ln in lines if "more functions" in ln)) + 1]
+    assert not any(ln.strip().startswith("note:") for ln in answer)
+    full = render(model_report(*many, *others), width=120, detail=True)
+    assert any(ln.strip().startswith("note:") for ln in full)

@@ -72,7 +72,8 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         out.para(line, "    ", style="bold red" if line.startswith("OUT OF MEMORY") else "")
     _high_water(out, report, detail)
     shown = most_urgent(summary.functions, None if detail else MAX_FUNCTIONS)
-    _answer(out, summary, shown, detail)
+    bounded = len(shown) < len(summary.functions)  # more functions than the answer lists
+    _answer(out, summary, shown, detail, notes=not bounded)
     _between(out, summary, detail)
     out.line()
     out.table(_figures_table(summary, out, shown), "Compiled functions (bytes per device)")
@@ -87,7 +88,8 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     sections = 0
     for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
         if not (detail or (_has_something_to_say(fn, s) and i in shown
-                           and sections < MAX_SECTIONS)):
+                           and sections < (MAX_SECTIONS_BOUNDED if bounded
+                                           else MAX_SECTIONS))):
             quiet += [s.name] if i in shown and not _has_something_to_say(fn, s) else []
             continue
         sections += 1
@@ -174,11 +176,19 @@ def _high_water(out: Lines, report: Report, detail: bool = True) -> None:
 MAX_FUNCTIONS = 12
 #: The function sections shown by default, worst first.
 MAX_SECTIONS = 4
+#: ... and where the run had more functions than the answer lists (a test
+#: suite, a sweep): there the answer carries the run, and a section of each of
+#: a few small functions would only lengthen it. The answer then also leaves
+#: out the functions' notes (all with --detail), so that the default report of
+#: a public library's test suite stays under 200 lines at 80 columns.
+MAX_SECTIONS_BOUNDED = 2
 
 
-def _answer(out: Lines, summary: ReportSummary, shown: set[int], detail: bool = True) -> None:
-    """Per function, worst first: its peak, what is wrong, and what to change;
-    the functions not shown counted, by what they have to say."""
+def _answer(out: Lines, summary: ReportSummary, shown: set[int], detail: bool = True,
+            notes: bool = True) -> None:
+    """Per function, worst first: its peak, what is wrong, and what to change
+    (without its notes unless ``notes``); the functions not shown counted, by
+    what they have to say."""
     chosen = [s for i, s in enumerate(summary.functions) if i in shown]
     for s in sorted(chosen, key=urgency):
         where = source_text(s.source)
@@ -188,7 +198,8 @@ def _answer(out: Lines, summary: ReportSummary, shown: set[int], detail: bool = 
                  f"device{s.host_text}{visible(s.target_text)}"
                  + ("; nothing to change" if clean else ""), "    ")
         for f in s.findings:
-            _finding(out, f, detail)
+            if notes or f.severity != "info":
+                _finding(out, f, detail)
         if s.advice is not None:
             a = s.advice
             out.labelled("Advice:", "bold magenta", f"{visible(a.headline)}: {a.saving}.",

@@ -374,12 +374,22 @@ def urgency(s: FunctionSummary) -> int:
 
 def most_urgent(functions: Sequence[FunctionSummary], limit: int | None) -> set[int]:
     """The positions of the functions a bounded view shows: all up to ``limit``,
-    else the ``limit`` most urgent, the largest peaks first within each urgency."""
+    else the ``limit`` most urgent, the largest peaks first within each urgency,
+    one signature of each function before a second of any: a run that compiled
+    one function for many signatures (a test suite, a sweep) says the same of
+    each, and the recompiles are told once, between calls."""
     order = range(len(functions))
     if limit is None or len(functions) <= limit:
         return set(order)
-    return set(sorted(order, key=lambda i: (urgency(functions[i]),
-                                           -(functions[i].peak or 0)))[:limit])
+    ranked = sorted(order, key=lambda i: (urgency(functions[i]), -(functions[i].peak or 0)))
+    seen: set[tuple[str, str | None]] = set()
+    first: list[int] = []
+    again: list[int] = []
+    for i in ranked:
+        name = (functions[i].name, functions[i].source)
+        (again if name in seen else first).append(i)
+        seen.add(name)
+    return set((first + again)[:limit])
 
 
 def summarize(report: Report) -> ReportSummary:
@@ -433,8 +443,9 @@ def recompile_brief(fn: FunctionReport, r: Recompile) -> str:
     """:func:`recompile_text` in a line or two: what kind of difference, where
     first (``compiled again at call 3 (differs from signature 2): a new shape in
     batch; and 2 more; cost ...``)."""
-    if all(x.kind == "unknown" for x in r.reasons):  # no difference seen: the why is the text
-        return recompile_text(fn, r)
+    if all(x.kind == "unknown" for x in r.reasons):  # no difference seen in the arguments
+        return _compiled_again(fn, r, "no difference in the arguments (a new closure, "
+                               "lambda or partial each time?)", r.more)
     kinds = ", ".join(dict.fromkeys(x.kind.replace("_", " ") for x in r.reasons))
     first = next((x.path for x in r.reasons if x.path), "")
     said = f"a new {kinds}" + (f" in {first}" if first else "")

@@ -1507,6 +1507,13 @@ def note_address_views(x: Any) -> None:
             del _VIEWS[key]
 
 
+def default_device() -> Any:
+    """The device a call runs on when no argument commits it to one: the
+    ``jax_default_device`` setting's where set, else the default backend's first
+    local device (``pxla.get_default_device``, JAX 0.7 to 0.10)."""
+    return _pxla.get_default_device()
+
+
 def is_address_view(a: Any) -> bool:
     """True for a per-device array an address read of memscope's left behind."""
     if not _VIEWS:

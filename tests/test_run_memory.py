@@ -271,6 +271,48 @@ def test_calls_between_samples_are_estimated_and_pruned_arguments_count_as_alive
     assert [s.function for s in run.spans] == [0, 0, 1, 0]
 
 
+def test_a_run_whose_calls_take_no_device_array_is_placed_on_the_default_device():
+    # Nothing alive and no jax.Array argument (a NumPy array, a Python number):
+    # no sample names a device, so the call's is JAX's default device.
+    log = CallLog(array("d", [0.1]), array("d", [0.2]), array("i", [0]), ["f"], array("q", [1]))
+    kwargs = {"calls": 1, "sample_seconds": 0.0, "sampling": "h",
+              "holder_text": lambda h: (f"`{h.name}`", None), "functions": [0]}
+    run = run_memory([_sample(1, [])], log, [_facts("f", 24, 12)], default_device="cpu:0",
+                     **kwargs)
+    assert run.devices == ("cpu:0",)
+    assert (run.high_water.device, run.high_water.bytes) == ("cpu:0", 24)
+    # Where not even that is known, there is no view of the run, and no error.
+    assert run_memory([_sample(1, [])], log, [_facts("f", 24, 12)], **kwargs) is None
+
+
+def test_a_program_whose_only_call_takes_a_numpy_array_is_reported(tmp_path):
+    report = _run(tmp_path, """
+        import jax, numpy as np
+        print(jax.jit(lambda x: x * 2)(np.ones(3, np.float32)))
+    """)
+    (fn,) = report.functions
+    device = f"{jax.devices()[0].platform}:{jax.devices()[0].id}"
+    high = report.runtime.run_memory.high_water
+    assert (high.device, high.bytes) == (device, fn.memory.peak_bytes)
+
+
+def test_a_failure_of_the_run_view_costs_only_the_run_view(tmp_path, monkeypatch):
+    from memscope.report import build
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(build, "over_the_run", broken)
+    report = _run(tmp_path, """
+        import jax, jax.numpy as jnp
+        print(jax.jit(lambda x: x * 2)(jnp.ones(3)))
+    """)
+    (fn,) = report.functions
+    assert fn.memory is not None and fn.memory.peak_bytes
+    assert report.runtime.run_memory is None
+    assert any("RuntimeError: boom" in note for note in report.notes), report.notes
+
+
 def test_fit_takes_what_is_alive_outside_the_function_from_the_sample(tmp_path):
     script = tmp_path / "fit_prog.py"
     script.write_text(textwrap.dedent("""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -230,6 +231,25 @@ def test_keyboard_interrupt_is_interrupted_130(tmp_path: Path,
     assert result.outcome == "interrupted"
     assert result.exit_code == 130
     assert "KeyboardInterrupt" in capsys.readouterr().err
+
+
+def test_the_program_runs_with_the_garbage_collector_as_python_leaves_it(tmp_path: Path
+                                                                         ) -> None:
+    # memscope run pauses the collector while it imports its subcommand (and JAX):
+    # the program's own code must find it on, with the thresholds it had.
+    from click.testing import CliRunner
+
+    from memscope.cli import cli
+
+    before = gc.isenabled(), gc.get_threshold()
+    assert before[0]
+    script = write_script(tmp_path, "import gc, jax\njax.jit(lambda x: x + 1)(1.0)\n" + record(
+        tmp_path, "[gc.isenabled(), list(gc.get_threshold())]"))
+    result = CliRunner().invoke(cli, ["run", "-q", "-o", str(tmp_path / "r.json"), str(script)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert seen(tmp_path) == [True, list(before[1])]
+    assert (gc.isenabled(), gc.get_threshold()) == before
 
 
 def test_argv_and_path_restored_after_a_run(tmp_path: Path) -> None:

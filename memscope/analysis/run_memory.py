@@ -136,16 +136,24 @@ def run_memory(samples: Sequence[RawSample], log: CallLog, facts: Sequence[CallF
                *, calls: int, sample_seconds: float, sampling: str,
                holder_text: Callable[[Holder], tuple[str, str | None]],
                allocator_peak: int | None = None,
-               functions: Sequence[int | None] = ()) -> RunMemory | None:
+               functions: Sequence[int | None] = (),
+               default_device: str | None = None) -> RunMemory | None:
     """The run's :class:`RunMemory` from its samples; ``facts[i]`` describes
     ``log.entries[i]`` (``None``: unread) and ``functions[i]`` is its index in
     the report's functions. ``sampling`` says when samples were taken;
-    ``holder_text`` names a holder and the line that last assigned it."""
+    ``holder_text`` names a holder and the line that last assigned it;
+    ``default_device`` is where a call with no device array among its
+    arguments runs (a NumPy array, a Python number), the only device a run
+    names when no sample saw an array on any."""
     exact = [s for s in samples if not s.end and s.entry is not None]
     if not exact:
         return None
     devices = sorted({d for s in samples for g in s.groups for d, _ in g.bytes}
                      | {d for s in exact for _, each in s.arguments for d, _ in each})
+    if not devices and default_device is not None:
+        devices = [default_device]
+    if not devices:
+        return None  # no device to place anything on: no view of the run
     found = [(_point(s, facts[s.entry], facts, devices, holder_text), s.entry, s)
              for s in exact if s.entry is not None]
     found += _estimates(samples, log, facts, devices)

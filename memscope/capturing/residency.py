@@ -120,6 +120,9 @@ class RunSampler:
         #: id of an entry -> its index in ``log.entries`` (entries are not hashable)
         self._entry_index: dict[int, int] = {}
         self._per_device: dict[Any, tuple[tuple[tuple[str, int], ...], bool]] = {}
+        #: where a call with no device array among its arguments runs (JAX's
+        #: default device), named as samples name devices; set at the first sample
+        self.default_device: str | None = None
 
     # -- on the program's path ----------------------------------------------------
 
@@ -191,6 +194,8 @@ class RunSampler:
         args: list[tuple[int, tuple[tuple[str, int], ...]]] = []
         seen: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
         unnamed: list[tuple[int, tuple[Any, ...]]] = []
+        if self.default_device is None:
+            self.default_device = _default_device()
         arrays = jax.live_arrays()
         try:
             for a in arrays:
@@ -330,6 +335,15 @@ class RunSampler:
         if sample.entry is None:
             return "?"
         return str(getattr(self.log.entries[sample.entry], "name", "?"))
+
+
+def _default_device() -> str | None:
+    """``"cpu:0"``: the device a call runs on when no argument commits it to one."""
+    try:
+        device = _compat.default_device()
+        return f"{device.platform}:{device.id}"
+    except Exception:  # no backend could start: nothing to name
+        return None
 
 
 def per_device_bytes(shape: tuple[int, ...], dtype: Any, sharding: Any, nbytes: int

@@ -230,11 +230,16 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
     recompiles = explain_recompiles(entries)
     functions = tuple(dataclasses.replace(function_report(e), recompile=recompiles.get(id(e)))
                       for e in entries)
+    failed: tuple[str, ...] = ()
     if runtime is not None and sampler is not None:
         by_entry = {id(e): (i, fn) for i, (e, fn) in enumerate(zip(entries, functions,
                                                                     strict=True))}
-        runtime = dataclasses.replace(runtime, run_memory=over_the_run(sampler, by_entry,
-                                                                       runtime))
+        try:
+            runtime = dataclasses.replace(runtime, run_memory=over_the_run(sampler, by_entry,
+                                                                           runtime))
+        except Exception as e:  # memscope's own fault: the functions' figures still stand
+            failed = (f"memscope could not build the run's device memory over time "
+                      f"({type(e).__name__}: {e}); each function's figures are complete",)
     hazards: tuple[DonationHazard, ...] = ()
     deleted = None
     if ledger is not None:
@@ -243,7 +248,8 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
         deleted = _deleted_read(ledger)
     return Report(memscope_version=__version__, environment=environment(), run=run,
                   functions=functions, runtime=runtime,
-                  notes=run_notes(uncaptured_pmaps, runtime), donation_hazards=hazards,
+                  notes=run_notes(uncaptured_pmaps, runtime) + failed,
+                  donation_hazards=hazards,
                   deleted_read=deleted, target=target)
 
 
@@ -259,7 +265,8 @@ def over_the_run(sampler: RunSampler, functions: dict[int, tuple[int, FunctionRe
                        + sampler.unlogged, sample_seconds=sampler.seconds,
                        sampling=RUN_SAMPLING, holder_text=_holder_text,
                        allocator_peak=allocator,
-                       functions=[f[0] if f is not None else None for f in found_fns])
+                       functions=[f[0] if f is not None else None for f in found_fns],
+                       default_device=sampler.default_device)
     if found is None or found.high_water is None:
         return found
     return dataclasses.replace(found, high_water=dataclasses.replace(

@@ -31,12 +31,12 @@ def _import(module: str) -> Any:
     about 0.1 s of ``memscope run``'s start, which a short program feels. The
     collector runs again as usual, as it was, before any code of the program's.
     """
-    paused = gc.isenabled()
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
         return importlib.import_module(module)
     finally:
-        if paused:
+        if was_enabled:
             gc.enable()
 
 

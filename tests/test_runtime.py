@@ -19,13 +19,14 @@ import jax.numpy as jnp
 import pytest
 
 from memscope._compat import SAME_SIZE_DONORS
-from memscope.analysis.observed import Observation, check
+from memscope.analysis.observed import NOT_XLAS, Observation, check, misses
 from memscope.capturing import capture
 from memscope.capturing import jit as capture_module
 from memscope.flow import run_and_report
 from memscope.program.runner import Target, run_target
 from memscope.report import InputBuffer, OutputBuffer, load_report
 from memscope.report.build import function_report
+from memscope.report.summary import summarize
 from tests.test_samples import MEMSCOPE, SAMPLES
 
 PROGRAMS = sorted(p.name for p in SAMPLES.glob("[a-z]*.py"))
@@ -179,7 +180,7 @@ def test_disagreements_with_the_compiled_program_are_findings():
         ("not_reused", True), ("confirmed", True), ("n/a", False)]
     assert findings == (
         "a: the compiled program writes result[0] into its buffer, but result[0] did not "
-        "land there",
+        f"land there at the first call, the only one checked ({NOT_XLAS})",
         "b (unusable): the compiled program reuses nothing of it, yet result[1] landed in "
         "its buffer",
         "b (unusable) was deleted by the call, unlike what the compiled program says of "
@@ -187,6 +188,93 @@ def test_disagreements_with_the_compiled_program_are_findings():
     )
     agreeing = Observation(((10,), (20,), (30,)), (True, False, False), ((10,), (11,)))
     assert check(inputs, outputs, agreeing)[1] == ()
+
+
+def test_a_buffer_taken_only_at_the_second_call_is_confirmed_later_and_no_disagreement():
+    inputs = (_buf("a", "aliased", "result[0]"), _buf("b", "aliased", "result[1]"))
+    outputs = (OutputBuffer("result[0]", (4,), "float32", 16, "reuses_input", input="a"),
+               OutputBuffer("result[1]", (4,), "float32", 16, "reuses_input", input="b"))
+    first = Observation(((10,), (20,)), (True, True), ((11,), (20,)))  # a's output elsewhere
+    assert misses(first)
+    assert not misses(Observation(((10,), (20,)), (True, True), ((10,), (20,))))
+    assert not misses(Observation(((10,), (20,)), (False, False), ((11,), (21,))))  # kept
+    second = Observation(((11,), (20,)), (True, True), ((11,), (20,)))
+    checked, findings = check(inputs, outputs, first, second)
+    assert [b.observed for b in checked] == ["confirmed_later", "confirmed"]
+    assert findings == ()
+    elsewhere_again = Observation(((11,), (20,)), (True, True), ((12,), (20,)))
+    checked, findings = check(inputs, outputs, first, elsewhere_again)
+    assert [b.observed for b in checked] == ["not_reused", "confirmed"]
+    assert findings == ("a: the compiled program writes result[0] into its buffer, but "
+                        f"result[0] did not land there at the first call nor at the next "
+                        f"({NOT_XLAS})",)
+
+
+#: Donates NumPy memory that jax.device_put shares on CPU (64-byte aligned), and
+#: records the truth of each call's buffers: deleted, and the output at the
+#: input's address. ``fresh``: a new NumPy-backed input at the second call too.
+_ZERO_COPY = """
+import json, sys
+import numpy as np
+import jax
+
+def shared(n):  # NumPy memory at a 64-byte boundary: device_put shares it on CPU
+    buf = np.empty(n + 16, np.float32)
+    start = (-buf.ctypes.data % 64) // 4
+    a = buf[start:start + n]
+    a[:] = 1.0
+    return a
+
+step = jax.jit(lambda x, y: (x * 2, y + 1), donate_argnums=(0, 1))
+a = shared(4096)
+x, y = jax.device_put(a), jax.numpy.arange(4096, dtype=np.float32)  # y: XLA's own
+truth = {"zero_copy": x.unsafe_buffer_pointer() == a.ctypes.data}
+for call in range(3):
+    if call == 1 and sys.argv[2] == "fresh":
+        b = shared(4096)
+        x = jax.device_put(b)
+    before = (x.unsafe_buffer_pointer(), y.unsafe_buffer_pointer())
+    old = (x, y)
+    x, y = step(x, y)
+    truth[f"call{call}"] = {"deleted": [o.is_deleted() for o in old],
+                            "in_place": [x.unsafe_buffer_pointer() == before[0],
+                                         y.unsafe_buffer_pointer() == before[1]]}
+    x.block_until_ready()
+with open(sys.argv[1], "w") as f:
+    json.dump(truth, f)
+"""
+
+
+@pytest.mark.parametrize("second", ["xla_owned", "fresh"])
+def test_a_donated_numpy_buffer_is_checked_again_at_the_next_call(tmp_path, second):
+    # Ground truth from JAX itself, in the program: on CPU, jax.device_put of a
+    # 64-byte aligned NumPy array shares its memory, and XLA, which cannot take
+    # it, writes the first call's output elsewhere (the input is deleted all the
+    # same); the next call's input is XLA's own, and the output lands in it.
+    # With a fresh NumPy-backed input at the second call too, it misses again.
+    if jax.default_backend() != "cpu":
+        pytest.skip("jax.device_put shares NumPy memory on CPU only")
+    program, truth_file = tmp_path / "zero_copy.py", tmp_path / "truth.json"
+    program.write_text(_ZERO_COPY)
+    report = run_and_report(Target(str(program), (str(truth_file), second)))
+    truth = json.loads(truth_file.read_text())
+    assert truth["zero_copy"]
+    assert truth["call0"] == {"deleted": [True, True], "in_place": [False, True]}
+    assert truth["call1"]["in_place"] == [second == "xla_owned", True]
+    (fn,) = report.functions
+    x, y = fn.inputs
+    assert (y.observed, y.deleted) == ("confirmed", True)
+    if second == "xla_owned":
+        assert (x.observed, x.deleted) == ("confirmed_later", True)
+        assert fn.findings == ()
+        (note,) = [f for f in summarize(report).functions[0].findings
+                   if "second call" in f.text]
+        assert note.severity == "info" and note.leaves == "x"
+    else:
+        assert (x.observed, x.deleted) == ("not_reused", True)
+        assert fn.findings == (
+            "x: the compiled program writes result[0] into its buffer, but result[0] did "
+            f"not land there at the first call nor at the next ({NOT_XLAS})",)
 
 
 def test_observed_fields_survive_json():

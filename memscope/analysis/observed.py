@@ -2,8 +2,12 @@
 
 No JAX here. :mod:`memscope.capturing` records, for the first call of a signature,
 integers only: the device addresses of every input leaf before the call, of
-every output leaf after it, and whether each input was deleted. This module
-holds them against the fates read from the compiled program.
+every output leaf after it, and whether each input was deleted. Where a donated
+input's buffer took no output at the first call (:func:`misses`), it records the
+same of the next call: a buffer XLA could not take at the first call (on CPU,
+``jax.device_put`` of a NumPy array can share the array's memory) is XLA's own
+from then on. This module holds them against the fates read from the compiled
+program.
 """
 
 from __future__ import annotations
@@ -37,25 +41,68 @@ class Observation:
     closed_end: tuple[Addresses, ...] = ()
 
 
+#: Why a donated buffer may take no output at run time though the compiled
+#: program says it does: the cause seen on CPU.
+NOT_XLAS = ("XLA cannot take a buffer it did not allocate: on CPU, jax.device_put of a "
+            "NumPy array can share the array's memory")
+
+
 def _expects_reuse(b: InputBuffer) -> bool:
     return b.fate == "aliased" or (b.fate == "donor" and b.output is not None)
 
 
-def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
-          seen: Observation) -> tuple[tuple[InputBuffer, ...], tuple[str, ...]]:
-    """Every input with ``observed`` and ``deleted`` set, and the findings: each
-    place where the call's buffers disagree with the compiled program."""
-    if (len(seen.inputs_before) != len(inputs) or len(seen.outputs_after) != len(outputs)):
-        return tuple(inputs), ("the call's buffers do not line up with the compiled "
-                               "program's leaves; nothing was checked",)
+def _landed(seen: Observation) -> dict[int, list[int]]:
+    """Each output address, with the outputs found there."""
     landed: dict[int, list[int]] = {}
     for j, addresses in enumerate(seen.outputs_after):
         for address in addresses or ():
             landed.setdefault(address, []).append(j)
+    return landed
+
+
+def _hits(before: Addresses, landed: dict[int, list[int]]) -> list[int]:
+    return sorted({j for a in before or () for j in landed.get(a, [])})
+
+
+def misses(seen: Observation) -> bool:
+    """Did the call delete an input whose buffer no output took? Then the next
+    call is observed too (:func:`check`'s ``again``). From the integers alone:
+    the compiled program's fates are not known yet when this is asked."""
+    landed = _landed(seen)
+    return any(deleted and before is not None and not _hits(before, landed)
+               for before, deleted in zip(seen.inputs_before, seen.inputs_deleted,
+                                          strict=False))
+
+
+def _lines_up(seen: Observation | None, inputs: Sequence[InputBuffer],
+              outputs: Sequence[OutputBuffer]) -> bool:
+    return (seen is not None and len(seen.inputs_before) == len(inputs)
+            and len(seen.outputs_after) == len(outputs))
+
+
+def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
+          seen: Observation, again: Observation | None = None
+          ) -> tuple[tuple[InputBuffer, ...], tuple[str, ...]]:
+    """Every input with ``observed`` and ``deleted`` set, and the findings: each
+    place where the call's buffers disagree with the compiled program.
+
+    ``again``: the next call's buffers, where the first call's showed a deleted
+    input that no output took (:func:`misses`). A donated input whose output
+    lands in its buffer there, though not at the first call, is
+    ``confirmed_later``: no disagreement with the compiled program, which the
+    report says apart (:func:`memscope.report.summary.findings`)."""
+    if not _lines_up(seen, inputs, outputs):
+        return tuple(inputs), ("the call's buffers do not line up with the compiled "
+                               "program's leaves; nothing was checked",)
+    landed = _landed(seen)
+    later: dict[int, list[int]] | None = None
+    again_before: tuple[Addresses, ...] = ()
+    if again is not None and _lines_up(again, inputs, outputs):
+        later, again_before = _landed(again), again.inputs_before
     result, findings = [], []
     for i, b in enumerate(inputs):
         before = seen.inputs_before[i]
-        hits = sorted({j for a in before or () for j in landed.get(a, [])})
+        hits = _hits(before, landed)
         if b.ref is not None:
             after = seen.refs_after[i] if i < len(seen.refs_after) else None
             end = seen.refs_end[i] if i < len(seen.refs_end) else None
@@ -67,16 +114,22 @@ def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
         observed: Observed
         if not b.donated or before is None:
             observed = "n/a"
+        elif hits:
+            observed = "confirmed"
+        elif (later is not None and _expects_reuse(b) and b.output in
+              [outputs[j].path for j in _hits(again_before[i], later)]):
+            observed = "confirmed_later"
         else:
-            observed = "confirmed" if hits else "not_reused"
+            observed = "not_reused"
         deleted = seen.inputs_deleted[i]
         result.append(replace(b, observed=observed, deleted=deleted))
-        findings += _disagreements(b, observed, deleted, [outputs[j].path for j in hits])
+        findings += _disagreements(b, observed, deleted, [outputs[j].path for j in hits],
+                                   checked_again=later is not None)
     return tuple(result), tuple(findings)
 
 
 def _disagreements(b: InputBuffer, observed: Observed, deleted: bool | None,
-                   landed: list[str]) -> list[str]:
+                   landed: list[str], *, checked_again: bool = False) -> list[str]:
     found = []
     if observed == "n/a":
         if landed:
@@ -85,9 +138,11 @@ def _disagreements(b: InputBuffer, observed: Observed, deleted: bool | None,
         return found
     if _expects_reuse(b):
         if observed == "not_reused":
+            when = ("at the first call nor at the next" if checked_again
+                    else "at the first call, the only one checked")
             found.append(f"{b.path}: the compiled program writes {b.output} into its "
-                         f"buffer, but {b.output} did not land there")
-        elif b.output not in landed:
+                         f"buffer, but {b.output} did not land there {when} ({NOT_XLAS})")
+        elif observed == "confirmed" and b.output not in landed:
             found.append(f"{b.path}: the compiled program writes {b.output} into its "
                          f"buffer, but {', '.join(landed)} landed there")
     elif observed == "confirmed":

@@ -24,6 +24,7 @@ from memscope.capturing.observe import (
     leaf_sharding,
     observe,
     watch_refs,
+    watched_call,
 )
 from memscope.compiled.read import CompiledHandles
 from memscope.program import sites
@@ -92,7 +93,14 @@ class Compiled(Stage):
             except BaseException as e:
                 e.with_traceback(_user_frames(e.__traceback__))
                 raise
-        out = real(*args, **kwargs)
+        if entry.watch_next:  # the first call's buffers showed a miss
+            leaves = jax.tree_util.tree_leaves((args, kwargs))
+            entry.watch_next = False
+            out, seen = watched_call(lambda: real(*args, **kwargs), leaves)
+            if seen is not None:
+                session.observed(entry, seen, again=True)
+        else:
+            out = real(*args, **kwargs)
         entry.calls += 1
         session.sample(entry.name)
         session.count_call()

@@ -51,6 +51,11 @@ class Entry:
     variants: list[VariantFacts] = field(default_factory=list)
     #: the first call's buffers, as integers
     observation: Observation | None = None
+    #: the next call's, where the first call deleted an input whose buffer no
+    #: output took (:func:`memscope.analysis.observed.misses`)
+    observation_again: Observation | None = None
+    #: observe the next call (set once the first call's buffers are read)
+    watch_next: bool = False
     #: weak references to the Refs the first call observed (per input, ``None``
     #: for a non-Ref; then the closed-over ones), read again at the run's end
     watched_refs: tuple[weakref.ref[Any] | None, ...] = ()

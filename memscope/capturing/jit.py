@@ -36,6 +36,7 @@ from memscope.capturing.observe import (
     leaf_sharding,
     observe,
     watch_refs,
+    watched_call,
 )
 from memscope.capturing.session import Session
 from memscope.compiled.read import (
@@ -190,7 +191,13 @@ class MeasuredJit:
                 raise
         else:
             try:
-                out = jitted(*args, **kwargs)
+                if entry.watch_next:  # the first call's buffers showed a miss
+                    entry.watch_next = False
+                    out, seen = watched_call(lambda: jitted(*args, **kwargs), leaves)
+                    if seen is not None:
+                        session.observed(entry, seen, again=True)
+                else:
+                    out = jitted(*args, **kwargs)
             except Exception as e:
                 self._memscope_session.failed(entry, e)
                 session.after_call(entry, None, pending, failed=True)

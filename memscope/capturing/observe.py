@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -78,6 +78,30 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: b
         return Failed(failure, tuple(arrays))
     return Observation(tuple(before), deleted, tuple(addresses(y) for y in outputs),
                        refs_after=tuple(None if r is None else addresses(r) for r in refs))
+
+
+def watched_call(call: Callable[[], Any], leaves: Sequence[Any]
+                 ) -> tuple[Any, Observation | None]:
+    """Run ``call``, the call of a signature after the first, and read its buffers
+    as the first call's are read (:attr:`Entry.watch_next`); the call's result,
+    and them (``None`` where a computation failed: the program meets the error).
+
+    Unlike a first call's, they are read at once: the next call may donate this
+    one's outputs, and then their addresses are gone. So where the call's inputs
+    or outputs are still being computed, this waits for them, once per
+    signature, and only for a signature whose first call showed a miss.
+    """
+    arrays = [x for x in leaves if isinstance(x, jax.Array) and not x.is_deleted()]
+    if any(_compat.buffer_failure(x, wait=True) for x in arrays):
+        return call(), None
+    before = [addresses(x) for x in leaves]
+    out = call()
+    outputs = [y for y in jax.tree_util.tree_leaves(out)
+               if isinstance(y, jax.Array) and not y.is_deleted()]
+    if any(_compat.buffer_failure(y, wait=True) for y in outputs):
+        return out, None
+    seen = observe(before, leaves, out, late=False)
+    return out, seen if isinstance(seen, Observation) else None
 
 
 def closed_refs_seen(seen: Observation | Unread | Failed, handles: Any,

@@ -20,7 +20,7 @@ import jax
 from memscope import _compat
 from memscope.analysis import oom
 from memscope.analysis.advice import AdviceLevel, advice_level
-from memscope.analysis.observed import Observation
+from memscope.analysis.observed import Observation, misses
 from memscope.capturing import between, residency
 from memscope.capturing.entry import Entry
 from memscope.capturing.observe import Failed, Unread, at_end
@@ -93,7 +93,7 @@ class Session:
         self._samples: list[MemorySample] = []
         self._truncated = False
         self._live: LiveArrays | None = None
-        self._unread: list[tuple[Entry, Unread]] = []
+        self._unread: list[tuple[Entry, Unread, bool]] = []
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
         self.clock = between.CompileClock()
@@ -317,15 +317,25 @@ class Session:
                         early_compiles=self.early_compiles,
                         early_unused=self.early_unused)
 
-    def observed(self, entry: Entry, seen: Observation | Unread | Failed) -> None:
-        """Keep what a first call's buffers showed; read later what is not ready."""
+    def observed(self, entry: Entry, seen: Observation | Unread | Failed, *,
+                 again: bool = False) -> None:
+        """Keep what a first call's buffers showed (``again``: the next call's,
+        :attr:`Entry.watch_next`); read later what is not ready."""
         if isinstance(seen, Unread):
             with self._lock:
-                self._unread.append((entry, seen))
+                self._unread.append((entry, seen, again))
         elif isinstance(seen, Failed):
             self.failed(entry, seen.error, exclude=seen.outputs)
         else:
+            self._keep(entry, seen, again)
+
+    @staticmethod
+    def _keep(entry: Entry, seen: Observation, again: bool) -> None:
+        if again:
+            entry.observation_again = seen
+        else:
             entry.observation = seen
+            entry.watch_next = misses(seen)
 
     def settle(self, *, final: bool = False) -> None:
         """Read the outputs of earlier first calls that are ready by now (all of
@@ -334,16 +344,16 @@ class Session:
             return
         with self._lock:
             unread, self._unread = self._unread, []
-        for entry, pending in unread:
+        for entry, pending, again in unread:
             seen = pending.read(final=final)
             if seen is None and not final and all(r is None or r() is not None
                                                   for r in pending.outputs):
                 with self._lock:
-                    self._unread.append((entry, pending))
+                    self._unread.append((entry, pending, again))
             elif isinstance(seen, Failed):
                 self.failed(entry, seen.error, exclude=seen.outputs)
             elif seen is not None:
-                entry.observation = seen
+                self._keep(entry, seen, again)
 
     def failed(self, entry: Entry, error: BaseException, where: str = "call",
                exclude: Sequence[Any] = ()) -> None:

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 InputFate = Literal["aliased", "donor", "unusable", "pruned", "not_donated"]
 OutputFate = Literal["reuses_input", "copy_of_input", "new"]
 VariantName = Literal["none", "all", "advised", "requested"]
-Observed = Literal["confirmed", "not_reused", "n/a"]
+#: What the first call showed of a donated input's buffer (``confirmed_later``:
+#: no output landed there at the first call, and at the next call one did).
+Observed = Literal["confirmed", "confirmed_later", "not_reused", "n/a"]
 #: What a jitted function does with a ``jax.Ref`` it is given or closes over:
 #: reads and writes it (``updated``: JAX writes the new value into the Ref's
 #: own buffer), only reads it, only writes it, or never touches it (pruned).
@@ -56,7 +58,8 @@ class InputBuffer:
     candidate: bool = False
     reason: str | None = None
     #: at the first call: did an output land in this donated buffer (``n/a``:
-    #: not donated, or no device address to compare); ``None``: not observed
+    #: not donated, or no device address to compare; ``confirmed_later``: not
+    #: then, at the next call yes); ``None``: not observed
     observed: Observed | None = None
     #: at the first call: was the input deleted by it; ``None``: not an array
     deleted: bool | None = None

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from memscope.analysis.observed import NOT_XLAS
 from memscope.analysis.recompiles import keeps_recompiling
 from memscope.report import (
     FunctionReport,
@@ -64,6 +65,8 @@ TERMS: dict[str, str] = {
     "new": "a fresh buffer",
     "candidate": "not donated, yet an output of its shape and dtype could reuse it",
     "confirmed": "at the first call an output landed at the donated input's buffer address",
+    "confirmed_later": "at the first call no output landed at the donated input's buffer "
+                       "address; at the next call one did",
     "not_reused": "at the first call no output landed at the donated input's buffer address",
     "deleted": "the call deleted the donated input (reading it again raises an error)",
     "alive": "the donated input was not deleted by the call",
@@ -237,6 +240,11 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
         out.append(Finding("problem", f"memscope could not read it: {fn.error}"))
     out += [Finding("problem", f"run time disagrees with the compiled program: {f}")
             for f in fn.findings]
+    later = [b for b in fn.inputs if b.observed == "confirmed_later"]
+    if later:
+        out.append(_leaf_finding(
+            "info", later, "donated, and reused at the second call, not at the first, which "
+            f"held its output beside the input ({NOT_XLAS})"))
     unusable = [b for b in fn.inputs if b.fate == "unusable"]
     if unusable:
         out.append(_leaf_finding("problem", unusable, "donated but unusable: no output can "

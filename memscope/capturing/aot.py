@@ -98,7 +98,7 @@ class Compiled(Stage):
             entry.watch_next = False
             out, seen = watched_call(lambda: real(*args, **kwargs), leaves)
             if seen is not None:
-                session.observed(entry, seen, again=True)
+                entry.observation_again = seen
         else:
             out = real(*args, **kwargs)
         entry.calls += 1

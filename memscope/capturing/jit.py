@@ -178,7 +178,7 @@ class MeasuredJit:
             return jitted(*args, **kwargs)
         if not session.records(leaves):  # tracers at the top level
             return jitted(*args, **kwargs)
-        session.settle()
+        session.settle(awaited=leaves)
         entry = self._memscope_seen.get(key)
         pending = session.before_call(leaves, entry is None)
         if entry is None:
@@ -195,7 +195,7 @@ class MeasuredJit:
                     entry.watch_next = False
                     out, seen = watched_call(lambda: jitted(*args, **kwargs), leaves)
                     if seen is not None:
-                        session.observed(entry, seen, again=True)
+                        entry.observation_again = seen
                 else:
                     out = jitted(*args, **kwargs)
             except Exception as e:

@@ -39,6 +39,12 @@ class Unread:
     #: the call's Ref arguments (their buffers are read with the outputs')
     refs: tuple[weakref.ref[Any] | None, ...] = ()
 
+    def holds(self, leaves: Sequence[Any]) -> bool:
+        """Is one of this call's outputs among ``leaves``?"""
+        ids = {id(x) for x in leaves}
+        return any(ref is not None and (x := ref()) is not None and id(x) in ids
+                   for ref in self.outputs)
+
     def read(self, *, final: bool) -> Observation | Failed | None:
         """The observation once every output is ready (``final``: waits); the
         error the call ended in; ``None`` when it cannot be known (an output

@@ -93,7 +93,7 @@ class Session:
         self._samples: list[MemorySample] = []
         self._truncated = False
         self._live: LiveArrays | None = None
-        self._unread: list[tuple[Entry, Unread, bool]] = []
+        self._unread: list[tuple[Entry, Unread]] = []
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
         self.clock = between.CompileClock()
@@ -317,43 +317,43 @@ class Session:
                         early_compiles=self.early_compiles,
                         early_unused=self.early_unused)
 
-    def observed(self, entry: Entry, seen: Observation | Unread | Failed, *,
-                 again: bool = False) -> None:
-        """Keep what a first call's buffers showed (``again``: the next call's,
-        :attr:`Entry.watch_next`); read later what is not ready."""
+    def observed(self, entry: Entry, seen: Observation | Unread | Failed) -> None:
+        """Keep what a first call's buffers showed; read later what is not ready."""
         if isinstance(seen, Unread):
             with self._lock:
-                self._unread.append((entry, seen, again))
+                self._unread.append((entry, seen))
         elif isinstance(seen, Failed):
             self.failed(entry, seen.error, exclude=seen.outputs)
         else:
-            self._keep(entry, seen, again)
+            self._first_seen(entry, seen)
 
     @staticmethod
-    def _keep(entry: Entry, seen: Observation, again: bool) -> None:
-        if again:
-            entry.observation_again = seen
-        else:
-            entry.observation = seen
-            entry.watch_next = misses(seen)
+    def _first_seen(entry: Entry, seen: Observation) -> None:
+        entry.observation = seen
+        # A deleted input no output took: look again at the next call.
+        entry.watch_next = misses(seen)
 
-    def settle(self, *, final: bool = False) -> None:
+    def settle(self, *, final: bool = False, awaited: Sequence[Any] = ()) -> None:
         """Read the outputs of earlier first calls that are ready by now (all of
-        them, waiting, when ``final``: the program has ended)."""
+        them, waiting, when ``final``: the program has ended). ``awaited``: the
+        leaves of the call about to run; a first call's outputs among them are
+        read now, waiting for them once: that call may donate them, or the
+        program drop them after it, and their addresses would be gone."""
         if not self._unread:
             return
         with self._lock:
             unread, self._unread = self._unread, []
-        for entry, pending, again in unread:
-            seen = pending.read(final=final)
-            if seen is None and not final and all(r is None or r() is not None
-                                                  for r in pending.outputs):
+        for entry, pending in unread:
+            wait = final or (bool(awaited) and pending.holds(awaited))
+            seen = pending.read(final=wait)
+            if seen is None and not wait and all(r is None or r() is not None
+                                                 for r in pending.outputs):
                 with self._lock:
-                    self._unread.append((entry, pending, again))
+                    self._unread.append((entry, pending))
             elif isinstance(seen, Failed):
                 self.failed(entry, seen.error, exclude=seen.outputs)
             elif seen is not None:
-                self._keep(entry, seen, again)
+                self._first_seen(entry, seen)
 
     def failed(self, entry: Entry, error: BaseException, where: str = "call",
                exclude: Sequence[Any] = ()) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import io
+import json
 import textwrap
 from pathlib import Path
 
@@ -82,6 +83,60 @@ def test_a_strongly_typed_first_call_compiles_once(tmp_path):
     assert '"weak": false' in (tmp_path / "truth.json").read_text()
     (fn,) = report.functions
     assert fn.calls == 2 and fn.recompile is None
+
+
+NUMPY_FIRST = """
+import jax, jax.numpy as jnp, json, numpy as np, pathlib, sys
+compiles = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, duration, **kw: compiles.append(event)
+    if event == "/jax/core/compile/backend_compile_duration" else None)
+@jax.jit
+def step(params, batch):
+    return jax.tree.map(lambda p: p - 0.1 * batch.sum(), params)
+params = {"w": np.ones((4, 3), np.float32), "b": np.zeros(3, np.float32)}  # NumPy, as loaded
+batch = jnp.ones(5)
+before = len(compiles)
+for _ in range(3):
+    params = step(params, batch)  # NumPy arrays first, then jax.Arrays: one executable
+pathlib.Path(sys.argv[1]).write_text(json.dumps({
+    "compiles": len(compiles) - before, "dispatch_entries": step._cache_size()}))
+"""
+
+
+def test_numpy_arrays_then_jax_arrays_are_one_program_not_a_recompile(tmp_path):
+    # JAX keeps two entries in its dispatch cache (a NumPy array and a
+    # jax.Array are told apart there) but traces and compiles once: the second
+    # runs the executable of the first. memscope called it "compiled again".
+    report = _run(tmp_path, NUMPY_FIRST, str(tmp_path / "truth.json"))
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert truth == {"compiles": 1, "dispatch_entries": 2}  # JAX's own word
+    (fn,) = report.functions
+    assert fn.calls == 3 and fn.recompile is None
+    assert not any("compiled again" in f.text or "signatures" in f.text
+                   for f in summarize(report).functions[0].findings)
+
+
+def test_a_donated_step_first_given_numpy_arrays_is_checked_at_its_first_jax_arrays(tmp_path):
+    # NumPy arrays have no device buffer to compare at the first call; the next
+    # call, JAX's own arrays in the same executable, shows the donation working.
+    source = NUMPY_FIRST.replace("@jax.jit\n", "@jax.jit(donate_argnums=0)\n").replace(
+        "    params = step(params, batch)  # NumPy arrays first, then jax.Arrays: one executable",
+        "    old = [x.unsafe_buffer_pointer() if isinstance(x, jax.Array) else None\n"
+        "           for x in jax.tree.leaves(params)]\n"
+        "    params = step(params, batch)\n"
+        "    landed.append([o == x.unsafe_buffer_pointer()\n"
+        "                   for o, x in zip(old, jax.tree.leaves(params))])").replace(
+        "before = len(compiles)", "before = len(compiles)\nlanded = []").replace(
+        '"dispatch_entries": step._cache_size()', '"dispatch_entries": step._cache_size(), '
+        '"landed": landed')
+    report = _run(tmp_path, source, str(tmp_path / "truth.json"))
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert truth["compiles"] == 1 and truth["landed"][1:] == [[True, True]] * 2
+    (fn,) = report.functions
+    assert [(b.path, b.observed) for b in fn.inputs if b.donated] == [
+        ("params['b']", "confirmed_later"), ("params['w']", "confirmed_later")]
+    assert fn.findings == ()
 
 
 def test_compile_seconds_are_jax_own_compile_events(tmp_path):

@@ -43,8 +43,8 @@ class Observation:
 
 #: Why a donated buffer may take no output at run time though the compiled
 #: program says it does: the cause seen on CPU.
-NOT_XLAS = ("XLA cannot take a buffer it did not allocate: on CPU, jax.device_put of a "
-            "NumPy array can share the array's memory")
+NOT_XLAS = ("XLA cannot take a buffer it did not allocate: a NumPy array's memory, which "
+            "jax.device_put shares on CPU")
 
 
 def _expects_reuse(b: InputBuffer) -> bool:
@@ -87,7 +87,9 @@ def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
     place where the call's buffers disagree with the compiled program.
 
     ``again``: the next call's buffers, where the first call's showed a deleted
-    input that no output took (:func:`misses`). A donated input whose output
+    input that no output took (:func:`misses`), or the first call of another
+    signature JAX ran with the same executable (NumPy arrays at the first call,
+    which have no device buffer to compare). A donated input whose output
     lands in its buffer there, though not at the first call, is
     ``confirmed_later``: no disagreement with the compiled program, which the
     report says apart (:func:`memscope.report.summary.findings`)."""
@@ -112,12 +114,13 @@ def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
                                  "buffer" for j in hits]
             continue
         observed: Observed
-        if not b.donated or before is None:
+        reused_later = (not hits and later is not None and _expects_reuse(b) and b.output in
+                        [outputs[j].path for j in _hits(again_before[i], later)])
+        if not b.donated or (before is None and not reused_later):
             observed = "n/a"
         elif hits:
             observed = "confirmed"
-        elif (later is not None and _expects_reuse(b) and b.output in
-              [outputs[j].path for j in _hits(again_before[i], later)]):
+        elif reused_later:
             observed = "confirmed_later"
         else:
             observed = "not_reused"

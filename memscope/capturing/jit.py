@@ -26,6 +26,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis import oom
+from memscope.analysis.observed import Observation
 from memscope.capturing import between, keys, reading, refs, wrappers
 from memscope.capturing.arguments import argument_values, call_arguments
 from memscope.capturing.entry import Entry
@@ -262,6 +263,19 @@ class MeasuredJit:
                         None if handles is None
                         else _compat.executable_fingerprint(handles.compiled))
         entry = session.lookup(same_program)
+        # A new signature JAX runs with an executable it has for an earlier one
+        # of this jit object (it traced, lowered and compiled nothing): not a
+        # recompile, the same program.
+        same_executable = (None if handles is None else
+                           ("executable", self._memscope_identity, self._memscope_spec.token,
+                            _compat.executable_identity(handles.compiled)))
+        if entry is None and same_executable is not None and same_executable[-1] is not None:
+            entry = session.lookup(same_executable)
+            if (entry is not None and entry.observation_again is None
+                    and isinstance(observation, Observation)):
+                # The first call may have had no device buffers (NumPy arrays):
+                # this one's are a second look at the same program.
+                entry.observation_again = observation
         if entry is not None:
             if begun is not None:
                 session.defer(functools.partial(reading.let_go, session, begun))
@@ -294,6 +308,8 @@ class MeasuredJit:
         mine = entry
         entry = session.add(same_program, entry)
         session.alias(same_function, entry)
+        if same_executable is not None and same_executable[-1] is not None:
+            session.alias(same_executable, entry)
         if handles is not None and entry is mine:
             plan = None
             if (session.remat and self._memscope_library is None

@@ -243,8 +243,8 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
     later = [b for b in fn.inputs if b.observed == "confirmed_later"]
     if later:
         out.append(_leaf_finding(
-            "info", later, "donated, and reused at the second call, not at the first, which "
-            f"held its output beside the input ({NOT_XLAS})"))
+            "info", later, "donated, and reused at the second call, not at the first, whose "
+            f"input was not a buffer XLA allocated ({NOT_XLAS}; a NumPy array passed as it is)"))
     unusable = [b for b in fn.inputs if b.fate == "unusable"]
     if unusable:
         out.append(_leaf_finding("problem", unusable, "donated but unusable: no output can "

@@ -86,11 +86,13 @@ def test_a_strongly_typed_first_call_compiles_once(tmp_path):
 
 
 NUMPY_FIRST = """
-import jax, jax.numpy as jnp, json, numpy as np, pathlib, sys
+import functools, jax, jax.numpy as jnp, json, numpy as np, pathlib, sys
+from memscope._compat import remove_duration_listener
 compiles = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda event, duration, **kw: compiles.append(event)
-    if event == "/jax/core/compile/backend_compile_duration" else None)
+def heard(event, duration, **kw):
+    if event == "/jax/core/compile/backend_compile_duration":
+        compiles.append(event)
+jax.monitoring.register_event_duration_secs_listener(heard)
 @jax.jit
 def step(params, batch):
     return jax.tree.map(lambda p: p - 0.1 * batch.sum(), params)
@@ -99,6 +101,7 @@ batch = jnp.ones(5)
 before = len(compiles)
 for _ in range(3):
     params = step(params, batch)  # NumPy arrays first, then jax.Arrays: one executable
+remove_duration_listener(heard)  # (it would keep this program's arrays alive)
 pathlib.Path(sys.argv[1]).write_text(json.dumps({
     "compiles": len(compiles) - before, "dispatch_entries": step._cache_size()}))
 """
@@ -120,7 +123,8 @@ def test_numpy_arrays_then_jax_arrays_are_one_program_not_a_recompile(tmp_path):
 def test_a_donated_step_first_given_numpy_arrays_is_checked_at_its_first_jax_arrays(tmp_path):
     # NumPy arrays have no device buffer to compare at the first call; the next
     # call, JAX's own arrays in the same executable, shows the donation working.
-    source = NUMPY_FIRST.replace("@jax.jit\n", "@jax.jit(donate_argnums=0)\n").replace(
+    source = NUMPY_FIRST.replace("@jax.jit\n",
+                                 "@functools.partial(jax.jit, donate_argnums=0)\n").replace(
         "    params = step(params, batch)  # NumPy arrays first, then jax.Arrays: one executable",
         "    old = [x.unsafe_buffer_pointer() if isinstance(x, jax.Array) else None\n"
         "           for x in jax.tree.leaves(params)]\n"

@@ -94,11 +94,8 @@ class Compiled(Stage):
                 e.with_traceback(_user_frames(e.__traceback__))
                 raise
         if entry.watch_next:  # the first call's buffers showed a miss
-            leaves = jax.tree_util.tree_leaves((args, kwargs))
-            entry.watch_next = False
-            out, seen = watched_call(lambda: real(*args, **kwargs), leaves)
-            if seen is not None:
-                entry.observation_again = seen
+            out = watched_call(entry, lambda: real(*args, **kwargs),
+                               jax.tree_util.tree_leaves((args, kwargs)))
         else:
             out = real(*args, **kwargs)
         entry.calls += 1

@@ -193,10 +193,7 @@ class MeasuredJit:
         else:
             try:
                 if entry.watch_next:  # the first call's buffers showed a miss
-                    entry.watch_next = False
-                    out, seen = watched_call(lambda: jitted(*args, **kwargs), leaves)
-                    if seen is not None:
-                        entry.observation_again = seen
+                    out = watched_call(entry, lambda: jitted(*args, **kwargs), leaves)
                 else:
                     out = jitted(*args, **kwargs)
             except Exception as e:

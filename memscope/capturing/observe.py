@@ -86,28 +86,30 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: b
                        refs_after=tuple(None if r is None else addresses(r) for r in refs))
 
 
-def watched_call(call: Callable[[], Any], leaves: Sequence[Any]
-                 ) -> tuple[Any, Observation | None]:
-    """Run ``call``, the call of a signature after the first, and read its buffers
-    as the first call's are read (:attr:`Entry.watch_next`); the call's result,
-    and them (``None`` where a computation failed: the program meets the error).
+def watched_call(entry: Any, call: Callable[[], Any], leaves: Sequence[Any]) -> Any:
+    """Run ``call``, the call of ``entry``'s signature after the first, where
+    :attr:`Entry.watch_next` asks for it, and keep its buffers, read as the
+    first call's are, as ``entry.observation_again``; the call's result.
 
     Unlike a first call's, they are read at once: the next call may donate this
     one's outputs, and then their addresses are gone. So where the call's inputs
     or outputs are still being computed, this waits for them, once per
-    signature, and only for a signature whose first call showed a miss.
+    signature, and only for a signature whose first call showed a miss. Where a
+    computation failed, nothing is kept (the program meets the error).
     """
+    entry.watch_next = False
     arrays = [x for x in leaves if isinstance(x, jax.Array) and not x.is_deleted()]
     if any(_compat.buffer_failure(x, wait=True) for x in arrays):
-        return call(), None
+        return call()
     before = [addresses(x) for x in leaves]
     out = call()
     outputs = [y for y in jax.tree_util.tree_leaves(out)
                if isinstance(y, jax.Array) and not y.is_deleted()]
-    if any(_compat.buffer_failure(y, wait=True) for y in outputs):
-        return out, None
-    seen = observe(before, leaves, out, late=False)
-    return out, seen if isinstance(seen, Observation) else None
+    if not any(_compat.buffer_failure(y, wait=True) for y in outputs):
+        seen = observe(before, leaves, out, late=False)
+        if isinstance(seen, Observation):
+            entry.observation_again = seen
+    return out
 
 
 def closed_refs_seen(seen: Observation | Unread | Failed, handles: Any,

@@ -400,20 +400,19 @@ def executable_fingerprint(compiled: Any) -> bytes | str | None:
     return value if isinstance(value, bytes | str) and value else None
 
 
-def executable_identity(compiled: Any) -> tuple[int, bytes | str | None] | None:
-    """The XLA executable JAX runs for ``compiled``, as integers and bytes: its
-    object's ``id`` and its fingerprint; ``None`` where it cannot be read.
+def executable_id(compiled: Any) -> int | None:
+    """The ``id`` of the XLA executable JAX runs for ``compiled``; ``None`` where
+    it cannot be read.
 
     JAX serves some new signatures of a jit object with an executable it
     already has (a NumPy array where a ``jax.Array`` was, for one: a new entry
     of its dispatch cache, but no trace, lowering or compile): then this is the
-    same as that signature's. The fingerprint guards the ``id`` against an
-    executable freed and another made at its address."""
+    same as that signature's (beside :func:`executable_fingerprint`, which
+    guards it against an executable freed and another made at its address)."""
     try:
-        executable = compiled.runtime_executable()
+        return id(compiled.runtime_executable())
     except Exception:
         return None
-    return id(executable), executable_fingerprint(compiled)
 
 
 class _WarningsProxy:

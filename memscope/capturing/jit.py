@@ -256,17 +256,19 @@ class MeasuredJit:
         # Another function object of the same code (a jit made in a loop) is the
         # same entry only where XLA compiled the same program: globals and
         # constants it reads may differ (a fingerprint of a few microseconds).
-        same_program = (self._memscope_key, self._memscope_spec.token, key,
-                        None if handles is None
-                        else _compat.executable_fingerprint(handles.compiled))
+        fingerprint = (None if handles is None
+                       else _compat.executable_fingerprint(handles.compiled))
+        same_program = (self._memscope_key, self._memscope_spec.token, key, fingerprint)
         entry = session.lookup(same_program)
         # A new signature JAX runs with an executable it has for an earlier one
         # of this jit object (it traced, lowered and compiled nothing): not a
-        # recompile, the same program.
-        same_executable = (None if handles is None else
+        # recompile, the same program. The fingerprint guards the executable's
+        # id against another made at a freed one's address.
+        executable = None if handles is None else _compat.executable_id(handles.compiled)
+        same_executable = (None if executable is None else
                            ("executable", self._memscope_identity, self._memscope_spec.token,
-                            _compat.executable_identity(handles.compiled)))
-        if entry is None and same_executable is not None and same_executable[-1] is not None:
+                            executable, fingerprint))
+        if entry is None and same_executable is not None:
             entry = session.lookup(same_executable)
             if (entry is not None and entry.observation_again is None
                     and isinstance(observation, Observation)):
@@ -305,7 +307,7 @@ class MeasuredJit:
         mine = entry
         entry = session.add(same_program, entry)
         session.alias(same_function, entry)
-        if same_executable is not None and same_executable[-1] is not None:
+        if same_executable is not None:
             session.alias(same_executable, entry)
         if handles is not None and entry is mine:
             plan = None

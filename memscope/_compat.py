@@ -999,15 +999,18 @@ def ref_addresses(x: Any) -> tuple[int, ...] | None:
     JAX writes a call's new value into the Ref's array object itself
     (``ArrayImpl._replace_with``, 0.7 to 0.10), which swaps its per-device
     buffers but not the ``addressable_shards`` it cached, which then name the
-    old, deleted ones. On one device the Ref's own ``unsafe_buffer_pointer()``
-    reads the current buffer (and, unlike ``addressable_data(0)``, leaves no
-    per-device array object behind for ``jax.live_arrays()`` to count); on
-    several, ``addressable_data(i)``.
+    old, deleted ones. From 0.9 they are read through a twin of the array
+    object (:func:`buffer_addresses`), which leaves nothing behind. Before, on one
+    device the Ref's own ``unsafe_buffer_pointer()`` reads the current buffer
+    (and, unlike ``addressable_data(0)``, leaves no per-device array object
+    behind for ``jax.live_arrays()`` to count); on several, ``addressable_data(i)``.
     """
     buf = ref_array(x)
     if buf is None or buf.is_deleted() or buffer_failure(buf, wait=False) is not None:
         return None
     try:
+        if ARRAY_TWINS:  # the buffers the array object holds now, through a twin
+            return buffer_addresses(buf)
         count = len(buf.sharding.addressable_devices)
         if count == 1:
             return (int(x.unsafe_buffer_pointer()),)
@@ -1498,11 +1501,37 @@ def frame_locals(frame: types.FrameType) -> list[tuple[str, Any]]:
 
 # --- address reads that leave arrays behind ---------------------------------------------
 
-#: Before JAX 0.10 reading a buffer's address (``unsafe_buffer_pointer()``,
-#: ``addressable_shards``) makes the array keep a Python array per device, which
-#: ``jax.live_arrays()`` lists beside it: the same buffer counted twice.
-ADDRESS_READ_MAKES_VIEWS: bool = _JAX_SERIES < (0, 10)
+#: JAX 0.9 brought ``ArrayImpl._rewrap_with_aval_and_sharding``: a second array
+#: object over the same device buffers. Reading a buffer's address through the
+#: array itself (``unsafe_buffer_pointer()`` on 0.9, ``addressable_shards`` or
+#: ``addressable_data`` on every series, ``_arrays`` on a sharded array) makes it
+#: cache a Python array per device, which ``jax.live_arrays()`` then lists beside
+#: it, for as long as the array lives: the program would see more live arrays
+#: than under python. Read through such a twin, the per-device arrays go with it.
+ARRAY_TWINS: bool = _JAX_SERIES >= (0, 9)
+#: Before 0.9 there is no twin, and the read leaves its per-device arrays behind:
+#: they are noted (weakly) so that memscope's own samples skip them.
+ADDRESS_READ_MAKES_VIEWS: bool = not ARRAY_TWINS
 _VIEWS: dict[int, weakref.ref[Any]] = {}
+
+
+def buffer_addresses(x: Any) -> tuple[int, ...]:
+    """The device address of each addressable shard's buffer of the ``jax.Array``
+    ``x``, in ``addressable_shards`` order, as integers; ``x`` keeps no per-device
+    array from the read where this JAX can avoid it (:data:`ARRAY_TWINS`).
+
+    Raises what the backend raises where it gives no raw addresses.
+    """
+    if ARRAY_TWINS:
+        twin = x._rewrap_with_aval_and_sharding(x.aval, x.sharding)
+        try:
+            return tuple(int(a.unsafe_buffer_pointer()) for a in twin._arrays)
+        finally:
+            del twin
+    try:
+        return tuple(int(shard.data.unsafe_buffer_pointer()) for shard in x.addressable_shards)
+    finally:
+        note_address_views(x)
 
 
 def note_address_views(x: Any) -> None:

@@ -24,6 +24,7 @@ from memscope import _compat
 from memscope.analysis.advice import AdviceLevel
 from memscope.analysis.run_memory import pruned_positions, resident
 from memscope.capturing import MeasuredJit, Session, capture
+from memscope.capturing.residency import live_bytes_per_device
 from memscope.compiled.tpu import TpuTarget
 from memscope.errors import MemscopeError
 from memscope.program.ending import EXIT_TERMINATED, Guard
@@ -211,8 +212,4 @@ def _in_use(session: Any) -> tuple[int, int | None] | None:
         return stats
     if not _compat.backends_initialized():
         return None
-    per_device: dict[Any, int] = {}
-    for array in jax.live_arrays():
-        for shard in array.addressable_shards:
-            per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.nbytes
-    return (max(per_device.values(), default=0), None)
+    return (max(live_bytes_per_device().values(), default=0), None)

@@ -348,3 +348,79 @@ def test_fit_takes_what_is_alive_outside_the_function_from_the_sample(tmp_path):
     assert f.held_bytes >= 512 * 1024 * 4 + 4
     assert f.budget_bytes == 64 * 2**20 - f.held_bytes
     assert "just before its calls" in f.held_note
+
+
+SHARDED_DONATED = """
+import jax, jax.numpy as jnp, json, pathlib, sys
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import numpy as np
+
+n = %(devices)d
+mesh = Mesh(np.array(jax.devices()[:n]), ("d",))
+split, whole = NamedSharding(mesh, P("d")), NamedSharding(mesh, P())
+state = {"w": jax.device_put(jnp.ones((1024, 64)), split),
+         "m": jax.device_put(jnp.zeros((1024, 64)), split),
+         "scale": jax.device_put(jnp.ones((64,)), whole)}  # replicated: whole on each
+
+def step(s):
+    w = s["w"] * 0.9 + s["m"] * s["scale"]
+    return {"w": w, "m": s["m"] * 0.5 + w, "scale": s["scale"] + 1}, jnp.sum(w)
+
+step = jax.jit(step, donate_argnums=0)
+seen, losses = [], []
+for i in range(4):
+    taken = {id(a) for a in jax.tree.leaves(state)}
+    outside = {}
+    for a in jax.live_arrays():
+        if id(a) in taken:
+            continue
+        # JAX's own placement of each shard (reading a.addressable_shards here
+        # would leave per-device arrays behind, which the next count would list)
+        for device, index in a.sharding.addressable_devices_indices_map(a.shape).items():
+            size = int(np.prod([len(range(*s.indices(d))) for s, d in zip(index, a.shape)]))
+            name = f"{device.platform}:{device.id}"
+            outside[name] = outside.get(name, 0) + size * a.dtype.itemsize
+    seen.append([len(jax.live_arrays()), outside])
+    state, loss = step(state)
+    losses.append(loss)
+pathlib.Path(sys.argv[1]).write_text(json.dumps(seen))
+print([len(jax.live_arrays())] + [float(x) for x in losses])
+"""
+
+
+@pytest.mark.parametrize("devices", [1, 4, 8])
+def test_sharded_donated_state_is_counted_once_per_device_as_jax_holds_it(tmp_path, devices,
+                                                                          capfd):
+    """A state sharded over the mesh and donated every step: what the run's samples
+    hold alive outside the step's arguments is what ``jax.live_arrays()`` holds,
+    device by device (the loss scalars), and memscope's reads of the buffers'
+    addresses leave the program no array it did not have under python."""
+    truth_file = tmp_path / "truth"
+    source = SHARDED_DONATED % {"devices": devices}
+    plain = tmp_path / "plain.py"
+    plain.write_text(textwrap.dedent(source))
+    import subprocess
+    import sys
+
+    expected = subprocess.run([sys.executable, str(plain), str(tmp_path / "plain_truth")],
+                              capture_output=True, text=True, check=True).stdout
+    capfd.readouterr()
+    report = _run(tmp_path, source, str(truth_file))
+    printed = capfd.readouterr().out
+    # The program's own view of its live arrays is the same as under python.
+    assert printed == expected
+    assert json.loads(truth_file.read_text()) == json.loads(
+        (tmp_path / "plain_truth").read_text())
+    seen = json.loads(truth_file.read_text())
+    run = report.runtime.run_memory
+    exact = {p.call: p for p in run.points if p.exact}
+    assert exact, "no call was sampled"
+    for call, point in exact.items():
+        _, outside = seen[call - 1]
+        truth = [outside.get(device, 0) for device in run.devices]
+        assert list(point.per_device) == truth, (call, run.devices)
+        assert point.resident_bytes == max(truth)
+        assert point.resident_bytes < 64 * 1024
+    high = run.high_water
+    assert high is not None and high.resident_bytes < 64 * 1024
+    assert not any(g.kind == "outside" and g.bytes > 1024 for g in high.groups)

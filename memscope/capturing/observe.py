@@ -178,8 +178,6 @@ def addresses(x: Any) -> Addresses:
     if not isinstance(x, jax.Array) or x.is_deleted() or _compat.buffer_failure(x, wait=False):
         return None  # a failed computation's array has no buffer to read (see _compat)
     try:
-        return tuple(shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards)
+        return _compat.buffer_addresses(x)
     except Exception:  # a backend without raw addresses
         return None
-    finally:
-        _compat.note_address_views(x)

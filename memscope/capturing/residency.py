@@ -363,6 +363,23 @@ def per_device_bytes(shape: tuple[int, ...], dtype: Any, sharding: Any, nbytes: 
         return tuple((f"{d.platform}:{d.id}", share) for d in devices)
 
 
+def live_bytes_per_device() -> dict[str, int]:
+    """Bytes of every live ``jax.Array`` on each device (``"cpu:0"``), each buffer
+    once: from shapes and shardings, reading no buffer (which would leave
+    per-device arrays behind) and skipping those memscope's address reads left."""
+    per_device: dict[str, int] = {}
+    arrays = jax.live_arrays()
+    try:
+        for a in arrays:
+            if _compat.is_address_view(a):
+                continue
+            for name, nbytes in per_device_bytes(a.shape, a.dtype, a.sharding, a.nbytes):
+                per_device[name] = per_device.get(name, 0) + nbytes
+    finally:
+        del arrays  # not one of the program's arrays stays alive through memscope
+    return per_device
+
+
 def _output_shapes(entry: Any) -> list[tuple[tuple[int, ...], Any]]:
     """(shape, dtype) of each flat output leaf of ``entry``'s calls."""
     shapes = getattr(entry, "output_shapes", None)

@@ -275,7 +275,6 @@ def test_the_output_history_names_only_what_no_variable_holds():
 
     from memscope.analysis.run_memory import OUTPUT_HISTORY, Holder
     from memscope.capturing.residency import OutputHistory, user_holders
-    from memscope.program.sites import NOT_USER
 
     shown, kept = jnp.ones(3), jnp.zeros(3)
     out = {4: shown, 5: kept}
@@ -284,13 +283,12 @@ def test_the_output_history_names_only_what_no_variable_holds():
     hidden = {name: namespace[name] for name in ("Out", "_oh", "_4", "_5", "_", "__")}
     history = OutputHistory(namespace, out, "Out",
                             lambda name: name in hidden and hidden[name] is namespace[name])
-    # No frame is the user's here (tests/ is skipped): the namespace is the program's globals.
-    found = user_holders((*NOT_USER, str(Path(__file__).parent)), {id(shown), id(kept)},
-                         history)
+    # No frame is looked at: the namespace is the program's globals.
+    found = user_holders({id(shown), id(kept)}, history, frame=None)
     assert found[id(kept)] == Holder("kept", "", "module", 0, 0)
     assert found[id(shown)] == Holder("Out[4]", "", OUTPUT_HISTORY, 0, 0, ("_4", "__"))
     namespace["_"] = shown  # bound by the user: a variable of theirs like any
-    found = user_holders((*NOT_USER, str(Path(__file__).parent)), {id(shown)}, history)
+    found = user_holders({id(shown)}, history, frame=None)
     assert found[id(shown)].name == "_"
 
 

@@ -26,6 +26,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis.recompiles import LeafShape, SignatureShape
+from memscope.program import sites
 from memscope.report import DonationHazard, HazardKind
 
 #: JAX's monitoring events that make up the cost of compiling one signature.
@@ -95,15 +96,15 @@ class DonationLedger:
         self.hazards: list[DonationHazard] = []
         self.deleted: DeletedFound | None = None
 
-    def record(self, entry: Any, call: int, leaves: Sequence[Any], donated: Sequence[int],
-               skip: tuple[str, ...]) -> None:
+    def record(self, entry: Any, call: int, leaves: Sequence[Any], donated: Sequence[int]
+               ) -> None:
         """Remember which leaves call number ``call`` of ``entry`` donates."""
-        self._recent.append(Donated(entry, call, caller_line(skip),
+        self._recent.append(Donated(entry, call, caller_line(),
                                     tuple((id(leaves[i]), i) for i in donated)))
 
     def check(self, function: str, source: str | None, call: int, leaves: Sequence[Any],
-              addresses: Sequence[Any], donated: Sequence[int], paths: Callable[[], list[str]],
-              skip: tuple[str, ...]) -> None:
+              addresses: Sequence[Any], donated: Sequence[int], paths: Callable[[], list[str]]
+              ) -> None:
         """Name each donated leaf whose buffer is another leaf's too."""
         chosen = set(donated)
         by_buffer: dict[Any, int] = {}
@@ -122,7 +123,7 @@ class DonationLedger:
         if not pairs:
             return
         names = paths()
-        line = caller_line(skip)
+        line = caller_line()
         for j, i in pairs:
             kind: HazardKind = ("donated_twice" if i in chosen and j in chosen
                                 else "donated_and_passed")
@@ -185,14 +186,11 @@ def _leaves(value: Any) -> list[Any]:
         return [value]
 
 
-def caller_line(skip: tuple[str, ...]) -> str | None:
-    """``path:line`` of the innermost frame outside the folders in ``skip``."""
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if not path.startswith(skip) and not path.startswith("<frozen"):
-            return f"{path}:{frame.f_lineno}"
-        frame = frame.f_back
+def caller_line() -> str | None:
+    """``path:line`` of the innermost frame of the user's code
+    (:func:`memscope.program.sites.is_users`)."""
+    for frame in sites.user_frames(sys._getframe(1)):
+        return f"{frame.f_code.co_filename}:{frame.f_lineno}"
     return None
 
 

@@ -44,7 +44,7 @@ from memscope.compiled.read import (
     take_compiled,
 )
 from memscope.program import sites
-from memscope.program.sites import NOT_USER, definition, library, site_text
+from memscope.program.sites import definition, library, site_text
 from memscope.report import (
     MeasuredMemory,
 )
@@ -202,8 +202,7 @@ class MeasuredJit:
                 raise
             entry.calls += 1
             if entry.donated:  # after the call: only a call that ran donated anything
-                session.ledger.record(entry, session.calls + 1, leaves, entry.donated,
-                                      NOT_USER)
+                session.ledger.record(entry, session.calls + 1, leaves, entry.donated)
         session.after_call(entry, out, pending)
         session.count_call(repeat=entry.calls > 1)
         return out
@@ -295,7 +294,7 @@ class MeasuredJit:
         entry.key, entry.compile_seconds, entry.donated = key, compile_seconds, donated
         entry.first_call = session.calls + 1
         if donated:
-            session.ledger.record(entry, entry.first_call, leaves, donated, NOT_USER)
+            session.ledger.record(entry, entry.first_call, leaves, donated)
         if memory_before is not None and memory_after is not None:
             entry.measured = MeasuredMemory(memory_before[0], *memory_after,
                                             peak_bytes_in_use_before=memory_before[1])
@@ -369,7 +368,7 @@ class MeasuredJit:
         """Count a first call of this jit object under ``entry``: the same program."""
         session = self._memscope_session
         if entry.donated:
-            session.ledger.record(entry, session.calls + 1, leaves, entry.donated, NOT_USER)
+            session.ledger.record(entry, session.calls + 1, leaves, entry.donated)
         entry.calls += 1
         self._memscope_seen[key] = entry
 
@@ -389,7 +388,7 @@ class MeasuredJit:
             session.ledger.check(
                 self._memscope_name, self._memscope_source, session.calls + 1, leaves,
                 addresses, donated, lambda: between.leaf_paths(
-                    arguments, argument_values(arguments, args, kwargs)), NOT_USER)
+                    arguments, argument_values(arguments, args, kwargs)))
         except Exception:  # never let the measurement break the program
             return ()
         return donated
@@ -436,7 +435,7 @@ class MeasuredJit:
     def stamp(self, entry: Entry) -> None:
         """Record on ``entry`` where the jit was made and where this call came from."""
         entry.jit_site, entry.jit_file_sha256 = self._memscope_site
-        where = sites.user_frame(NOT_USER)
+        where = sites.user_frame()
         entry.call_site = site_text(where) if where is not None else None
 
     def _entry(self, key: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -481,7 +480,7 @@ def is_jax_internal(fun: Any) -> bool:
 def _site(session: Session) -> tuple[str | None, str | None]:
     """``(path:line, file SHA-256)`` of the user's code making a jit now."""
     try:
-        where = sites.user_frame(NOT_USER)
+        where = sites.user_frame()
         if where is None:
             return None, None
         return site_text(where), sites.file_sha256(where[0], session.file_hashes)

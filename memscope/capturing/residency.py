@@ -42,6 +42,7 @@ from memscope.analysis.growth import GroupKey, GroupSample, growing
 from memscope.analysis.run_memory import OUTPUT_HISTORY, CallLog, Holder, RawGroup, RawSample
 from memscope.capturing.between import caller_line
 from memscope.compiled.read import describe_sharding
+from memscope.program import sites
 from memscope.report import LiveGrowth, LiveSample, LiveTimeline, is_host_kind
 
 #: Largest share of the run's time the samples may take (before first calls of
@@ -89,20 +90,17 @@ class _Attribution:
 
 
 class RunSampler:
-    """Live arrays before top-level calls (see the module's docstring).
+    """Live arrays before top-level calls (see the module's docstring). The line
+    that made a call and the variables that hold arrays are the user's code's
+    (:func:`memscope.program.sites.is_users`)."""
 
-    ``skip``: the folders whose frames are not the user's (memscope, installed
-    packages), for the line that made a call and the variables that hold arrays.
-    """
-
-    def __init__(self, skip: tuple[str, ...] = ()) -> None:
+    def __init__(self) -> None:
         self.samples: list[RawSample] = []
         self.groups: list[GroupSample] = []
         self.seconds = 0.0
         self.origin = time.perf_counter()
         self.log = CallLog(array("d"), array("d"), array("i"), [], array("q"))
         self.unlogged = 0
-        self._skip = skip
         self._due = 0.0
         #: seconds of samples before first calls, and of JAX's compiles they preceded
         self._first_seconds = 0.0
@@ -222,7 +220,7 @@ class RunSampler:
                 unnamed.append((id(a), (producer, key)))
             count_all = len(arrays)
             if unnamed:
-                holders = user_holders(self._skip, {i for i, _ in unnamed}, self.history)
+                holders = user_holders({i for i, _ in unnamed}, self.history)
             for array_id, (producer, key) in unnamed:
                 holder = holders.get(array_id) if holders else None
                 group = groups.get((producer, holder, key))
@@ -234,7 +232,7 @@ class RunSampler:
         self._made_by = kept
         sample = RawSample(call=call, seconds=start - self.origin, count=count_all,
                            total_bytes=sum(n * each for n, each, _ in counts.values()),
-                           line=caller_line(self._skip) if leaves else None,
+                           line=caller_line() if leaves else None,
                            arguments=tuple(args), groups=self._raw_groups(groups, counts),
                            unattributed=unsure)
         self._keep(sample, self._growth_sample(call, counts, seen))
@@ -423,37 +421,42 @@ class OutputHistory:
     shell_name: Callable[[str], bool]
 
 
-def user_holders(skip: tuple[str, ...], wanted: set[int],
-                 history: OutputHistory | None = None) -> dict[int, Holder]:
+#: :func:`user_holders` starts from its caller's frame
+CALLER: Any = object()
+
+
+def user_holders(wanted: set[int], history: OutputHistory | None = None, *,
+                 frame: types.FrameType | None = CALLER) -> dict[int, Holder]:
     """For the arrays whose ids are in ``wanted``: the user's variable that holds
-    each (a local of a frame of the user's code, a global of its module; inside
-    lists, dicts and other pytrees, and one attribute deep in an object),
-    innermost frame first; then, with ``history``, the globals it names and the
-    entries of its output history."""
+    each (a local of a frame of the user's code, from ``frame`` outwards, a
+    global of its module; inside lists, dicts and other pytrees, and one
+    attribute deep in an object), innermost frame first; then, with ``history``,
+    the globals it names and the entries of its output history. ``frame=None``
+    looks at no frame."""
     found: dict[int, Holder] = {}
-    frame: types.FrameType | None = sys._getframe(1)
     modules: set[int] = set()  # the globals read already (a module's, once)
     budget = [MAX_HOLDER_LEAVES]
-    while frame is not None and len(found) < len(wanted):
-        code = frame.f_code
+    start = sys._getframe(1) if frame is CALLER else frame
+    for here in sites.user_frames(start, limit=None):
+        if len(found) >= len(wanted):
+            break
+        code = here.f_code
         path = code.co_filename
-        if not path.startswith(skip) and not path.startswith("<frozen"):
-            scope = "module" if code.co_name == "<module>" else code.co_name
-            where = (path, scope, code.co_firstlineno, frame.f_lineno)
-            # A module's frame: its locals are its namespace (no snapshot to leave behind).
-            namespace = frame.f_locals if scope == "module" else None
-            if namespace is None or id(namespace) not in modules:
-                for name, value in _own(_compat.frame_locals(frame), namespace, history):
-                    _name_leaves(value, Holder(name, *where), wanted, found, budget)
-            if namespace is None and id(frame.f_globals) not in modules:
-                for name, value in _own(list(frame.f_globals.items()), frame.f_globals,
-                                        history):
-                    _name_leaves(value, Holder(name, path, "module", 0, 0), wanted,
-                                 found, budget)
-            modules.add(id(frame.f_globals))
-            if namespace is not None:
-                modules.add(id(namespace))
-        frame = frame.f_back
+        scope = "module" if code.co_name == "<module>" else code.co_name
+        where = (path, scope, code.co_firstlineno, here.f_lineno)
+        # A module's frame: its locals are its namespace (no snapshot to leave behind).
+        namespace = here.f_locals if scope == "module" else None
+        if namespace is None or id(namespace) not in modules:
+            for name, value in _own(_compat.frame_locals(here), namespace, history):
+                _name_leaves(value, Holder(name, *where), wanted, found, budget)
+        if namespace is None and id(here.f_globals) not in modules:
+            for name, value in _own(list(here.f_globals.items()), here.f_globals,
+                                    history):
+                _name_leaves(value, Holder(name, path, "module", 0, 0), wanted,
+                             found, budget)
+        modules.add(id(here.f_globals))
+        if namespace is not None:
+            modules.add(id(namespace))
     if history is not None and len(found) < len(wanted):
         if id(history.namespace) not in modules:  # the program's globals, seen from no frame
             for name, value in _own(list(history.namespace.items()), history.namespace,

@@ -29,7 +29,6 @@ from memscope.compiled.read import (
     describe_sharding,
 )
 from memscope.errors import MemscopeError, TargetStopped
-from memscope.program.sites import NOT_USER
 from memscope.report import (
     LiveArray,
     LiveArrays,
@@ -97,7 +96,7 @@ class Session:
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
         self.clock = between.CompileClock()
-        self.live_sampler = residency.RunSampler(NOT_USER)
+        self.live_sampler = residency.RunSampler()
         self.ledger = between.DonationLedger()
         #: memscope's work off the program's path (see :mod:`memscope.capturing.worker`)
         self.worker = Worker()

@@ -20,6 +20,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def module_option(f: F) -> F:
+    """``-m`` (run SCRIPT as a module) and ``--user-package NAME`` (repeatable)."""
+    f = click.option("--user-package", "user_packages", multiple=True, metavar="NAME",
+                     help="Count the installed package NAME as your own code too "
+                          "(repeatable): its functions get the advice, and its lines "
+                          "are call sites. The script's folder, and with -m the "
+                          "package the module is in, are always yours.")(f)
     return click.option("-m", "--module", "as_module", is_flag=True,
                         help="Run SCRIPT as a module, like python -m.")(f)
 

@@ -68,7 +68,7 @@ from memscope.report import Report, load_report, save_report
 def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
           report_file: str | None, config_file: str | None, max_increase: tuple[str, ...],
           max_increase_bytes: tuple[str, ...], strict_env: bool, allow_empty: bool,
-          output_format: str, junit_xml: str | None, output: str | None, as_module: bool,
+          output_format: str, junit_xml: str | None, output: str | None, as_module: bool, user_packages: tuple[str, ...],
           accelerator: str | None, target: str | None, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or check --report REPORT.json) and compare every jitted
     function with --baseline and the budgets in [tool.memscope].
@@ -95,7 +95,8 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
                              + misplaced)
     if accelerator is not None and target is None:
         raise MemscopeError("--target compiles a SCRIPT's functions: give the SCRIPT")
-    what = None if target is None else Target(target, tuple(args), module=as_module)
+    what = None if target is None else Target(target, tuple(args), module=as_module,
+                     packages=user_packages)
     if what is not None:
         check_target(what)
     paths = output_paths(what, output=output, junit_xml=junit_xml,

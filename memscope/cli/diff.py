@@ -43,7 +43,7 @@ from memscope.variants.donations import VariantRequest
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_changed: bool,
-         as_module: bool, stop_after: int | None, output: str | None, target: str,
+         as_module: bool, user_packages: tuple[str, ...], stop_after: int | None, output: str | None, target: str,
          args: tuple[str, ...]) -> None:
     """Compare a script's functions as written with another donation, each compiled
     and measured:
@@ -70,7 +70,8 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
                             "numbers, names, all or none); to compare two reports give "
                             "OLD.json NEW.json" + hint)
     request = VariantRequest(parse_spec(spec), frozenset(functions) or None)
-    what = Target(target, tuple(args), module=as_module)
+    what = Target(target, tuple(args), module=as_module,
+                     packages=user_packages)
     check_target(what)
     saved = output_paths(what, output=output)["output"]
     guard = ctx.with_resource(Guard())

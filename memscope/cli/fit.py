@@ -39,7 +39,7 @@ EXIT_NOTHING_FITS = 1
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def fit(ctx: click.Context, as_module: bool, function: str | None, batch: tuple[str, ...],
+def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], function: str | None, batch: tuple[str, ...],
         memory: str | None, stop_after: int | None, accelerator: str | None, fmt: str,
         target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... until its loop begins (a jitted signature called a
@@ -55,7 +55,8 @@ def fit(ctx: click.Context, as_module: bool, function: str | None, batch: tuple[
     budget on a device without a limit, a function that does not trace or
     compile at another size with what --batch resizes).
     """
-    what = Target(target, tuple(args), module=as_module)
+    what = Target(target, tuple(args), module=as_module,
+                     packages=user_packages)
     check_target(what)
     budget = parse_size(memory) if memory is not None else None
     done = run_fit(what, function=function, batch=batch, memory=budget,

@@ -29,7 +29,7 @@ from memscope.render.fix import render_checks, render_diff, render_problems
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def fix(ctx: click.Context, as_module: bool, write: bool, functions: tuple[str, ...],
+def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], write: bool, functions: tuple[str, ...],
         keep: bool, stop_after: int, target: str, args: tuple[str, ...]) -> None:
     """Write memscope's donation advice into SCRIPT's own jit calls.
 
@@ -42,7 +42,8 @@ def fix(ctx: click.Context, as_module: bool, write: bool, functions: tuple[str, 
     5 an edit was refused (nothing written); 6 the edited program measured
     differently from the advice (files restored unless --keep).
     """
-    what = Target(target, tuple(args), module=as_module)
+    what = Target(target, tuple(args), module=as_module,
+                     packages=user_packages)
     check_target(what)
     try:
         before = fixing.capture(what, stop_after=stop_after, advice="advised")

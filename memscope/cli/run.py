@@ -73,7 +73,7 @@ from memscope.variants.remat import remat_setting
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
+def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], output: str | None, quiet: bool,
         advice: AdviceLevel | None, no_advice: bool, remat: bool | None,
         remat_flops: float | None, stop_after: int | None, strict: bool,
         detail: bool, output_format: str, buffers: bool, html: str | None, trace: str | None, accelerator: str | None,
@@ -97,7 +97,8 @@ def run(ctx: click.Context, as_module: bool, output: str | None, quiet: bool,
     if no_advice and advice not in (None, "off"):
         raise click.UsageError(f"--no-advice and --advice {advice} contradict each other; "
                                "give one of them")
-    what = Target(target, tuple(args), module=as_module)
+    what = Target(target, tuple(args), module=as_module,
+                     packages=user_packages)
     check_target(what)
     level: AdviceLevel = "off" if no_advice else advice or "advised"
     paths = output_paths(what, output=output, html=html, trace=trace)

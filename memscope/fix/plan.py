@@ -116,6 +116,7 @@ def capture(target: Target, *, stop_after: int, advice: AdviceLevel) -> Report:
         out = os.path.join(folder, "report.json")
         command = [sys.executable, "-m", "memscope", "run", "-q", "--advice", advice,
                    "--stop-after", str(stop_after), "-o", out,
+                   *(f"--user-package={name}" for name in target.packages),
                    *(["-m"] if target.module else []), target.name, *target.args]
         done = subprocess.run(command, capture_output=True, text=True, env=_env(),
                               check=False)
@@ -184,6 +185,9 @@ def plan(report: Report, functions: Iterable[str] | None = None) -> Plan:
         except FixRefused as e:
             refusals.append(str(e))
     changes = [c for c in changes if c.after != c.before]
+    refusals.extend(f"{c.path}: it is in an installed package, not edited (reinstalling "
+                    "the package would undo it): the diff below is the change to make in "
+                    "its source" for c in changes if sites.is_installed(c.full_path))
     return Plan(tuple(advised), tuple(changes), tuple(refusals), tuple(notes),
                 "".join(_diff(c) for c in changes))
 
@@ -213,9 +217,6 @@ def _request(f: FunctionReport) -> tuple[Advised, str, EditRequest]:
         raise FixRefused("memscope did not see which line of your code jitted it")
     path, line = _site(f.jit_site)
     full = os.path.realpath(path)
-    if full.startswith(sites.installed_roots()):
-        raise FixRefused(f"it is jitted in an installed package ({path}), not in your "
-                         "own files")
     donate: Donate = parse_setting(f.advice.setting)
     variant = f.variant("advised")
     aliased = {b.path for b in (variant.inputs if variant else ()) if b.fate == "aliased"}

@@ -33,11 +33,15 @@ _PYTHON_SUFFIXES = (".py", ".pyw")
 
 @dataclass(frozen=True)
 class Target:
-    """What to run: a script path, or a module name when ``module`` is true."""
+    """What to run: a script path, or a module name when ``module`` is true.
+
+    ``packages`` names more packages as the user's code (``--user-package``),
+    beside the target's own (see :func:`user_code`)."""
 
     name: str
     args: tuple[str, ...] = ()
     module: bool = False
+    packages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,14 @@ def check_target(target: Target) -> None:
 
     Raises:
         TargetError: missing file, a folder without ``__main__.py``, a file that
-            is not Python source, a syntax error, or an unknown module.
+            is not Python source, a syntax error, an unknown module, or an
+            unknown ``--user-package``.
     """
     if target.module:
         _check_module(target.name)
+        user_code(target)
         return
+    user_code(target)
     path = target.name
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "__main__.py")):
@@ -80,6 +87,50 @@ def check_target(target: Target) -> None:
         raise TargetError(f"{where}: syntax error: {message}") from None
 
 
+def user_code(target: Target) -> sites.UserCode:
+    """The files that are the user's code in ``target``'s run, wherever they are
+    installed: a script's own folder; for ``-m``, the top-level package (or
+    module) the target runs from; and each package of ``target.packages``.
+    Found through the import system's finders, importing nothing.
+
+    Raises:
+        TargetError: a package of ``target.packages`` that cannot be found.
+    """
+    roots: list[str] = []
+    if target.module:
+        top = target.name.split(".")[0]  # the whole package the module is in
+        roots.extend(_package_roots(top, Target(target.name, module=True)))
+    else:
+        folder = os.path.abspath(target.name)
+        roots.append(os.path.realpath(folder if os.path.isdir(folder)
+                                      else os.path.dirname(folder)) + os.sep)
+    for name in target.packages:
+        found = _package_roots(name, target)
+        if not found:
+            raise TargetError(f"--user-package {name}: no package or module {name!r} "
+                              "is installed where the target would import it from")
+        roots.extend(found)
+    return sites.UserCode(roots=tuple(dict.fromkeys(roots)), packages=target.packages)
+
+
+def _package_roots(name: str, target: Target) -> list[str]:
+    """Where the package (``maxtext``) or module named ``name`` lives, as the
+    target's ``sys.path`` finds it: its folders, or its file; a dotted name
+    (``maxtext.trainers``) names the folder of that subpackage."""
+    top, *rest = name.split(".")
+    with _main_sys_path(target):
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(top, sys.path)
+        except (ImportError, ValueError):
+            spec = None
+    if spec is None:
+        return []
+    folders = list(spec.submodule_search_locations or ())
+    if not folders:  # a single-file module: the file is the user's
+        return [os.path.realpath(spec.origin)] if spec.origin else []
+    return [os.path.realpath(os.path.join(folder, *rest)) + os.sep for folder in folders]
+
+
 def _check_module(name: str) -> None:
     try:
         with _main_sys_path(Target(name, module=True)):
@@ -98,7 +149,7 @@ def run_target(target: Target, *, on_finish: Callable[[], None] | None = None,
     with, or the frames of the exception that ended it. ``on_error`` is given
     the exception that ended the target, while its frames are at hand.
     """
-    with _as_main(target):
+    with _as_main(target), sites.as_program_code(user_code(target)):
         try:
             try:
                 _run(target)
@@ -142,6 +193,10 @@ def _run(target: Target) -> None:
                              __package__=None, __spec__=None)
     sys.modules["__main__"] = module
     exec(code, module.__dict__)
+
+
+# The program's stack ends at _run: its callers are memscope's launcher.
+sites.stop_at(_run.__code__)
 
 
 def _fresh_main(**attributes: Any) -> types.ModuleType:

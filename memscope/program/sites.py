@@ -9,6 +9,7 @@ fix never edits a file that changed since.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -17,7 +18,8 @@ import os
 import sys
 import sysconfig
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -55,30 +57,119 @@ def source_name(path: str) -> str | None:
 
 def installed_roots() -> tuple[str, ...]:
     """The folders of installed packages and the standard library, longest first,
-    each ending in a path separator: code there is not the user's own."""
+    each ending in a path separator: code there is not the user's own, unless
+    the program names it so (:class:`UserCode`)."""
     paths = sysconfig.get_paths()
     roots = {os.path.realpath(paths[k]) for k in ("purelib", "platlib", "stdlib")
              if k in paths}
     return tuple(sorted((r + os.sep for r in roots), key=len, reverse=True))
 
 
-def user_frame(skip: Sequence[str]) -> tuple[str, int] | None:
-    """``(absolute path, line)`` of the innermost caller whose file lies in none of
-    the folders ``skip`` (each ending in a path separator); ``None`` if no frame
-    within :data:`MAX_FRAMES` does, or its file is not a real one
-    (``<string>``, a frozen module)."""
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(MAX_FRAMES):
-        if frame is None:
-            return None
+_INSTALLED = installed_roots()
+
+
+@dataclass(frozen=True)
+class UserCode:
+    """Which source files are the program's own: those outside installed packages,
+    the standard library and memscope, and, wherever they are installed, the
+    files under ``roots``: the package a ``python -m`` target runs from, a script's
+    own folder, and packages the user names (``--user-package``). A user's
+    installed trainer (``memscope run -m maxtext.trainers.pre_train.train``) is
+    then the user's code: its functions get the advice, and its lines are the
+    call sites.
+
+    ``roots`` are real paths, each a folder ending in a path separator; the
+    longest root that holds a file decides, so a virtual environment inside the
+    user's project is still installed code. ``packages`` names the packages
+    given, as the user wrote them, for the report.
+    """
+
+    roots: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+
+    def owns(self, real_path: str) -> bool:
+        """Is the file at ``real_path`` (a real path) the user's?"""
+        if real_path.startswith(OWN_FILES):
+            return False
+        installed = max((len(r) for r in _INSTALLED if real_path.startswith(r)), default=-1)
+        if installed < 0:
+            return True
+        return any(len(r) > installed and real_path.startswith(r) for r in self.roots)
+
+
+def is_installed(real_path: str) -> bool:
+    """Is the file at ``real_path`` in an installed package or the standard library
+    (whether or not the program counts it as its own)?"""
+    return real_path.startswith(_INSTALLED)
+
+
+#: The program's own code for this process: set by the run (:func:`program_code`).
+_code = UserCode()
+#: Code objects whose frames end the program's stack: what calls them is memscope's
+#: launcher (its console script, click, runpy), never the program's.
+_STOPS: set[types.CodeType] = set()
+
+
+def program_code() -> UserCode:
+    """What this process counts as the user's code now (see :class:`UserCode`)."""
+    return _code
+
+
+@contextlib.contextmanager
+def as_program_code(code: UserCode) -> Iterator[None]:
+    """Within the block, ``code`` says which files are the user's."""
+    global _code
+    saved, _code = _code, code
+    try:
+        yield
+    finally:
+        _code = saved
+
+
+def stop_at(code: types.CodeType) -> None:
+    """Frames of ``code`` (the one that starts the program: the runner) and every
+    frame above them are not the program's: a walk up the stack ends there."""
+    _STOPS.add(code)
+
+
+def is_users(path: str) -> bool:
+    """Is ``path`` (a frame's ``co_filename``) the user's code? A named source
+    (a notebook's cell) and code the program compiled from a string
+    (``<string>``) are; frozen modules (the import system, runpy) are not."""
+    if source_name(path) is not None:
+        return True
+    if path.startswith("<"):
+        return not path.startswith("<frozen")
+    return _code.owns(_realpath(path))
+
+
+def user_frames(frame: FrameType | None, limit: int | None = MAX_FRAMES
+                ) -> Iterator[FrameType]:
+    """The frames of the user's code from ``frame`` outwards (innermost first),
+    within ``limit`` frames (``None``: all) and below the frame that started
+    the program (:func:`stop_at`)."""
+    steps = 0
+    while frame is not None and frame.f_code not in _STOPS:
+        if limit is not None and steps >= limit:
+            return
+        if is_users(frame.f_code.co_filename):
+            yield frame
+        frame = frame.f_back
+        steps += 1
+
+
+def user_frame() -> tuple[str, int] | None:
+    """``(absolute path, line)`` of the innermost caller in the user's code
+    (:func:`is_users`); ``None`` if no frame within :data:`MAX_FRAMES` is, or its
+    file is not a real one (``<string>``)."""
+    for frame in user_frames(sys._getframe(1)):
         path = frame.f_code.co_filename
         if source_name(path) is not None:  # a notebook's cell: the user's, in no file
             return path, frame.f_lineno
-        if not path.startswith("<"):
-            real = _realpath(path)
-            if not real.startswith(tuple(skip)):
-                return (real, frame.f_lineno) if os.path.isfile(real) else None
-        frame = frame.f_back
+        if path.startswith("<"):  # code from a string: no line to show, look further out
+            continue
+        real = _realpath(path)
+        return (real, frame.f_lineno) if os.path.isfile(real) else None
     return None
 
 
@@ -103,19 +194,16 @@ def file_sha256(path: str, cache: dict[str, str | None] | None = None) -> str | 
     return digest
 
 
-_INSTALLED = installed_roots()
-#: Frames that are not the user's: memscope's own and installed packages'.
-NOT_USER = (OWN_FILES, *_INSTALLED)
-
-
 def library(fun: Any) -> str | None:
     """The installed package (``optax``) that defines ``fun``; ``None`` for the
-    user's own code. Its jits are the library's: reported, never given advice
-    the user cannot apply."""
+    user's own code (:func:`is_users`). Its jits are the library's: reported,
+    never given advice the user cannot apply."""
     code = getattr(inspect.unwrap(base_function(fun)), "__code__", None)
     if code is None:
         return None
-    path = os.path.realpath(code.co_filename)
+    path = _realpath(code.co_filename)
+    if _code.owns(path):
+        return None
     for root in _INSTALLED:
         if path.startswith(root):
             return path[len(root):].split(os.sep)[0].removesuffix(".py")

@@ -34,7 +34,7 @@ import numpy as np
 
 from memscope import _compat, _frameworks
 from memscope.compiled.read import CompiledFacts, CompiledHandles, compiled_memory
-from memscope.program.sites import OWN_FILES, display_path, library
+from memscope.program.sites import display_path, is_users, library
 from memscope.report import (
     Differentiation,
     Remat,
@@ -226,7 +226,7 @@ def _caller() -> tuple[str, str | None, str | None]:
     while frame is not None:
         code = frame.f_code
         package = library(_Code(code))
-        if package is None and not code.co_filename.startswith(OWN_FILES):
+        if package is None and is_users(code.co_filename):
             return api, name, f"{display_path(code.co_filename)}:{frame.f_lineno}"
         if package == "jax" and code.co_name in _JAX_APIS:
             api = _JAX_APIS[code.co_name]

@@ -4,7 +4,9 @@ Exit codes (documented in docs/cli.md):
 
 * the target's own exit code passes through ``memscope run``;
 * 1: the target raised an uncaught exception;
-* 2: memscope could not do what was asked: a missing or unreadable target,
+* 2 (:data:`EXIT_USAGE`): a usage error (click's own too: an unknown option
+  or subcommand, a missing argument, a bad option value), or memscope could not
+  do what was asked: a missing or unreadable target,
   a syntax error, an unknown module, a corrupt report, a target that called
   no jitted function, a malformed config or size, a JAX older than the
   supported series (before 0.7), or one without a private attribute capturing

@@ -134,6 +134,79 @@ def test_run_output_that_is_a_folder_fails_before_running(
     assert not marker.exists()
 
 
+# --- click's own usage errors: one line, exit 2, for the group and every subcommand ---
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("bogus",), "no such command 'bogus' (see 'memscope --help')"),
+    (("--bogus",), "no such option '--bogus' (see 'memscope --help')"),
+    (("run",), "missing argument 'SCRIPT' (see 'memscope run --help')"),
+    (("run", "--advice", "bogus", "x.py"),
+     "invalid value for '--advice': 'bogus' is not one of 'off', 'advised', 'full' "
+     "(see 'memscope run --help')"),
+    (("run", "--stop-after", "0", "x.py"),
+     "invalid value for '--stop-after': 0 is not in the range x>=1 "
+     "(see 'memscope run --help')"),
+    (("run", "--no-advice", "--advice", "full", "x.py"),
+     "--no-advice and --advice full contradict each other; give one of them "
+     "(see 'memscope run --help')"),
+    (("fit", "--memory"), "option '--memory' requires an argument (see 'memscope fit --help')"),
+    (("check", "--max-increase"),
+     "option '--max-increase' requires an argument (see 'memscope check --help')"),
+    (("diff",), "missing argument 'SCRIPT|OLD.json' (see 'memscope diff --help')"),
+    (("merge",), "missing argument 'REPORT.json...' (see 'memscope merge --help')"),
+    (("show", "a.json", "b.json"),
+     "got unexpected extra argument (b.json) (see 'memscope show --help')"),
+    (("fix", "--function"), "option '--function' requires an argument "
+                            "(see 'memscope fix --help')"),
+])
+def test_click_usage_errors_are_one_line(args: tuple[str, ...], line: str) -> None:
+    result = invoke(*args)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"memscope: error: {line}\n")
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_subcommand_says_an_unknown_option_in_one_line(name: str) -> None:
+    message = cli_error(name, "--no-such-option", "x")
+    assert message.startswith("no such option '--no-such-option'"), message
+    assert message.endswith(f" (see 'memscope {name} --help')")
+
+
+def test_a_value_that_is_not_printable_is_escaped_in_the_line() -> None:
+    message = cli_error("show", "--format", "\x1b[31m\nx", "r.json")
+    assert message.startswith("invalid value for '--format': '\\x1b[31m\\nx' is not one of")
+
+
+def test_a_usage_error_runs_nothing(valid_script: tuple[Path, Path]) -> None:
+    script, marker = valid_script
+    cli_error("run", "--no-advice", "--advice", "full", str(script))
+    cli_error("run", "--advice", "bogus", str(script))
+    assert not marker.exists()
+
+
+def test_bad_options_after_the_script_are_the_scripts(tmp_path: Path) -> None:
+    path = write(tmp_path / "argv.py", "import sys\nprint('ARGV', sys.argv[1:])\n")
+    result = invoke("run", "-q", str(path), "--advice", "bogus", "--no-such", "-o")
+    assert "ARGV ['--advice', 'bogus', '--no-such', '-o']" in result.stdout
+    assert "memscope: error" not in result.stderr
+    assert result.exit_code == 2  # the script ran and called no jitted function
+
+
+def test_bare_memscope_still_prints_its_help() -> None:
+    # click 8.2 and later: the help on stderr, exit 2 (8.1: stdout, exit 0)
+    result = invoke()
+    assert result.output.startswith("Usage: memscope [OPTIONS] COMMAND [ARGS]...\n")
+    assert "Commands:" in result.output and "memscope: error" not in result.output
+
+
+def test_version_is_unchanged() -> None:
+    from memscope.version import __version__
+
+    result = invoke("--version")
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        0, f"memscope, version {__version__}\n", "")
+
+
 # --- memscope show: files that are not reports ------------------------------------
 
 
@@ -314,6 +387,14 @@ def test_installed_help_after_the_script_goes_to_the_script(tmp_path: Path) -> N
     assert "ARGV ['argv.py', '--help']" in proc.stdout
     assert "Usage:" not in proc.stdout + proc.stderr
     assert proc.returncode == 2
+
+
+def test_installed_usage_error_is_one_line(tmp_path: Path) -> None:
+    proc = run_installed("run", "--advice", "bogus", "x.py", cwd=tmp_path)
+    message = assert_one_line_error(proc.returncode, proc.stdout, proc.stderr)
+    assert message == ("invalid value for '--advice': 'bogus' is not one of 'off', 'advised', "
+                       "'full' (see 'memscope run --help')")
+    assert proc.stdout == ""
 
 
 def test_installed_run_module_in_working_directory(tmp_path: Path) -> None:

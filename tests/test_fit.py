@@ -4,6 +4,7 @@ while the next size up does not, both compiled here independently."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -16,7 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from memscope.cli import cli
+from memscope.errors import MemscopeError
 from memscope.report import peak_rule
+from memscope.variants.donation import Argument
+from memscope.variants.fit import KeptCall, choose_batch
 from tests.samples import sample_module
 from tests.test_samples import MEMSCOPE, SAMPLES
 
@@ -152,6 +156,85 @@ def test_batch_arguments_of_different_sizes_or_named_twice_are_refused():
         result = runner.invoke(cli, ["fit", "--memory", "8MiB", *args, str(MLP)])
         assert result.exit_code == 2, result.output
         assert result.stderr == f"memscope: error: {line}\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """A recorded call as choose_batch reads it: the call in shapes."""
+
+    call: KeptCall
+    name: str = "step"
+    source: str | None = None
+    facts: None = None
+    variants: tuple = ()
+
+
+def _entry(**arguments) -> _Entry:
+    values = tuple(arguments.values())
+    leaves = [len(jax.tree_util.tree_leaves(v)) for v in values]
+    starts = [sum(leaves[:k]) for k in range(len(values))]
+    return _Entry(KeptCall(None, values, {}, tuple(
+        Argument(k, name, True, tuple(range(start, start + n)))
+        for k, (name, start, n) in enumerate(zip(arguments, starts, leaves, strict=True)))))
+
+
+def _f32(*shape: int) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+ENTRY = _entry(x=_f32(32, 64), y=_f32(32, 10), mixed={"a": _f32(8, 3), "b": _f32(8)},
+               counted={"a": _f32(8, 3), "n": _f32()}, v=_f32(5),
+               pair=(_f32(8, 3), _f32(8, 4)))
+
+
+@pytest.mark.parametrize(("specs", "axes", "size", "note"), [
+    (("x:-1",), (1,), 64, "x, axis 1 (given; x:-1 is axis 1)"),
+    (("x:-2", "y:-2"), (0, 0), 32, "x, y, axis 0 (given; x:-2 is axis 0, y:-2 is axis 0)"),
+    (("1:-1",), (1,), 10, "y, axis 1 (given; y:-1 is axis 1)"),
+    # a scalar has no axis: the rank is the other arrays'
+    (("counted:-1",), (1,), 3, "counted, axis 1 (given; counted:-1 is axis 1)"),
+    (("x:0",), (0,), 32, "x, axis 0 (given)"),
+])
+def test_a_negative_batch_axis_counts_from_the_end(specs, axes, size, note):
+    choice = choose_batch(ENTRY, specs)
+    assert (choice.axes, choice.size, choice.note) == (axes, size, note)
+    # what is resized is the axis counted from 0
+    spelled = choose_batch(ENTRY, [f"{a.name}:{axis}"
+                                   for a, axis in zip(choice.arguments, axes, strict=True)])
+    assert (spelled.arguments, spelled.axes, spelled.size) == (choice.arguments, axes, size)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("x:-3", "--batch x:-3: x has 2 axes, so AXIS is 0 to 1 or -2 to -1"),
+    ("v:-2", "--batch v:-2: v has 1 axis, so AXIS is 0 or -1"),
+    ("counted:-3", "--batch counted:-3: counted's arrays (scalars aside) have 2 axes, so "
+                   "AXIS is 0 to 1 or -2 to -1"),
+    ("pair:-3", "--batch pair:-3: pair's arrays have 2 axes, so AXIS is 0 to 1 or -2 to -1"),
+    ("mixed:-1", "--batch mixed:-1: mixed's arrays have 1 and 2 axes, so -1 would be another "
+                 "axis in each; give AXIS counted from 0"),
+    ("x:2", "--batch x:2: x has no array with an axis 2"),
+])
+def test_a_batch_axis_out_of_range_is_refused(spec, message):
+    with pytest.raises(MemscopeError) as e:
+        choose_batch(ENTRY, [spec])
+    assert str(e.value) == message
+
+
+def test_fit_takes_a_negative_batch_axis_and_refuses_one_out_of_range():
+    result = CliRunner().invoke(cli, ["fit", "--format", "json", "--memory", "8MiB",
+                                      "--batch", "x:-2", "--batch", "y:-2", str(MLP)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    f = json.loads(result.stdout)
+    assert (f["argument"], f["axis"], f["batch"], f["inferred"]) == ("x, y", 0, 32, False)
+    assert f["choice_note"] == "x, y, axis 0 (given; x:-2 is axis 0, y:-2 is axis 0)"
+    mlp, _ = _mlp_args(1)
+    largest, budget = f["largest"], f["budget_bytes"]
+    assert _peak(mlp.train_step, *_mlp_args(largest)[1]) <= budget
+    assert _peak(mlp.train_step, *_mlp_args(largest + 1)[1]) > budget
+    refused = CliRunner().invoke(cli, ["fit", "--memory", "8MiB", "--batch", "x:-3", str(MLP)])
+    assert (refused.exit_code, refused.stdout, refused.stderr) == (
+        2, "", "memscope: error: --batch x:-3: x has 2 axes, so AXIS is 0 to 1 or -2 to -1\n")
 
 
 @pytest.mark.gpu

@@ -35,7 +35,9 @@ from memscope.report.leaves import (
     differences,
     leaf_groups,
     reason_groups,
+    select_leaves,
     static_arguments,
+    unmatched_pattern,
 )
 from memscope.report.paths import bounded, bounded_leaves, path_matches, path_steps
 from memscope.report.summary import summarize
@@ -423,6 +425,76 @@ def test_show_leaves_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         b.path for b in report.functions[0].inputs}
     bad = invoke("show", "--fate", "eaten", str(saved))
     assert bad.exit_code == 2 and "'eaten' is not one of" in bad.stderr
+
+
+EXAMPLES = ("leaf paths look like params['embed'], opt_state[0].count, batch['x'], result[0] "
+            "(a path and what is under it, or a glob: *, ?; brackets are literal)")
+
+
+@pytest.mark.parametrize(("pattern", "said"), [
+    ("[", f"--path '[' matches no leaf of any function; {EXAMPLES}"),
+    ("*zz", f"--path '*zz' matches no leaf of any function; {EXAMPLES}"),
+    ("bias", f"--path 'bias' matches no leaf of any function; {EXAMPLES}"),
+    ("['w']", "--path \"['w']\" matches no leaf of any function; did you mean \"*['w']*\" "
+              "(12 leaves)? A pattern without * or ? selects a whole path and what is under it"),
+    ("count", "--path 'count' matches no leaf of any function; did you mean '*count*' "
+              "(2 leaves)? A pattern without * or ? selects a whole path and what is under it"),
+    ("'x'", "--path \"'x'\" matches no leaf of any function; did you mean \"*'x'*\" "
+            "(1 leaf)? A pattern without * or ? selects a whole path and what is under it"),
+    ("params", None), ("*['w']", None), ("result[0]", None), ("batch['x']", None),
+])
+def test_a_path_that_matches_no_leaf_is_said_with_examples(pattern: str, said: str | None):
+    fn = model_step(2)
+    assert unmatched_pattern([fn], pattern) == said
+    # said exactly when the listing would be empty, whatever the fate
+    inputs, outputs = select_leaves(fn, pattern)
+    assert (said is None) == bool(inputs or outputs)
+
+
+def test_a_path_against_a_report_without_leaves():
+    fn = dataclasses.replace(model_step(0), inputs=(), outputs=())
+    assert unmatched_pattern([fn], "x") == ("--path 'x' matches no leaf of any function "
+                                            "(the report has no leaves)")
+
+
+def test_show_warns_of_a_path_that_matches_nothing(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    saved = tmp_path / "r.json"
+    save_report(model_report(model_step(2)), str(saved))
+    result = invoke("show", "--path", "[", str(saved))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ("memscope: warning: --path '[' matches no leaf of any function; "
+                             f"{EXAMPLES}\n")
+    assert "leaves of train_step (under or matching [): 0 of 18 inputs, 0 of 17 outputs" \
+        in result.stdout
+    matched = invoke("show", "--path", "params", str(saved))
+    assert (matched.exit_code, matched.stderr) == (0, "")
+    empty = invoke("show", "--path", "", str(saved))
+    assert (empty.exit_code, empty.stdout, empty.stderr) == (
+        2, "", "memscope: error: --path '': the pattern is empty; give a leaf path "
+               "(\"params['w']\") or a glob ('*bias')\n")
+
+
+def test_run_warns_of_a_path_that_matches_nothing_and_keeps_its_exit_code(tmp_path: Path):
+    script = tmp_path / "step.py"
+    script.write_text("import jax, jax.numpy as jnp\n"
+                      "step = jax.jit(lambda params, x: {'w': params['w'] * x})\n"
+                      "step({'w': jnp.ones(3)}, jnp.ones(3))\n", encoding="utf-8")
+    result = invoke("run", "--advice", "off", "-o", str(tmp_path / "r.json"),
+                    "--path", "[", str(script))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        "memscope: warning: --path '[' matches no leaf of any function; leaf paths look like "
+        "params['w'], x, result['w'] (a path and what is under it, or a glob: *, ?; brackets "
+        "are literal)\n")
+    assert (tmp_path / "r.json").exists()  # the report is still written
+    # an empty pattern is refused before the script runs
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n", encoding="utf-8")
+    empty = invoke("run", "--path", "", str(script))
+    assert empty.exit_code == 2 and empty.stderr.startswith("memscope: error: --path '': ")
+    assert not marker.exists()
 
 
 def test_diff_groups_many_changed_leaves_by_argument_and_fates():

@@ -14,7 +14,7 @@ from memscope.errors import MemscopeError
 from memscope.program.runner import Target
 from memscope.render.text import visible
 from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, write_whole
-from memscope.report.leaves import LeafFilter
+from memscope.report.leaves import LeafFilter, unmatched_pattern
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -168,7 +168,7 @@ def leaves_options(f: F) -> F:
     f = click.option("--path", "path_pattern", metavar="PATTERN",
                      help="With --leaves: only leaves under this path or matching this "
                           "glob (opt_state, \"params['layers']*\", '*bias'); implies "
-                          "--leaves.")(f)
+                          "--leaves. One that selects no leaf is said on stderr.")(f)
     return click.option("--leaves", is_flag=True,
                         help="Also list every leaf of each function, whole, with its shape, "
                              "size, fate, partner and reason (the default output groups "
@@ -193,10 +193,27 @@ def format_option(f: F) -> F:
 
 
 def leaf_filter(leaves: bool, path_pattern: str | None, fate: str | None) -> LeafFilter | None:
-    """What to list leaf by leaf; ``None`` for the grouped view only."""
+    """What to list leaf by leaf; ``None`` for the grouped view only.
+
+    Raises:
+        MemscopeError: ``--path`` is empty (an unset shell variable, most often):
+            it would select nothing, so it is refused before any run.
+    """
+    if path_pattern is not None and not path_pattern.strip():
+        raise MemscopeError(f"--path {path_pattern!r}: the pattern is empty; give a leaf "
+                            "path (\"params['w']\") or a glob ('*bias')")
     if not (leaves or path_pattern is not None or fate is not None):
         return None
     return LeafFilter(path_pattern, fate)
+
+
+def unmatched_path_line(report: Report, which: LeafFilter | None) -> str | None:
+    """The warning line for a ``--path`` that selects no leaf of any function of
+    ``report`` (the report itself is still printed and saved); ``None`` otherwise."""
+    if which is None or which.pattern is None:
+        return None
+    text = unmatched_pattern(report.functions, which.pattern)
+    return None if text is None else f"memscope: warning: {visible(text)}"
 
 
 def html_option(f: F) -> F:

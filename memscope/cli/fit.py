@@ -26,9 +26,10 @@ EXIT_NOTHING_FITS = 1
 @click.option("--function", metavar="NAME",
               help="The jitted function to forecast (default: the largest peak).")
 @click.option("--batch", metavar="ARG[:AXIS]", multiple=True,
-              help="An argument (name or position) and axis to resize; repeat it to "
-                   "resize several together (default: axis 0 of the arguments that are "
-                   "not state; the output says which).")
+              help="An argument (name or position) and axis to resize (a negative axis "
+                   "counts from the end: x:-1 is the last); repeat it to resize several "
+                   "together (default: axis 0 of the arguments that are not state; the "
+                   "output says which).")
 @click.option("--memory", metavar="SIZE",
               help="The budget per device, e.g. 80GiB (default: the device's limit from "
                    "memory_stats(); CPU has none).")

@@ -23,6 +23,7 @@ from memscope.cli._common import (
     output_paths,
     stop_after_option,
     trace_option,
+    unmatched_path_line,
     unreadable_line,
     unverified_jax_line,
     write_html,
@@ -129,6 +130,9 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")
         click.echo(nothing_called(target, report.run.outcome, hint), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
+    unmatched = unmatched_path_line(report, which)
+    if unmatched is not None:
+        click.echo(unmatched, err=True)
     unreadable = unreadable_line(report)
     if unreadable is not None:
         click.echo(unreadable, err=True)

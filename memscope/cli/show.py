@@ -15,6 +15,7 @@ from memscope.cli._common import (
     leaf_filter,
     leaves_options,
     trace_option,
+    unmatched_path_line,
     write_html,
     write_trace,
 )
@@ -40,6 +41,7 @@ def show(detail: bool, output_format: str, buffers: bool, html: str | None,
         check_writable(html, "--html")
     if trace is not None:
         check_writable(trace, "--trace")
+    which = leaf_filter(leaves, path_pattern, fate)
     report = load_report(report_file)
     if html is not None:
         write_html(report, html)
@@ -47,8 +49,10 @@ def show(detail: bool, output_format: str, buffers: bool, html: str | None,
         write_trace(report, trace)
     if output_format == "markdown":
         render_run_markdown(report, sys.stdout)
-        return
-    render_report(report, sys.stdout, leaves=leaf_filter(leaves, path_pattern, fate),
-                  detail=detail)
-    if buffers:
-        render_buffers(report, sys.stdout)
+    else:
+        render_report(report, sys.stdout, leaves=which, detail=detail)
+        if buffers:
+            render_buffers(report, sys.stdout)
+    unmatched = unmatched_path_line(report, which)
+    if unmatched is not None:
+        click.echo(unmatched, err=True)

@@ -13,6 +13,7 @@ from memscope.report import (
     OutputBuffer,
 )
 from memscope.report.paths import (
+    MAX_LISTED,
     argument_of,
     bounded,
     path_matches,
@@ -335,6 +336,39 @@ def differences(fn: FunctionReport, others: Sequence[FunctionReport]) -> str | N
     if not changed:
         return "the same leaves (it differs in weak types or shardings)"
     return bounded(changed)
+
+
+def _leaf_paths(fn: FunctionReport) -> list[str]:
+    """Every leaf path :func:`select_leaves` chooses from, in its order."""
+    return [*(b.path for b in (*fn.inputs, *fn.closed_over_refs)),
+            *(o.path for o in fn.outputs)]
+
+
+def unmatched_pattern(functions: Sequence[FunctionReport], pattern: str) -> str | None:
+    """What to say when ``--path pattern`` selects no leaf of any of ``functions``
+    (``--path '[' matches no leaf of any function; leaf paths look like ...``), with
+    ``'*pattern*'`` offered when that would match; ``None`` when some leaf matches."""
+    paths = [path for fn in functions for path in _leaf_paths(fn)]
+    if any(path_matches(path, pattern) for path in paths):
+        return None
+    said = f"--path {pattern!r} matches no leaf of any function"
+    if not paths:
+        return f"{said} (the report has no leaves)"
+    # A name typed alone (`bias`, `['w']`) is most often meant inside the paths.
+    wider = f"*{pattern}*"
+    found = sum(path_matches(path, wider) for path in paths) if (
+        re.search(r"\w", pattern) and not any(ch in pattern for ch in "*?")) else 0
+    if found:
+        return (f"{said}; did you mean {wider!r} ({found} "
+                f"{'leaf' if found == 1 else 'leaves'})? A pattern without * or ? "
+                "selects a whole path and what is under it")
+    # The first path of each argument (or result) shows how paths are written.
+    examples: dict[str, str] = {}
+    for path in paths:
+        examples.setdefault(argument_of(path), path)
+    return (f"{said}; leaf paths look like "
+            f"{bounded(list(examples.values()), MAX_LISTED)} (a path and what is under "
+            "it, or a glob: *, ?; brackets are literal)")
 
 
 def select_leaves(fn: FunctionReport, pattern: str | None = None,

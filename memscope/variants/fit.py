@@ -120,13 +120,16 @@ def _peak(entry: Recorded) -> int | None:
 
 def choose_batch(entry: Recorded, specs: Sequence[str] = ()) -> BatchChoice:
     """The batch axis: each of ``specs`` (``ARG[:AXIS]``, an argument's name or
-    position), resized together, else axis 0 of the arguments that are not state
-    (not donated, and not of the shapes the function returns), at their most
-    common leading size.
+    position; a negative AXIS counts from the end of the argument's arrays, and the
+    choice holds it counted from 0), resized together, else axis 0 of the arguments
+    that are not state (not donated, and not of the shapes the function returns),
+    at their most common leading size.
 
     Raises:
-        MemscopeError: a spec names no argument or axis, names one argument
-            twice, or the named arguments differ in size; no axis can be inferred.
+        MemscopeError: a spec names no argument or axis (a negative one beyond
+            the rank of the argument's arrays, or where they differ in rank), names
+            one argument twice, or the named arguments differ in size; no axis can
+            be inferred.
     """
     call = entry.call
     assert call is not None
@@ -152,11 +155,15 @@ def _given_batch(call: KeptCall, specs: Sequence[str],
     """The choice ``--batch`` gives: each ``ARG[:AXIS]`` at its most common size
     along that axis, all at one size."""
     chosen: list[tuple[Argument, int, int]] = []
+    counted_back: list[str] = []
     for spec in specs:
-        argument, axis = _parse_batch(spec, call.arguments)
+        argument, given = _parse_batch(spec, call.arguments)
         if any(argument is a for a, _, _ in chosen):
             raise MemscopeError(f"--batch {spec}: {argument.label} is named twice; "
                                 "give each argument once")
+        axis = _from_the_front(spec, argument, given, shapes)
+        if axis != given:
+            counted_back.append(f"{_spec_name(argument)}:{given} is axis {axis}")
         sizes = [shape[axis] for i in argument.leaves
                  if (shape := shapes[i]) is not None and len(shape) > axis]
         if not sizes:
@@ -169,10 +176,42 @@ def _given_batch(call: KeptCall, specs: Sequence[str],
                             "resized together must have one batch size")
     arguments = tuple(a for a, _, _ in chosen)
     axes = tuple(axis for _, axis, _ in chosen)
-    note = (f"{', '.join(a.label for a in arguments)}, axis {axes[0]} (given)"
+    how = f"(given; {', '.join(counted_back)})" if counted_back else "(given)"
+    note = (f"{', '.join(a.label for a in arguments)}, axis {axes[0]} {how}"
             if len(set(axes)) == 1 else
-            ", ".join(f"{a.label} axis {axis}" for a, axis, _ in chosen) + " (given)")
+            ", ".join(f"{a.label} axis {axis}" for a, axis, _ in chosen) + f" {how}")
     return _with_step(call, arguments, axes, chosen[0][2], False, note)
+
+
+def _from_the_front(spec: str, argument: Argument, axis: int,
+                    shapes: list[tuple[int, ...] | None]) -> int:
+    """``axis`` counted from 0: a negative one counts from the end, as NumPy and
+    ``jax.vmap`` count it, against the rank of the argument's arrays (scalars,
+    which have no axis, left aside).
+
+    Raises:
+        MemscopeError: a negative axis where the argument's arrays differ in rank
+            (it would be another axis in each) or have fewer axes.
+    """
+    if axis >= 0:
+        return axis
+    arrays = [shape for i in argument.leaves if (shape := shapes[i]) is not None]
+    ranks = sorted({len(shape) for shape in arrays if shape})
+    if not ranks:
+        raise MemscopeError(f"--batch {spec}: {argument.label} has no array with an axis")
+    if len(ranks) > 1:
+        raise MemscopeError(f"--batch {spec}: {argument.label}'s arrays have "
+                            f"{' and '.join(map(str, ranks))} axes, so {axis} would be "
+                            "another axis in each; give AXIS counted from 0")
+    rank = ranks[0]
+    if axis < -rank:
+        whose = (f"{argument.label} has" if len(arrays) == 1 else
+                 f"{argument.label}'s arrays have" if all(arrays) else
+                 f"{argument.label}'s arrays (scalars aside) have")
+        axes = "1 axis, so AXIS is 0 or -1" if rank == 1 else (
+            f"{rank} axes, so AXIS is 0 to {rank - 1} or -{rank} to -1")
+        raise MemscopeError(f"--batch {spec}: {whose} {axes}")
+    return axis + rank
 
 
 def _data_arguments(entry: Recorded, shapes: list[tuple[int, ...] | None]) -> list[Argument]:

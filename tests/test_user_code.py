@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-
 import dataclasses
 import os
 import sys

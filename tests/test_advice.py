@@ -296,3 +296,69 @@ def test_variant_lowerings_and_executables_are_not_kept():
     # the program's own lowering and executable are JAX's, kept as without memscope;
     # the two variants compiled for the advice leave nothing behind
     assert run(advise=True) == run(advise=False) == (1, 1)
+
+
+PASSED_AGAIN = """
+import jax, jax.numpy as jnp, sys
+
+def step(params, table, batch):
+    grads = jax.tree.map(lambda p: p * jnp.mean(batch @ table), params)
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), table * 2.0
+
+donate = eval(sys.argv[1]) if len(sys.argv) > 1 else None
+step = jax.jit(step, donate_argnums=donate) if donate is not None else jax.jit(step)
+params = {"w": jnp.ones((64, 64)), "b": jnp.ones(64)}
+table = jnp.ones((64, 64))           # kept: passed again at every call
+for i in range(3):
+    params, scaled = step(params, table, jnp.ones((8, 64)))
+print(float(params["b"][0]), float(scaled.sum()))
+"""
+
+
+def test_an_array_the_caller_passes_again_is_never_advised(tmp_path, capfd):
+    """``table`` is the very same array at every call, and an output of its shape
+    is a new buffer: by shapes it is a candidate, but donating it would delete it
+    at the first call and the second would fail. memscope sees it passed again
+    and advises ``params`` only; JAX's own run of each setting is the truth."""
+    script = tmp_path / "prog.py"
+    script.write_text(PASSED_AGAIN)
+    report = run_and_report(Target(str(script)), advise="advised")
+    (fn,) = report.functions
+    table = [b for b in fn.inputs if b.path == "table"]
+    assert [(b.candidate, b.passed_again) for b in table] == [(False, 2)]
+    assert "passed this very array again at call 2" in (table[0].reason or "")
+    assert fn.advice is not None and fn.advice.setting == 'donate_argnames=("params",)'
+    assert all(b.passed_again is None for b in fn.inputs if b.path != "table")
+    capfd.readouterr()
+    # The truth: the advised setting runs; donating the table too does not.
+    import subprocess
+    import sys
+    ok = subprocess.run([sys.executable, str(script), "(0,)"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    broken = subprocess.run([sys.executable, str(script), "(0, 1)"], capture_output=True,
+                            text=True)
+    assert broken.returncode != 0 and "deleted" in broken.stderr
+
+
+def test_advice_measured_before_the_next_call_is_withdrawn_when_it_would_donate_a_kept_array(
+        tmp_path, capfd):
+    """MaxText's synthetic batches: one argument, the same tuple of arrays at every
+    call. Whatever the worker measured before the second call, no advice donates
+    it, and each leaf says why."""
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp\n"
+        "@jax.jit\n"
+        "def batch(data):\n"
+        "    tokens, positions, segments = data\n"
+        "    return {'inputs': tokens[:, :-1], 'segments': segments, 'pos': positions + 0}\n"
+        "data = (jnp.ones((4, 129), jnp.int32), jnp.ones((4, 129), jnp.int32),\n"
+        "        jnp.ones((4, 128), jnp.int32))\n"
+        "for _ in range(3):\n"
+        "    out = batch(data)\n")
+    report = run_and_report(Target(str(script)), advise="full")
+    (fn,) = report.functions
+    assert [b.passed_again for b in fn.inputs] == [2, 2, 2]
+    assert not any(b.candidate for b in fn.inputs)
+    assert fn.advice is None
+    capfd.readouterr()

@@ -73,6 +73,8 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *
     candidates: donating them would save no device memory. A ``jax.Ref`` is
     never one, nor (unless ``beside_refs``) a leaf of an argument that holds a
     Ref: ``jax.jit`` donates whole arguments, and a Ref is not to be donated.
+    Nor is a leaf the caller passed again at a later call (``passed_again``):
+    it keeps that array, which a donating call would delete.
     """
     free: dict[Aval, deque[int]] = defaultdict(deque)
     for j, o in enumerate(outputs):
@@ -85,7 +87,8 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *
                                            if b.ref is not None}
     open_inputs = [i for i, b in enumerate(inputs)
                    if b.fate == "not_donated" and not is_host_kind(b.memory_kind)
-                   and b.ref is None and _argument(b.path) not in with_refs]
+                   and b.ref is None and _argument(b.path) not in with_refs
+                   and b.passed_again is None]
     for i in open_inputs:
         copy = copied.get(inputs[i].path)
         if copy is not None and copy in free[_aval(inputs[i])]:
@@ -158,6 +161,10 @@ def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
         elif b.fate == "unusable":
             reason = _unusable_reason(b, i, pairing, inputs, outputs,
                                       same_size_donors=same_size_donors)
+        elif b.passed_again is not None and b.fate == "not_donated":
+            reason = (f"the caller passed this very array again at call {b.passed_again}: "
+                      "it keeps it (a constant, a batch it reuses), so it is not to be "
+                      "donated; a donated array is deleted by the call.")
         elif i in chosen or i in blocked:
             o = outputs[chosen[i] if i in chosen else blocked[i]]
             what = "a copy of it" if o.fate == "copy_of_input" else "a new buffer"

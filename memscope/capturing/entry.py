@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import jax
 
 from memscope import _compat
 from memscope.analysis.observed import Observation
@@ -97,6 +100,34 @@ class Entry:
     #: (shape, dtype), from the first call (:mod:`memscope.capturing.residency`)
     output_tops: list[str] | None = None
     output_shapes: list[tuple[tuple[int, ...], Any]] | None = None
+    #: weak references to the first call's array leaves (``None`` for others),
+    #: until the signature's next call compares its own with them
+    first_leaves: tuple[weakref.ref[Any] | None, ...] | None = None
+    #: flat leaves the next call was given again, the very array of the first
+    #: call: the caller keeps them (a synthetic batch, a constant table), so they
+    #: are not to be donated; by leaf, the number of that call
+    passed_again: dict[int, int] = field(default_factory=dict)
+
+    def remember_leaves(self, leaves: Sequence[Any]) -> None:
+        """Keep weak references to the first call's array leaves (never the arrays)."""
+        refs: list[weakref.ref[Any] | None] = []
+        for x in leaves:
+            try:
+                refs.append(weakref.ref(x) if isinstance(x, jax.Array) else None)
+            except TypeError:  # an array type without weak references
+                refs.append(None)
+        self.first_leaves = tuple(refs)
+
+    def compare_leaves(self, leaves: Sequence[Any], call: int) -> None:
+        """At the signature's next call: which leaves are the first call's very
+        arrays (:attr:`passed_again`); the weak references go."""
+        first, self.first_leaves = self.first_leaves, None
+        if first is None or len(first) != len(leaves):
+            return
+        donated = set(self.donated)  # (passed again, JAX itself refuses a deleted array)
+        for i, (ref, x) in enumerate(zip(first, leaves, strict=True)):
+            if ref is not None and i not in donated and ref() is x:
+                self.passed_again[i] = call
 
     @property
     def setting(self) -> str | None:

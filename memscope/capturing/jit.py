@@ -191,6 +191,8 @@ class MeasuredJit:
                     session.after_call(failed, None, pending, failed=True)
                 raise
         else:
+            if entry.first_leaves is not None:
+                entry.compare_leaves(leaves, session.calls + 1)
             try:
                 if entry.watch_next:  # the first call's buffers showed a miss
                     out = watched_call(entry, lambda: jitted(*args, **kwargs), leaves)
@@ -293,6 +295,7 @@ class MeasuredJit:
         entry.watched_refs, entry.watched_closed = watched
         entry.key, entry.compile_seconds, entry.donated = key, compile_seconds, donated
         entry.first_call = session.calls + 1
+        entry.remember_leaves(leaves)
         if donated:
             session.ledger.record(entry, entry.first_call, leaves, donated)
         if memory_before is not None and memory_after is not None:

@@ -140,4 +140,5 @@ def recorded(entry: Entry, fun: Callable[..., Any], session: Session) -> donatio
         name=entry.name, arguments=entry.arguments, style=entry.style,
         warnings=entry.warnings, parameters=parameters,
         static=frozenset({*entry.spec.static_argnums, *entry.spec.static_argnames}),
-        rename=functools.partial(wrappers.renamed, entry.wrapper))
+        rename=functools.partial(wrappers.renamed, entry.wrapper),
+        passed_again=dict(entry.passed_again))

@@ -66,6 +66,8 @@ def function_report(entry: Entry) -> FunctionReport:
     if entry.facts is not None:
         inputs, outputs = classify(entry.facts.program, entry.warnings)
         refs = closed_over(entry.facts.program)
+        inputs = tuple(dataclasses.replace(b, passed_again=entry.passed_again.get(i))
+                       if i in entry.passed_again else b for i, b in enumerate(inputs))
         inputs = advice.annotate(inputs, outputs,
                                  same_size_donors=_compat.SAME_SIZE_DONORS)
         if entry.observation is not None:
@@ -198,6 +200,11 @@ def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,
         donated = {leaf.path for leaf, d in zip(program.inputs, program.donated, strict=True)
                    if d}
         candidates = [b for b in candidates if b.path in donated]
+        # Measured before the next call showed the caller keeps a leaf it would
+        # donate: that donation would delete an array the program reads again.
+        if any(b.passed_again is not None and b.path in donated and not b.donated
+               for b in inputs):
+            return None
     return Advice(setting=fix.setting, add=fix.added,
                   candidate_bytes=sum(b.bytes for b in candidates),
                   peak_before=memory.peak_bytes if memory else None,

@@ -76,6 +76,9 @@ class InputBuffer:
     #: the first call (through every call since); ``None``: not read (the Ref
     #: was gone by then)
     ref_kept: bool | None = None
+    #: the number of the signature's next call, where the caller passed this very
+    #: array again (it keeps it: not to be donated); ``None``: not seen
+    passed_again: int | None = None
 
 
 @dataclass(frozen=True)

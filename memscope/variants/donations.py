@@ -11,9 +11,9 @@ program's path.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from memscope import _compat
@@ -94,6 +94,9 @@ class Call:
     parameters: tuple[str, ...] | None = None
     static: frozenset[int | str] = frozenset()
     rename: Callable[[CompiledFacts], CompiledFacts | None] = lambda facts: facts
+    #: flat leaves the caller passed again, by the call that showed it, as far as
+    #: known when the variants are planned: never advised
+    passed_again: Mapping[int, int] = field(default_factory=dict)
 
 
 class Worker(Protocol):
@@ -260,6 +263,8 @@ def _plan(call: Call, facts: CompiledFacts, host: Host
                  ("all", Donation(every.arguments - with_refs))]
     if host.advice != "off":
         inputs, outputs = classify(facts.program, call.warnings)
+        inputs = tuple(replace(b, passed_again=call.passed_again.get(i))
+                       for i, b in enumerate(inputs))
         chosen = {i: o for i, o in advice.candidates(inputs, outputs).items()
                   if not any(i in arguments[a].leaves for a in with_refs)}
         written = as_written(arguments, facts.program.donated)

@@ -13,26 +13,27 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax
-
-from memscope import _compat
+from memscope import _versions
 from memscope.analysis.advice import AdviceLevel
-from memscope.analysis.run_memory import pruned_positions, resident
-from memscope.capturing import MeasuredJit, Session, capture
-from memscope.capturing.residency import live_bytes_per_device
-from memscope.compiled.tpu import TpuTarget
+from memscope.capturing.deferred import capture_on_import
 from memscope.errors import MemscopeError
 from memscope.program.ending import EXIT_TERMINATED, Guard
 from memscope.program.runner import RunResult, Target, run_target
-from memscope.report import Forecast, FunctionReport, Report, RunInfo
-from memscope.report.build import build_report, forecast_failures, function_report
-from memscope.variants.donations import VariantRequest
-from memscope.variants.fit import choose_batch, choose_function, forecast
+from memscope.report import Environment, Forecast, FunctionReport, Report, RunInfo
+from memscope.version import __version__
+
+# JAX is imported when the program imports it (memscope.capturing.deferred), or
+# when a step that needs it runs: the modules that import JAX are imported there.
+if TYPE_CHECKING:
+    from memscope.capturing import Session
+    from memscope.compiled.tpu import TpuTarget
+    from memscope.variants.donation import VariantRequest
 
 
 def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
@@ -67,34 +68,69 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                        exit_code=result.exit_code, module=target.module,
                        error=result.error)
 
-    with capture(advise=advise, request=request, stop_after=stop_after,
-                 remat_flops=remat_flops, accelerator=accelerator) as session:
+    unsupported = _versions.support_problem()
+    if unsupported is not None and not _versions.unsupported_allowed():
+        raise MemscopeError(unsupported)  # before the target runs
+    with capture_on_import(advise=advise, request=request, stop_after=stop_after,
+                           remat_flops=remat_flops, accelerator=accelerator) as pending:
         def terminated() -> None:
-            session.finish()
-            report = session_report(session, run_info(RunResult(
-                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), accelerator)
+            pending.finish()
+            report = _report(pending.session, run_info(RunResult(
+                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), accelerator,
+                pending.problem)
             if deliver is not None:
                 deliver(report)
 
         with guard.terminated_by(terminated):
-            result = run_target(target, on_finish=session.finish,
-                                on_error=session.ledger.explain)
+            result = run_target(target, on_finish=pending.finish, on_error=pending.explain)
     if not guard.owns_the_report():
         raise SystemExit(result.exit_code)
-    if session.stopped:  # even where the target caught TargetStopped and went on
+    session = pending.session
+    if session is not None and session.stopped:  # even where the target caught it and went on
         result = RunResult("stopped", 0)
-    forecast_failures(session.entries)
+    if session is not None:
+        from memscope.report.build import forecast_failures
+
+        forecast_failures(session.entries)
     with guard.deferred_signals():
-        report = session_report(session, run_info(result), accelerator)
+        report = _report(session, run_info(result), accelerator, pending.problem)
         if deliver is not None:
             deliver(report)
+    if pending.problem is not None:
+        raise NotCaptured(pending.problem, report)
     return report
+
+
+class NotCaptured(MemscopeError):
+    """The program ran, unmeasured: memscope could not capture on the JAX it
+    imported (``report`` holds how the run ended, and nothing captured)."""
+
+    def __init__(self, message: str, report: Report) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def _report(session: Session | None, run: RunInfo, accelerator: TpuTarget | None,
+            problem: str | None) -> Report:
+    """The report of what ``session`` captured; with no session (the program never
+    imported JAX, or JAX could not be captured) one that says so, made without
+    importing JAX."""
+    if session is not None:
+        return session_report(session, run, accelerator)
+    environment = Environment(jax=_versions.installed("jax") or "n/a",
+                              jaxlib=_versions.installed("jaxlib") or "n/a", backend=None,
+                              devices=(), python=sys.version.split()[0],
+                              xla_flags=os.environ.get("XLA_FLAGS"))
+    return Report(memscope_version=__version__, environment=environment, run=run,
+                  functions=(), notes=() if problem is None else (problem,))
 
 
 def session_report(session: Session, run: RunInfo, accelerator: TpuTarget | None = None
                    ) -> Report:
     """The report of what ``session`` has captured, for a run that ended as ``run``
     says; ``accelerator`` is the capture's."""
+    from memscope.report.build import build_report
+
     return build_report(session.entries, run, session.runtime(),
                         uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
                         sampler=session.live_sampler,
@@ -123,6 +159,10 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
         MemscopeError: ``jitted`` is not a ``jax.jit`` object, or the call was
             made inside a trace (so nothing was compiled for it).
     """
+    from memscope import _compat
+    from memscope.capturing import MeasuredJit, capture
+    from memscope.report.build import function_report
+
     jitted = getattr(jitted, "_memscope_jitted", jitted)
     fun = getattr(jitted, "__wrapped__", None)
     if fun is None or not _compat.is_jit_object(jitted):
@@ -155,17 +195,29 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
             budget (no ``memory`` on a device that keeps no limit).
     """
     held: dict[str, tuple[int, int | None] | None] = {}
-    with capture(advise="advised", stop_after=stop_after, keep_calls=True,
-                 stop_at_repeat=stop_after is None, accelerator=accelerator) as session:
+
+    def started(session: Session) -> None:
         session.live_sampler.every_call = True  # a short run: what each call sees
 
+    with capture_on_import(advise="advised", stop_after=stop_after, keep_calls=True,
+                           stop_at_repeat=stop_after is None, accelerator=accelerator,
+                           started=started) as pending:
         def finish() -> None:  # while what the target holds still exists
-            held["in_use"] = _in_use(session)
-            session.finish()
+            if pending.session is not None:
+                held["in_use"] = _in_use(pending.session)
+            pending.finish()
 
         # The target's prints go to stderr: stdout is the forecast (--format json).
         with contextlib.redirect_stdout(sys.stderr):
             result = run_target(target, on_finish=finish)
+    session = pending.session
+    if session is None:
+        raise MemscopeError(pending.problem or f"{target.name} never imported JAX: nothing "
+                            "was jitted, so there is nothing to fit")
+    import jax
+
+    from memscope.variants.fit import choose_batch, choose_function, forecast
+
     entry = choose_function(session.entries, function)
     choice = choose_batch(entry, batch)
     in_use = held.get("in_use")
@@ -196,6 +248,9 @@ def _resident_at(session: Any, entry: Any) -> int | None:
     """The most bytes alive on one device outside ``entry``'s arguments just
     before one of its calls (an argument its program prunes counts as alive);
     ``None`` where none of its calls was sampled."""
+    from memscope.analysis.run_memory import pruned_positions, resident
+    from memscope.report.build import function_report
+
     log = session.live_sampler.log
     pruned = pruned_positions(function_report(entry).inputs)
     found = [max(resident(s, pruned).values(), default=0)
@@ -207,6 +262,9 @@ def _resident_at(session: Any, entry: Any) -> int | None:
 def _in_use(session: Any) -> tuple[int, int | None] | None:
     """(bytes the process holds on its busiest device, that device's limit): from
     ``memory_stats()``, else (CPU) from ``jax.live_arrays()`` with no limit."""
+    from memscope import _compat
+    from memscope.capturing.residency import live_bytes_per_device
+
     stats = session.device_limits()
     if stats is not None:
         return stats

@@ -37,7 +37,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel
+from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, remat_setting
 from memscope.capturing import capture
 from memscope.capturing.recorder import measure_names
 from memscope.capturing.residency import OutputHistory
@@ -49,7 +49,6 @@ from memscope.render.html import render_html, report_fragment
 from memscope.render.inline import report_text
 from memscope.report import Report, RunInfo, save_report, write_whole
 from memscope.report.build import forecast_failures
-from memscope.variants.remat import remat_setting
 
 #: The name ``%%memscope`` binds the report to, unless ``-r NAME`` says another.
 REPORT_NAME = "memscope_report"

@@ -28,13 +28,13 @@ saying so, never passes silently.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from memscope import _versions
 from memscope.check.judge import limit_problems
 from memscope.errors import MemscopeError
 from memscope.render.text import visible
@@ -60,9 +60,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Where a test measured on a JAX whose figures are unverified (a newer
     series, or an older one allowed), say so once at the end, where a passing
     suite shows it too."""
-    recorder = sys.modules.get("memscope.capturing.recorder")  # never imports JAX
-    said = getattr(recorder, "unverified_jax_said", None)
-    line = said() if callable(said) else None
+    line = _versions.unverified_said()  # (imports no JAX)
     if line is not None:
         terminalreporter.write_line(f"memscope: warning: {line}", yellow=True)
 

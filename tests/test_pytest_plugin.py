@@ -181,11 +181,12 @@ def test_a_newer_jax_passes_under_warnings_as_errors_and_is_said_at_the_end(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a JAX newer than the verified series a measured test passes where
     warnings are errors, and the run's summary says the figures are unverified."""
-    from memscope import _compat
-    from memscope.capturing import recorder
+    from memscope import _versions
 
-    monkeypatch.setattr(_compat, "JAX_VERSION", "0.11.0")
-    monkeypatch.setattr(recorder, "_unverified_said", [])
+    real = _versions.installed
+    monkeypatch.setattr(_versions, "installed",
+                        lambda name: "0.11.0" if name == "jax" else real(name))
+    monkeypatch.setattr(_versions, "_unverified_said", [])
     pytester.makepyfile(test_inner=JITTED + textwrap.dedent("""
         @pytest.mark.limit_device_memory("64 MiB")
         def test_under():

@@ -28,7 +28,7 @@ import jax
 import pytest
 from click.testing import CliRunner, Result
 
-from memscope import _compat
+from memscope import _compat, _versions
 from memscope.capturing import capture, recorder
 from memscope.cli import cli
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE, MemscopeError
@@ -45,7 +45,15 @@ def invoke(*args: str) -> Result:
 @pytest.fixture(autouse=True)
 def unsaid(monkeypatch):
     """Each test says the unverified-JAX line afresh (once per process otherwise)."""
-    monkeypatch.setattr(recorder, "_unverified_said", [])
+    monkeypatch.setattr(_versions, "_unverified_said", [])
+
+
+def pretend(monkeypatch, jax_version: str) -> None:
+    """This process's JAX reads as ``jax_version`` to memscope's version rules (they
+    read the installed distributions' metadata, before JAX is imported)."""
+    real = _versions.installed
+    monkeypatch.setattr(_versions, "installed",
+                        lambda name: jax_version if name == "jax" else real(name))
 
 
 def test_installed_jax_is_a_verified_series():
@@ -136,7 +144,7 @@ def _writes_marker(tmp_path: Path) -> tuple[Path, Path]:
                                                "b.json"]])
 def test_an_older_jax_is_refused_in_one_line_before_the_target_runs(
         tmp_path, monkeypatch, command):
-    monkeypatch.setattr(_compat, "JAX_VERSION", "0.6.2")
+    pretend(monkeypatch, "0.6.2")
     monkeypatch.delenv(_compat.ALLOW_UNSUPPORTED_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     script, marker = _writes_marker(tmp_path)
@@ -149,7 +157,7 @@ def test_an_older_jax_is_refused_in_one_line_before_the_target_runs(
 
 
 def test_an_older_jax_runs_when_allowed_and_the_report_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(_compat, "JAX_VERSION", "0.6.2")
+    pretend(monkeypatch, "0.6.2")
     monkeypatch.setenv(_compat.ALLOW_UNSUPPORTED_ENV, "1")
     script, marker = _writes_marker(tmp_path)
     result = invoke("run", "-q", "-o", str(tmp_path / "r.json"), str(script))
@@ -167,7 +175,7 @@ def test_an_older_jax_runs_when_allowed_and_the_report_says_so(tmp_path, monkeyp
                                      ["check", "--update-baseline", "--baseline", "r.json"]])
 def test_a_newer_jax_runs_with_one_line_and_the_report_says_so(tmp_path, monkeypatch,
                                                                 command):
-    monkeypatch.setattr(_compat, "JAX_VERSION", "0.11.0")
+    pretend(monkeypatch, "0.11.0")
     monkeypatch.delenv(_compat.ALLOW_UNSUPPORTED_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     script, marker = _writes_marker(tmp_path)
@@ -186,7 +194,7 @@ def test_a_newer_jax_runs_with_one_line_and_the_report_says_so(tmp_path, monkeyp
 def test_capture_on_a_newer_jax_logs_once_and_raises_no_python_warning(monkeypatch, caplog):
     """The project's own filterwarnings = error is in force here: a Python warning
     from capture() would fail this test, as it would a user's suite."""
-    monkeypatch.setattr(_compat, "JAX_VERSION", "0.11.0")
+    pretend(monkeypatch, "0.11.0")
     with caplog.at_level(logging.WARNING, logger="memscope"):
         for _ in range(2):
             with capture() as session:
@@ -199,7 +207,7 @@ def test_capture_on_a_newer_jax_logs_once_and_raises_no_python_warning(monkeypat
 
 
 def test_capture_on_an_older_jax_raises_the_one_line(monkeypatch):
-    monkeypatch.setattr(_compat, "JAX_VERSION", "0.6.2")
+    pretend(monkeypatch, "0.6.2")
     monkeypatch.delenv(_compat.ALLOW_UNSUPPORTED_ENV, raising=False)
     with pytest.raises(MemscopeError, match=r"^JAX 0\.6\.2 is not supported: "), capture():
         pytest.fail("the block ran")
@@ -227,7 +235,7 @@ def test_compat_imports_where_a_private_module_moved(tmp_path):
         import sys, jax, jax._src.state
         sys.modules["jax._src.state.types"] = None  # importing it now fails
         del jax._src.state.types
-        from memscope import _compat
+        from memscope import _compat, _versions
         print(_compat.capture_problem())
         try:
             _compat.is_ref_aval(None)
@@ -258,17 +266,24 @@ def no_pjit(monkeypatch):
 
 def test_capture_refuses_in_one_line_where_what_it_hooks_is_missing(tmp_path, no_pjit):
     line = (f"memscope cannot capture on JAX {jax.__version__}: this JAX has no "
-            "jax._src.pjit.make_jit, which memscope reads to see each jitted call; nothing "
-            "was run (report it to memscope's issue tracker)")
+            "jax._src.pjit.make_jit, which memscope reads to see each jitted call (report it "
+            "to memscope's issue tracker)")
     assert _compat.capture_problem() == line
     with pytest.raises(MemscopeError) as e, capture():
         pytest.fail("the block ran")
     assert str(e.value) == line
+    # memscope run knows it only once the program imports JAX: the program runs on,
+    # unmeasured and as under python, and memscope says why at the end, exit 2.
     script, marker = _writes_marker(tmp_path)
-    result = invoke("run", str(script))
+    result = invoke("run", "-o", str(tmp_path / "r.json"), str(script))
     assert result.exit_code == EXIT_USAGE
-    assert result.stderr.splitlines() == [f"memscope: error: {line}"]
-    assert not marker.exists()
+    assert result.stdout.startswith("[2. 2. 2.]\n")  # the program's own output
+    assert result.stderr.splitlines()[-1] == (
+        f"memscope: error: {line}; the program ran unmeasured")
+    assert marker.exists()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["functions"] == [] and report["run"]["exit_code"] == 0
+    assert report["notes"] == [f"{line}; the program ran unmeasured"]
 
 
 def test_a_private_module_missing_where_programs_are_read_is_that_functions_error(

@@ -35,6 +35,25 @@ AdviceLevel = Literal["off", "advised", "full"]
 ADVICE_LEVELS: tuple[AdviceLevel, ...] = get_args(AdviceLevel)
 
 
+#: The advice takes the largest peak saving whose FLOPs grow by at most this
+#: fraction: about one more forward pass (a training step's backward pass costs
+#: about twice its forward, so recomputing all of it, ``nothing_saveable``, adds
+#: about a third), which puts every standard policy in reach; a lower figure
+#: keeps to the dot policies. ``capture(remat_flops=...)`` and ``memscope run
+#: --remat-flops`` change it.
+DEFAULT_MAX_FLOPS_INCREASE = 0.35
+
+
+def remat_setting(on: bool | None, flops: float | None, advice: str) -> float | None:
+    """``capture``'s ``remat_flops`` for ``--remat/--no-remat``, ``--remat-flops``
+    and ``--advice``: on when asked for, given a limit, or with full advice."""
+    if on is False or advice == "off":
+        return None
+    if on or flops is not None or advice == "full":
+        return DEFAULT_MAX_FLOPS_INCREASE if flops is None else flops
+    return None
+
+
 def advice_level(advise: bool | str) -> AdviceLevel:
     """``advise`` as a level: ``True`` is ``"full"``, ``False`` is ``"off"``.
 

@@ -12,34 +12,18 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from memscope import _compat
+from memscope import _compat, _versions
 from memscope.analysis.advice import AdviceLevel
 from memscope.capturing.jit import MeasuredJit, is_jax_internal
 from memscope.capturing.session import Session
 from memscope.errors import MemscopeError
-from memscope.variants.donations import VariantRequest
+from memscope.variants.donation import VariantRequest
 
 _log = logging.getLogger("memscope")
-#: The line that says this JAX's figures are unverified, once said in this
-#: process (by the CLI, or by the first capture()).
-_unverified_said: list[str] = []
-
-
-def unverified_jax_once() -> str | None:
-    """The line that says this JAX's figures are unverified
-    (:func:`memscope._compat.unverified_line`), the first time it is asked for in
-    this process; ``None`` after that, and on a verified JAX."""
-    line = _compat.unverified_line()
-    if line is None or _unverified_said:
-        return None
-    _unverified_said.append(line)
-    return line
-
-
-def unverified_jax_said() -> str | None:
-    """The unverified-JAX line, if this process has said it (the pytest plugin
-    repeats it in its summary)."""
-    return _unverified_said[0] if _unverified_said else None
+# The line that says this JAX's figures are unverified, said once per process (by
+# the CLI, or by the first capture()): memscope._versions keeps that memory.
+unverified_jax_once = _versions.unverified_once
+unverified_jax_said = _versions.unverified_said
 
 
 @contextlib.contextmanager

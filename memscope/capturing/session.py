@@ -38,7 +38,7 @@ from memscope.report import (
 )
 from memscope.variants import remat
 from memscope.variants.cache import CompileCache
-from memscope.variants.donations import VariantRequest
+from memscope.variants.donation import VariantRequest
 
 #: Device-memory samples kept per run (one per top-level call); later calls are
 #: not sampled, and the report says the timeline was cut.

@@ -316,7 +316,7 @@ def environment_differences(baseline: Environment, now: Environment
                             ) -> tuple[EnvDifference, ...]:
     """How ``now`` differs from ``baseline`` in what the figures depend on."""
     def facts(env: Environment) -> dict[str, str]:
-        return {"jax": env.jax, "jaxlib": env.jaxlib, "backend": env.backend,
+        return {"jax": env.jax, "jaxlib": env.jaxlib, "backend": env.backend or "n/a",
                 "device kind": ", ".join(sorted({d.kind for d in env.devices})),
                 "device count": str(len(env.devices)),
                 "XLA_FLAGS": env.xla_flags if env.xla_flags is not None else "unset"}

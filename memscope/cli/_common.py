@@ -5,16 +5,19 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Callable
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from memscope.compiled.tpu import TpuTarget, open_target, parse_target
+from memscope import _versions
 from memscope.errors import MemscopeError
 from memscope.program.runner import Target
 from memscope.render.text import visible
 from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, write_whole
 from memscope.report.leaves import LeafFilter, unmatched_pattern
+
+if TYPE_CHECKING:
+    from memscope.compiled.tpu import TpuTarget
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -119,9 +122,7 @@ def unverified_jax_line() -> str | None:
     """The one-line warning for a run on a JAX whose figures are unverified: a
     series newer than memscope is verified on, or an older one the user allowed.
     Said here, it is not logged again when the run starts capturing."""
-    from memscope.capturing.recorder import unverified_jax_once
-
-    line = unverified_jax_once()
+    line = _versions.unverified_once()
     return None if line is None else f"memscope: warning: {line}"
 
 
@@ -234,11 +235,17 @@ def accelerator_option(f: F) -> F:
 
 def open_accelerator(text: str | None) -> TpuTarget | None:
     """The ``--target`` accelerator, set up before the script runs; ``None`` if not given.
+    It starts JAX, on the CPU with the target's devices, before the program runs
+    (the one case where memscope imports JAX first: docs/cli.md).
 
     Raises:
         TpuSetupError: an unknown form or topology, or no libtpu.
     """
-    return None if text is None else open_target(parse_target(text))
+    if text is None:
+        return None
+    from memscope.compiled.tpu import open_target, parse_target
+
+    return open_target(parse_target(text))
 
 
 def trace_option(f: F) -> F:

@@ -25,8 +25,7 @@ from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
 from memscope.render.diff import render_diff
 from memscope.report import FunctionReport, load_report, save_report
-from memscope.variants.donation import parse_spec
-from memscope.variants.donations import VariantRequest
+from memscope.variants.donation import VariantRequest, parse_spec
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

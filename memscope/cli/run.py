@@ -6,7 +6,7 @@ from typing import TextIO
 
 import click
 
-from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel
+from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, remat_setting
 from memscope.cli._common import (
     accelerator_option,
     buffers_option,
@@ -35,7 +35,6 @@ from memscope.program.ending import Guard
 from memscope.program.runner import Target, check_target
 from memscope.report import Report, save_report
 from memscope.report.leaves import LeafFilter
-from memscope.variants.remat import remat_setting
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -178,7 +178,7 @@ def _header(report: Report) -> list[str]:
                    f"run {_t(report.run.ending)}</p>")
     kinds = ", ".join(sorted({d.kind for d in env.devices}))
     out.append(f'<p class="meta">jax {_t(env.jax)}, jaxlib {_t(env.jaxlib)}, '
-               f"backend {_t(env.backend)}, {len(env.devices)} device(s) "
+               f"backend {_t(env.backend or 'not started')}, {len(env.devices)} device(s) "
                f"({_t(kinds)}); memscope {_t(report.memscope_version)}. "
                "Bytes are per device.</p>")
     return out

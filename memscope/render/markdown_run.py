@@ -39,7 +39,8 @@ def render_run_markdown(report: Report, file: IO[str]) -> None:
     lines = [f"### memscope: {title}", ""]
     env = report.environment
     about = [f"jax {env.jax}, jaxlib {env.jaxlib}, {env.backend}, {len(env.devices)} "
-             f"device{'s' if len(env.devices) != 1 else ''}"]
+             f"device{'s' if len(env.devices) != 1 else ''}" if env.backend is not None
+             else f"jax {env.jax}, jaxlib {env.jaxlib}: not started"]
     if run is not None:
         about.append(run.ending)
     lines += [markdown_text("; ".join(about)), ""]

@@ -138,8 +138,12 @@ def _header(out: Lines, report: Report) -> None:
     if report.run is not None:
         out.para(f"target: {visible(report.run.command)}", "        ")
         out.para(f"run:    {visible(report.run.ending)}", "        ")
-    out.para(f"jax {visible(env.jax)}, jaxlib {visible(env.jaxlib)}, backend "
-             f"{visible(env.backend)}, {devices} ({', '.join(kinds)})")
+    if env.backend is None:
+        out.para(f"jax {visible(env.jax)}, jaxlib {visible(env.jaxlib)}: not started (the "
+                 "program did not import JAX)")
+    else:
+        out.para(f"jax {visible(env.jax)}, jaxlib {visible(env.jaxlib)}, backend "
+                 f"{visible(env.backend)}, {devices} ({', '.join(kinds)})")
     if report.target is not None:
         out.para(visible(target_line(report.target)), "  ")
     for note in report.notes:

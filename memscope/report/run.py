@@ -32,9 +32,12 @@ class Device:
 
 @dataclass(frozen=True)
 class Environment:
+    """The JAX the figures were taken on. ``backend`` is ``None`` (and ``devices``
+    empty) where the program never started JAX: nothing was captured."""
+
     jax: str
     jaxlib: str
-    backend: str
+    backend: str | None
     devices: tuple[Device, ...]
     python: str | None = None
     xla_flags: str | None = None

@@ -421,7 +421,7 @@ def target_line(target: TargetInfo) -> str:
             "per device; nothing ran on it")
 
 
-def target_text(fn: FunctionReport, target: TargetInfo | None, here: str) -> str:
+def target_text(fn: FunctionReport, target: TargetInfo | None, here: str | None) -> str:
     """Where the figures are a ``--target``'s: which, the peak's share of its HBM,
     and the peak of the program compiled ``here`` (the backend that ran it)."""
     if target is None:

@@ -287,3 +287,14 @@ def resolve_spec(spec: DonationSpec, arguments: Sequence[Argument], *, function:
             continue  # a parameter left at its default: nothing to donate
         chosen.update(match)
     return Donation(frozenset(chosen))
+
+
+@dataclass(frozen=True)
+class VariantRequest:
+    """Also compile the captured functions with the donation ``spec`` (``memscope diff``).
+
+    ``functions`` names the functions to do it for; ``None`` means all.
+    """
+
+    spec: DonationSpec
+    functions: frozenset[str] | None = None

@@ -35,8 +35,8 @@ from memscope.variants.compile import (
 from memscope.variants.donation import (
     Argument,
     Donation,
-    DonationSpec,
     Spelling,
+    VariantRequest,
     advised,
     as_written,
     donate_all,
@@ -45,17 +45,6 @@ from memscope.variants.donation import (
     resolve_spec,
     wider_note,
 )
-
-
-@dataclass(frozen=True)
-class VariantRequest:
-    """Also compile the captured functions with the donation ``spec`` (``memscope diff``).
-
-    ``functions`` names the functions to do it for; ``None`` means all.
-    """
-
-    spec: DonationSpec
-    functions: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,10 @@ import jax
 import numpy as np
 
 from memscope import _compat, _frameworks
+
+# (the --remat options, read before JAX is, live with the advice levels)
+from memscope.analysis.advice import DEFAULT_MAX_FLOPS_INCREASE as DEFAULT_MAX_FLOPS_INCREASE
+from memscope.analysis.advice import remat_setting as remat_setting
 from memscope.compiled.read import CompiledFacts, CompiledHandles, compiled_memory
 from memscope.program.sites import display_path, is_users, library
 from memscope.report import (
@@ -49,13 +53,6 @@ from memscope.variants.donations import Host, VariantFacts
 #: the baseline (every residual saved: what plain ``jax.grad`` does).
 POLICIES = ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
             "nothing_saveable")
-#: The advice takes the largest peak saving whose FLOPs grow by at most this
-#: fraction: about one more forward pass (a training step's backward pass costs
-#: about twice its forward, so recomputing all of it, ``nothing_saveable``, adds
-#: about a third), which puts every standard policy in reach; a lower figure
-#: keeps to the dot policies. ``capture(remat_flops=...)`` and ``memscope run
-#: --remat-flops`` change it.
-DEFAULT_MAX_FLOPS_INCREASE = 0.35
 #: The offloading policies measured beside them: residuals moved to host memory
 #: (``pinned_host``) instead of kept on the device or recomputed. The names
 #: policy offloads the values the user named with ``checkpoint_name`` (measured
@@ -75,16 +72,6 @@ def policy_object(policy: str, names: Sequence[str] = ()) -> Any:
             names_which_can_be_saved=[], names_which_can_be_offloaded=list(names),
             offload_src="device", offload_dst=OFFLOAD_DST)
     return getattr(policies, policy)
-
-
-def remat_setting(on: bool | None, flops: float | None, advice: str) -> float | None:
-    """``capture``'s ``remat_flops`` for ``--remat/--no-remat``, ``--remat-flops``
-    and ``--advice``: on when asked for, given a limit, or with full advice."""
-    if on is False or advice == "off":
-        return None
-    if on or flops is not None or advice == "full":
-        return DEFAULT_MAX_FLOPS_INCREASE if flops is None else flops
-    return None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ dtypes and shardings (and static arguments, while the stage itself lives).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -137,8 +136,7 @@ class Compiled(Stage):
         self._memscope_entry = session.add(("aot", id(self)), entry)
         if handles is not None and self._memscope_entry is entry:
             # The read and the variants, off the program's path (memscope.capturing.worker).
-            session.defer(functools.partial(reading.analyse, session, entry, origin._memscope_fun,
-                                            handles, shardings, _compat.config_snapshot()))
+            reading.schedule(session, entry, origin._memscope_fun, handles, shardings)
         session.sample(entry.name)
         session.count_call()
         return out

@@ -107,6 +107,12 @@ class Entry:
     #: call: the caller keeps them (a synthetic batch, a constant table), so they
     #: are not to be donated; by leaf, the number of that call
     passed_again: dict[int, int] = field(default_factory=dict)
+    #: what the pending reading and variants hold of the program, until done
+    #: (:mod:`memscope.capturing.hold`)
+    hold: Any = None
+    #: why the variants (advice, checkpoint policies) were not measured, where
+    #: they were asked for; ``None`` otherwise
+    not_measured: str | None = None
 
     def remember_leaves(self, leaves: Sequence[Any]) -> None:
         """Keep weak references to the first call's array leaves (never the arrays)."""

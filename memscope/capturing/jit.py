@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import functools
 import types
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from memscope.analysis.observed import Observation
 from memscope.capturing import between, keys, reading, refs, wrappers
 from memscope.capturing.arguments import argument_values, call_arguments
 from memscope.capturing.entry import Entry
+from memscope.capturing.hold import Hold
 from memscope.capturing.observe import (
     addresses,
     any_pending,
@@ -111,16 +113,42 @@ class MeasuredJit:
     def __repr__(self) -> str:
         return repr(self._memscope_jitted)
 
+    # The jit object's own protocol, answered by it: to every caller (pickling,
+    # copying, checkpointing libraries, isinstance) the stand-in is JAX's object.
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(f, jaxlib's PjitFunction), as without memscope
+        return type(self.__dict__.get("_memscope_jitted", self))
+
+    def __dir__(self) -> list[str]:
+        return dir(self._memscope_jitted)
+
+    def __getstate__(self) -> Any:
+        return self._memscope_jitted.__getstate__()
+
+    def __setstate__(self, state: Any) -> None:
+        self._memscope_jitted.__setstate__(state)
+
+    def __reduce__(self) -> Any:
+        # Pickled as the jit object it stands for: where that pickles, this does,
+        # and where it does not, the error is the same.
+        return self._memscope_jitted.__reduce__()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return self._memscope_jitted.__reduce_ex__(protocol)
+
+    def clear_cache(self) -> None:
+        """``jitted.clear_cache()``; memscope lets go of its own references to the
+        function's compiled programs and traces too (a reading in progress ends
+        first), so the executables the program cleared are freed."""
+        self._memscope_jitted.clear_cache()
+        self._memscope_session.let_go(list(self._memscope_seen.values()))
+
     def __copy__(self) -> MeasuredJit:
         return self._like(copy.copy(self._memscope_jitted))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> MeasuredJit:
         return self._like(copy.deepcopy(self._memscope_jitted, memo))
-
-    def __reduce__(self) -> Any:
-        # Pickled as the jit object it stands for: where that pickles, this does,
-        # and where it does not, the error is the same.
-        return _as_is, (self._memscope_jitted,)
 
     def for_session(self, session: Session) -> MeasuredJit:
         """A stand-in for the same jit object recording into ``session`` (one that
@@ -226,10 +254,10 @@ class MeasuredJit:
         late = any_pending(leaves)
         memory_before = session.device_memory()
         session.clock.start()
-        begun = None
+        begun, early_hold = None, None
         try:
             with session.recording_warnings() as lowering_warnings:
-                begun = self._begin_early(leaves, args, kwargs)
+                begun, early_hold = self._begin_early(leaves, args, kwargs)
                 try:
                     out = self._memscope_jitted(*args, **kwargs)
                 except Exception as e:
@@ -318,9 +346,9 @@ class MeasuredJit:
                 plan = remat.plan_call(self._memscope_fun, self._memscope_options, args, kwargs,
                                        session.remat_flops)
             # The read and the variants, off the program's path (memscope.capturing.worker).
-            session.defer(functools.partial(reading.analyse, session, entry, self._memscope_fun,
-                                            handles, shardings, _compat.config_snapshot(), plan,
-                                            {id(ref): name for name, ref in visible}, begun))
+            reading.schedule(session, entry, self._memscope_fun, handles, shardings, plan=plan,
+                             ref_names={id(ref): name for name, ref in visible}, early=begun,
+                             hold=early_hold)
         elif begun is not None:
             session.defer(functools.partial(reading.let_go, session, begun))
         entry.calls += 1
@@ -328,31 +356,35 @@ class MeasuredJit:
         return out, entry
 
     def _begin_early(self, leaves: Sequence[Any], args: tuple[Any, ...],
-                     kwargs: dict[str, Any]) -> early.EarlyVariant | None:
+                     kwargs: dict[str, Any]) -> tuple[early.EarlyVariant | None, Hold | None]:
         """Begin the advised variant now, where it can be predicted
         (:mod:`memscope.variants.early`): lowered while JAX compiles this call,
         compiled once the call returns. The trace taken here is JAX's own: the
-        call reuses it from JAX's cache."""
+        call reuses it from JAX's cache. The traced program is held as the
+        reading's will be (:class:`~memscope.capturing.hold.Hold`), which the
+        reading then takes over."""
         session, spec = self._memscope_session, self._memscope_spec
         try:
             if (self._memscope_library is not None or self._memscope_framework is not None
                     or spec.donate_argnums or spec.donate_argnames  # (see early.predict)
                     or not session.early_allowed() or not early.worth_tracing(leaves)):
-                return None
+                return None, None
             session.count_early(traced=True)
             traced = self._memscope_jitted.trace(*args, **kwargs)
             arguments = call_arguments(self._memscope_fun, spec, args, kwargs)
             mask = early.predict(traced, leaves, arguments, self._memscope_style)
             if mask is None:
-                return None
-            job = functools.partial(early.start, early.EarlyVariant(mask),
-                                    _compat.without_call_arrays(traced), session,
+                return None, None
+            hold = Hold(self._memscope_fun, None, _compat.without_call_arrays(traced))
+            session.keep(hold)
+            variant = early.EarlyVariant(mask)
+            job = functools.partial(early.start, variant, hold.lowering, session,
                                     _compat.config_snapshot())
         except Exception:  # never let the measurement break the program (the
-            return None    # call itself says what is wrong, if anything is)
+            return None, None  # call itself says what is wrong, if anything is)
         session.count_early()
         session.defer(job)
-        return job.args[0]
+        return variant, hold
 
     def _refs_before(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                      ) -> tuple[list[tuple[str, Any]], dict[int, Any]]:
@@ -401,8 +433,12 @@ class MeasuredJit:
 
         try:
             call_args, call_kwargs = aot.abstract_call(args, kwargs)
-            return KeptCall(self._memscope_jitted, call_args, call_kwargs,
-                            call_arguments(self._memscope_fun, self._memscope_spec, args, kwargs))
+            arguments = call_arguments(self._memscope_fun, self._memscope_spec, args, kwargs)
+            if self._memscope_session.keep_calls:  # memscope fit: until it has answered
+                return KeptCall(self._memscope_jitted, call_args, call_kwargs, arguments)
+            # A post-mortem's: never longer than the program holds the function.
+            return KeptCall(weakref.ref(self._memscope_jitted), call_args, call_kwargs,
+                            arguments, weak=True)
         except Exception:  # memscope must not fail the call
             return None
 
@@ -432,8 +468,7 @@ class MeasuredJit:
         self._memscope_seen[key] = entry
         if handles is not None:
             shardings = [leaf_sharding(x) for x in leaves]
-            session.defer(functools.partial(reading.analyse, session, entry, self._memscope_fun,
-                                            handles, shardings, _compat.config_snapshot()))
+            reading.schedule(session, entry, self._memscope_fun, handles, shardings)
 
     def stamp(self, entry: Entry) -> None:
         """Record on ``entry`` where the jit was made and where this call came from."""
@@ -460,6 +495,8 @@ class MeasuredJit:
                          signature=keys.signature_text(key), spec=spec,
                          style=self._memscope_style, arguments=jax_arguments())
         name, source = definition(wrapped.function)
+        # The entry keeps the call in the user's terms, not the function itself.
+        wrapped = dataclasses.replace(wrapped, function=None)
         if wrapped.donated_positions is not None:
             # Equinox donates in its own terms; say which user arguments that covers.
             spec = dataclasses.replace(spec, static_argnums=(), static_argnames=(),
@@ -469,10 +506,6 @@ class MeasuredJit:
                      spec=spec, style=wrapped.style, wrapper=wrapped,
                      arguments=(wrapped.arguments if wrapped.arguments is not None
                                 else jax_arguments()))
-
-
-def _as_is(value: Any) -> Any:
-    return value
 
 
 def is_jax_internal(fun: Any) -> bool:

@@ -12,6 +12,7 @@ from memscope import _compat
 from memscope.capturing import wrappers
 from memscope.capturing.arguments import parameter_names
 from memscope.capturing.entry import Entry
+from memscope.capturing.hold import CLEARED, Hold
 from memscope.capturing.session import Session
 from memscope.capturing.worker import release_free_memory
 from memscope.compiled.read import (
@@ -24,101 +25,176 @@ from memscope.variants import donations, remat
 from memscope.variants.early import EarlyVariant
 
 
-def analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: CompiledHandles,
-            shardings: list[Any], settings: _compat.ConfigSnapshot,
-            plan: remat.Plan | None = None, ref_names: dict[int, str] | None = None,
-            early: EarlyVariant | None = None) -> None:
+def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
+             handles: CompiledHandles, shardings: list[Any], *,
+             plan: remat.Plan | None = None, ref_names: dict[int, str] | None = None,
+             early: EarlyVariant | None = None, hold: Hold | None = None) -> Hold:
+    """Hand the first call's reading, and then its variants, to the worker; what
+    they hold of the program is :class:`~memscope.capturing.hold.Hold`'s (given,
+    where the early variant's job holds it already). On the program's path: it
+    only builds the hold and queues the job."""
+    if hold is None:
+        hold = Hold(fun, reading_handles(handles), handles.traced, plan)
+    else:
+        hold.attach(reading_handles(handles), plan)
+    session.keep(hold)
+    entry.hold = hold
+    parameters = (parameter_names(fun) if session.request is not None
+                  and (entry.wrapper is None or not entry.wrapper.parameters) else None)
+    session.defer(functools.partial(analyse, session, entry, hold, shardings,
+                                    _compat.config_snapshot(), ref_names, early, parameters))
+    return hold
+
+
+def reading_handles(handles: CompiledHandles) -> CompiledHandles:
+    """``handles`` for the reading: the traced program as a view that holds none
+    of the arrays the function closes over (:func:`memscope._compat.reading_view`)."""
+    return CompiledHandles(_compat.reading_view(handles.traced), handles.lowered,
+                           handles.compiled)
+
+
+def analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
+            settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None = None,
+            early: EarlyVariant | None = None,
+            parameters: tuple[str, ...] | None = None) -> None:
     """Read the compiled program of ``entry``'s first call, then hand the
     recorded call to the variants (in the worker thread, under the JAX settings
-    the call ran with). ``fun`` is the jitted function (the parameters a
-    requested donation may name); ``ref_names`` names, by ``id``, the Refs it
-    can see (:mod:`memscope.capturing.refs`); ``early`` the advised variant
-    whose compile began with the call's, if one did (:mod:`memscope.variants.early`)."""
+    the call ran with). ``ref_names`` names, by ``id``, the Refs the function
+    can see (:mod:`memscope.capturing.refs`); ``early`` the advised variant whose
+    compile began with the call's, if one did (:mod:`memscope.variants.early`);
+    ``parameters`` the function's parameter names, for a requested donation."""
     try:
-        _analyse(session, entry, fun, handles, shardings, settings, plan, ref_names, early)
+        _analyse(session, entry, hold, shardings, settings, ref_names, early, parameters)
     finally:
         if early is not None and not early.deferred:
             let_go(session, early)
 
 
-def _analyse(session: Session, entry: Entry, fun: Callable[..., Any], handles: CompiledHandles,
-             shardings: list[Any], settings: _compat.ConfigSnapshot,
-             plan: remat.Plan | None, ref_names: dict[int, str] | None,
-             early: EarlyVariant | None) -> None:
+def _analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
+             settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None,
+             early: EarlyVariant | None, parameters: tuple[str, ...] | None) -> None:
     with contextlib.suppress(Exception):
         texts = tuple(describe_sharding(s) for s in shardings)
         session.publish(lambda: setattr(entry, "shardings", texts))
     if early is not None:  # its compile first: the two at once would add their memory
         early.settle(hurry=lambda: session.worker.draining)
         release_free_memory()
+    read = _read(session, entry, hold, shardings, settings, ref_names)
+    if read is None:
+        return
+    facts, written_flops, foreign = read
+    if facts is None or entry.library is not None or not (
+            session.advice != "off" or session.request or hold.plan is not None):
+        return
+    later = functools.partial(_alternatives, session, entry, hold, shardings, settings,
+                              facts, early, written_flops, parameters)
+    if foreign:
+        # Lowering a variant runs every lowering rule of the program again,
+        # the program's own too (a custom primitive's, which may count or
+        # print): they run once the program has ended, when it cannot see them.
+        if early is not None:
+            early.deferred = True  # (never started: see variants.early.start)
+        session.defer_to_end(later)
+    else:
+        later()
+
+
+def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
+          settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None
+          ) -> tuple[Any, float | None, bool] | None:
+    """The compiled program read (renamed in the user's terms), the written
+    program's FLOPs (for the checkpoint policies' table) and whether lowering it
+    runs lowering rules of the program's own; ``None`` where it could not be read
+    (the entry's ``error`` says why). JAX's stages go as soon as they are read."""
+    handles = hold.begin_read()
+    if handles is None:
+        error = f"not read: {CLEARED}"
+        session.publish(lambda: setattr(entry, "error", error))
+        return None
     try:
         with _compat.applied_config(settings):
             read = read_handles(handles, shardings=shardings, ref_names=ref_names)
+            flops = (_compat.flops(handles.compiled)
+                     if hold.plan is not None and session.accelerator is None else None)
+            foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
+            del handles  # the executable goes once read (end_read, below)
             if session.accelerator is not None:
                 here = read.memory
                 session.publish(lambda: setattr(entry, "memory_here", here))
-                read = _for_target(session, handles, shardings, ref_names)
+                read = _for_target(session, hold, shardings, ref_names)
             facts = wrappers.renamed(entry.wrapper, read)
             session.publish(lambda: setattr(entry, "facts", facts))
-        if facts is None or entry.library is not None or not (
-                session.advice != "off" or session.request or plan is not None):
-            return
-        later = functools.partial(_alternatives, session, entry, fun, handles, shardings,
-                                  settings, plan, facts, early)
-        if _compat.lowers_with_foreign_rules(handles.traced.jaxpr):
-            # Lowering a variant runs every lowering rule of the program again,
-            # the program's own too (a custom primitive's, which may count or
-            # print): they run once the program has ended, when it cannot see them.
-            if early is not None:
-                early.deferred = True  # (never started: see variants.early.start)
-            session.defer_to_end(later)
-        else:
-            later()
+        return facts, flops, foreign
     except TargetCompileError as e:  # the figures here are in memory_here
         message = str(e)
         session.publish(lambda: setattr(entry, "error", message))
     except Exception as e:  # never let the measurement break the program
         error = f"could not read the compiled program: {type(e).__name__}: {e}"
         session.publish(lambda: setattr(entry, "error", error))
+    finally:
+        hold.end_read()
+    return None
 
 
-def _for_target(session: Session, handles: CompiledHandles, shardings: list[Any],
+def _for_target(session: Session, hold: Hold, shardings: list[Any],
                 ref_names: dict[int, str] | None) -> CompiledFacts:
     """The call's program compiled for ``session.accelerator`` and read (XLA:TPU)."""
     target = session.accelerator
-    try:
-        return target.facts(handles.traced, shardings, ref_names)
-    except Exception as e:
-        raise TargetCompileError(f"could not compile it for {target.spec.name}: "
-                                 f"{type(e).__name__}: {e}") from None
+    with hold.use(), hold.lowering() as traced:
+        if traced is None:
+            raise TargetCompileError(f"not compiled for {target.spec.name}: "
+                                     f"{hold.released or donations.LET_GO}")
+        try:
+            return target.facts(traced, shardings, ref_names)
+        except Exception as e:
+            raise TargetCompileError(f"could not compile it for {target.spec.name}: "
+                                     f"{type(e).__name__}: {e}") from None
 
 
 class TargetCompileError(RuntimeError):
     """The call's program does not compile for the ``--target`` accelerator."""
 
 
-def _alternatives(session: Session, entry: Entry, fun: Callable[..., Any],
-                  handles: CompiledHandles, shardings: list[Any],
-                  settings: _compat.ConfigSnapshot, plan: remat.Plan | None,
-                  facts: Any, early: EarlyVariant | None = None) -> None:
-    """The variants the session asks for, and the checkpoint policies of ``plan``."""
+def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
+                  settings: _compat.ConfigSnapshot, facts: Any,
+                  early: EarlyVariant | None, written_flops: float | None,
+                  parameters: tuple[str, ...] | None) -> None:
+    """The variants the session asks for, and the checkpoint policies of the
+    hold's plan: none once the program let go of the function (the hold did)."""
     try:
-        with _compat.applied_config(settings):
-            if session.advice != "off" or session.request:
-                variants = donations.donation_variants(
-                    recorded(entry, fun, session), facts, handles.traced, shardings, session,
-                    early)
-                session.publish(lambda: setattr(entry, "variants", variants))
-            if plan is not None:
-                found = remat.measure_call(plan, facts, handles, settings, entry.variants,
-                                           session)
-                session.publish(lambda: setattr(entry, "remat", found))
+        with hold.use() as plan:
+            view = hold.view()
+            if view is None:
+                why = f"the variants were not compiled: {hold.released}"
+                session.publish(lambda: setattr(entry, "not_measured", why))
+                return
+            _measure(session, entry, hold, view, plan, shardings, settings, facts, early,
+                     written_flops, parameters)
     except Exception as e:  # never let the measurement break the program
         error = f"could not read the compiled program: {type(e).__name__}: {e}"
         session.publish(lambda: setattr(entry, "error", error))
     finally:
         if early is not None:
             let_go(session, early)
+
+
+def _measure(session: Session, entry: Entry, hold: Hold, view: Any,
+             plan: remat.Plan | None, shardings: list[Any], settings: _compat.ConfigSnapshot,
+             facts: Any, early: EarlyVariant | None, written_flops: float | None,
+             parameters: tuple[str, ...] | None) -> None:
+    """The donation variants, then the checkpoint policies, of one call; each
+    lowering takes the traced program, with its arrays, from ``hold`` just for
+    itself."""
+    with _compat.applied_config(settings):
+        if session.advice != "off" or session.request:
+            variants = donations.donation_variants(
+                recorded(entry, parameters, session), facts, hold.lowering, shardings, session,
+                early)
+            session.publish(lambda: setattr(entry, "variants", variants))
+        if plan is not None:
+            found = remat.measure_call(plan, facts, view, hold.lowering, written_flops, settings,
+                                       entry.variants, session)
+            session.publish(lambda: setattr(entry, "remat", found))
 
 
 def let_go(session: Session, early: EarlyVariant) -> None:
@@ -129,13 +205,12 @@ def let_go(session: Session, early: EarlyVariant) -> None:
         session.count_early(wasted=True)
 
 
-def recorded(entry: Entry, fun: Callable[..., Any], session: Session) -> donations.Call:
-    """What the variants need of ``entry``, in plain terms (no array)."""
-    parameters = None
-    if session.request is not None:
-        parameters = (entry.wrapper.parameters
-                      if entry.wrapper is not None and entry.wrapper.parameters
-                      else parameter_names(fun))
+def recorded(entry: Entry, parameters: tuple[str, ...] | None, session: Session
+             ) -> donations.Call:
+    """What the variants need of ``entry``, in plain terms (no array);
+    ``parameters`` the jitted function's names (read at the call)."""
+    if session.request is not None and entry.wrapper is not None and entry.wrapper.parameters:
+        parameters = entry.wrapper.parameters
     return donations.Call(
         name=entry.name, arguments=entry.arguments, style=entry.style,
         warnings=entry.warnings, parameters=parameters,

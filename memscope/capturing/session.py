@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
@@ -23,6 +23,7 @@ from memscope.analysis.advice import AdviceLevel, advice_level
 from memscope.analysis.observed import Observation, misses
 from memscope.capturing import between, residency
 from memscope.capturing.entry import Entry
+from memscope.capturing.hold import CLEARED, ENDED, Hold
 from memscope.capturing.observe import Failed, Unread, at_end
 from memscope.capturing.worker import Worker
 from memscope.compiled.read import (
@@ -102,6 +103,8 @@ class Session:
         self.worker = Worker()
         self._waited: float | None = None
         self._after_end: list[Callable[[], None]] = []
+        #: what the pending work holds of the program, let go at the end at the latest
+        self._holds: list[Hold] = []
         self.variant_compiles = 0
         self.variants_reused = 0
         #: signatures given an advised compile, and those refused one (many functions)
@@ -248,6 +251,23 @@ class Session:
                                        "after the program ended")
         finally:
             self.worker.close()
+            with self._lock:
+                holds, self._holds = self._holds, []
+            for hold in holds:  # nothing of the program outlives the capture
+                hold.release(ENDED)
+
+    def keep(self, hold: Hold) -> None:
+        """Remember ``hold``, to let go of what it still holds when the capture ends."""
+        with self._lock:
+            self._holds.append(hold)
+
+    def let_go(self, entries: Iterable[Entry]) -> None:
+        """The program cleared the cache of the jit object these entries belong to:
+        let go of what memscope holds for them (its executables and traced
+        programs), waiting only for a reading in progress."""
+        for entry in entries:
+            if entry.hold is not None:
+                entry.hold.release(CLEARED, wait=True)
 
     def publish(self, apply: Callable[[], None]) -> None:
         """Apply deferred results to the entries, unless the wait was abandoned

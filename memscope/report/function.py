@@ -401,6 +401,10 @@ class FunctionReport:
     #: why this signature compiled again: what differs from the nearest earlier
     #: signature of the same function; ``None`` for a function's first signature
     recompile: Recompile | None = None
+    #: why its variants (the advice's, the checkpoint policies) were not measured
+    #: although asked for: the program let go of the function, or cleared its
+    #: cache, before memscope compiled them; ``None`` otherwise
+    not_measured: str | None = None
     #: seconds JAX spent tracing, lowering and compiling at this signature's first
     #: call (its monitoring events; 0.0: its caches had the program); ``None``: not measured
     compile_seconds: float | None = None

@@ -258,7 +258,10 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
         out.append(_leaf_finding("warning", copies, "returned as copies of non-donated "
                                  "inputs: each a whole extra buffer"))
     chosen = [b for b in fn.inputs if b.candidate]
-    if chosen and fn.advice is not None and not fn.advice.worthwhile:
+    if chosen and fn.not_measured is not None:
+        out.append(_leaf_finding("info", chosen, f"not donated; an output could reuse the "
+                                 f"buffer, but the advice was not measured: {fn.not_measured}"))
+    elif chosen and fn.advice is not None and not fn.advice.worthwhile:
         a = fn.advice
         change = (a.peak_after or 0) - (a.peak_before or 0)
         measured = (f"to save {format_bytes(-change)} of the {format_bytes(a.peak_before)} "

@@ -24,12 +24,19 @@ class KeptCall:
     """A call in shapes: the jit object JAX made, the call's arguments with every
     array as a ``jax.ShapeDtypeStruct`` (shape, dtype, sharding), and its dynamic
     top-level arguments in JAX's terms. Enough to compile it again at other
-    shapes; no array is kept."""
+    shapes; no array is kept. ``memscope fit`` keeps the jit object until it has
+    answered; a post-mortem (a call that ran out of memory) holds it weakly
+    (``jitted`` a ``weakref.ref``, ``weak``), never longer than the program."""
 
     jitted: Any
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     arguments: tuple[Argument, ...]
+    weak: bool = False
+
+    def function(self) -> Any:
+        """The jit object; ``None`` where it was held weakly and is gone."""
+        return self.jitted() if self.weak else self.jitted
 
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -88,6 +89,14 @@ class Call:
     passed_again: Mapping[int, int] = field(default_factory=dict)
 
 
+#: A context giving the call's traced program, with the arrays it closes over, for
+#: one lowering within it; ``None`` where the program let go of one of them (and
+#: of the function). (:meth:`memscope.capturing.hold.Hold.lowering`)
+TracedSource = Callable[[], AbstractContextManager[Any]]
+#: Why a variant was not compiled where its traced program's arrays are gone.
+LET_GO = "the program let go of the function and the arrays it closes over first"
+
+
 class Worker(Protocol):
     """The capture's worker thread, as the variants use it."""
 
@@ -132,7 +141,8 @@ class Host(Protocol):
         """Whether a function with this compiled peak gets its advised compile."""
 
 
-def donation_variants(call: Call, facts: CompiledFacts, traced: Any, shardings: list[Any],
+def donation_variants(call: Call, facts: CompiledFacts, traced: TracedSource,
+                      shardings: list[Any],
                       host: Host, early: Begun | None = None) -> list[VariantFacts]:
     """Compile the donation variants the session asks for: one compile per
     donation that is neither the program's own nor an earlier variant's. The
@@ -297,7 +307,7 @@ def _worth_a_compile(inputs: Sequence[InputBuffer], chosen: dict[int, int],
 
 
 def _consistent_advice(call: Call, facts: CompiledFacts, variants: list[VariantFacts],
-                       traced: Any, shardings: list[Any], host: Host
+                       traced: TracedSource, shardings: list[Any], host: Host
                        ) -> list[VariantFacts]:
     """The variants, the advised one never donating an argument that its own
     compile shows ``unusable``: such arguments are left out and the rest
@@ -367,7 +377,7 @@ def _taken_unusable(inputs: Sequence[InputBuffer]) -> tuple[list[bool], list[boo
     return ([b.output is not None for b in inputs], [b.fate == "unusable" for b in inputs])
 
 
-def _lower_variant(ready: VariantFacts, mask: tuple[bool, ...], traced: Any,
+def _lower_variant(ready: VariantFacts, mask: tuple[bool, ...], traced: TracedSource,
                    host: Host, facts: CompiledFacts | None = None
                    ) -> tuple[LoweredVariant | None, VariantFacts]:
     """The variant lowered (``None`` if it could not be, or XLA would refuse it)
@@ -383,9 +393,12 @@ def _lower_variant(ready: VariantFacts, mask: tuple[bool, ...], traced: Any,
             "value, already aliased to the Ref), which XLA refuses; donate only arguments "
             "an output of the function can take"))
     # JAX's warnings for a program the user never runs are not the user's.
-    with host.recording_warnings(emit=False) as lowering_warnings:
+    # The traced program with the arrays it closes over, for this lowering only.
+    with traced() as program, host.recording_warnings(emit=False) as lowering_warnings:
+        if program is None:
+            return None, replace(ready, error=f"not compiled: {LET_GO}")
         try:
-            lowered = lower_variant(traced, mask, host.accelerator)
+            lowered = lower_variant(program, mask, host.accelerator)
         except Exception as e:
             return None, replace(ready, error=f"could not lower with {ready.setting}: "
                                               f"{type(e).__name__}: {e}")

@@ -38,7 +38,7 @@ from memscope import _compat
 from memscope.report.function import MEANINGFUL_SAVING
 from memscope.variants.compile import LoweredVariant, compile_lowered, lower_variant
 from memscope.variants.donation import Argument, Donation, Spelling, advised
-from memscope.variants.donations import Host
+from memscope.variants.donations import Host, TracedSource
 
 #: A call is predicted only if its arguments hold at least this many array
 #: leaves and bytes (a model's parameters, a batch), and its traced program at
@@ -151,15 +151,21 @@ def predict(traced: Any, leaves: Sequence[Any], arguments: Sequence[Argument],
     return tuple(donation.leaf_mask(arguments, n))
 
 
-def start(early: EarlyVariant, traced: Any, host: Host,
+def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
           settings: _compat.ConfigSnapshot) -> None:
     """Lower the predicted variant and start its compile in the worker's
-    low-priority compile threads (a job for the worker thread)."""
+    low-priority compile threads (a job for the worker thread). ``traced_now()``
+    is a context giving the call's traced program, with its arrays, for the
+    lowering; ``None`` once the program let go of them (the variant is then not
+    lowered)."""
     try:
-        if host.worker.cancelled or _compat.lowers_with_foreign_rules(traced.jaxpr):
-            return  # (lowering runs the program's own rules: not while it runs)
-        with host.recording_warnings(emit=False) as warnings, _compat.applied_config(settings):
-            lowered = lower_variant(traced, early.mask)
+        with traced_now() as traced:
+            if (traced is None or host.worker.cancelled
+                    or _compat.lowers_with_foreign_rules(traced.jaxpr)):
+                return  # (lowering runs the program's own rules: not while it runs)
+            with (host.recording_warnings(emit=False) as warnings,
+                  _compat.applied_config(settings)):
+                lowered = lower_variant(traced, early.mask)
         early.lowered, early.warnings = lowered, tuple(warnings)
         early.compile = host.worker.compiler.submit(_unless_cancelled, host, early, lowered,
                                                     settings)

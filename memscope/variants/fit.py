@@ -76,8 +76,11 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
     the function's own donation or the flat leaves in ``donated``; for the
     ``accelerator`` (:class:`memscope.compiled.tpu.TpuTarget`) when given."""
     args, kwargs = resized(call, choice, batch)
+    jitted = call.function()
+    if jitted is None:
+        raise NotCompiled(batch, "trace", RuntimeError("the program let go of the function"))
     try:
-        traced = call.jitted.trace(*args, **kwargs)
+        traced = jitted.trace(*args, **kwargs)
     except Exception as e:  # the user's function, at shapes it was never called with
         raise NotCompiled(batch, "trace", e) from e
     try:

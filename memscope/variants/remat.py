@@ -24,6 +24,7 @@ import contextlib
 import functools
 import sys
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -37,7 +38,7 @@ from memscope import _compat, _frameworks
 # (the --remat options, read before JAX is, live with the advice levels)
 from memscope.analysis.advice import DEFAULT_MAX_FLOPS_INCREASE as DEFAULT_MAX_FLOPS_INCREASE
 from memscope.analysis.advice import remat_setting as remat_setting
-from memscope.compiled.read import CompiledFacts, CompiledHandles, compiled_memory
+from memscope.compiled.read import CompiledFacts, compiled_memory
 from memscope.program.sites import display_path, is_users, library
 from memscope.report import (
     Differentiation,
@@ -47,7 +48,7 @@ from memscope.report import (
     Residual,
     ResidualLine,
 )
-from memscope.variants.donations import Host, VariantFacts
+from memscope.variants.donations import LET_GO, Host, TracedSource, VariantFacts
 
 #: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
 #: the baseline (every residual saved: what plain ``jax.grad`` does).
@@ -402,9 +403,10 @@ def silenced() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Plan:
-    """What :func:`analyse` needs of one captured call, none of it an array."""
+    """What :func:`analyse` needs of one captured call, none of it an array; the
+    function held weakly (``function()``: ``None`` once the program let go of it)."""
 
-    fun: Callable[..., Any]
+    function: Callable[[], Callable[..., Any] | None]
     options: dict[str, Any]
     call: tuple[tuple[Any, ...], dict[str, Any]]
     max_flops_increase: float = DEFAULT_MAX_FLOPS_INCREASE
@@ -422,7 +424,11 @@ def analyse(plan: Plan, written: RematVariant, *, compile_in: Callable[[Callable
     donation advice (its setting and flat mask), measured together with the
     chosen policy. Each policy is one trace, one lowering and one compile.
     """
-    found, traced = find(plan.fun, plan.options, plan.call)
+    fun = plan.function()
+    if fun is None:
+        raise LookupError("the program let go of the function first")
+    found, traced = find(fun, plan.options, plan.call)
+    del fun  # each policy's trace takes the function again, while the program holds it
     if not found:
         return None
     policies, scan = _compat.checkpoint_policies(traced.jaxpr)
@@ -465,8 +471,14 @@ def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
              compile_in: Callable[[Callable[[], Any]], Any],
              names: Sequence[str] = ()) -> RematVariant:
     try:
-        traced, lowered = lower_with_policy(plan.fun, plan.options, plan.call, policy,
+        fun = plan.function()
+        if fun is None:
+            raise LookupError("the program let go of the function first")
+        traced, lowered = lower_with_policy(fun, plan.options, plan.call, policy,
                                             donated, names, plan.accelerator)
+        del fun
+        # Compiled and read only: without the arrays the function closes over.
+        traced, lowered = _compat.reading_view(traced), _compat.without_const_args(lowered)
     except Exception as e:
         return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
     return measure(traced, lowered, policy, compile_in, plan.accelerator)
@@ -477,30 +489,40 @@ def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any,
     """What :func:`analyse` needs of a call (its arrays as shapes); ``None`` if
     it cannot be had (the user's call succeeded; memscope must not fail it)."""
     try:
-        return Plan(fun, options, abstract((args, kwargs)), max_flops_increase)
+        try:
+            function: Callable[[], Any] = weakref.ref(fun)
+        except TypeError:  # no weak references: held as long as the capture
+            function = lambda: fun  # noqa: E731
+        return Plan(function, options, abstract((args, kwargs)), max_flops_increase)
     except Exception:
         return None
 
 
-def measure_call(plan: Plan, facts: CompiledFacts, handles: CompiledHandles,
-                 settings: _compat.ConfigSnapshot, variants: Sequence[VariantFacts],
-                 host: Host) -> Remat | None:
+def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSource,
+                 written_flops: float | None, settings: _compat.ConfigSnapshot,
+                 variants: Sequence[VariantFacts], host: Host) -> Remat | None:
     """Residuals and checkpoint policies of a recorded call, measured (see
-    :func:`analyse`); ``variants`` are its donation variants, the advised one
-    measured together with the chosen policy. Compiles at the lowest priority
-    while the program runs, as the donation variants do."""
-    if not _compat.transposes(handles.traced.jaxpr):
+    :func:`analyse`); ``view`` is the call's traced program without its arrays,
+    ``traced()`` gives it with them (for the target's compile), ``written_flops``
+    the FLOPs of the program that ran (read with it); ``variants`` are its
+    donation variants, the advised one measured together with the chosen
+    policy. Compiles at the lowest priority while the program runs, as the
+    donation variants do."""
+    if not _compat.transposes(view.jaxpr):
         return None  # no grad or vjp: nothing to trace again for
     plan = replace(plan, accelerator=host.accelerator)
-    compiled = handles.compiled
+    flops = written_flops
     if plan.accelerator is not None:  # the policies' FLOPs are compared with the target's
         try:
-            compiled = plan.accelerator.compile(plan.accelerator.lower(handles.traced)).compiled
+            with traced() as program:
+                if program is None:
+                    return Remat(differentiations=(), error=LET_GO)
+                lowered = _compat.without_const_args(plan.accelerator.lower(program))
+            flops = _compat.flops(plan.accelerator.compile(lowered).compiled)
         except Exception as e:
             return Remat(differentiations=(), error=f"{type(e).__name__}: {e}")
-    written = RematVariant("as_written", facts.memory.peak_bytes, _compat.flops(compiled),
+    written = RematVariant("as_written", facts.memory.peak_bytes, flops,
                            host_bytes=facts.memory.host.peak_bytes)
-    del compiled
     fix = next((v for v in variants if v.name == "advised" and v.facts is not None
                 and not v.same_as_written), None)
     donation = (fix.setting, fix.facts.program.donated) if fix and fix.facts else None

@@ -59,6 +59,8 @@ class Entry:
     observation_again: Observation | None = None
     #: observe the next call (set once the first call's buffers are read)
     watch_next: bool = False
+    #: why the first call's buffers were not observed, where they could not be
+    not_observed: str | None = None
     #: weak references to the Refs the first call observed (per input, ``None``
     #: for a non-Ref; then the closed-over ones), read again at the run's end
     watched_refs: tuple[weakref.ref[Any] | None, ...] = ()

@@ -365,10 +365,13 @@ class Session:
         for entry, pending in unread:
             wait = final or (bool(awaited) and pending.holds(awaited))
             seen = pending.read(final=wait)
-            if seen is None and not wait and all(r is None or r() is not None
-                                                 for r in pending.outputs):
+            alive = all(r is None or r() is not None for r in pending.outputs)
+            if seen is None and not wait and alive:
                 with self._lock:
                     self._unread.append((entry, pending))
+            elif seen is None and not alive:
+                entry.not_observed = ("the first call's outputs were freed before they were "
+                                      "computed, so their buffers could not be read")
             elif isinstance(seen, Failed):
                 self.failed(entry, seen.error, exclude=seen.outputs)
             elif seen is not None:

@@ -95,7 +95,8 @@ def function_report(entry: Entry) -> FunctionReport:
         buffers=(breakdown(entry.facts.buffers, memory, display_path)
                  if entry.facts is not None and entry.facts.buffers is not None else None),
         memory_timeline=timeline, live_at_peak=live, memory_timeline_note=timeline_note,
-        out_of_memory=post_mortem(entry), not_measured=entry.not_measured)
+        out_of_memory=post_mortem(entry), not_measured=entry.not_measured,
+        not_observed=entry.not_observed)
 
 
 def _memory_view(entry: Entry, inputs: Sequence[InputBuffer], memory: Memory | None

@@ -405,6 +405,9 @@ class FunctionReport:
     #: although asked for: the program let go of the function, or cleared its
     #: cache, before memscope compiled them; ``None`` otherwise
     not_measured: str | None = None
+    #: why the first call's buffers were not observed (``observed`` is then
+    #: ``None`` on every leaf); ``None`` where they were, or nothing says why
+    not_observed: str | None = None
     #: seconds JAX spent tracing, lowering and compiling at this signature's first
     #: call (its monitoring events; 0.0: its caches had the program); ``None``: not measured
     compile_seconds: float | None = None

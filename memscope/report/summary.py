@@ -240,6 +240,8 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
         out.append(Finding("problem", f"memscope could not read it: {fn.error}"))
     out += [Finding("problem", f"run time disagrees with the compiled program: {f}")
             for f in fn.findings]
+    if fn.not_observed is not None and any(b.donated for b in fn.inputs):
+        out.append(Finding("info", f"donation not checked at run time: {fn.not_observed}"))
     later = [b for b in fn.inputs if b.observed == "confirmed_later"]
     if later:
         out.append(_leaf_finding(

@@ -101,8 +101,12 @@ def test_every_reported_line_exists_and_holds_the_named_op(case):
         assert t.source.startswith("tests/test_buffers.py:"), t.source  # relative to cwd
         text = _source_line(t.source)
         assert text.strip(), t
+        # An op autodiff derived from the line's own (JAX 0.12 names the tanh
+        # line for the multiply of tanh's derivative, under jvp()/transpose())
+        # is that line's, though the line does not spell it.
+        derived = "jvp(" in (t.op_name or "") or "transpose(" in (t.op_name or "")
         if t.op in SPELLING:
-            assert any(s in text for s in SPELLING[t.op]), (t, text)
+            assert derived or any(s in text for s in SPELLING[t.op]), (t, text)
             checked += 1
     assert checked >= 1
     assert sum(line.bytes for line in b.by_source) == sum(

@@ -13,6 +13,7 @@ add a folder of their own to them, as a virtual environment's site-packages.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -117,8 +118,11 @@ def test_an_installed_package_run_with_m_is_the_users_code(installed, capfd):
     normalize = next(f for f in report.functions if f.name == "<lambda>")
     assert normalize.library == "helpers" and normalize.advice is None
     assert normalize.jit_site is None
-    assert any("installed packages' own code (helpers 1)" in n and "--user-package" in n
-               for n in report.notes)
+    from memscope.report.summary import library_line
+
+    assert library_line(report) == ("1 function jitted in installed packages (helpers 1) has "
+                                    "no advice: --user-package NAME counts a package as "
+                                    "your code.")
     capfd.readouterr()
 
 
@@ -128,7 +132,9 @@ def test_a_package_named_with_user_package_is_the_users_code_too(installed):
     normalize = next(f for f in report.functions if f.name == "<lambda>")
     assert normalize.library is None
     assert normalize.jit_site == f"{os.path.realpath(installed / 'helpers' / '__init__.py')}:3"
-    assert not any("installed packages" in n for n in report.notes)
+    from memscope.report.summary import library_line
+
+    assert library_line(report) is None
 
 
 def test_memscope_run_takes_user_package_and_refuses_an_unknown_one(installed, tmp_path):
@@ -136,7 +142,8 @@ def test_memscope_run_takes_user_package_and_refuses_an_unknown_one(installed, t
     result = CliRunner().invoke(cli, ["run", "-q", "--user-package", "helpers", "-o", str(out),
                                       "-m", "trainer.train"])
     assert result.exit_code == 0, result.output
-    assert "installed packages" not in out.read_text()
+    functions = json.loads(out.read_text())["functions"]
+    assert [f["library"] for f in functions if f["name"] == "<lambda>"] == [None]
     result = CliRunner().invoke(cli, ["run", "--user-package", "no_such_pkg", "-m",
                                       "trainer.train"])
     assert result.exit_code == 2

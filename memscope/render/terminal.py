@@ -38,6 +38,7 @@ from memscope.report.summary import (
     Finding,
     FunctionSummary,
     ReportSummary,
+    library_line,
     most_urgent,
     summarize,
     summarize_function,
@@ -109,6 +110,9 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         hidden += f"{worth - sections:,} more functions with something to change: --detail. "
     more = "" if detail else "Every function in full: --detail; "
     out.para(f"{hidden}{more}every leaf: --leaves; everything: -o FILE.json", style="dim")
+    libraries = library_line(report)
+    if libraries is not None:
+        out.para(libraries, style="dim")
 
 
 def _has_something_to_say(fn: FunctionReport, s: FunctionSummary) -> bool:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import TYPE_CHECKING
 
+from memscope.report.paths import from_the_package
+
 if TYPE_CHECKING:
     from memscope.report.leaves import LeafGroup
 
@@ -74,16 +76,12 @@ def wrap(text: str, width: int, indent: str = "", first: str | None = None) -> l
     return [ln.replace(_GLUE, " ") for ln in lines]
 
 
-#: Folders of installed packages: a source there is shown from the package on.
-_INSTALLED = re.compile(r".*[/\\](?:site|dist)-packages[/\\]")
-
-
 def source_text(source: str | None) -> str:
     """A function's ``path:line`` for a reader: ``optax/_src/base.py:78`` for a
     file of an installed package, the path as recorded otherwise; ``n/a``."""
     if source is None:
         return "n/a"
-    return visible(_INSTALLED.sub("", source, count=1))
+    return visible(from_the_package(source))
 
 
 def shorten(text: str, limit: int) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import sys
@@ -258,8 +257,7 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
         deleted = _deleted_read(ledger)
     return Report(memscope_version=__version__, environment=environment(), run=run,
                   functions=functions, runtime=runtime,
-                  notes=run_notes(uncaptured_pmaps, runtime) + library_note(functions)
-                  + failed,
+                  notes=run_notes(uncaptured_pmaps, runtime) + failed,
                   donation_hazards=hazards,
                   deleted_read=deleted, target=target)
 
@@ -365,21 +363,6 @@ def _deleted_read(ledger: DonationLedger) -> DeletedRead | None:
     path = inputs[found.leaf].path if found.leaf < len(inputs) else f"argument leaf {found.leaf}"
     return DeletedRead(error=found.error, function=entry.name, source=entry.source, path=path,
                        call=found.donated.call, line=_line(found.donated.line))
-
-
-def library_note(functions: Iterable[FunctionReport]) -> tuple[str, ...]:
-    """One line saying which functions were jitted in installed packages' own
-    code, and so got no advice, and how to count such a package as the user's."""
-    packages = collections.Counter(f.library for f in functions if f.library is not None)
-    if not packages:
-        return ()
-    count = sum(packages.values())
-    named = ", ".join(f"{name} {n}" for name, n in packages.most_common(4))
-    more = f", and {len(packages) - 4} more packages" if len(packages) > 4 else ""
-    return (f"{count} function{'s' if count != 1 else ''} jitted in installed packages' own "
-            f"code ({named}{more}) {'are' if count != 1 else 'is'} reported without advice, "
-            "which you could not apply there; memscope run --user-package NAME counts a "
-            "package as your own code",)
 
 
 def run_notes(uncaptured_pmaps: int = 0, runtime: Runtime | None = None

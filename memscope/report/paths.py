@@ -75,3 +75,13 @@ def bounded_leaves(paths: Sequence[str], limit: int = MAX_LISTED) -> str:
         return bounded(list(paths), min(limit, 3))
     # Counted by argument, one leaf is example enough.
     return f"{bounded([f'{n} in {arg}' for arg, n in by_arg.items()], limit)}; e.g. {paths[0]}"
+
+
+#: Folders of installed packages: a source there is shown from the package on.
+_INSTALLED = re.compile(r".*[/\\](?:site|dist)-packages[/\\]")
+
+
+def from_the_package(source: str) -> str:
+    """``optax/_src/base.py:78`` for a ``path:line`` in an installed package's
+    folder (``.../site-packages/optax/...``); the source as it is otherwise."""
+    return _INSTALLED.sub("", source, count=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memscope.report.paths import from_the_package
 from memscope.report.run_memory import HighWater, ResidentGroup, RunMemory
 from memscope.report.units import format_bytes
 
@@ -12,7 +13,7 @@ SHOWN = 4
 def headline(h: HighWater) -> str:
     """``Run's high-water mark: 14.0 MiB on cpu:0 at call 21, eval_step (train.py:88),
     sampled``."""
-    where = f" ({h.line})" if h.line else ""
+    where = f" ({from_the_package(h.line)})" if h.line else ""
     how = ("sampled" if h.exact else f"estimated from the sample before call {h.from_call}")
     return (f"Run's high-water mark: {format_bytes(h.bytes)} on {h.device} at call "
             f"{h.call}, {h.function}{where}, {how}")

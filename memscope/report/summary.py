@@ -524,3 +524,18 @@ def between_findings(report: Report) -> tuple[Finding, ...]:
                                f"{len(fns)} signatures in {sum(fn.calls for fn in fns)} calls"
                                f", {sum(seconds):.2g} s compiling; most often a new {common}"))
     return tuple(out)
+
+
+def library_line(report: Report) -> str | None:
+    """One line naming the functions jitted in installed packages' own code (they
+    have figures, and no advice the user could not apply), and how to count such
+    a package as the user's; ``None`` where there are none."""
+    packages = Counter(f.library for f in report.functions if f.library is not None)
+    if not packages:
+        return None
+    count = sum(packages.values())
+    named = ", ".join(f"{name} {n}" for name, n in packages.most_common(4))
+    more = f", {len(packages) - 4} more packages" if len(packages) > 4 else ""
+    return (f"{count} function{'s' if count != 1 else ''} jitted in installed packages "
+            f"({named}{more}) {'have' if count != 1 else 'has'} no advice: "
+            "--user-package NAME counts a package as your code.")

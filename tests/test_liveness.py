@@ -277,6 +277,8 @@ def _xla_live_ranges(fn, *args):
     return module, assignment, names, ranges
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu",
+                    reason="held to XLA:CPU's live-range dump; not yet run against XLA:GPU's")
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_the_replay_is_xla_own_live_range(name):
     """memscope's replay against XLA's own ``HloLiveRange`` of the same compile
@@ -339,14 +341,19 @@ def _assert_peak_adds_up(fn) -> None:
     lines (every buffer but the arguments) to the peak less the arguments."""
     t, live = fn.memory_timeline, fn.live_at_peak
     assert t is not None and live is not None
-    assert live.bytes == t.peak_bytes == max(b for _, b in t.points)
+    if t.rule == "heap_trace":  # the curve is XLA's trace; the list is the schedule's
+        peak = t.schedule_peak_bytes
+    else:
+        peak = t.peak_bytes
+        assert peak == max(b for _, b in t.points)
+    assert live.bytes == peak
     assert sum(b.bytes for b in live.buffers) + live.more_bytes == live.bytes
     temps = sum(b.bytes for b in live.buffers if b.kind == "temporary")
-    assert temps <= t.temp_live_bytes <= t.temp_block_bytes
+    assert temps <= peak - t.held_bytes <= t.temp_block_bytes
     held = sum(b.bytes for b in live.buffers if b.kind != "temporary")
     assert held <= t.held_bytes
     if not live.more_buffers:
-        assert (temps, held) == (t.temp_live_bytes, t.held_bytes)
+        assert (temps, held) == (peak - t.held_bytes, t.held_bytes)
     lines = sum(s.bytes for s in live.by_source)
     assert lines <= live.bytes - live.argument_bytes
     if len(live.by_source) < MAX_LISTED:

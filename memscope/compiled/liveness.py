@@ -13,13 +13,19 @@ the way XLA's ``HloLiveRange`` does:
 * a buffer is live from its defining instruction to its last use; a use is an
   instruction that takes it as an operand, seen through the instructions that
   only forward it (``get-tuple-element``, ``tuple``, ``bitcast``: any that
-  defines no buffer of its own); a buffer that reaches a computation's root
-  lives to the computation's end;
+  defines no buffer of its own), and through the parameters of the
+  computations an instruction runs, which hold what it passes them where they
+  define no buffer (a loop's state the body passes through unchanged); a
+  buffer that reaches a computation's root lives into the step after it (its
+  caller's); a ``while`` uses its initial state where its body's parameter
+  takes over, and a ``call`` uses nothing itself (XLA's rules: XLA packs
+  other buffers of the body into memory the initial state held);
 * bytes live at a step are those of the device allocations held for the whole
   call (parameters, outputs, constants: the caller and the executable own
   them) plus the temporary buffers live then. Buffers XLA placed at the same
   offset and size of one allocation share their memory (an in-place update, a
-  loop's carried value) and count once while any of them lives.
+  loop's carried value) and count once while any of them lives, in the curve
+  and in the list of what is live at the peak alike.
 
 Linear in the module: one pass to flatten, one over the operands, one over the
 buffers, and the events bucketed by step. Pure functions on decoded protos;
@@ -28,7 +34,7 @@ no JAX here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +48,11 @@ HELD_KINDS = frozenset({"parameter", "aliased", "output", "constant"})
 
 @dataclass(frozen=True)
 class LiveRange:
-    """A temporary buffer and the flattened steps it lives over (both ends included)."""
+    """A temporary buffer and the flattened steps it lives over (both ends included).
+
+    In :attr:`Liveness.live`, one per memory slot: the buffer the slot holds at
+    the peak and the steps the slot stays held (:func:`_one_per_slot`).
+    """
 
     buffer: int
     allocation: int
@@ -61,8 +71,10 @@ class Liveness:
     ``peak_time`` is the flattened step of the peak, where ``peak_instruction``
     runs (inside a loop body, say) and ``peak_step`` its entry instruction.
     ``held`` are the allocations held for the whole call, ``live`` the
-    temporary buffers live at the peak; ``temp_block`` adds the temporary
-    allocations, of which ``live_temp`` bytes hold live buffers at the peak.
+    temporary memory live at the peak, one range per slot (buffers sharing
+    one count once), whose sizes add up to ``live_temp``; ``temp_block`` adds
+    the temporary allocations, of which ``live_temp`` bytes hold live buffers
+    at the peak.
     ``scheduled`` is false where the module carried no schedule and the
     entry's instruction order (a valid topological order) stood in for it.
     """
@@ -151,9 +163,10 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
     nodes: dict[int, _Node] = {}
     ranges: dict[int, list[int]] = {}
     roots = {c.id: c.root_id for c in module.computations if c.id in spans}
+    passed, used_at = _calls(module, order, spans)
     for t, instr in enumerate(order):
         own = defined.get(instr.id, {})
-        node, forwarding = _node(instr, own, nodes, roots)
+        node, forwarding = _node(instr, own, nodes, roots, passed)
         nodes[instr.id] = node
         for b in own.values():
             ranges[b] = [t, t]
@@ -164,12 +177,19 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
                 if table is not None and table.own in ranges:
                     ranges[table.own][1] = max(ranges[table.own][1], t)
             continue
+        when = used_at.get(instr.id, t)
+        if when is None:
+            continue
         for operand in instr.operand_ids:
             if operand in nodes:
                 for b in nodes[operand].buffers():
-                    if b in ranges and ranges[b][1] < t:
-                        ranges[b][1] = t
+                    if b in ranges and ranges[b][1] < when:
+                        ranges[b][1] = when
+    last = len(order) - 1
     for comp_id, (_, end) in spans.items():
+        # XLA's span of a computation ends one step past its last instruction:
+        # what reaches its root lives into the step that follows (its caller).
+        end = min(end + 1, last)
         root = nodes.get(roots[comp_id])
         for b in root.buffers() if root is not None else ():
             if b in ranges and ranges[b][1] < end:
@@ -177,23 +197,71 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
     return {b: (r[0], r[1]) for b, r in ranges.items()}
 
 
+def _calls(module: Any, order: Sequence[Any], spans: Mapping[int, tuple[int, int]]
+           ) -> tuple[dict[int, int], dict[int, int | None]]:
+    """How values cross into the computations run in place of an instruction, as
+    in XLA's dataflow and ``HloLiveRange``.
+
+    Returns (per parameter of such a computation: the caller's operand it
+    holds, where it defines no buffer of its own; per caller whose use of its
+    operands is not at its own step: the step it uses them at, ``None`` for
+    none). A ``while``'s body and condition take its operand, the loop's state,
+    and the ``while`` uses it where its body's parameter takes over (XLA's
+    rule: the body's state replaces it there, and XLA packs the body's
+    temporaries into its memory); branch ``k`` of a ``conditional`` takes
+    operand ``k + 1``; a ``call``'s computation takes its operands, and the
+    ``call`` itself uses none (its computation's instructions use them).
+    """
+    params = {(c.id, i.parameter_number): i.id for c in module.computations
+              for i in c.instructions if i.opcode == "parameter"}
+    time = {instr.id: t for t, instr in enumerate(order)}
+    passed: dict[int, int] = {}
+    used_at: dict[int, int | None] = {}
+    for instr in order:
+        called, operands = list(instr.called_computation_ids), list(instr.operand_ids)
+        if not called or any(c not in spans for c in called):
+            continue
+        if instr.opcode == "while":  # XLA keeps (body, condition)
+            takes = [(c, 0, 0) for c in called]
+            body = params.get((called[0], 0))
+            if body in time:
+                used_at[instr.id] = time[body]
+        elif instr.opcode == "conditional":
+            takes = [(c, 0, k + 1) for k, c in enumerate(called)]
+        elif instr.opcode == "call":
+            takes = [(called[0], n, n) for n in range(len(operands))]
+            used_at[instr.id] = None
+        else:
+            continue
+        for computation, number, operand in takes:
+            param = params.get((computation, number))
+            if param is not None and operand < len(operands):
+                passed[param] = operands[operand]
+    return passed, used_at
+
+
 #: Opcodes that pass their operand's buffers on when they define none of their own.
 _PASS_THROUGH = frozenset({"bitcast", "optimization-barrier", "domain", "add-dependency"})
 
 
 def _node(instr: Any, own: Mapping[tuple[int, ...], int], nodes: Mapping[int, _Node],
-          roots: Mapping[int, int]) -> tuple[_Node, bool]:
+          roots: Mapping[int, int], passed: Mapping[int, int]) -> tuple[_Node, bool]:
     """The buffers ``instr``'s value holds, and whether it only forwards its operands.
 
     Where XLA defined a buffer at a shape index, that buffer is there; any
     other index holds what the operand holds (a tuple's element, a
-    get-tuple-element's source, a bitcast's operand), and a ``call`` holds
-    what its computation's root holds (XLA defines no new buffer for it).
+    get-tuple-element's source, a bitcast's operand); a parameter of a called
+    computation holds what its caller passed (``passed``: a loop's state the
+    body passes through unchanged is the initial value's buffer throughout),
+    and a ``call`` or ``while`` what its (body) computation's root holds.
     """
+    if instr.opcode == "parameter" and instr.id in passed:
+        base = nodes.get(passed[instr.id]) or _Node(None)
+        return (_overlay(base, own) if own else base), True
+    if instr.opcode in ("call", "while") and instr.called_computation_ids:
+        root = nodes.get(roots.get(instr.called_computation_ids[0], -1)) or _Node(None)
+        return (_overlay(root, own) if own else root), False
     operands = [nodes.get(o) or _Node(None) for o in instr.operand_ids]
-    if instr.opcode == "call" and instr.called_computation_ids:
-        root = nodes.get(roots.get(instr.called_computation_ids[0], -1))
-        return (_overlay(root or _Node(None), own) if own else root or _Node(None)), False
     if instr.opcode == "tuple":
         base, forwarding = _Node(None, operands), True
     elif instr.opcode == "get-tuple-element" and operands:
@@ -253,7 +321,7 @@ def analyze(module: Any, assignment: BufferAssignment) -> Liveness | None:
         if step == len(entry_bytes) - 1 and sizes[t] >= entry_bytes[step]:
             entry_bytes[step] = sizes[t]
         entry_names[step] = order[t].name  # the entry instruction comes last
-    live = tuple(sorted((r for r in live_all if r.start <= peak_time <= r.end),
+    live = tuple(sorted(_one_per_slot(r for r in live_all if r.start <= peak_time <= r.end),
                         key=lambda r: (-r.size, r.buffer)))
     live_temp = sizes[peak_time]
     return Liveness(
@@ -265,6 +333,25 @@ def analyze(module: Any, assignment: BufferAssignment) -> Liveness | None:
         steps=len(entry_bytes), scheduled=scheduled, unplaced=unplaced,
         time_steps=tuple(entry_step), time_names=tuple(i.name for i in order),
         temp_allocations=tuple(temps))
+
+
+def _slot(r: LiveRange) -> tuple[int, int, int]:
+    """The memory ``r``'s buffer occupies: buffers at the same one share it."""
+    return r.allocation, r.offset, r.size
+
+
+def _one_per_slot(ranges: Iterable[LiveRange]) -> list[LiveRange]:
+    """``ranges`` live at one step, one per memory slot, as :func:`_sweep` counts
+    them: named by the buffer defined last (what the memory holds then: an
+    in-place update's result, the loop body's state), over the steps from the
+    first one's definition to the last one's end (they all hold that step, so
+    the memory stays held throughout)."""
+    by_slot: dict[tuple[int, int, int], list[LiveRange]] = {}
+    for r in ranges:
+        by_slot.setdefault(_slot(r), []).append(r)
+    return [LiveRange(max(rs, key=lambda r: (r.start, -r.buffer)).buffer, *key,
+                      min(r.start for r in rs), max(r.end for r in rs))
+            for key, rs in by_slot.items()]
 
 
 def _sweep(ranges: Sequence[LiveRange], steps: int) -> list[int]:
@@ -280,13 +367,13 @@ def _sweep(ranges: Sequence[LiveRange], steps: int) -> list[int]:
     sizes = []
     for t in range(steps):
         for r in starts[t]:
-            key = (r.allocation, r.offset, r.size)
+            key = _slot(r)
             holders[key] = holders.get(key, 0) + 1
             if holders[key] == 1:
                 live += r.size
         sizes.append(live)
         for r in ends[t]:
-            key = (r.allocation, r.offset, r.size)
+            key = _slot(r)
             holders[key] -= 1
             if not holders[key]:
                 live -= r.size

@@ -14,6 +14,7 @@ Pure functions on decoded records; no JAX here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from memscope.compiled.buffers import (
     MAX_LISTED,
@@ -145,7 +146,14 @@ def _dtype(shape: str) -> str | None:
 
 
 def _by_source(buffers: Sequence[LiveBuffer]) -> tuple[SourceLine, ...]:
-    return by_source_line((b.source, b.bytes, b.op) for b in buffers)
+    """The buffers by source line, a line's temporaries apart from the outputs and
+    constants defined on it (those are held for the whole call, not in the
+    temporary block), largest first."""
+    temporaries = [replace(line, kind="temporary") for line in by_source_line(
+        (b.source, b.bytes, b.op) for b in buffers if b.kind == "temporary")]
+    held = [replace(line, kind="held") for line in by_source_line(
+        (b.source, b.bytes, b.op) for b in buffers if b.kind != "temporary")]
+    return tuple(sorted((*temporaries, *held), key=lambda line: -line.bytes))
 
 
 def _trace_timeline(liveness: Liveness, assignment: BufferAssignment,

@@ -10,6 +10,9 @@ from memscope.report.units import format_bytes
 
 #: Source lines (and buffers) at the peak shown in the terminal; JSON and HTML hold more.
 TOP_LINES = 5
+#: What a line at the peak holds: temporaries, or outputs and constants (held
+#: for the whole call, outside the temporary block).
+KIND_WORDS = {"temporary": "temporaries, ", "held": "outputs and constants, "}
 RULE_TEXT = {"schedule": "the compiled schedule over XLA's buffer assignment",
              "heap_trace": "XLA's heap-simulator trace"}
 
@@ -25,8 +28,9 @@ def live_lines(fn: FunctionReport, *, ascii_only: bool) -> list[Text]:
         f"from {RULE_TEXT[t.rule]}")]
     lines.append(Text("  " + _kinds(t, live)))
     for src in live.by_source[:TOP_LINES]:
+        what = KIND_WORDS.get(src.kind or "", "")
         lines.append(Text(f"  {format_bytes(src.bytes):>10}  {visible(src.source or 'n/a')}"
-                          f"  ({src.buffers} buffer{'s' if src.buffers != 1 else ''}: "
+                          f"  ({what}{src.buffers} buffer{'s' if src.buffers != 1 else ''}: "
                           f"{', '.join(src.ops[:3])})"))
     rest = live.by_source[TOP_LINES:]
     if rest:

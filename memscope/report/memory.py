@@ -278,6 +278,10 @@ class SourceLine:
     bytes: int
     buffers: int
     ops: tuple[str, ...] = ()
+    #: at a peak (:attr:`LiveAtPeak.by_source`): ``temporary`` for the line's
+    #: temporaries, ``held`` for its outputs and constants (held for the whole
+    #: call); ``None`` elsewhere (the temporary buffers' table)
+    kind: str | None = None
 
 
 @dataclass(frozen=True)

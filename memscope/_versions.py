@@ -40,7 +40,8 @@ def _installed(jax_version: str | None, jaxlib_version: str | None
 #: installing memscope never moves a user's JAX: a newer series runs with its
 #: figures unverified (:func:`unverified_line`), an older one is refused
 #: (:func:`support_problem`).
-SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 7), (0, 8), (0, 9), (0, 10))
+SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 7), (0, 8), (0, 9), (0, 10), (0, 11),
+                                                 (0, 12))
 #: Set to 1 to run on an older JAX anyway (figures unverified).
 ALLOW_UNSUPPORTED_ENV = "MEMSCOPE_ALLOW_UNSUPPORTED_JAX"
 

@@ -57,9 +57,11 @@ def test_variants_benchmark_counts_the_advisors_compiles():
     assert re.search(r"speed-up \d+\.\d\d\)$", out, re.M), out
     # one compile of the program's own; the advisor adds "donate all" and "advised"
     assert out.rstrip().endswith("advisor off 1 (the program's own), advisor on 3")
-    # the checkpoint policies add one compile each, and one of the advised policy
-    # with the advised donation where a policy saves
-    assert re.search(r"with the checkpoint policies too: (7|8)$", out, re.M), out
+    # the checkpoint policies add one compile each (4, and the offloading one on a
+    # JAX whose CPU compiles host memory), and one of the advised policy with the
+    # advised donation where a policy saves within the FLOPs budget (XLA's figures
+    # decide: on JAX 0.12 one does here, on 0.10 none)
+    assert re.search(r"with the checkpoint policies too: (7|8|9)$", out, re.M), out
 
 
 def test_remat_benchmark_prints_each_piece_beside_the_compile():
@@ -94,9 +96,10 @@ def test_real_sized_benchmark_prints_python_and_memscope_side_by_side():
     compiles = {name: int(row[6]) for name, row in rows.items()}
     assert compiles["memscope run"] == compiles["python"] + 1
     assert compiles["memscope run --no-advice"] == compiles["python"]
-    # the four checkpoint policies, and the one advised measured with the donation
-    # where one saves
-    assert compiles["memscope run --remat"] - compiles["memscope run"] in (4, 5)
+    # the four checkpoint policies (and the offloading one where this JAX's CPU
+    # compiles host memory), and the one advised measured with the donation where
+    # one saves within the FLOPs budget (XLA's figures decide)
+    assert compiles["memscope run --remat"] - compiles["memscope run"] in (4, 5, 6)
 
 
 def test_load_benchmark_prints_one_row_per_step():

@@ -185,7 +185,7 @@ def test_a_newer_jax_passes_under_warnings_as_errors_and_is_said_at_the_end(
 
     real = _versions.installed
     monkeypatch.setattr(_versions, "installed",
-                        lambda name: "0.11.0" if name == "jax" else real(name))
+                        lambda name: "0.13.0" if name == "jax" else real(name))
     monkeypatch.setattr(_versions, "_unverified_said", [])
     pytester.makepyfile(test_inner=JITTED + textwrap.dedent("""
         @pytest.mark.limit_device_memory("64 MiB")
@@ -198,8 +198,8 @@ def test_a_newer_jax_passes_under_warnings_as_errors_and_is_said_at_the_end(
     pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
-    line = ("memscope: warning: JAX 0.11.0 is newer than the series memscope is verified on "
-            "(0.7 to 0.10); its figures are unverified: report differences to memscope's "
+    line = ("memscope: warning: JAX 0.13.0 is newer than the series memscope is verified on "
+            "(0.7 to 0.12); its figures are unverified: report differences to memscope's "
             "issue tracker")
     assert result.stdout.lines.count(line) == 1
 

@@ -35,7 +35,7 @@ from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE, MemscopeError
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_programs"
-NEWER = "JAX 0.11.0 is newer than the series memscope is verified on (0.7 to 0.10)"
+NEWER = "JAX 0.13.0 is newer than the series memscope is verified on (0.7 to 0.12)"
 
 
 def invoke(*args: str) -> Result:
@@ -90,9 +90,10 @@ def test_requirements_have_no_upper_bound_on_jax():
     ("0.7.0", "0.7.0", None, None), ("0.8.3", "0.8.3", None, None),
     ("0.9.2", "0.9.2", None, None), ("0.10.2", "0.10.2", None, None),
     ("0.10.0.dev20260101", "0.10.0", None, None),
-    ("0.11.0", "0.11.0", None, "JAX 0.11.0"), ("0.12.1", "0.12.1", None, "JAX 0.12.1"),
-    ("0.11.0.dev20260601", "0.10.2", None, "JAX 0.11.0.dev20260601"),
-    ("0.10.2", "0.11.0", None, "jaxlib 0.11.0"), ("1.0.0", "1.0.0", None, "JAX 1.0.0"),
+    ("0.11.2", "0.11.2", None, None), ("0.12.0.1", "0.12.0.1", None, None),
+    ("0.13.0", "0.13.0", None, "JAX 0.13.0"), ("0.14.1", "0.14.1", None, "JAX 0.14.1"),
+    ("0.13.0.dev20261201", "0.12.0.1", None, "JAX 0.13.0.dev20261201"),
+    ("0.12.0.1", "0.13.0", None, "jaxlib 0.13.0"), ("1.0.0", "1.0.0", None, "JAX 1.0.0"),
     ("0.6.2", "0.6.2", "JAX 0.6.2", None), ("0.4.38", "0.4.38", "JAX 0.4.38", None),
     ("0.7.2", "0.6.2", "jaxlib 0.6.2", None), ("0.11.0", "0.6.2", "jaxlib 0.6.2", None),
     ("unknown", "0.7.2", "JAX unknown", None),
@@ -105,17 +106,17 @@ def test_version_policy(jax_version, jaxlib_version, refused, newer, monkeypatch
     if refused is not None:
         assert problem is not None and "\n" not in problem
         assert problem.startswith(f"{refused} is not supported: ")
-        assert "0.7 and later (verified on 0.7 to 0.10)" in problem
+        assert "0.7 and later (verified on 0.7 to 0.12)" in problem
         assert "was not changed" in problem
         assert line is None  # not allowed: refused, not warned
     else:
         assert problem is None
     if newer is not None:
         assert line == (f"{newer} is newer than the series memscope is verified on (0.7 to "
-                        "0.10); its figures are unverified: report differences to memscope's "
+                        "0.12); its figures are unverified: report differences to memscope's "
                         "issue tracker")
         assert note == (f"{newer} is newer than the series memscope is verified on (0.7 to "
-                        "0.10): the figures are unverified")
+                        "0.12): the figures are unverified")
     elif refused is None:
         assert line is None and note is None
 
@@ -175,7 +176,7 @@ def test_an_older_jax_runs_when_allowed_and_the_report_says_so(tmp_path, monkeyp
                                      ["check", "--update-baseline", "--baseline", "r.json"]])
 def test_a_newer_jax_runs_with_one_line_and_the_report_says_so(tmp_path, monkeypatch,
                                                                 command):
-    pretend(monkeypatch, "0.11.0")
+    pretend(monkeypatch, "0.13.0")
     monkeypatch.delenv(_compat.ALLOW_UNSUPPORTED_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     script, marker = _writes_marker(tmp_path)
@@ -194,7 +195,7 @@ def test_a_newer_jax_runs_with_one_line_and_the_report_says_so(tmp_path, monkeyp
 def test_capture_on_a_newer_jax_logs_once_and_raises_no_python_warning(monkeypatch, caplog):
     """The project's own filterwarnings = error is in force here: a Python warning
     from capture() would fail this test, as it would a user's suite."""
-    pretend(monkeypatch, "0.11.0")
+    pretend(monkeypatch, "0.13.0")
     with caplog.at_level(logging.WARNING, logger="memscope"):
         for _ in range(2):
             with capture() as session:

@@ -231,7 +231,7 @@ def _figures_table(report: Report, page: _Page) -> str:
         figures = [getattr(m, attr) if m else None for _, attr, _ in FIGURE_COLOURS]
         rows.append([f'<a href="#{page.ids}fn{i}">{_t(fn.name)}</a>', _t(fn.source), str(fn.calls),
                      *(_t(format_bytes(f)) for f in figures)])
-    rules = "".join(f'<p class="dim">{_t(t)}</p>' for t in report.peak_rule_texts())
+    rules = "".join(f'<p class="dim">{_t(t)}</p>' for t, _ in report.peak_rule_notes())
     return "<h3>Compiled functions</h3>" + _table(
         ["function", "source", "calls", *(n for n, _, _ in FIGURE_COLOURS)], rows,
         numeric=range(2, 8)) + rules

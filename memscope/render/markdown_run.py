@@ -58,10 +58,8 @@ def render_run_markdown(report: Report, file: IO[str]) -> None:
         file.write("\n".join(lines))
         return
     lines += _figures(summary.functions)
-    computed = {fn.memory.peak_rule_text for fn in report.functions
-                if fn.memory is not None and fn.memory.peak_is_computed}
-    for text in report.peak_rule_texts():
-        lines.append(("\\* " if text in computed else "") + markdown_text(text) + "  ")
+    for text, computed in report.peak_rule_notes():
+        lines.append(("\\* " if computed else "") + markdown_text(text) + "  ")
     lines.append("")
     lines += _sections(summary.functions)
     if summary.between:

@@ -78,10 +78,8 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     _between(out, summary, detail)
     out.line()
     out.table(_figures_table(summary, out, shown), "Compiled functions (bytes per device)")
-    computed = {fn.memory.peak_rule_text for fn in report.functions
-                if fn.memory is not None and fn.memory.peak_is_computed}
-    for text in report.peak_rule_texts():  # "*" marks the peaks memscope computed
-        out.para(("* " if text in computed else "") + visible(text), "  ", style="dim")
+    for text, computed in report.peak_rule_notes():  # "*" marks the peaks memscope computed
+        out.para(("* " if computed else "") + visible(text), "  ", style="dim")
     if report.runtime is not None:
         for text in _runtime(report):
             out.para(text, "  ")

@@ -171,12 +171,13 @@ def split_host(memory: Memory, argument: int, output: int, alias: int) -> Memory
 def hbm_peak_rule(memory: Memory, hbm: int | None, on_chip: int | None) -> Memory:
     """``memory`` (XLA:TPU's figures) with its peak by the HBM rule.
 
-    XLA:TPU's ``peak_memory_in_bytes`` also counts the scratch memory the
-    compiler plans on the chip itself (VMEM, CMEM: ``on_chip``, the buffer
-    assignment's allocations outside memory spaces 0 and host), which is not
-    HBM: on v4, v5e, v5p and v6e it was seen up to that scratch above argument +
-    output - alias, and never below the HBM live at once. Its
-    ``temp_size_in_bytes`` is not the HBM temporary block either. The HBM a call holds is the buffer
+    XLA:TPU's ``peak_memory_in_bytes`` is not that figure: with the libtpu of
+    JAX 0.10 it was seen up to the scratch memory the compiler plans on the chip
+    itself (VMEM, CMEM: ``on_chip``, the buffer assignment's allocations outside
+    memory spaces 0 and host) above argument + output - alias, which is not HBM;
+    with JAX 0.12's it was seen below the HBM allocations (MaxText's train step,
+    and tests/test_tpu_target.py on v5p). Its ``temp_size_in_bytes`` is not the
+    HBM temporary block either. The HBM a call holds is the buffer
     assignment's memory-space-0 allocations (``hbm``): arguments, outputs and
     the temporary block, allocated whole for the call. Without a buffer
     assignment (``hbm`` None) the peak is argument + output - alias + temp.
@@ -194,11 +195,11 @@ def hbm_peak_rule(memory: Memory, hbm: int | None, on_chip: int | None) -> Memor
     text = ("peak: XLA:TPU's HBM allocations in its buffer assignment (arguments, outputs, "
             "the temporary block), held for the call")
     if xla is not None and xla != hbm:
-        scratch = (f"; XLA's peak_memory_in_bytes ({format_bytes(xla)}) also counts "
-                   f"on-chip scratch (VMEM/CMEM, {format_bytes(on_chip)} allocated), "
-                   "which is not HBM"
-                   if on_chip else f"; XLA's peak_memory_in_bytes is {format_bytes(xla)}")
-        text += scratch
+        text += (f"; XLA's own peak_memory_in_bytes is {format_bytes(xla)}, "
+                 f"{format_bytes(abs(xla - hbm))} {'above' if xla > hbm else 'below'} it")
+        if on_chip:
+            text += (f" (XLA's figure is not HBM alone: the chip's own scratch, VMEM/CMEM, "
+                     f"{format_bytes(on_chip)} allocated, is outside HBM)")
     return dataclasses.replace(memory, peak_bytes=hbm, peak_is_computed=True,
                                peak_rule="hbm", peak_rule_text=text)
 

@@ -327,11 +327,25 @@ class Report:
         except RecursionError:
             raise ReportFormatError("not a memscope report (nested too deeply)") from None
 
-    def peak_rule_texts(self) -> tuple[str, ...]:
-        """The distinct ``peak_rule_text`` of the functions, in order: what the
-        renderers say where the peak first appears."""
-        texts = (fn.memory.peak_rule_text for fn in self.functions if fn.memory is not None)
-        return tuple(dict.fromkeys(t for t in texts if t))
+    def peak_rule_notes(self) -> tuple[tuple[str, bool], ...]:
+        """Each distinct peak rule as the renderers say it under the figures, with
+        whether memscope computed the peaks it covers (they are marked ``*``).
+        Where the functions' texts differ (a ``--target``'s figures name each
+        program's own), each text names the functions it is for."""
+        by_text: dict[str, list[FunctionReport]] = {}
+        for fn in self.functions:
+            if fn.memory is not None and fn.memory.peak_rule_text:
+                by_text.setdefault(fn.memory.peak_rule_text, []).append(fn)
+        notes = []
+        for text, fns in by_text.items():
+            if len(by_text) > 1 and len(fns) < len(self.functions):
+                names = list(dict.fromkeys(fn.name for fn in fns))
+                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more"
+                                                if len(names) > 3 else "")
+                text = f"{shown}: {text}"
+            notes.append((text, any(fn.memory is not None and fn.memory.peak_is_computed
+                                    for fn in fns)))
+        return tuple(notes)
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per function and signature with its memory figures."""

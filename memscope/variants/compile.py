@@ -38,7 +38,7 @@ def lower_variant(traced: Any, donated: Sequence[bool], accelerator: Any = None
     the caller decides what to do with them.
     """
     variant = _compat.with_donation(traced, tuple(donated))
-    return LoweredVariant(variant, variant.lower() if accelerator is None
+    return LoweredVariant(variant, _compat.lower(variant) if accelerator is None
                           else accelerator.lower(variant))
 
 

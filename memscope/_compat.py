@@ -126,6 +126,7 @@ _pjit: Any = _private("jax._src", "pjit")
 _xla_bridge: Any = _private("jax._src", "xla_bridge")
 _mlir: Any = _private("jax._src.interpreters", "mlir")
 _pxla: Any = _private("jax._src.interpreters", "pxla")
+_pe: Any = _private("jax._src.interpreters", "partial_eval")
 _ir: Any = _private("jax._src.lib.mlir", "ir")
 _state_types: Any = _private("jax._src.state", "types")
 
@@ -579,8 +580,11 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     jaxpr JAX already traced, so the user's function is not traced again and
     its trace-time side effects do not repeat. (Read, not run: JAX's main
     branch after 0.11.0 adds ``fun_sourceinfo`` to ``Traced``'s constructor,
-    passed on where ``Traced`` has that slot.)
+    passed on where ``Traced`` has that slot.) Over hijax values, ``donated``
+    has one flag per array of each (:func:`high_layout`), as the compiled
+    program's leaves do; a hijax value is donated where its arrays are.
     """
+    donated = _per_call_leaf(traced, donated)
     params = traced._params
     extra = len(params["donated_invars"]) - len(donated)
     if extra < 0:
@@ -709,6 +713,22 @@ def without_const_args(lowered: Any) -> Any:
         with contextlib.suppress(AttributeError, TypeError):
             lowering.const_args = [None] * len(args)
     return lowered
+
+
+def _per_call_leaf(traced: Any, donated: tuple[bool, ...]) -> tuple[bool, ...]:
+    """Flags per array of the compiled program's call leaves, as flags per flat
+    leaf of the call: ``jax.jit`` donates whole arguments, so all or none of a
+    hijax value's arrays (one with no array is not donated)."""
+    layout = high_layout(traced)
+    if layout is None:
+        return donated
+    flags, start = [], 0
+    for value in layout.inputs:
+        flags.append(any(donated[start:start + len(value.lo)]))
+        start += len(value.lo)
+    if start != len(donated):
+        raise ValueError("the donation flags do not match the program's arrays")
+    return tuple(flags)
 
 
 class _ArgumentFacts:
@@ -1114,6 +1134,179 @@ def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefAccess | None, ...],
                  for i, v in enumerate(jaxpr.invars))
     consts = [(c, access(i)) for i, c in enumerate(closed_jaxpr.consts) if is_ref(c)]
     return args, consts
+
+
+# ------------------------------------------------------------------ hijax --
+#
+# A hijax value (``jax.experimental.hijax``: Flax's hijax ``Variable``) is one
+# leaf to JAX's pytrees and to its tracing, and several arrays to its lowering:
+# a traced jaxpr over one is ``is_high``, and lowering it first turns it into a
+# jaxpr over the arrays of each hijax type (``lo_ty``; ``pe.lower_jaxpr``).
+# JAX 0.7 to 0.10 also have mutable hijax types (with quasi-dynamic data,
+# ``has_qdd``): each one the program takes, or closes over, adds results to
+# ``main``, its arrays' new values, which JAX writes back into it after the
+# call (``pjit._to_lojax``). JAX 0.11 has no mutable hijax type.
+
+
+def _hijax_type(x: Any) -> Any:
+    """JAX's type of ``x`` where it is a hijax type held at the top level, else
+    ``None``. A hijax type is registered by its exact class
+    (``hijax.register_hitype``), so no other value's type is asked for (asking
+    may run its ``__jax_array__``)."""
+    mappings = getattr(_core, "pytype_aval_mappings", None)
+    if isinstance(x, jax.Array) or mappings is None:
+        return None
+    typeof = mappings.get(type(x))
+    if typeof is None:
+        return None
+    try:
+        aval = typeof(x)
+    except Exception:  # not a value JAX can trace: JAX says so at the call
+        return None
+    return aval if getattr(aval, "is_high", False) is True else None
+
+
+def is_hijax(x: Any) -> bool:
+    """True for a value of a hijax type (a Flax hijax ``Variable``), not a tracer of one."""
+    return _hijax_type(x) is not None
+
+
+def writes_back(x: Any) -> bool:
+    """True for a value of a mutable hijax type (JAX 0.7 to 0.10): the program
+    returns its arrays' new values, which JAX writes back into it."""
+    aval = _hijax_type(x)
+    return aval is not None and getattr(aval, "has_qdd", False) is True
+
+
+def lo_values(x: Any) -> list[Any] | None:
+    """The arrays a hijax value is to its compiled program, as JAX reads them at
+    the call (``pjit._to_lojax``), in the order of ``main``'s arguments; ``None``
+    for any other value. For a mutable one, its state now."""
+    aval = _hijax_type(x)
+    if aval is None:
+        return None
+    if getattr(aval, "has_qdd", False) is True:
+        with_state = _core.cur_aval_qdd(x)
+        read = getattr(with_state, "read_loval_in", None) or with_state.read_loval  # (0.10, 0.7-0.9)
+        return list(read(x))
+    return list(aval.lower_val(x))
+
+
+@dataclass(frozen=True)
+class HighValue:
+    """One value of a traced program over hijax types, as its lowering has it:
+    the abstract value of each of its arrays (an array's: itself), and, for a
+    hijax value, its type's own description (its aval, or its quasi-dynamic
+    data), which names the arrays (:func:`memscope._frameworks.hijax_paths`)."""
+
+    lo: tuple[Any, ...]
+    high: bool = False
+    described: Any = None
+    #: the hijax type as JAX prints it, without its parentheses (``Param``)
+    name: str = ""
+
+
+def hijax_value(x: Any) -> HighValue | None:
+    """A hijax value's :class:`HighValue` now (a mutable one's, in its state
+    now); ``None`` for any other value."""
+    aval = _hijax_type(x)
+    if aval is None:
+        return None
+    if getattr(aval, "has_qdd", False) is True:
+        return _high_value(_core.cur_aval_qdd(x))
+    return _high_value(aval)
+
+
+@dataclass(frozen=True)
+class HighLayout:
+    """How JAX lowers a traced program over hijax values.
+
+    ``consts`` are the values JAX hoisted out of the function (what it closes
+    over), first among ``main``'s arguments; ``inputs`` and ``outputs`` the
+    call's flat leaves. ``written_back`` holds, for each mutable hijax value the
+    program takes, its index among ``[*consts, *inputs]`` and its new value: in
+    this order they are the first of ``main``'s results.
+    """
+
+    consts: tuple[HighValue, ...]
+    inputs: tuple[HighValue, ...]
+    outputs: tuple[HighValue, ...]
+    written_back: tuple[tuple[int, HighValue], ...]
+
+
+def _high_value(aval: Any) -> HighValue:
+    if not getattr(aval, "is_high", False):
+        return HighValue((aval,))
+    with_state = getattr(_core, "AvalQDD", None)  # JAX 0.7 to 0.10: a type and its state
+    qdd = aval.qdd if with_state is not None and isinstance(aval, with_state) else None
+    kind = aval.aval if qdd is not None else aval
+    try:
+        name = str(kind.str_short())
+    except Exception:  # a type that does not print itself
+        name = type(kind).__name__
+    return HighValue(tuple(aval.lo_ty()), high=True,
+                     described=qdd if qdd is not None else kind,
+                     name=name[:-2] if name.endswith("()") else name)
+
+
+def high_layout(traced: Any) -> HighLayout | None:
+    """How ``traced`` (a ``jax.stages.Traced``) lowers its hijax values;
+    ``None`` for a program over arrays only."""
+    jaxpr = traced.jaxpr
+    if not getattr(jaxpr, "is_high", False):
+        return None
+    # JAX 0.7 to 0.10 pair each type with its state at entry and at exit.
+    entry = getattr(jaxpr, "in_aval_qdds", None) or jaxpr.in_avals
+    final = getattr(jaxpr, "final_aval_qdds", None) or ()
+    n = traced._num_consts
+    values = [_high_value(a) for a in entry]
+    written = tuple((i, _high_value(a)) for i, a in enumerate(final)
+                    if getattr(a, "has_qdd", False) is True)
+    return HighLayout(consts=tuple(values[:n]), inputs=tuple(values[n:]),
+                      outputs=tuple(_high_value(a) for a in jaxpr.out_avals),
+                      written_back=written)
+
+
+def hoisted_consts(traced: Any) -> list[Any]:
+    """The values JAX hoisted out of a traced function (``HighLayout.consts``):
+    for the caller to read and let go."""
+    return list(getattr(traced, "_consts", ()))
+
+
+def lower(traced: Any) -> Any:
+    """``traced.lower()`` (a ``jax.stages.Traced``), for a program over hijax
+    values as the call lowers it.
+
+    JAX's call (``pjit._to_lojax``, JAX 0.7 to 0.10) lowers the traced jaxpr
+    after ``pe.convert_const_himutables``, a jaxpr of its own that JAX's caches
+    hold the call's lowering and executable by; ``Traced.lower`` lowers the
+    jaxpr as traced, and so compiles the program once more. And where the
+    function closes over hijax values, JAX hoists them into the jaxpr's first
+    arguments (``Traced._consts``), and ``Traced.lojax`` unflattens the
+    arguments' lowered types, those included, with the tree of the call's own
+    arguments: "Too many leaves for PyTreeDef". Lowered here as a ``Traced`` of
+    the call's jaxpr whose arguments are the hoisted values and then the
+    call's: the same jaxpr and parameters as the call's, so its lowering and
+    executable, from JAX's caches after the call.
+    """
+    jaxpr = traced.jaxpr
+    if not _TRACED_META_TYS or not getattr(jaxpr, "is_high", False):
+        return traced.lower()
+    convert = getattr(_pe, "convert_const_himutables", None)
+    if convert is not None:
+        converted, moved = convert(jaxpr)
+        if moved:  # not hoisted while tracing: JAX's own lowering says it cannot
+            return traced.lower()
+        jaxpr = converted
+    n = traced._num_consts
+    in_tree = traced._in_tree
+    if n:
+        args, kwargs = jax.tree_util.tree_unflatten(in_tree, [0] * in_tree.num_leaves)
+        in_tree = jax.tree_util.tree_structure(((*([0] * n), *args), kwargs))
+    source = ((traced._fun_sourceinfo,)
+              if "_fun_sourceinfo" in getattr(type(traced), "__slots__", ()) else ())
+    return type(traced)(traced._meta_tys_flat, dict(traced._params, jaxpr=jaxpr), in_tree,
+                        traced.out_tree, [], *source).lower()
 
 
 # ------------------------------------------------------------- signatures --

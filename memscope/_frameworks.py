@@ -7,7 +7,8 @@ arguments and the wrapper's donation setting. It never imports a framework:
 it looks in ``sys.modules`` for what the user's program already imported, so
 memscope runs without the frameworks installed. Each function says which
 framework internals it relies on, so a framework upgrade is a review of this
-file (checked against equinox 0.13 and flax 0.12.0 to 0.12.8).
+file (checked against equinox 0.13 and flax 0.12.0 to 0.12.8; the hijax
+Variable's paths also against flax 0.12.12).
 """
 
 from __future__ import annotations
@@ -206,6 +207,39 @@ def _step(node: Any, part: Any, *, item: bool) -> Any:
         return node[part] if item else getattr(node, part)
     except Exception:
         return None
+
+
+#: Flax's module of ``Variable``: its hijax ``Variable`` is a hijax type, described
+#: to JAX by an ``AbstractVariable`` and, when mutable (Flax 0.12.x on JAX 0.7 to
+#: 0.10), its state by a ``VariableQDD``.
+_NNX_VARIABLES = "flax.nnx.variablelib"
+
+
+def hijax_paths(described: Any, count: int) -> list[str] | None:
+    """The path of each of the ``count`` arrays of a Flax hijax ``Variable``
+    within it, as JAX names the leaves of a plain ``Variable`` (``.value``,
+    ``.value['a']``); ``None`` for another hijax type, or where unknown.
+
+    ``described`` is JAX's description of the value (:class:`memscope._compat.HighValue`):
+    a ``VariableQDD`` (``treedef``) or an ``AbstractVariable`` (``_treedef``), each
+    holding the treedef of the Variable's pytree, a node over its value alone.
+    """
+    import jax
+
+    kind = type(described)
+    if kind.__module__ != _NNX_VARIABLES:
+        return None
+    attribute = "treedef" if kind.__name__ == "VariableQDD" else "_treedef"
+    treedef: Any = getattr(described, attribute, None)
+    try:
+        (value_def,) = treedef.children()
+        if value_def.num_leaves != count:  # a leaf that is itself several arrays
+            return None
+        value = jax.tree_util.tree_unflatten(value_def, range(count))
+        flat, _ = jax.tree_util.tree_flatten_with_path(value)
+    except Exception:  # a Variable this version of memscope does not know
+        return None
+    return [".value" + jax.tree_util.keystr(path) for path, _ in flat]
 
 
 def retrace_context(fun: Any) -> Any:

@@ -69,6 +69,8 @@ def classify(program: Program, warnings: Sequence[str] = ()
             sharding=leaf.sharding, parameter=arg, shard_shape=leaf.shard_shape,
             device_bytes=leaf.device_bytes, memory_kind=leaf.memory_kind, ref=ref))
 
+    closed = dict(zip(program.closed_hijax_args, (leaf.path for leaf in program.closed_hijax),
+                      strict=True))
     outputs = []
     for result, out in enumerate(program.result_outputs):
         if out is None:
@@ -77,12 +79,15 @@ def classify(program: Program, warnings: Sequence[str] = ()
         ofate: OutputFate = "new"
         source = None
         reused = input_of_arg(alias_of_result.get(result))
-        copied = input_of_arg(program.hlo.result_sources[result]
-                              if result < len(program.hlo.result_sources) else None)
+        copied_arg = (program.hlo.result_sources[result]
+                      if result < len(program.hlo.result_sources) else None)
+        copied = input_of_arg(copied_arg)
         if reused is not None:
             ofate, source = "reuses_input", program.inputs[reused].path
         elif copied is not None:
             ofate, source = "copy_of_input", program.inputs[copied].path
+        elif copied_arg in closed:  # an array of a closed-over hijax value, unchanged
+            ofate, source = "copy_of_input", closed[copied_arg]
         outputs.append(OutputBuffer(path=leaf.path, shape=leaf.shape, dtype=leaf.dtype,
                                     bytes=leaf.nbytes, fate=ofate, input=source,
                                     sharding=leaf.sharding, shard_shape=leaf.shard_shape,
@@ -103,9 +108,17 @@ def _ref_access(access: str | None, arg: int | None) -> RefAccess | None:
     return "updated"  # an effect this version does not name: read and written
 
 
+#: Why a closed-over hijax value's arrays are not donated, and cannot be.
+CLOSED_HIJAX = ("the function closes over it, and JAX passes its arrays to the program as "
+                "arguments of its own, never donated (a mutable one's new values are "
+                "outputs, written back into it after the call); jax.jit donates only "
+                "what the call passes: pass it as an argument to donate it")
+
+
 def closed_over(program: Program) -> tuple[InputBuffer, ...]:
     """The Refs ``program`` closes over, each with its fate: JAX passes each one
-    as an argument aliased to its own new value, like a Ref argument."""
+    as an argument aliased to its own new value, like a Ref argument; then the
+    arrays of the hijax values it closes over, never donated."""
     result = []
     for leaf, access, arg in zip(program.closed_refs, program.closed_ref_access,
                                  program.closed_ref_args, strict=True):
@@ -117,6 +130,12 @@ def closed_over(program: Program) -> tuple[InputBuffer, ...]:
             sharding=leaf.sharding, parameter=arg, shard_shape=leaf.shard_shape,
             device_bytes=leaf.device_bytes, memory_kind=leaf.memory_kind,
             ref=_ref_access(access, arg)))
+    for leaf, arg in zip(program.closed_hijax, program.closed_hijax_args, strict=True):
+        result.append(InputBuffer(
+            path=leaf.path, shape=leaf.shape, dtype=leaf.dtype, bytes=leaf.nbytes,
+            donated=False, fate="not_donated", parameter=arg, reason=CLOSED_HIJAX,
+            sharding=leaf.sharding, shard_shape=leaf.shard_shape,
+            device_bytes=leaf.device_bytes, memory_kind=leaf.memory_kind))
     return tuple(result)
 
 

@@ -179,14 +179,16 @@ def _ref_check(b: InputBuffer, before: Addresses, after: Addresses, end: Address
 def check_closed(refs: Sequence[InputBuffer], seen: Observation
                  ) -> tuple[tuple[InputBuffer, ...], tuple[str, ...]]:
     """The closed-over Refs with ``observed`` set, and the findings (as for
-    Ref arguments: each must keep its buffer through the call)."""
-    if len(seen.closed_after) != len(refs) or len(seen.closed_before) != len(refs):
+    Ref arguments: each must keep its buffer through the call). The arrays of
+    closed-over hijax values, after the Refs, are not observed."""
+    n = sum(b.ref is not None for b in refs)
+    if len(seen.closed_after) != n or len(seen.closed_before) != n:
         return tuple(refs), ()
     result, findings = [], []
-    ends = seen.closed_end if len(seen.closed_end) == len(refs) else (None,) * len(refs)
-    for b, before, after, end in zip(refs, seen.closed_before, seen.closed_after, ends,
+    ends = seen.closed_end if len(seen.closed_end) == n else (None,) * n
+    for b, before, after, end in zip(refs[:n], seen.closed_before, seen.closed_after, ends,
                                      strict=True):
         checked, found = _ref_check(b, before, after, end)
         result.append(checked)
         findings += found
-    return tuple(result), tuple(findings)
+    return (*result, *refs[n:]), tuple(findings)

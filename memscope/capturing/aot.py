@@ -24,6 +24,7 @@ from memscope.capturing.observe import (
     observe,
     watch_refs,
     watched_call,
+    written_back_seen,
 )
 from memscope.compiled.read import CompiledHandles
 from memscope.program import sites
@@ -94,7 +95,7 @@ class Compiled(Stage):
                 raise
         if entry.watch_next:  # the first call's buffers showed a miss
             out = watched_call(entry, lambda: real(*args, **kwargs),
-                               jax.tree_util.tree_leaves((args, kwargs)))
+                               keys.program_leaves(jax.tree_util.tree_leaves((args, kwargs))))
         else:
             out = real(*args, **kwargs)
         entry.calls += 1
@@ -105,7 +106,8 @@ class Compiled(Stage):
     def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         origin = self._memscope_origin
         session = origin._memscope_session
-        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        values = jax.tree_util.tree_leaves((args, kwargs))
+        leaves = keys.program_leaves(values)
         before = [addresses(x) for x in leaves]
         late = any_pending(leaves)
         out = self._memscope_real(*args, **kwargs)
@@ -118,7 +120,6 @@ class Compiled(Stage):
             entry = Entry(name=origin._memscope_name, source=origin._memscope_source,
                           signature="(?)", spec=origin._memscope_spec,
                           error=f"could not describe the call: {type(e).__name__}: {e}")
-        session.observed(entry, observation)
         entry.watched_refs, _ = watch_refs(leaves, None)
         entry.library = origin._memscope_library
         origin.stamp(entry)
@@ -132,6 +133,9 @@ class Compiled(Stage):
                                       self._memscope_real)
         except Exception as e:  # never let the measurement break the program
             entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        if handles is not None:
+            observation = written_back_seen(observation, handles, values)
+        session.observed(entry, observation)
         entry.calls = 1
         self._memscope_entry = session.add(("aot", id(self)), entry)
         if handles is not None and self._memscope_entry is entry:

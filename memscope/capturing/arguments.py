@@ -10,13 +10,15 @@ import jax
 import numpy as np
 
 from memscope import _compat
+from memscope.capturing.keys import program_leaves
 from memscope.variants.donation import Argument
 
 
 def call_arguments(fun: Any, spec: _compat.JitSpec, args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> tuple[Argument, ...]:
     """The call's dynamic top-level arguments, each with its flat leaves in JAX's order
-    (positional arguments, then keyword arguments sorted by name)."""
+    (positional arguments, then keyword arguments sorted by name), as its compiled
+    program takes them (:func:`~memscope.capturing.keys.program_leaves`)."""
     params = parameters(fun)
     n = len(args)
     static = {i % n for i in spec.static_argnums if -n <= i < n}
@@ -25,7 +27,7 @@ def call_arguments(fun: Any, spec: _compat.JitSpec, args: tuple[Any, ...],
 
     def add(value: Any, position: int | None, name: str | None, by_name: bool) -> None:
         nonlocal start
-        leaves = jax.tree_util.tree_leaves(value)
+        leaves = program_leaves(jax.tree_util.tree_leaves(value))
         result.append(Argument(position=position, name=name, by_name=by_name,
                                leaves=tuple(range(start, start + len(leaves))),
                                has_arrays=any(isinstance(x, jax.Array | np.ndarray

@@ -26,6 +26,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis.recompiles import LeafShape, SignatureShape
+from memscope.compiled.read import array_names
 from memscope.program import sites
 from memscope.report import DonationHazard, HazardKind
 
@@ -203,11 +204,15 @@ def donated_leaves(arguments: Sequence[Any], spec: _compat.JitSpec) -> tuple[int
 
 
 def leaf_paths(arguments: Sequence[Any], values: Sequence[Any]) -> list[str]:
-    """Each flat leaf's path: its argument's label and the path within."""
+    """Each flat leaf's path: its argument's label and the path within; each
+    array of a hijax value's as the compiled program's leaves name it."""
     paths: list[str] = []
     for argument, value in zip(arguments, values, strict=True):
         flat, _ = jax.tree_util.tree_flatten_with_path(value)
-        paths += [argument.label + jax.tree_util.keystr(p) for p, _ in flat]
+        for p, leaf in flat:
+            path = argument.label + jax.tree_util.keystr(p)
+            hijax = _compat.hijax_value(leaf)
+            paths += [path] if hijax is None else array_names(hijax, path)
     return paths
 
 

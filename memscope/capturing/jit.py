@@ -40,6 +40,7 @@ from memscope.capturing.observe import (
     observe,
     watch_refs,
     watched_call,
+    written_back_seen,
 )
 from memscope.capturing.session import Session
 from memscope.compiled.read import (
@@ -201,7 +202,8 @@ class MeasuredJit:
         if not session.records():  # staged into a trace: JAX's alone
             return jitted(*args, **kwargs)
         try:
-            key, leaves = keys.call_key(self._memscope_spec, args, kwargs)
+            key, values = keys.call_key(self._memscope_spec, args, kwargs)
+            leaves = keys.program_leaves(values)
         except Exception:
             # Unhashable static arguments and the like: JAX will say what is wrong.
             return jitted(*args, **kwargs)
@@ -212,7 +214,7 @@ class MeasuredJit:
         pending = session.before_call(leaves, entry is None)
         if entry is None:
             try:
-                out, entry = self._first_call(key, leaves, args, kwargs)
+                out, entry = self._first_call(key, leaves, args, kwargs, values)
             except Exception:
                 failed = self._memscope_seen.get(key)
                 if failed is not None:
@@ -238,7 +240,9 @@ class MeasuredJit:
         return out
 
     def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> tuple[Any, Entry]:
+                    kwargs: dict[str, Any], values: Sequence[Any]) -> tuple[Any, Entry]:
+        """``leaves``: the call's flat leaves as its program takes them
+        (:func:`keys.program_leaves` of ``values``, the call's own)."""
         session = self._memscope_session
         # JAX keeps one executable per function object, options and signature:
         # the same function jitted again alike runs the program already read.
@@ -257,7 +261,10 @@ class MeasuredJit:
         begun, early_hold = None, None
         try:
             with session.recording_warnings() as lowering_warnings:
-                begun, early_hold = self._begin_early(leaves, args, kwargs)
+                # (a hijax value's program is not the one predicted from its leaves)
+                begun, early_hold = ((None, None) if any(map(_compat.is_hijax, values))
+                                     else self._begin_early(leaves, args, kwargs))
+                traced = self._trace_before(values, args, kwargs)
                 try:
                     out = self._memscope_jitted(*args, **kwargs)
                 except Exception as e:
@@ -276,11 +283,12 @@ class MeasuredJit:
         observation = observe(before, leaves, out, late=late)
         handles, handles_error = None, None
         try:  # cache hits: what must be read while the call's arguments are at hand
-            handles = take_compiled(self._memscope_jitted, args, kwargs)
+            handles = take_compiled(self._memscope_jitted, args, kwargs, traced=traced)
         except Exception as e:  # never let the measurement break the program
             handles_error = f"could not read the compiled program: {type(e).__name__}: {e}"
         if handles is not None:
             observation = closed_refs_seen(observation, handles, refs_before)
+            observation = written_back_seen(observation, handles, values)
         watched = watch_refs(leaves, handles)
         # Another function object of the same code (a jit made in a loop) is the
         # same entry only where XLA compiled the same program: globals and
@@ -354,6 +362,19 @@ class MeasuredJit:
         entry.calls += 1
         self._memscope_seen[key] = entry
         return out, entry
+
+    def _trace_before(self, values: Sequence[Any], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any:
+        """The call traced now, before it runs, where it takes a mutable hijax
+        value (JAX 0.7 to 0.10): the call may change what the value holds (its
+        arrays, even their structure), and a trace after it would be the next
+        call's program. JAX's call then takes this trace from its cache."""
+        if not any(map(_compat.writes_back, values)):
+            return None
+        try:
+            return self._memscope_jitted.trace(*args, **kwargs)
+        except Exception:  # the call itself says what is wrong, if anything is
+            return None
 
     def _begin_early(self, leaves: Sequence[Any], args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> tuple[early.EarlyVariant | None, Hold | None]:

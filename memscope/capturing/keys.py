@@ -159,7 +159,8 @@ def static_name(value: Any) -> str:
 def leaf_key(x: Any) -> tuple[Any, ...]:
     """(kind, abstract value, placement): what JAX's dispatch distinguishes for one
     dynamic leaf. The abstract value carries the canonical dtype (a float64 numpy
-    array is float32 with x64 off) and the weak type of Python scalars."""
+    array is float32 with x64 off) and the weak type of Python scalars. A hijax
+    value's is its type's name and description, and its arrays' keys."""
     if isinstance(x, jax.Array):
         return ("array", jax.typeof(x), _placement(x.sharding, x.ndim))
     if _compat.is_ref_aval(x):  # an ahead-of-time call's stand-in for a Ref
@@ -172,6 +173,10 @@ def leaf_key(x: Any) -> tuple[Any, ...]:
         return ("ref", jax.typeof(x), placement)
     if isinstance(x, np.ndarray | np.generic):
         return ("numpy", jax.typeof(x), None)
+    hijax = _compat.hijax_value(x)
+    if hijax is not None:  # JAX keys it by its type (and state) and its arrays'
+        return ("hijax", (hijax.name, hijax.described),
+                tuple(leaf_key(a) for a in _compat.lo_values(x) or ()))
     if isinstance(x, jax.ShapeDtypeStruct):  # an ahead-of-time call's stand-in for an array
         sharding = x.sharding
         return ("array", jax.typeof(x),
@@ -192,10 +197,13 @@ def _placement(sharding: Any, ndim: int) -> Any:
 
 def leaf_text(key: tuple[Any, ...]) -> str:
     """``float32[4,8]`` for an array leaf (its canonical dtype), ``Ref{float32[4,8]}``
-    for a ``jax.Ref``, the type's name for a Python scalar."""
-    kind, aval, _ = key
+    for a ``jax.Ref``, ``Param{float32[4,8], float32[8]}`` for a hijax value (its
+    type, then its arrays), the type's name for a Python scalar."""
+    kind, aval, placement = key
     if kind in ("array", "numpy") and aval is not None:
         return f"{aval.dtype}[{','.join(map(str, aval.shape))}]"
+    if kind == "hijax":  # Param{float32[4,8]}: the type, then its arrays
+        return f"{aval[0]}{{{', '.join(leaf_text(k) for k in placement)}}}"
     if kind == "ref" and aval is not None:
         return f"Ref{{{aval.dtype}[{','.join(map(str, aval.shape))}]}}"
     return kind.__name__ if isinstance(kind, type) else str(kind)
@@ -219,6 +227,18 @@ def call_key(spec: _compat.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any
     key = (positional, named, treedef, tuple(leaf_key(x) for x in leaves))
     hash(key)
     return key, leaves
+
+
+def program_leaves(leaves: list[Any]) -> list[Any]:
+    """The call's flat leaves as its compiled program takes them: a hijax value
+    (a Flax hijax ``Variable``) is the arrays JAX lowers it to, in its place."""
+    if not any(_compat.is_hijax(x) for x in leaves):
+        return leaves
+    expanded: list[Any] = []
+    for x in leaves:
+        arrays = _compat.lo_values(x)
+        expanded.extend([x] if arrays is None else arrays)
+    return expanded
 
 
 def signature_text(key: Any) -> str:

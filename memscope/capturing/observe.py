@@ -129,6 +129,27 @@ def closed_refs_seen(seen: Observation | Unread | Failed, handles: Any,
                    closed_after=tuple(addresses(r) for r in closed))
 
 
+def written_back_seen(seen: Observation | Unread | Failed, handles: Any,
+                      values: Sequence[Any]) -> Observation | Unread | Failed:
+    """``seen`` with the arrays JAX wrote back into the mutable hijax values of
+    the call after it (JAX 0.7 to 0.10), as its first outputs, in its compiled
+    program's order: those of the values its function closes over, then of
+    ``values`` (the call's flat leaves). Read now, just after the call."""
+    try:
+        written = [a for x in (*_compat.hoisted_consts(handles.traced), *values)
+                   if _compat.writes_back(x) for a in _compat.lo_values(x) or ()]
+    except Exception:  # never let the measurement break the program
+        return seen
+    if not written:
+        return seen
+    if isinstance(seen, Unread):
+        return replace(seen, outputs=(*(weakref.ref(a) for a in written), *seen.outputs))
+    if isinstance(seen, Observation):
+        return replace(seen, outputs_after=(*(addresses(a) for a in written),
+                                            *seen.outputs_after))
+    return seen
+
+
 def watch_refs(leaves: Sequence[Any], handles: Any
                ) -> tuple[tuple[weakref.ref[Any] | None, ...], tuple[weakref.ref[Any] | None, ...]]:
     """Weak references to a first call's Refs: its Ref arguments (``None`` for

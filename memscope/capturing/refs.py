@@ -3,7 +3,9 @@ closes over, the module globals it names, a bound method's object.
 
 JAX passes such a Ref to the compiled program as an extra argument, updated in
 place (``pxla._move_mutable_consts``); it knows the Ref but not the user's name
-for it. Looked up at a signature's first call only, before the call: names and
+for it. So too a mutable hijax value (a Flax hijax ``Variable``, JAX 0.7 to
+0.10), whose arrays JAX passes as arguments: it is found and named the same
+way. Looked up at a signature's first call only, before the call: names and
 ``id`` s are kept, never the Refs.
 """
 
@@ -28,11 +30,11 @@ _BUDGET = 256
 
 def visible_refs(fun: Any, static: Iterable[tuple[str, Any]] = ()
                  ) -> list[tuple[str, Any]]:
-    """``(name, ref)`` for each Ref ``fun`` can reach by name: its closure cells,
-    the globals its code names, a bound method's ``self``, a partial's arguments
-    (``state``, ``self.cache``, ``refs['a']``), then ``static``: named values the
-    call passes that JAX does not trace (a wrapper's static arguments). The first
-    name found wins."""
+    """``(name, ref)`` for each Ref (or hijax value) ``fun`` can reach by name:
+    its closure cells, the globals its code names, a bound method's ``self``, a
+    partial's arguments (``state``, ``self.cache``, ``refs['a']``), then
+    ``static``: named values the call passes that JAX does not trace (a
+    wrapper's static arguments). The first name found wins."""
     found: dict[int, tuple[str, Any]] = {}
     seen: set[int] = set()
     try:
@@ -85,7 +87,7 @@ def _walk(path: tuple[Any, ...], value: Any, depth: int, seen: set[int]
     seen.add(id(value))
     if isinstance(value, (*_OPAQUE, jax.Array)):
         return
-    if _compat.is_ref(value):
+    if _compat.is_ref(value) or _compat.is_hijax(value):
         yield _spelled(path), value
         return
     if depth == 0:

@@ -22,6 +22,7 @@ import numpy as np
 
 from memscope import _frameworks
 from memscope._frameworks import Framework
+from memscope.compiled.program import WRITTEN_BACK
 from memscope.variants.donation import Argument, FilterJit, NnxJit, Spelling, Style
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 #: Equinox's own output that says the call has finished (``filter_jit``'s marker).
 EQX_MARKER = "filter_jit marker"
-#: Suffix of an NNX output that ``nnx.jit`` writes back into an argument's module.
-WRITTEN_BACK = " (written back)"
 
 framework = _frameworks.framework
 

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from memscope.compiled.hlo import HloFacts
 from memscope.report.memory import is_host_kind
 
+#: Suffix of an output that is the new value of one of the call's values, which
+#: the caller writes back into it after the call: JAX, into a mutable hijax value
+#: (JAX 0.7 to 0.10); ``nnx.jit``, into an argument's module.
+WRITTEN_BACK = " (written back)"
+
 
 @dataclass(frozen=True)
 class Leaf:
@@ -42,9 +47,11 @@ class Leaf:
 class Program:
     """One compiled program, as seen from the call that ran it.
 
-    Index spaces: *inputs*/*outputs* are the call's flat dynamic leaves; *args*
-    and *results* are the lowered ``main`` function's, which add effect tokens,
-    drop pruned arguments and may hoist constants into arguments.
+    Index spaces: *inputs*/*outputs* are the call's flat dynamic leaves (each
+    array of a hijax value one; the outputs begin with the new values JAX writes
+    back into mutable ones); *args* and *results* are the lowered ``main``
+    function's, which add effect tokens, drop pruned arguments and may hoist
+    constants into arguments.
     """
 
     inputs: tuple[Leaf, ...]
@@ -69,6 +76,11 @@ class Program:
     closed_refs: tuple[Leaf, ...] = ()
     closed_ref_access: tuple[str, ...] = ()
     closed_ref_args: tuple[int, ...] = ()
+    #: the arrays of the hijax values the function closes over (JAX passes them
+    #: as arguments after the constants it hoisted, and returns the new values
+    #: of the mutable ones), and each one's main argument
+    closed_hijax: tuple[Leaf, ...] = ()
+    closed_hijax_args: tuple[int, ...] = ()
 
     def ref_access(self, i: int) -> str | None:
         """What the program does with input ``i`` if it is a Ref, else None."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from memscope import _compat
+from memscope import _compat, _frameworks
 from memscope.compiled.buffers import (
     BufferAssignment,
     BufferDecodeError,
@@ -26,7 +26,7 @@ from memscope.compiled.buffers import (
 from memscope.compiled.dump import compile_dumped
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
-from memscope.compiled.program import Leaf, Program
+from memscope.compiled.program import WRITTEN_BACK, Leaf, Program
 from memscope.report import (
     HostMemory,
     Memory,
@@ -68,15 +68,19 @@ class CompiledHandles:
     compiled: Any
 
 
-def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> CompiledHandles:
+def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
+                  traced: Any = None) -> CompiledHandles:
     """Trace, lower and compile ``jitted`` for ``args``: cache hits after a real call.
 
     This is the part that needs the call's arguments and the calling thread's
     JAX settings (a few milliseconds); ``args`` may hold arrays the call just
-    donated, as only their shapes, dtypes and shardings are read.
+    donated, as only their shapes, dtypes and shardings are read. ``traced``:
+    the call's trace, taken before it (where the call changes its arguments'
+    types: a mutable hijax value's).
     """
-    traced = jitted.trace(*args, **kwargs)
-    lowered = traced.lower()
+    if traced is None:
+        traced = jitted.trace(*args, **kwargs)
+    lowered = _compat.lower(traced)
     return CompiledHandles(_compat.without_call_arrays(traced), lowered, lowered.compile())
 
 
@@ -345,23 +349,108 @@ def _device_count(shardings: Sequence[Any]) -> int | None:
     return len(devices) or None
 
 
-def _program(traced: Any, lowered: Any, compiled: Any,
-             shardings: Sequence[Any], module: Any = None,
-             ref_names: Mapping[int, str] | None = None) -> Program:
+@dataclass(frozen=True)
+class _CallLeaves:
+    """A call's flat leaves as its compiled program takes and gives them: each
+    hijax value (:func:`memscope._compat.high_layout`) as its arrays.
+
+    ``inputs``/``outputs`` are abstract values (shape, dtype), in ``main``'s
+    order: the outputs begin with the new values JAX writes back into mutable
+    hijax values, then the call's own. ``consts`` has one entry per array of the
+    values JAX hoisted out of the function (the first of ``main``'s arguments):
+    its name where it is part of a hijax value the function closes over, else
+    ``None`` (a hoisted constant).
+    """
+
+    inputs: tuple[Any, ...]
+    input_names: tuple[str, ...] | None
+    donated: tuple[bool, ...]
+    outputs: tuple[Any, ...]
+    output_names: tuple[str, ...] | None
+    consts: tuple[tuple[Any, str] | None, ...] = ()
+    #: per flat leaf of the call, how many arrays it is; ``None``: each is one
+    arrays: tuple[int, ...] | None = None
+    #: how many values JAX hoisted out of the function (the traced jaxpr's first)
+    hoisted: int = 0
+
+
+def _call_leaves(traced: Any, ref_names: Mapping[int, str]) -> _CallLeaves:
     arg_infos = jax.tree_util.tree_leaves(traced.args_info)
     out_infos = jax.tree_util.tree_leaves(traced.out_info)
     arg_names = _compat.flat_arg_names(traced)
     result_paths = _compat.flat_result_paths(traced)
-    if arg_names is not None and len(arg_names) != len(arg_infos):
-        arg_names = None
-    if result_paths is not None and len(result_paths) != len(out_infos):
-        result_paths = None
+    high = _compat.high_layout(traced)
+    if high is not None:
+        return _high_call_leaves(traced, high, arg_names, result_paths, ref_names)
+    return _CallLeaves(
+        inputs=tuple(arg_infos), input_names=_named(arg_names, len(arg_infos)),
+        donated=tuple(bool(a.donated) for a in arg_infos),
+        outputs=tuple(out_infos), output_names=_named(result_paths, len(out_infos)))
 
+
+def _named(names: tuple[str, ...] | None, count: int) -> tuple[str, ...] | None:
+    return names if names is not None and len(names) == count else None
+
+
+def _high_call_leaves(traced: Any, high: _compat.HighLayout, arg_names: tuple[str, ...] | None,
+                      result_paths: tuple[str, ...] | None, ref_names: Mapping[int, str]
+                      ) -> _CallLeaves:
+    """:class:`_CallLeaves` of a program over hijax values: each value's arrays,
+    named from JAX's name for the value (``arg_names``, which may begin with the
+    hoisted values'), or ``ref_names``' (by ``id``) for a value the function
+    closes over."""
+    hoisted = len(high.consts)
+    if arg_names is not None and len(arg_names) == hoisted + len(high.inputs):
+        arg_names = arg_names[hoisted:]
+    in_names = _named(arg_names, len(high.inputs)) or tuple(
+        f"arg{i}" for i in range(len(high.inputs)))
+    out_names = _named(result_paths, len(high.outputs)) or tuple(
+        f"result{j}" for j in range(len(high.outputs)))
+    const_names = [ref_names.get(id(x), f"closed-over value #{k}")
+                   for k, x in enumerate(_compat.hoisted_consts(traced))]
+    consts = tuple((aval, name) if value.high else None
+                   for value, name in zip(high.consts, const_names, strict=True)
+                   for aval, name in zip(value.lo, array_names(value, name), strict=True))
+    names = [*const_names, *in_names]
+    written = [(aval, name + WRITTEN_BACK) for k, value in high.written_back
+               for aval, name in zip(value.lo, array_names(value, names[k]), strict=True)]
+    # (``args_info`` counts the hoisted values' donation flags as the call's own)
+    donated = _compat.traced_donation(traced)[hoisted:]
+    ins = [(aval, name, flag)
+           for value, name, flag in zip(high.inputs, in_names, donated, strict=True)
+           for aval, name in zip(value.lo, array_names(value, name), strict=True)]
+    outs = [*written, *((aval, name) for value, name in zip(high.outputs, out_names, strict=True)
+                        for aval, name in zip(value.lo, array_names(value, name), strict=True))]
+    return _CallLeaves(
+        inputs=tuple(a for a, _, _ in ins), input_names=tuple(n for _, n, _ in ins),
+        donated=tuple(d for _, _, d in ins),
+        outputs=tuple(a for a, _ in outs), output_names=tuple(n for _, n in outs),
+        consts=consts, arrays=tuple(len(value.lo) for value in high.inputs), hoisted=hoisted)
+
+
+def array_names(value: _compat.HighValue, name: str) -> list[str]:
+    """Each array of a value of the program, named from the call's name for
+    the value: a Flax hijax Variable's as JAX names a plain one's
+    (``v.value['a']``), another hijax type's by position (``v#0``)."""
+    if not value.high:
+        return [name]
+    paths = _frameworks.hijax_paths(value.described, len(value.lo))
+    if paths is not None:
+        return [name + p for p in paths]
+    return [name] if len(value.lo) == 1 else [f"{name}#{k}" for k in range(len(value.lo))]
+
+
+def _program(traced: Any, lowered: Any, compiled: Any,
+             shardings: Sequence[Any], module: Any = None,
+             ref_names: Mapping[int, str] | None = None) -> Program:
+    ref_names = ref_names or {}
+    call = _call_leaves(traced, ref_names)
     layout = _compat.parameter_layout(lowered)
     refs = _compat.ref_layout(lowered)
     main = _compat.main_signature(lowered)
     arg_inputs: list[int | None] = []
     closed_ref_args: list[int] = []
+    closed_hijax: list[tuple[Any, str, int]] = []
     kept = iter(layout.kept)
     closed_left = refs.closed_over if refs is not None else 0
     for arg, attrs in enumerate(main.args):
@@ -376,13 +465,53 @@ def _program(traced: Any, lowered: Any, compiled: Any,
             continue
         if flat is None:
             raise CompiledReadError("the lowered main has more arguments than JAX kept")
-        arg_inputs.append(flat - layout.num_const_args if flat >= layout.num_const_args
-                          else None)
+        if flat < layout.num_const_args:  # a constant JAX hoisted
+            arg_inputs.append(None)
+            continue
+        flat -= layout.num_const_args
+        if flat < len(call.consts):  # an array of a value the function closes over
+            const = call.consts[flat]
+            if const is not None:
+                closed_hijax.append((*const, arg))
+            arg_inputs.append(None)
+            continue
+        arg_inputs.append(flat - len(call.consts))
     if next(kept, None) is not None or closed_left:
         raise CompiledReadError("JAX kept more arguments than the lowered main has")
+    result_outputs = _result_outputs(main, refs, len(call.outputs))
+    accesses, closed = _compat.ref_accesses(traced.jaxpr)
+    if call.arrays is not None:  # per array: a hijax value's are never Refs
+        accesses = tuple(a for a, n in zip(accesses[call.hoisted:], call.arrays, strict=True)
+                         for _ in range(n))
 
-    # Each Ref kept is also a result (its new value, aliased to its argument):
-    # not one of the call's outputs.
+    if module is None:
+        module = _compat.optimized_hlo_module_protos(compiled)[0]
+    hlo = read_module(module, tuple_args=layout.tuple_args)
+    alias_attr = [a.get("tf.aliasing_output") for a in main.args]
+    out_shardings = _output_shardings(compiled, len(call.outputs))
+    return Program(
+        inputs=_leaves(call.inputs, call.input_names, "arg", shardings),
+        donated=call.donated,
+        outputs=_leaves(call.outputs, call.output_names, "result", out_shardings),
+        arg_inputs=tuple(arg_inputs),
+        result_outputs=result_outputs,
+        requested_alias=tuple(a if isinstance(a, int) and not isinstance(a, bool) else None
+                              for a in alias_attr),
+        requested_donor=tuple(bool(a.get("jax.buffer_donor")) for a in main.args),
+        hlo=hlo,
+        devices=_device_count([*shardings, *out_shardings]),
+        refs=accesses if any(a is not None for a in accesses) else (),
+        **_closed_refs(lowered, closed, closed_ref_args, ref_names),
+        closed_hijax=_leaves([a for a, _, _ in closed_hijax], [n for _, n, _ in closed_hijax],
+                             ""),
+        closed_hijax_args=tuple(arg for _, _, arg in closed_hijax),
+    )
+
+
+def _result_outputs(main: _compat.MainSignature, refs: _compat.RefLayout | None,
+                    outputs: int) -> tuple[int | None, ...]:
+    """Per result of ``main``: the output it carries, ``None`` for a token or a
+    Ref's new value (aliased to its argument: not one of the call's outputs)."""
     writes_back = refs.writes_back if refs is not None else ()
     result_outputs: list[int | None] = []
     outputs_seen = results_seen = 0
@@ -397,30 +526,9 @@ def _program(traced: Any, lowered: Any, compiled: Any,
         else:
             result_outputs.append(outputs_seen)
             outputs_seen += 1
-    if outputs_seen != len(out_infos):
+    if outputs_seen != outputs:
         raise CompiledReadError("the lowered main's results do not match the outputs")
-    accesses, closed = _compat.ref_accesses(traced.jaxpr)
-
-    if module is None:
-        module = _compat.optimized_hlo_module_protos(compiled)[0]
-    hlo = read_module(module, tuple_args=layout.tuple_args)
-    alias_attr = [a.get("tf.aliasing_output") for a in main.args]
-    ref_names = ref_names or {}
-    out_shardings = _output_shardings(compiled, len(out_infos))
-    return Program(
-        inputs=_leaves(arg_infos, arg_names, "arg", shardings),
-        donated=tuple(bool(a.donated) for a in arg_infos),
-        outputs=_leaves(out_infos, result_paths, "result", out_shardings),
-        arg_inputs=tuple(arg_inputs),
-        result_outputs=tuple(result_outputs),
-        requested_alias=tuple(a if isinstance(a, int) and not isinstance(a, bool) else None
-                              for a in alias_attr),
-        requested_donor=tuple(bool(a.get("jax.buffer_donor")) for a in main.args),
-        hlo=hlo,
-        devices=_device_count([*shardings, *out_shardings]),
-        refs=accesses if any(a is not None for a in accesses) else (),
-        **_closed_refs(lowered, closed, closed_ref_args, ref_names),
-    )
+    return tuple(result_outputs)
 
 
 def _closed_refs(lowered: Any, closed: list[tuple[Any, str]], args: list[int],

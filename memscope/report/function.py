@@ -427,7 +427,9 @@ class FunctionReport:
     call_site: str | None = None
     #: the ``jax.Ref`` s the function closes over, named as the user's code names
     #: them (``closed-over Ref #k`` where memscope could not tell): JAX passes
-    #: each as an extra argument, updated in place like a Ref argument
+    #: each as an extra argument, updated in place like a Ref argument; then the
+    #: arrays of the hijax values it closes over (Flax's hijax Variables, JAX 0.7
+    #: to 0.10: ``ref`` is ``None``, never donated, their new values outputs)
     closed_over_refs: tuple[InputBuffer, ...] = ()
 
     def variant(self, name: str) -> Variant | None:

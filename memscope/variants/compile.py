@@ -38,7 +38,7 @@ def lower_variant(traced: Any, donated: Sequence[bool], accelerator: Any = None
     the caller decides what to do with them.
     """
     variant = _compat.with_donation(traced, tuple(donated))
-    lowered = variant.lower() if accelerator is None else accelerator.lower(variant)
+    lowered = _compat.lower(variant) if accelerator is None else accelerator.lower(variant)
     # What is kept for its compile and read holds none of the program's arrays
     # (the constants it closes over): only their types are compiled.
     return LoweredVariant(_compat.reading_view(variant), _compat.without_const_args(lowered))

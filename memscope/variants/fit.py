@@ -90,7 +90,7 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
         elif accelerator is not None:
             lowered = accelerator.lower(traced)
         else:
-            lowered = traced.lower()
+            lowered = _compat.lower(traced)
         if accelerator is not None:
             return accelerator.memory(traced, lowered, accelerator.compile(lowered)).peak_bytes
         compiled = _compat.compile_to_read(lowered, sizes=True)

@@ -176,7 +176,7 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
         traced = _compat.with_donation(traced, donated)
-    return traced, (traced.lower() if accelerator is None else accelerator.lower(traced))
+    return traced, (_compat.lower(traced) if accelerator is None else accelerator.lower(traced))
 
 
 def measure(traced: Any, lowered: Any, policy: str,

@@ -82,9 +82,9 @@ def test_the_invariant_catches_a_memscope_that_keeps_an_array(monkeypatch, capsy
     kept = []
     original = capture_module.MeasuredJit._first_call
 
-    def leaky(self, key, leaves, args, kwargs):
+    def leaky(self, key, leaves, args, kwargs, *rest):
         kept.append(args)  # what memscope must never do
-        return original(self, key, leaves, args, kwargs)
+        return original(self, key, leaves, args, kwargs, *rest)
 
     monkeypatch.setattr(capture_module.MeasuredJit, "_first_call", leaky)
     assert _live_bytes_at_end(script, measured=True) > plain

@@ -14,8 +14,10 @@ per signature, and let go as soon as it can be:
   (:func:`memscope.variants.compile.lower_variant`). Where the program let go of
   them, and of the function (JAX's own caches of a function hold them as long
   as it lives), the variants are not compiled, and the report says so;
-* for the checkpoint policies: the remat plan, which holds the function itself
-  to trace it again; let go when the function is collected.
+* for the checkpoint policies (``--remat``, ``--advice full``): the remat plan,
+  which holds the function itself, to trace it again under each policy; let go
+  once they are measured, at most when the capture ends. The default advice
+  holds no function.
 
 ``clear_cache()`` on the jit object lets all of it go at once, waiting only for
 work in progress on it (a reading, or the variants' lowering and compiles: they
@@ -48,8 +50,8 @@ LOWERING_WAIT = 5.0
 class Hold:
     """The program's objects one signature's pending work needs (see the module).
 
-    ``owner`` is the function the program jitted: the remat plan goes when it is
-    collected. ``handles`` are JAX's stages of the call, ``handles.traced``
+    ``owner`` is the function the program jitted: what is left of the hold's
+    work on its arrays ends when it is collected. ``handles`` are JAX's stages of the call, ``handles.traced``
     being the reading view; ``traced`` the traced program itself (kept split
     from its arrays); ``plan`` the remat plan, if any.
     """
@@ -138,6 +140,11 @@ class Hold:
             with self._lock:
                 self._users -= 1
                 self._lock.notify_all()
+
+    def release_plan(self) -> None:
+        """The checkpoint policies are measured: the function goes."""
+        with self._lock:
+            self._plan = None
 
     def release(self, why: str, *, wait: bool = False) -> None:
         """Let go of the remat plan now, and, unless the function was only

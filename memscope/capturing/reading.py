@@ -170,6 +170,7 @@ def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[An
                 return
             _measure(session, entry, hold, view, plan, shardings, settings, facts, early,
                      written_flops, parameters)
+        hold.release_plan()  # measured: the function itself goes
     except Exception as e:  # never let the measurement break the program
         error = f"could not read the compiled program: {type(e).__name__}: {e}"
         session.publish(lambda: setattr(entry, "error", error))

@@ -24,7 +24,6 @@ import contextlib
 import functools
 import sys
 import threading
-import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -403,8 +402,10 @@ def silenced() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Plan:
-    """What :func:`analyse` needs of one captured call, none of it an array; the
-    function held weakly (``function()``: ``None`` once the program let go of it)."""
+    """What :func:`analyse` needs of one captured call, none of it an array but
+    what the function itself closes over: ``function()`` gives the function, held
+    until the analysis is done (it is traced again under each policy), at most
+    until the capture ends."""
 
     function: Callable[[], Callable[..., Any] | None]
     options: dict[str, Any]
@@ -489,11 +490,7 @@ def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any,
     """What :func:`analyse` needs of a call (its arrays as shapes); ``None`` if
     it cannot be had (the user's call succeeded; memscope must not fail it)."""
     try:
-        try:
-            function: Callable[[], Any] = weakref.ref(fun)
-        except TypeError:  # no weak references: held as long as the capture
-            function = lambda: fun  # noqa: E731
-        return Plan(function, options, abstract((args, kwargs)), max_flops_increase)
+        return Plan(lambda: fun, options, abstract((args, kwargs)), max_flops_increase)
     except Exception:
         return None
 

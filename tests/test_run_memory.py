@@ -424,3 +424,37 @@ def test_sharded_donated_state_is_counted_once_per_device_as_jax_holds_it(tmp_pa
     high = run.high_water
     assert high is not None and high.resident_bytes < 64 * 1024
     assert not any(g.kind == "outside" and g.bytes > 1024 for g in high.groups)
+
+
+def test_naming_what_holds_an_array_runs_no_code_of_the_program(tmp_path, capfd):
+    """The variables that hold arrays are found by walking containers and
+    attributes, never by flattening the program's pytrees: a framework's flatten
+    can change what it caches (Flax NNX's graphs, whose suite failed under
+    memscope when it did). A pytree the program never hands JAX is never
+    flattened, and its array is still named by the variable that holds it."""
+    source = """
+        import jax, jax.numpy as jnp
+
+        flattened = []
+
+        class Counting:
+            def __init__(self, table):
+                self.table = table
+
+        def flatten(c):
+            flattened.append(1)
+            return (c.table,), None
+
+        jax.tree_util.register_pytree_node(Counting, flatten, lambda _, xs: Counting(*xs))
+        holder = Counting(jnp.ones((256, 256)))   # never given to JAX
+        step = jax.jit(lambda x: x * 2)
+        x = jnp.ones(8)
+        for _ in range(4):
+            x = step(x)
+        print("flattened", len(flattened))
+    """
+    report = _run(tmp_path, source)
+    assert capfd.readouterr().out.splitlines()[-1] == "flattened 0"
+    high = report.runtime.run_memory.high_water
+    assert any(g.held_by == "`holder.table`" and g.bytes == 256 * 256 * 4
+               for g in high.groups), high.groups

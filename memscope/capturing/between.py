@@ -238,4 +238,4 @@ def signature_shape(key: Any, paths: Sequence[str] | None, shardings: Sequence[s
             sharding=shardings[i] if i < len(shardings) else None))
     statics = tuple([(f"#{i}", s.name()) for i, s in positional]
                     + [(k, s.name()) for k, s in named])
-    return SignatureShape(tuple(leaves), statics, str(treedef), donation)
+    return SignatureShape(tuple(leaves), statics, str(treedef.treedef), donation)

@@ -256,6 +256,10 @@ class MeasuredJit:
         visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)
         late = any_pending(leaves)
+        # The call's arguments as it got them: it may change the objects that hold
+        # them (a Flax NNX module in graph mode), and JAX keyed its program on
+        # them as they were.
+        as_given = functools.partial(keys.as_given, key, values, args, kwargs)
         memory_before = session.device_memory()
         session.clock.start()
         begun, early_hold = None, None
@@ -283,7 +287,7 @@ class MeasuredJit:
         observation = observe(before, leaves, out, late=late)
         handles, handles_error = None, None
         try:  # cache hits: what must be read while the call's arguments are at hand
-            handles = take_compiled(self._memscope_jitted, args, kwargs, traced=traced)
+            handles = take_compiled(self._memscope_jitted, *as_given(), traced=traced)
         except Exception as e:  # never let the measurement break the program
             handles_error = f"could not read the compiled program: {type(e).__name__}: {e}"
         if handles is not None:

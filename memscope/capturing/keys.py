@@ -16,7 +16,7 @@ import functools
 import re
 import types
 import weakref
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import jax
@@ -134,6 +134,31 @@ class StaticKey:
             return False
 
 
+class TreeKey:
+    """The call's tree structure in a key, compared as JAX compares it, except
+    that a comparison that raises is unequal. Node data of a framework's own
+    can compare forever (Flax NNX's graph of a module that holds itself: a
+    ``RecursionError``); JAX compares a call's structure only with its own jit
+    object's earlier calls, while memscope's session holds every function's."""
+
+    __slots__ = ("_hash", "treedef")
+
+    def __init__(self, treedef: Any) -> None:
+        self.treedef = treedef
+        self._hash = hash(treedef)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TreeKey) or self._hash != other._hash:
+            return False
+        try:
+            return self.treedef is other.treedef or bool(self.treedef == other.treedef)
+        except Exception:  # RecursionError among them
+            return False
+
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 
 
@@ -224,9 +249,25 @@ def call_key(spec: _compat.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any
         args = tuple(a for i, a in enumerate(args) if i not in positions)
         kwargs = {k: v for k, v in kwargs.items() if k not in spec.static_argnames}
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    key = (positional, named, treedef, tuple(leaf_key(x) for x in leaves))
+    key = (positional, named, TreeKey(treedef), tuple(leaf_key(x) for x in leaves))
     hash(key)
     return key, leaves
+
+
+def as_given(key: Any, leaves: Sequence[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+             ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's ``(args, kwargs)`` as it was given, from its :func:`call_key` and
+    flat dynamic ``leaves``: the call may have changed the containers it got (a
+    Flax NNX module in graph mode), and JAX keyed its program on them as they
+    were. Static arguments are the objects given."""
+    positional, named, tree, _ = key
+    dynamic_args, dynamic_kwargs = jax.tree_util.tree_unflatten(tree.treedef, leaves)
+    if not positional and not named:
+        return tuple(dynamic_args), dict(dynamic_kwargs)
+    rebuilt = list(dynamic_args)
+    for i, _ in positional:
+        rebuilt.insert(i, args[i])
+    return tuple(rebuilt), {**dynamic_kwargs, **{k: kwargs[k] for k, _ in named}}
 
 
 def program_leaves(leaves: list[Any]) -> list[Any]:

@@ -490,31 +490,51 @@ def _history_holders(history: OutputHistory, wanted: set[int], found: dict[int, 
                                    tuple(aliases)), wanted, found, budget)
 
 
+#: How deep :func:`_name_leaves` looks into the user's objects' attributes.
+MAX_HOLDER_DEPTH = 4
+
+
 def _name_leaves(value: Any, holder: Holder, wanted: set[int], found: dict[int, Holder],
-                 budget: list[int]) -> None:
+                 budget: list[int], depth: int = 0) -> None:
+    """Name ``holder`` for the wanted arrays ``value`` holds: in lists, tuples
+    (named ones too), dicts and sets, and in the attributes of the user's
+    objects (their ``__dict__``, a few levels deep; the first level named, as
+    ``state.params``). Runs no code of the program's: no pytree flattening
+    (a framework's flatten can change what it caches: Flax NNX's graphs),
+    no property, no ``__getattr__``, no overridden container method."""
     if isinstance(value, jax.Array):
         if id(value) in wanted:
             found.setdefault(id(value), holder)
         return
-    if budget[0] <= 0 or isinstance(value, (str, bytes, int, float, types.ModuleType,
-                                            types.FunctionType, type)):
+    if budget[0] <= 0 or depth > MAX_HOLDER_DEPTH or isinstance(
+            value, (str, bytes, int, float, complex, types.ModuleType, types.FunctionType,
+                    type, np.ndarray)):
         return
-    if isinstance(value, (list, tuple, dict)) and len(value) > budget[0]:
-        return  # a long list of plain values (a dataset of floats): not flattened
-    try:
-        leaves = jax.tree_util.tree_leaves(value)
-    except Exception:  # a pytree whose flattening fails
+    if isinstance(value, dict):
+        items = list(dict.values(value))
+    elif isinstance(value, list):
+        items = list(list.__iter__(value))
+    elif isinstance(value, tuple):
+        items = list(tuple.__iter__(value))
+    elif isinstance(value, (set, frozenset)):
+        items = list(frozenset.__iter__(value) if isinstance(value, frozenset)
+                     else set.__iter__(value))
+    elif type(value).__module__.partition(".")[0] == "memscope":
+        return  # memscope's own objects (a jit stand-in): what they hold is not the user's
+    else:
+        try:
+            attrs = object.__getattribute__(value, "__dict__")
+        except AttributeError:  # slots or none: not looked into
+            return
+        if not isinstance(attrs, dict):
+            return
+        budget[0] -= 1
+        for name, attr in list(dict.items(attrs))[:256]:
+            named = Holder(f"{holder.name}.{name}", *holder[1:]) if depth == 0 else holder
+            _name_leaves(attr, named, wanted, found, budget, depth + 1)
         return
-    budget[0] -= len(leaves)
-    if len(leaves) == 1 and leaves[0] is value and hasattr(value, "__dict__"):
-        # Not a pytree: an object of the user's; its attributes, one level.
-        attrs = getattr(value, "__dict__", None)
-        if isinstance(attrs, dict):
-            for name, attr in list(attrs.items())[:256]:
-                if isinstance(attr, (jax.Array, list, tuple, dict)):
-                    _name_leaves(attr, Holder(f"{holder.name}.{name}", *holder[1:]),
-                                 wanted, found, budget)
-        return
-    for leaf in leaves:
-        if isinstance(leaf, jax.Array) and id(leaf) in wanted:
-            found.setdefault(id(leaf), holder)
+    if len(items) > budget[0]:
+        return  # a long list of plain values (a dataset of floats): not walked
+    budget[0] -= len(items)
+    for item in items:
+        _name_leaves(item, holder, wanted, found, budget, depth + 1)

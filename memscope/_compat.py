@@ -188,6 +188,33 @@ def patched_make_jit(wrap: Callable[[Any, Callable[..., Any], dict[str, Any]], A
         _pjit.make_jit = original
 
 
+@contextlib.contextmanager
+def patched_eval_shape(unwrap: Callable[[Any], Any]) -> Iterator[None]:
+    """Within the block, ``jax.eval_shape(f, ...)`` sees ``unwrap(f)``: JAX takes
+    its own path for a jit object only where ``type(f) is PjitFunction``
+    (``api.eval_shape``, 0.7 to 0.12), so given memscope's stand-in it would jit
+    it again and trace the user's function a second time (its trace-time prints,
+    JAX's tracing-cache counts). ``unwrap`` gives the jit object a stand-in
+    stands for, anything else as it is."""
+    api = _private("jax._src", "api")
+    original: Any = getattr(api, "eval_shape", None)
+    if original is None or getattr(jax, "eval_shape", None) is not original:
+        yield  # a JAX that moved it: left as it is
+        return
+
+    real: Callable[..., Any] = original  # type: ignore[assignment]  # (None returned above)
+
+    @functools.wraps(real)
+    def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return real(unwrap(fun), *args, **kwargs)
+
+    api.eval_shape = jax.eval_shape = eval_shape
+    try:
+        yield
+    finally:
+        api.eval_shape = jax.eval_shape = real
+
+
 def make_jit(fun: Callable[..., Any], options: dict[str, Any]) -> Any:
     """A jit object made as the one with ``options`` was (the keywords
     :func:`patched_make_jit` hands its ``wrap``: ``pjit.make_jit``'s own, which

@@ -213,3 +213,26 @@ def test_a_function_dropped_before_its_variants_says_so_and_keeps_its_figures(tm
     else:
         assert fn["not_measured"] == ("the variants were not compiled: the program let go of "
                                       "the function first")
+
+
+def test_eval_shape_of_a_stand_in_traces_the_function_as_often_as_jax_s_own():
+    """``jax.eval_shape(jitted, x)`` takes JAX's own path for a jit object (its
+    ``trace``); given the stand-in it would jit it again and run the user's
+    function once more (its prints at trace time, JAX's tracing-cache counts)."""
+    def traces(make):
+        seen = []
+
+        def f(x):
+            seen.append(1)
+            return x * 2
+
+        g = make(f)
+        x = jnp.ones(3)
+        assert jax.eval_shape(g, x).shape == (3,)
+        g.trace(x)
+        return len(seen)
+
+    plain = traces(jax.jit)
+    with capture():
+        under = traces(jax.jit)
+    assert under == plain == 1

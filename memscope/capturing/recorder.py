@@ -104,7 +104,8 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
             session.uncaptured_pmaps += 1
 
         try:
-            with _compat.patched_make_jit(wrap), _compat.pmap_outside_jit(uncaptured_pmap):
+            with (_compat.patched_make_jit(wrap), _compat.pmap_outside_jit(uncaptured_pmap),
+                  _compat.patched_eval_shape(_jitted_of)):
                 yield session
         finally:
             session.active = False
@@ -112,6 +113,11 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
             session.finish()
             # Before the warnings proxy goes: the variants' lowerings record through it.
             session.wait()
+
+
+def _jitted_of(fun: Any) -> Any:
+    """The jit object a stand-in stands for; anything else as it is."""
+    return fun._memscope_jitted if type(fun) is MeasuredJit else fun
 
 
 @contextlib.contextmanager

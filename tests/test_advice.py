@@ -362,3 +362,23 @@ def test_advice_measured_before_the_next_call_is_withdrawn_when_it_would_donate_
     assert not any(b.candidate for b in fn.inputs)
     assert fn.advice is None
     capfd.readouterr()
+
+
+def test_a_token_argument_is_read_and_never_advised(capfd):
+    """A token (``jax.lax.create_token()``) passed to a jitted function has no
+    shape and holds no buffer: the function is read (JAX's own
+    ``test_trivial_computations_with_tokens`` had no figures under memscope),
+    and the advice never donates the token, which XLA refuses (it logged an
+    INTERNAL error with a C++ stack trace when memscope compiled that variant)."""
+    @jax.jit
+    def noop(arr, token):
+        return arr, token
+
+    arr, token = jnp.ones(10), jax.lax.create_token()
+    report = analyze(noop, arr, token, advise="full")
+    assert report.error is None and report.memory is not None
+    by_path = {b.path: b for b in report.inputs}
+    assert (by_path["token"].dtype, by_path["token"].bytes) == ("token", 0)
+    assert not by_path["token"].candidate and by_path["arr"].candidate
+    assert report.advice is not None and report.advice.add == ("arr",)
+    assert "RET_CHECK" not in capfd.readouterr().err

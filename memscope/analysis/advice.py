@@ -93,11 +93,12 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *
     never one, nor (unless ``beside_refs``) a leaf of an argument that holds a
     Ref: ``jax.jit`` donates whole arguments, and a Ref is not to be donated.
     Nor is a leaf the caller passed again at a later call (``passed_again``):
-    it keeps that array, which a donating call would delete.
+    it keeps that array, which a donating call would delete. A token
+    (``jax.lax.create_token()``) holds no buffer: never one, nor taken.
     """
     free: dict[Aval, deque[int]] = defaultdict(deque)
     for j, o in enumerate(outputs):
-        if o.fate != "reuses_input" and not is_host_kind(o.memory_kind):
+        if o.fate != "reuses_input" and not is_host_kind(o.memory_kind) and o.dtype != "token":
             free[_aval(o)].append(j)
     copied = {o.input: j for j, o in enumerate(outputs) if o.fate == "copy_of_input"}
     chosen: dict[int, int] = {}
@@ -107,7 +108,7 @@ def candidates(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *
     open_inputs = [i for i, b in enumerate(inputs)
                    if b.fate == "not_donated" and not is_host_kind(b.memory_kind)
                    and b.ref is None and _argument(b.path) not in with_refs
-                   and b.passed_again is None]
+                   and b.passed_again is None and b.dtype != "token"]
     for i in open_inputs:
         copy = copied.get(inputs[i].path)
         if copy is not None and copy in free[_aval(inputs[i])]:

@@ -318,11 +318,16 @@ def _leaves(infos: Sequence[Any], names: Sequence[str] | None, prefix: str,
             shardings: Sequence[Any] = ()) -> tuple[Leaf, ...]:
     leaves = []
     for i, info in enumerate(infos):
-        shape = tuple(int(d) for d in info.shape)
+        path = names[i] if names is not None else f"{prefix}{i}"
+        try:
+            shape = tuple(int(d) for d in info.shape)
+        except (TypeError, AttributeError):  # a token (jax.lax.create_token()): no shape
+            leaves.append(Leaf(path=path, shape=(), dtype="token", nbytes=0))
+            continue
         sharding = shardings[i] if i < len(shardings) else None
         shard_shape = _shard_shape(sharding, shape) if sharding is not None else None
         leaves.append(Leaf(
-            path=names[i] if names is not None else f"{prefix}{i}",
+            path=path,
             shape=shape,
             dtype=str(info.dtype),
             nbytes=_compat.leaf_nbytes(shape, info.dtype),

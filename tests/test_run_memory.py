@@ -458,3 +458,24 @@ def test_naming_what_holds_an_array_runs_no_code_of_the_program(tmp_path, capfd)
     high = report.runtime.run_memory.high_water
     assert any(g.held_by == "`holder.table`" and g.bytes == 256 * 256 * 4
                for g in high.groups), high.groups
+
+
+def test_an_unknown_call_peak_is_none_and_reads_n_a_never_zero():
+    """A function whose compiled program was not read has no peak: the
+    high-water mark's call peak is None, said n/a, and its bytes are the resident
+    bytes alone (it used to print "0 B its own peak")."""
+    from memscope.report import run_text
+
+    log = CallLog(array("d", [0.1]), array("d", [0.15]), array("i", [0]), ["a"],
+                  array("q", [1]))
+    state = RawGroup(producer=None, holder=Holder("state", "p.py", "module", 0, 9),
+                     arrays=1, bytes=(("cpu:0", 1000),))
+    facts = [CallFacts(name="step", signature="()", peak_bytes=None, peak_rule=None,
+                       argument_bytes=None, pruned=frozenset(), buffers=(), call_site=None)]
+    run = run_memory([_sample(1, [state])], log, facts, calls=1, sample_seconds=0.0,
+                     sampling="h", holder_text=lambda h: (f"`{h.name}`", None),
+                     functions=[0])
+    high = run.high_water
+    assert high is not None and high.call_peak_bytes is None and high.bytes == 1000
+    assert run_text.parts(high) == ("= 1000 B alive outside its arguments + n/a its own peak "
+                                    "(its compiled program was not read)")

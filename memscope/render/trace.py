@@ -52,10 +52,11 @@ def trace_events(report: Report) -> dict[str, Any]:
     labels: dict[str, int] = {}
     for point in run.points:
         for device, resident in zip(run.devices, point.per_device, strict=False):
-            peak = point.peak_bytes if device == point.device else None
+            # On the call's device its peak; elsewhere none (0); unknown: not drawn.
+            peak = point.peak_bytes if device == point.device else 0
+            counters = {"resident": resident} | ({} if peak is None else {"call peak": peak})
             events.append({"name": f"device memory {device}", "ph": "C", "pid": PID,
-                           "ts": _us(point.seconds),
-                           "args": {"resident": resident, "call peak": peak or 0}})
+                           "ts": _us(point.seconds), "args": counters})
             if peak and point.call in ends:  # the call's own peak ends with it
                 events.append({"name": f"device memory {device}", "ph": "C", "pid": PID,
                                "ts": max(_us(ends[point.call]), _us(point.seconds)),

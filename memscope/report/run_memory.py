@@ -77,7 +77,9 @@ class HighWater:
 
     ``bytes`` = ``resident_bytes`` (what the program kept outside the call's
     arguments, by ``groups``) + ``call_peak_bytes`` (the call's peak by its
-    ``peak_rule``; its largest buffers at that peak are ``buffers``).
+    ``peak_rule``; its largest buffers at that peak are ``buffers``;
+    ``None`` where the call's compiled program was not read: ``bytes`` is then
+    the resident bytes alone).
     """
 
     call: int
@@ -88,7 +90,7 @@ class HighWater:
     device: str
     bytes: int
     resident_bytes: int
-    call_peak_bytes: int
+    call_peak_bytes: int | None
     peak_rule: str | None
     exact: bool
     groups: tuple[ResidentGroup, ...]

@@ -22,6 +22,9 @@ def headline(h: HighWater) -> str:
 def parts(h: HighWater) -> str:
     """``= 4.1 KiB alive outside its arguments + 14.0 MiB its own peak (rule sum)``."""
     rule = f" (rule {h.peak_rule})" if h.peak_rule else ""
+    if h.call_peak_bytes is None:
+        return (f"= {format_bytes(h.resident_bytes)} alive outside its arguments + n/a its "
+                "own peak (its compiled program was not read)")
     return (f"= {format_bytes(h.resident_bytes)} alive outside its arguments + "
             f"{format_bytes(h.call_peak_bytes)} its own peak{rule}")
 

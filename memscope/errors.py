@@ -20,9 +20,12 @@ Exit codes (documented in docs/cli.md):
 * 6 (:data:`EXIT_FIX_UNVERIFIED`): ``memscope fix --write`` measured the edited
   program and it differs from the advice; the files were restored (unless
   ``--keep``);
-* 130: the run was interrupted (Ctrl-C).
+* 130 (:data:`EXIT_INTERRUPTED`): the run was interrupted (Ctrl-C);
+* 143 (:data:`EXIT_TERMINATED`): SIGTERM ended the run (the report of what was
+  captured is written, and the process then dies of the signal, as under python).
 
-``memscope fix`` exits 3 when the target fails under it.
+``memscope fix`` exits 3 when the target fails under it; ``memscope fit`` 1
+(:data:`EXIT_NOTHING_FITS`) when not even the smallest batch fits the budget.
 
 ``memscope check`` has its own: 0 pass, 1 a regression, a broken budget, or
 nothing compared with a baseline that has functions (:data:`EXIT_REGRESSION`),
@@ -40,6 +43,9 @@ EXIT_UNREADABLE = 4
 EXIT_FIX_REFUSED = 5
 EXIT_FIX_UNVERIFIED = 6
 EXIT_INTERRUPTED = 130
+#: The exit status a shell shows for a process that SIGTERM ended (128 + 15).
+EXIT_TERMINATED = 128 + 15
+EXIT_NOTHING_FITS = 1
 
 
 class MemscopeError(Exception):

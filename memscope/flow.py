@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from memscope import _versions
 from memscope.analysis.advice import AdviceLevel
 from memscope.capturing.deferred import capture_on_import
-from memscope.errors import MemscopeError
-from memscope.program.ending import EXIT_TERMINATED, Guard
+from memscope.errors import EXIT_TERMINATED, MemscopeError
+from memscope.program.ending import Guard
 from memscope.program.runner import RunResult, Target, run_target
 from memscope.report import Environment, Forecast, FunctionReport, Report, RunInfo
 from memscope.version import __version__

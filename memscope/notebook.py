@@ -37,7 +37,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, remat_setting
+from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
 from memscope.capturing import capture
 from memscope.capturing.recorder import measure_names
 from memscope.capturing.residency import OutputHistory
@@ -131,17 +131,12 @@ class MemscopeMagics(Magics):
         else:
             options = line
         args = parse_argstring(self.memscope, options)
-        if args.no_advice and args.advice not in (None, "off"):
-            raise UsageError(f"--no-advice and --advice {args.advice} contradict each "
-                             "other; give one of them")
         if not args.report.isidentifier():
             raise UsageError(f"-r {args.report}: not a Python name to bind the report to")
-        if args.remat_flops is not None and args.remat_flops < 0:
-            raise UsageError("--remat-flops must be at least 0")
-        level: AdviceLevel = "off" if args.no_advice else args.advice or "advised"
         try:
-            run_and_show(self.shell, cell, advise=level,
-                         remat_flops=remat_setting(args.remat, args.remat_flops, level),
+            level, remat_at = advice_options(args.advice, args.no_advice, args.remat,
+                                             args.remat_flops)
+            run_and_show(self.shell, cell, advise=level, remat_flops=remat_at,
                          stop_after=args.stop_after, name=args.report, quiet=args.quiet,
                          buffers=args.buffers, output=args.output, html=args.html)
         except MemscopeError as e:  # before the cell ran: a bad option, an unsupported JAX

@@ -148,8 +148,7 @@ def test_run_output_that_is_a_folder_fails_before_running(
      "invalid value for '--stop-after': 0 is not in the range x>=1 "
      "(see 'memscope run --help')"),
     (("run", "--no-advice", "--advice", "full", "x.py"),
-     "--no-advice and --advice full contradict each other; give one of them "
-     "(see 'memscope run --help')"),
+     "--no-advice and --advice full contradict each other; give one of them"),
     (("fit", "--memory"), "option '--memory' requires an argument (see 'memscope fit --help')"),
     (("check", "--max-increase"),
      "option '--max-increase' requires an argument (see 'memscope check --help')"),

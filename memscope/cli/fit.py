@@ -12,13 +12,13 @@ from memscope.cli._common import (
     open_accelerator,
     stop_after_option,
 )
+from memscope.errors import EXIT_NOTHING_FITS
 from memscope.flow import run_fit
 from memscope.program.runner import Target, check_target
 from memscope.render.fit import render_fit_json, render_fit_text
 from memscope.report.units import parse_size
 
 #: ``memscope fit`` exits 1 when no batch size fits the budget.
-EXIT_NOTHING_FITS = 1
 
 
 @click.command(context_settings={"allow_interspersed_args": False})

@@ -6,7 +6,7 @@ from typing import TextIO
 
 import click
 
-from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, remat_setting
+from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
 from memscope.cli._common import (
     accelerator_option,
     buffers_option,
@@ -94,13 +94,10 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     --stop-after ended it); with --strict, 4 if the script succeeded but a
     compiled program could not be read.
     """
-    if no_advice and advice not in (None, "off"):
-        raise click.UsageError(f"--no-advice and --advice {advice} contradict each other; "
-                               "give one of them")
+    level, remat_at = advice_options(advice, no_advice, remat, remat_flops)
     what = Target(target, tuple(args), module=as_module,
                      packages=user_packages)
     check_target(what)
-    level: AdviceLevel = "off" if no_advice else advice or "advised"
     paths = output_paths(what, output=output, html=html, trace=trace)
     guard = ctx.with_resource(Guard())
     which = leaf_filter(leaves, path_pattern, fate)
@@ -122,7 +119,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
         click.echo(warning, err=True)
     report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
                             deliver=deliver,
-                            remat_flops=remat_setting(remat, remat_flops, level),
+                            remat_flops=remat_at,
                             accelerator=chips)
     assert report.run is not None
     if not report.functions:

@@ -30,9 +30,6 @@ from typing import Any, TextIO
 
 from memscope.errors import EXIT_INTERRUPTED
 
-#: The exit status a shell shows for a process that SIGTERM ended (128 + 15).
-EXIT_TERMINATED = 128 + signal.SIGTERM
-
 
 class Guard:
     """The process, stdout and signal handling of one run (see the module's docstring)."""

@@ -57,7 +57,7 @@ __all__ = [
     "save_report",
 ]
 
-_LAZY = {"analyze": "memscope.flow", "build_report": "memscope.report.build",
+_LAZY = {"analyze": "memscope.flow", "build_report": "memscope.assemble.run",
          "capture": "memscope.capturing"}
 
 

@@ -5,7 +5,7 @@ a target run until its loop begins, then fitted (:func:`run_fit`, ``memscope fit
 
 Each step is another package's: running the script (:mod:`memscope.program`),
 recording its calls (:mod:`memscope.capturing`), building the report
-(:mod:`memscope.report.build`), compiling other batch sizes
+(:mod:`memscope.assemble`), compiling other batch sizes
 (:mod:`memscope.variants.fit`). This module only puts them in order.
 """
 
@@ -88,12 +88,9 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
     session = pending.session
     if session is not None and session.stopped:  # even where the target caught it and went on
         result = RunResult("stopped", 0)
-    if session is not None:
-        from memscope.report.build import forecast_failures
-
-        forecast_failures(session.entries)
     with guard.deferred_signals():
-        report = _report(session, run_info(result), accelerator, pending.problem)
+        report = _report(session, run_info(result), accelerator, pending.problem,
+                         forecast=True)
         if deliver is not None:
             deliver(report)
     if pending.problem is not None:
@@ -111,12 +108,12 @@ class NotCaptured(MemscopeError):
 
 
 def _report(session: Session | None, run: RunInfo, accelerator: TpuTarget | None,
-            problem: str | None) -> Report:
-    """The report of what ``session`` captured; with no session (the program never
-    imported JAX, or JAX could not be captured) one that says so, made without
-    importing JAX."""
+            problem: str | None, *, forecast: bool = False) -> Report:
+    """The report of what ``session`` captured (``forecast``: see
+    :func:`session_report`); with no session (the program never imported JAX,
+    or JAX could not be captured) one that says so, made without importing JAX."""
     if session is not None:
-        return session_report(session, run, accelerator)
+        return session_report(session, run, accelerator, forecast=forecast)
     environment = Environment(jax=_versions.installed("jax") or "n/a",
                               jaxlib=_versions.installed("jaxlib") or "n/a", backend=None,
                               devices=(), python=sys.version.split()[0],
@@ -125,16 +122,25 @@ def _report(session: Session | None, run: RunInfo, accelerator: TpuTarget | None
                   functions=(), notes=() if problem is None else (problem,))
 
 
-def session_report(session: Session, run: RunInfo, accelerator: TpuTarget | None = None
-                   ) -> Report:
+def session_report(session: Session, run: RunInfo, accelerator: TpuTarget | None = None,
+                   *, forecast: bool = False) -> Report:
     """The report of what ``session`` has captured, for a run that ended as ``run``
-    says; ``accelerator`` is the capture's."""
-    from memscope.report.build import build_report
+    says; ``accelerator`` is the capture's. With ``forecast``, each call that ran
+    out of memory is first compiled at other batch sizes for what would fit
+    (:func:`memscope.variants.fit.forecast_failures`): a report made at a
+    SIGTERM goes without."""
+    from memscope.assemble.run import build_report
 
+    forecasts = None
+    if forecast:
+        from memscope.variants.fit import forecast_failures
+
+        forecasts = forecast_failures(session.entries)
     return build_report(session.entries, run, session.runtime(),
                         uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
                         sampler=session.live_sampler,
-                        target=None if accelerator is None else accelerator.info())
+                        target=None if accelerator is None else accelerator.info(),
+                        environment=session.environment, forecasts=forecasts)
 
 
 def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
@@ -160,8 +166,8 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
             made inside a trace (so nothing was compiled for it).
     """
     from memscope import _compat
+    from memscope.assemble.function import function_report
     from memscope.capturing import MeasuredJit, capture
-    from memscope.report.build import function_report
 
     jitted = getattr(jitted, "_memscope_jitted", jitted)
     fun = getattr(jitted, "__wrapped__", None)
@@ -249,7 +255,7 @@ def _resident_at(session: Any, entry: Any) -> int | None:
     before one of its calls (an argument its program prunes counts as alive);
     ``None`` where none of its calls was sampled."""
     from memscope.analysis.run_memory import pruned_positions, resident
-    from memscope.report.build import function_report
+    from memscope.assemble.function import function_report
 
     log = session.live_sampler.log
     pruned = pruned_positions(function_report(entry).inputs)

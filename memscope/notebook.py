@@ -48,7 +48,6 @@ from memscope.program.runner import RunResult, ended_by
 from memscope.render.html import render_html, report_fragment
 from memscope.render.inline import report_text
 from memscope.report import Report, RunInfo, save_report, write_whole
-from memscope.report.build import forecast_failures
 
 #: The name ``%%memscope`` binds the report to, unless ``-r NAME`` says another.
 REPORT_NAME = "memscope_report"
@@ -292,8 +291,7 @@ def _report(session: Any, error: BaseException | None, number: int) -> Report | 
     run = RunInfo(target=f"In[{number}]", argv=(), outcome=ended.outcome,
                   exit_code=ended.exit_code, error=ended.error, cell=True)
     try:
-        forecast_failures(session.entries)
-        return session_report(session, run)
+        return session_report(session, run, forecast=True)
     except Exception as e:  # memscope's failure must not hide the cell's own outcome
         print(f"memscope: could not report the cell: {type(e).__name__}: {e}",
               file=sys.stderr)

@@ -103,8 +103,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     if marker is None:
         return (yield)
     spec = _read_marker(marker)
+    from memscope.assemble.function import function_report
     from memscope.capturing import capture
-    from memscope.report.build import function_report
 
     with capture() as session, _measured_globals(item, session):
         result = yield

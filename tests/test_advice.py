@@ -115,7 +115,7 @@ def test_advice_names_the_fix_in_the_users_terms_with_the_measured_peaks():
     assert "not read after the call" in a.caveat
 
 def test_a_function_jitted_with_numbers_is_advised_in_numbers():
-    from memscope.report.build import function_report
+    from memscope.assemble.function import function_report
 
     with capture(advise=True) as session:  # jitted inside: memscope sees the spelling
         jax.jit(step, donate_argnums=0)(*args())
@@ -250,8 +250,8 @@ def test_applying_the_printed_advice_makes_candidates_aliased_at_the_predicted_p
 
 
 def test_leaf_reasons_and_variants_survive_json():
+    from memscope.assemble.run import build_report
     from memscope.report import Report
-    from memscope.report.build import build_report
 
     with capture(advise=True) as session:
         jax.jit(step, donate_argnums=0)(*args())

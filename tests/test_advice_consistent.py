@@ -14,12 +14,12 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.check.judge import check
 from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Target
 from memscope.report import FunctionReport, Report
-from memscope.report.build import function_report
 from tests.test_samples import SAMPLES, _run
 from tests.truth import expected_peak
 

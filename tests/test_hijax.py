@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import pytest
 from jax import monitoring
 
+from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.report import FunctionReport
-from memscope.report.build import function_report
 from tests.versions import jax_before
 
 nnx = pytest.importorskip("flax.nnx", reason="hijax Variables are Flax NNX's")

@@ -20,9 +20,9 @@ import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.program.sites import library
-from memscope.report.build import function_report
 from tests.versions import jax_since
 
 

@@ -19,13 +19,13 @@ import pytest
 from jax.sharding import SingleDeviceSharding
 
 from memscope import _compat
+from memscope.assemble.run import build_report
 from memscope.capturing import capture
 from memscope.compiled.read import compiled_memory
 from memscope.flow import analyze
 from memscope.render.html import render_html
 from memscope.render.terminal import render_report
 from memscope.report import peak_rule
-from memscope.report.build import build_report
 
 DEVICE = jax.devices()[0]
 HOST = SingleDeviceSharding(DEVICE, memory_kind="pinned_host")

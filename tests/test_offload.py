@@ -19,11 +19,11 @@ import jax.numpy as jnp
 import pytest
 from jax.ad_checkpoint import checkpoint_name
 
+from memscope.assemble.run import build_report
 from memscope.capturing import capture
 from memscope.compiled.read import memory_figures
 from memscope.render.terminal import render_report
 from memscope.report import Report
-from memscope.report.build import build_report
 from memscope.variants import remat
 
 

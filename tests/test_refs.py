@@ -27,9 +27,9 @@ import pytest
 from memscope import _compat
 from memscope.analysis import observed
 from memscope.analysis.observed import Observation
+from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.report import FunctionReport, InputBuffer, load_report, peak_rule, save_report
-from memscope.report.build import function_report
 from tests.versions import jax_since
 
 pytestmark = pytest.mark.skipif(

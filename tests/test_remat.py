@@ -172,7 +172,7 @@ def _figures(jitted: Any, *args: Any) -> tuple[int | None, float | None]:
 @pytest.fixture(scope="module")
 def activations() -> tuple[Any, Report]:
     sample = _sample("activations")
-    from memscope.report.build import build_report
+    from memscope.assemble.run import build_report
 
     params = sample.init_params(jax.random.key(0), 4, 128)
     x = jax.random.normal(jax.random.key(1), (8192, 128))

@@ -659,3 +659,30 @@ def test_a_bounded_answer_gives_each_function_one_signature_first_and_no_notes()
     assert not any(ln.strip().startswith("note:") for ln in answer)
     full = render(model_report(*many, *others), width=120, detail=True)
     assert any(ln.strip().startswith("note:") for ln in full)
+
+
+def test_the_terminal_and_markdown_give_sections_to_the_same_functions():
+    """One choice of what to show (memscope.report.view): a function with
+    something to change, or with figures the user asked for (other donations
+    measured), gets a section in both views; one with nothing to say in neither."""
+    from memscope.render.markdown_run import render_run_markdown
+    from memscope.report.view import choose_view
+
+    clean = dataclasses.replace(model_step(0), name="clean", inputs=(), outputs=(),
+                                variants=(), advice=None)
+    asked = dataclasses.replace(clean, name="asked", variants=(
+        Variant("none", "donate_argnums=()", Memory(peak_bytes=70 * KiB)),))
+    step = model_step(1)
+    report = model_report(clean, asked, step)
+    view = choose_view(report, summarize(report), rows=None, sections=None)
+    assert [report.functions[i].name for i in view.sections] == ["asked", "train_step"]
+    assert view.quiet == ("clean",)
+    lines = render(report, width=120)
+    sectioned = [ln.split(" ")[0] for ln in lines if re.match(r"^\w+  \S+  \d+ calls?$", ln)]
+    out = io.StringIO()
+    render_run_markdown(report, out)
+    markdown = [name.replace("\\_", "_")
+                for name in re.findall(r"^\*\*(.+?)\*\* at ", out.getvalue(), re.M)]
+    assert sectioned == markdown == ["asked", "train_step"], (lines, out.getvalue())
+    assert "- peak with other donations: no donation 70.0 KiB." in out.getvalue()
+    assert "Not shown, nothing to change: clean." in " ".join(lines)

@@ -299,7 +299,7 @@ def test_a_program_whose_only_call_takes_a_numpy_array_is_reported(tmp_path):
 
 
 def test_a_failure_of_the_run_view_costs_only_the_run_view(tmp_path, monkeypatch):
-    from memscope.report import build
+    from memscope.assemble import run as build
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")

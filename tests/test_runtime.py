@@ -20,12 +20,12 @@ import pytest
 
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.analysis.observed import NOT_XLAS, Observation, check, misses
+from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.capturing import jit as capture_module
 from memscope.flow import run_and_report
 from memscope.program.runner import Target, run_target
 from memscope.report import InputBuffer, OutputBuffer, load_report
-from memscope.report.build import function_report
 from memscope.report.summary import summarize
 from tests.test_samples import MEMSCOPE, SAMPLES
 

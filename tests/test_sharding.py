@@ -19,12 +19,13 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from memscope._compat import SAME_SIZE_DONORS
+from memscope.assemble.function import function_report
+from memscope.assemble.run import build_report
 from memscope.capturing import capture
 from memscope.errors import ReportFormatError
 from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Target
 from memscope.report import load_report
-from memscope.report.build import build_report, function_report
 from memscope.report.merge import merge_reports
 from tests.test_cli_errors import cli_error, invoke
 from tests.test_samples import MEMSCOPE, SAMPLES

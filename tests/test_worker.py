@@ -288,8 +288,8 @@ def test_many_small_functions_get_the_advised_compile_for_the_first_50_only():
     """A run of many small jitted functions (a test suite): the first 50
     signatures with candidates get their advised compile, the rest do not, and
     the report says so; a function with a peak of 1 MiB or more always does."""
+    from memscope.assemble.run import build_report
     from memscope.capturing.session import ADVICE_FOR_EVERY
-    from memscope.report.build import build_report
 
     with capture(advise="advised") as session:
         for i in range(ADVICE_FOR_EVERY + 5):

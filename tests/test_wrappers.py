@@ -21,9 +21,9 @@ from typing import Any
 import jax
 import pytest
 
+from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.report import FunctionReport
-from memscope.report.build import function_report
 from memscope.variants.donation import Argument, Donation, FilterJit, NnxJit, wider_note
 from tests.samples import sample_module
 
@@ -308,7 +308,7 @@ def test_flax_advice_is_written_in_nnx_jit_terms(jit, setting):
 
 
 def test_no_framework_is_imported_by_memscope():
-    code = ("import sys, memscope, memscope.capturing, memscope.report.build; "
+    code = ("import sys, memscope, memscope.capturing, memscope.assemble.run; "
             "print(sorted(m for m in ('equinox', 'flax', 'optax') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=120)

@@ -12,9 +12,9 @@ from typing import Any
 
 import jax
 
+from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.report import FunctionReport
-from memscope.report.build import function_report
 
 
 def flat_dynamic_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

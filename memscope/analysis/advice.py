@@ -216,7 +216,9 @@ def annotate(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer], *,
                 reason += (f" Its argument also holds the Ref {beside}, and jax.jit donates "
                            f"whole arguments: pass {b.path} apart from the Ref to donate it "
                            "(memscope does not advise donating a Ref).")
-        result.append(replace(b, candidate=i in chosen, reason=reason))
+        result.append(replace(b, candidate=i in chosen, reason=reason,
+                              candidate_for=outputs[chosen[i]].path if i in chosen
+                              else None))
     return tuple(result)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from memscope.report import InputBuffer, Observed, OutputBuffer
+from memscope.report.function import NOT_XLAS
 
 #: The device addresses of one leaf, one per addressable shard; ``None`` when it
 #: has none to compare (a NumPy array, a Python scalar).
@@ -39,12 +40,6 @@ class Observation:
     #: the Ref was gone by then, or not read)
     refs_end: tuple[Addresses, ...] = ()
     closed_end: tuple[Addresses, ...] = ()
-
-
-#: Why a donated buffer may take no output at run time though the compiled
-#: program says it does: the cause seen on CPU.
-NOT_XLAS = ("XLA cannot take a buffer it did not allocate: a NumPy array's memory, which "
-            "jax.device_put shares on CPU")
 
 
 def _expects_reuse(b: InputBuffer) -> bool:

@@ -18,8 +18,6 @@ from memscope.report import Recompile, RecompileReason
 
 #: Differing leaves named per recompile; the rest are counted in ``more``.
 MAX_REASONS = 5
-#: A function with at least this many signatures "keeps recompiling".
-KEEPS_RECOMPILING = 4
 
 
 @dataclass(frozen=True)
@@ -161,8 +159,3 @@ def _kind(leaf: LeafShape) -> str:
 
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def keeps_recompiling(signatures: int) -> bool:
-    """Whether a function compiled this often should be flagged."""
-    return signatures >= KEEPS_RECOMPILING

@@ -16,7 +16,6 @@ from memscope.compiled.read import (
     CompiledFacts,
 )
 from memscope.report import (
-    Forecast,
     LiveArrays,
     MeasuredMemory,
     Memory,
@@ -32,7 +31,7 @@ class Entry:
     """One jitted function at one signature, as observed during a capture.
 
     Mutable while the capture runs (``calls`` grows); turned into a frozen
-    :class:`memscope.report.FunctionReport` by :mod:`memscope.report.build`.
+    :class:`memscope.report.FunctionReport` by :mod:`memscope.assemble.function`.
     """
 
     name: str
@@ -89,8 +88,6 @@ class Entry:
     #: the jit object and its call with arrays as ShapeDtypeStructs, kept when the
     #: session keeps calls (``memscope fit``) or the call ran out of memory
     call: KeptCall | None = None
-    #: what batch would fit, for the post-mortem (see :mod:`memscope.variants.fit`)
-    forecast: Forecast | None = None
     #: residuals and measured checkpoint policies (see :mod:`memscope.variants.remat`)
     remat: Remat | None = None
     #: the user's line that made the jit, its file's SHA-256 then, and the first

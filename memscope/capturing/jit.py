@@ -11,6 +11,11 @@ worker (:mod:`memscope.capturing.reading`), which schedules the variants.
 What is kept per signature: shapes, dtypes, shardings, static argument values
 and the facts read from the compiled program. Arrays are only looked at during
 the call that passes them.
+
+Longer than 600 lines for one reason to change, the stand-in's call path: its
+protocol (what it forwards to JAX's object), the repeat call, and the first
+call's named steps (:meth:`MeasuredJit._first_call`), which read the stand-in's
+own state throughout; apart, they would reach into it from outside.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import functools
 import types
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import jax
 
@@ -58,6 +64,48 @@ from memscope.variants.fit import KeptCall
 # memscope's own frames are never the user's source line (see _compat).
 _compat.exclude_from_source_info(sites.OWN_ROOT)
 
+T = TypeVar("T")
+
+
+def best_effort(work: Callable[[], T], fallback: Callable[[Exception], T]) -> T:
+    """``work()``, a step of memscope's own on the program's path, where an
+    exception of memscope's must never reach the program: where ``work``
+    raises, ``fallback(error)`` stands in, and what the step would have
+    recorded is missing (the report says n/a, or why). The program's own
+    exceptions (its call, its arguments) are never caught here: a step that
+    may raise one says so and lets it through."""
+    try:
+        return work()
+    except Exception as e:
+        return fallback(e)
+
+
+@dataclass(frozen=True)
+class FirstCall:
+    """What the first call of a signature showed, read while its arguments were at
+    hand. It holds the call's output (until the entry is made and the output
+    returned) and the compiled stages' handles, never an argument."""
+
+    out: Any
+    #: the flat leaves the call donated (JAX's order)
+    donated: tuple[int, ...]
+    #: the Refs the function can see by name, ``(name, ref)``
+    visible_refs: tuple[tuple[str, Any], ...]
+    #: JAX's warnings while it lowered the call
+    warnings: tuple[str, ...]
+    compile_seconds: float | None
+    #: what the buffers' addresses showed (:func:`memscope.capturing.observe.observe`)
+    observation: Any
+    #: the compiled stages (:func:`memscope.compiled.read.take_compiled`), else why not
+    handles: Any
+    handles_error: str | None
+    #: weak references to its Refs, read again at the run's end
+    watched: tuple[Any, Any]
+    measured: MeasuredMemory | None
+    #: the advised variant begun at the call, and what it holds
+    early: early.EarlyVariant | None
+    early_hold: Hold | None
+
 
 class MeasuredJit:
     """A ``jax.jit`` object that also reports its calls to a :class:`Session`.
@@ -65,6 +113,15 @@ class MeasuredJit:
     Every attribute (``lower``, ``trace``, ``eval_shape``, ``clear_cache``,
     ``__wrapped__``, the function's own attributes) reads through to the jit
     object JAX made, so code that uses them behaves as without memscope.
+
+    The stand-in's ``__dict__`` starts as a copy of the jit object's (what
+    ``functools.wraps`` put there: ``__wrapped__``, ``__name__``, ``__doc__``, and
+    any attribute the user's function carries), so that those attributes read
+    as on JAX's object. memscope's own state sits beside
+    them, every name prefixed ``_memscope_``: no user's attribute nor JAX's is
+    spelled so, and :meth:`__getattr__` (reached only for names not in that
+    ``__dict__``) forwards all others to the jit object. The stand-ins of the
+    ahead-of-time stages (:mod:`memscope.capturing.aot`) follow the same rule.
     """
 
     def __init__(self, jitted: Any, fun: Callable[..., Any], session: Session,
@@ -85,14 +142,11 @@ class MeasuredJit:
         shown = named_after if named_after is not None else fun
         self._memscope_name, self._memscope_source = definition(shown)
         self._memscope_framework = wrappers.framework(fun)
-        try:  # making the user's jit object must never fail for memscope's sake
-            self._memscope_key: Any = keys.function_key(fun)
-            self._memscope_identity: Any = keys.value_key(fun)
-            self._memscope_library = (None if self._memscope_framework is not None
-                                      else library(shown))
-        except Exception:
-            self._memscope_key, self._memscope_library = object(), None
-            self._memscope_identity = object()
+        # making the user's jit object must never fail for memscope's sake
+        self._memscope_key, self._memscope_identity, self._memscope_library = best_effort(
+            lambda: (keys.function_key(fun), keys.value_key(fun),
+                     None if self._memscope_framework is not None else library(shown)),
+            lambda _: (object(), object(), None))
         self._memscope_seen: dict[Any, Entry] = {}
         # a library's own jit has no line of the user's to edit, and one made before
         # the capture (options unknown) was made at no line memscope saw
@@ -181,9 +235,8 @@ class MeasuredJit:
             return real
         from memscope.capturing import aot  # the ahead-of-time path, only when used
 
-        try:
-            call = aot.abstract_call(args, kwargs)
-        except Exception:  # never let the measurement break the program
+        call = best_effort(lambda: aot.abstract_call(args, kwargs), lambda _: None)
+        if call is None:
             return real
         return aot.Stage(real, self, call, traced=real if traced else None)
 
@@ -201,12 +254,12 @@ class MeasuredJit:
         session = self._memscope_session
         if not session.records():  # staged into a trace: JAX's alone
             return jitted(*args, **kwargs)
-        try:
-            key, values = keys.call_key(self._memscope_spec, args, kwargs)
-            leaves = keys.program_leaves(values)
-        except Exception:
-            # Unhashable static arguments and the like: JAX will say what is wrong.
+        keyed = best_effort(lambda: keys.call_key(self._memscope_spec, args, kwargs),
+                            lambda _: None)
+        if keyed is None:  # unhashable static arguments and the like: JAX says what is wrong
             return jitted(*args, **kwargs)
+        key, values = keyed
+        leaves = keys.program_leaves(values)
         if not session.records(leaves):  # tracers at the top level
             return jitted(*args, **kwargs)
         session.settle(awaited=leaves)
@@ -241,7 +294,8 @@ class MeasuredJit:
 
     def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
                     kwargs: dict[str, Any], values: Sequence[Any]) -> tuple[Any, Entry]:
-        """``leaves``: the call's flat leaves as its program takes them
+        """Run the first call of a signature of this jit object and record it:
+        ``leaves`` are the call's flat leaves as its program takes them
         (:func:`keys.program_leaves` of ``values``, the call's own)."""
         session = self._memscope_session
         # JAX keeps one executable per function object, options and signature:
@@ -252,14 +306,39 @@ class MeasuredJit:
             out = self._memscope_jitted(*args, **kwargs)
             self._merged(entry, key, leaves)
             return out, entry
+        shown = self._run_first(key, same_function, leaves, args, kwargs, values)
+        entry, program_keys = self._known_program(key, shown)
+        if entry is not None:
+            self._let_go_early(shown)
+            session.alias(same_function, entry)
+            self._merged(entry, key, leaves)
+            return shown.out, entry
+        mine = self._new_entry(key, leaves, args, kwargs, shown)
+        same_program, same_executable = program_keys
+        entry = session.add(same_program, mine)
+        session.alias(same_function, entry)
+        if same_executable is not None:
+            session.alias(same_executable, entry)
+        if shown.handles is not None and entry is mine:
+            self._schedule_reading(entry, leaves, args, kwargs, shown)
+        else:
+            self._let_go_early(shown)
+        entry.calls += 1
+        self._memscope_seen[key] = entry
+        return shown.out, entry
+
+    def _run_first(self, key: Any, same_function: Any, leaves: Sequence[Any],
+                   args: tuple[Any, ...], kwargs: dict[str, Any], values: Sequence[Any]
+                   ) -> FirstCall:
+        """Call the jit object, with what must be looked at before and after: the
+        buffers' addresses, the Refs, device memory, JAX's warnings while it
+        lowers, its compiled stages (cache hits, taken while the arguments are
+        at hand). An exception of the call is the program's, raised as it is."""
+        session = self._memscope_session
         before = [addresses(x) for x in leaves]
         visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)
         late = any_pending(leaves)
-        # The call's arguments as it got them: it may change the objects that hold
-        # them (a Flax NNX module in graph mode), and JAX keyed its program on
-        # them as they were.
-        as_given = functools.partial(keys.as_given, key, values, args, kwargs)
         memory_before = session.device_memory()
         session.clock.start()
         begun, early_hold = None, None
@@ -285,18 +364,36 @@ class MeasuredJit:
                 begun.released.set()
         memory_after = session.device_memory()
         observation = observe(before, leaves, out, late=late)
-        handles, handles_error = None, None
-        try:  # cache hits: what must be read while the call's arguments are at hand
-            handles = take_compiled(self._memscope_jitted, *as_given(), traced=traced)
-        except Exception as e:  # never let the measurement break the program
-            handles_error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        # With the call's arguments as it got them: it may change the objects that
+        # hold them (a Flax NNX module in graph mode); JAX keyed its program on them
+        # as they were.
+        handles, handles_error = best_effort(
+            lambda: (take_compiled(self._memscope_jitted,
+                                   *keys.as_given(key, values, args, kwargs), traced=traced),
+                     None),
+            lambda e: (None, f"could not read the compiled program: {type(e).__name__}: {e}"))
         if handles is not None:
             observation = closed_refs_seen(observation, handles, refs_before)
             observation = written_back_seen(observation, handles, values)
-        watched = watch_refs(leaves, handles)
+        measured = (None if memory_before is None or memory_after is None else
+                    MeasuredMemory(memory_before[0], *memory_after,
+                                   peak_bytes_in_use_before=memory_before[1]))
+        return FirstCall(out=out, donated=donated, visible_refs=tuple(visible),
+                         warnings=tuple(lowering_warnings), compile_seconds=compile_seconds,
+                         observation=observation, handles=handles,
+                         handles_error=handles_error, watched=watch_refs(leaves, handles),
+                         measured=measured, early=begun, early_hold=early_hold)
+
+    def _known_program(self, key: Any, shown: FirstCall
+                       ) -> tuple[Entry | None, tuple[Any, Any]]:
+        """The entry already recorded for the program this call ran, if any, and
+        the session's keys for it: the same code, options, signature and
+        compiled program; the same executable of this jit object."""
+        session = self._memscope_session
         # Another function object of the same code (a jit made in a loop) is the
         # same entry only where XLA compiled the same program: globals and
         # constants it reads may differ (a fingerprint of a few microseconds).
+        handles = shown.handles
         fingerprint = (None if handles is None
                        else _compat.executable_fingerprint(handles.compiled))
         same_program = (self._memscope_key, self._memscope_spec.token, key, fingerprint)
@@ -312,60 +409,60 @@ class MeasuredJit:
         if entry is None and same_executable is not None:
             entry = session.lookup(same_executable)
             if (entry is not None and entry.observation_again is None
-                    and isinstance(observation, Observation)):
+                    and isinstance(shown.observation, Observation)):
                 # The first call may have had no device buffers (NumPy arrays):
                 # this one's are a second look at the same program.
-                entry.observation_again = observation
-        if entry is not None:
-            if begun is not None:
-                session.defer(functools.partial(reading.let_go, session, begun))
-            session.alias(same_function, entry)
-            self._merged(entry, key, leaves)
-            return out, entry
-        try:
-            entry = self._entry(key, args, kwargs, out)
-        except Exception as e:  # the user's call succeeded; memscope must not fail it
-            entry = Entry(name=self._memscope_name, source=self._memscope_source,
-                          signature="(?)", spec=self._memscope_spec,
-                          error=f"could not describe the call: {type(e).__name__}: {e}")
+                entry.observation_again = shown.observation
+        return entry, (same_program, same_executable)
+
+    def _new_entry(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],
+                   kwargs: dict[str, Any], shown: FirstCall) -> Entry:
+        """The entry of a program no call recorded before, from what its first call
+        showed."""
+        session = self._memscope_session
+        entry = best_effort(
+            lambda: self._entry(key, args, kwargs, shown.out),
+            lambda e: Entry(name=self._memscope_name, source=self._memscope_source,
+                            signature="(?)", spec=self._memscope_spec,
+                            error=f"could not describe the call: {type(e).__name__}: {e}"))
         entry.library = self._memscope_library
         self.stamp(entry)
-        entry.warnings = tuple(lowering_warnings)
-        session.observed(entry, observation)
-        entry.watched_refs, entry.watched_closed = watched
-        entry.key, entry.compile_seconds, entry.donated = key, compile_seconds, donated
+        entry.warnings = shown.warnings
+        session.observed(entry, shown.observation)
+        entry.watched_refs, entry.watched_closed = shown.watched
+        entry.key, entry.compile_seconds = key, shown.compile_seconds
+        entry.donated = shown.donated
         entry.first_call = session.calls + 1
         entry.remember_leaves(leaves)
-        if donated:
-            session.ledger.record(entry, entry.first_call, leaves, donated)
-        if memory_before is not None and memory_after is not None:
-            entry.measured = MeasuredMemory(memory_before[0], *memory_after,
-                                            peak_bytes_in_use_before=memory_before[1])
-        shardings = [leaf_sharding(x) for x in leaves]
-        if handles_error is not None:
-            entry.error = handles_error
+        if shown.donated:
+            session.ledger.record(entry, entry.first_call, leaves, shown.donated)
+        entry.measured = shown.measured
+        if shown.handles_error is not None:
+            entry.error = shown.handles_error
         if session.keep_calls:
             entry.call = self._kept_call(args, kwargs)
-        mine = entry
-        entry = session.add(same_program, entry)
-        session.alias(same_function, entry)
-        if same_executable is not None:
-            session.alias(same_executable, entry)
-        if handles is not None and entry is mine:
-            plan = None
-            if (session.remat and self._memscope_library is None
-                    and self._memscope_options is not None):
-                plan = remat.plan_call(self._memscope_fun, self._memscope_options, args, kwargs,
-                                       session.remat_flops)
-            # The read and the variants, off the program's path (memscope.capturing.worker).
-            reading.schedule(session, entry, self._memscope_fun, handles, shardings, plan=plan,
-                             ref_names={id(ref): name for name, ref in visible}, early=begun,
-                             hold=early_hold)
-        elif begun is not None:
-            session.defer(functools.partial(reading.let_go, session, begun))
-        entry.calls += 1
-        self._memscope_seen[key] = entry
-        return out, entry
+        return entry
+
+    def _schedule_reading(self, entry: Entry, leaves: Sequence[Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any], shown: FirstCall) -> None:
+        """Hand the new entry's reading and its variants to the session's worker,
+        off the program's path (:mod:`memscope.capturing.reading`)."""
+        session = self._memscope_session
+        plan = None
+        if (session.remat and self._memscope_library is None
+                and self._memscope_options is not None):
+            plan = remat.plan_call(self._memscope_fun, self._memscope_options, args, kwargs,
+                                   session.remat_flops)
+        shardings = [leaf_sharding(x) for x in leaves]
+        reading.schedule(session, entry, self._memscope_fun, shown.handles, shardings,
+                         plan=plan, ref_names={id(ref): name for name, ref in shown.visible_refs},
+                         early=shown.early, hold=shown.early_hold)
+
+    def _let_go_early(self, shown: FirstCall) -> None:
+        """Let go of an advised variant begun early that no reading takes over."""
+        if shown.early is not None:
+            session = self._memscope_session
+            session.defer(functools.partial(reading.let_go, session, shown.early))
 
     def _trace_before(self, values: Sequence[Any], args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
@@ -375,10 +472,9 @@ class MeasuredJit:
         call's program. JAX's call then takes this trace from its cache."""
         if not any(map(_compat.writes_back, values)):
             return None
-        try:
-            return self._memscope_jitted.trace(*args, **kwargs)
-        except Exception:  # the call itself says what is wrong, if anything is
-            return None
+        # (the call itself says what is wrong, if anything is)
+        return best_effort(lambda: self._memscope_jitted.trace(*args, **kwargs),
+                           lambda _: None)
 
     def _begin_early(self, leaves: Sequence[Any], args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> tuple[early.EarlyVariant | None, Hold | None]:
@@ -388,41 +484,49 @@ class MeasuredJit:
         call reuses it from JAX's cache. The traced program is held as the
         reading's will be (:class:`~memscope.capturing.hold.Hold`), which the
         reading then takes over."""
-        session, spec = self._memscope_session, self._memscope_spec
-        try:
-            if (self._memscope_library is not None or self._memscope_framework is not None
-                    or spec.donate_argnums or spec.donate_argnames  # (see early.predict)
-                    or not session.early_allowed() or not early.worth_tracing(leaves)):
-                return None, None
-            session.count_early(traced=True)
-            traced = self._memscope_jitted.trace(*args, **kwargs)
-            arguments = call_arguments(self._memscope_fun, spec, args, kwargs)
-            mask = early.predict(traced, leaves, arguments, self._memscope_style)
-            if mask is None:
-                return None, None
-            hold = Hold(self._memscope_fun, None, _compat.without_call_arrays(traced))
-            session.keep(hold)
-            variant = early.EarlyVariant(mask)
-            job = functools.partial(early.start, variant, hold.lowering, session,
-                                    _compat.config_snapshot())
-        except Exception:  # never let the measurement break the program (the
-            return None, None  # call itself says what is wrong, if anything is)
+        session = self._memscope_session
+        # (the call itself says what is wrong, if anything is)
+        begun = best_effort(lambda: self._prepare_early(leaves, args, kwargs), lambda _: None)
+        if begun is None:
+            return None, None
+        variant, hold, job = begun
         session.count_early()
         session.defer(job)
         return variant, hold
+
+    def _prepare_early(self, leaves: Sequence[Any], args: tuple[Any, ...],
+                       kwargs: dict[str, Any]
+                       ) -> tuple[early.EarlyVariant, Hold, Callable[[], None]] | None:
+        """The early variant, what it holds and its job; ``None`` where none is begun."""
+        session, spec = self._memscope_session, self._memscope_spec
+        if (self._memscope_library is not None or self._memscope_framework is not None
+                or spec.donate_argnums or spec.donate_argnames  # (see early.predict)
+                or not session.early_allowed() or not early.worth_tracing(leaves)):
+            return None
+        session.count_early(traced=True)
+        traced = self._memscope_jitted.trace(*args, **kwargs)
+        arguments = call_arguments(self._memscope_fun, spec, args, kwargs)
+        mask = early.predict(traced, leaves, arguments, self._memscope_style)
+        if mask is None:
+            return None
+        hold = Hold(self._memscope_fun, None, _compat.without_call_arrays(traced))
+        session.keep(hold)
+        variant = early.EarlyVariant(mask)
+        return variant, hold, functools.partial(early.start, variant, hold.lowering, session,
+                                                _compat.config_snapshot())
 
     def _refs_before(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                      ) -> tuple[list[tuple[str, Any]], dict[int, Any]]:
         """The Refs the function can see by name, and the buffers (by ``id``) of
         those and of Refs passed where JAX does not trace them: before the call,
         for the Refs its program turns out to close over."""
-        try:
+        def look() -> tuple[list[tuple[str, Any]], dict[int, Any]]:
             visible = refs.visible_refs(self._memscope_fun)
             passed = refs.static_refs(self._memscope_spec, args, kwargs,
                                       self._memscope_framework)
             return visible, {id(ref): addresses(ref) for _, ref in (*visible, *passed)}
-        except Exception:  # never let the measurement break the program
-            return [], {}
+
+        return best_effort(look, lambda _: ([], {}))
 
     def _merged(self, entry: Entry, key: Any, leaves: Sequence[Any]) -> None:
         """Count a first call of this jit object under ``entry``: the same program."""
@@ -440,7 +544,8 @@ class MeasuredJit:
         if not (spec.donate_argnums or spec.donate_argnames):
             return ()
         session = self._memscope_session
-        try:
+
+        def check() -> tuple[int, ...]:
             arguments = call_arguments(self._memscope_fun, spec, args, kwargs)
             donated = between.donated_leaves(arguments, spec)
             if len(leaves) != sum(len(a.leaves) for a in arguments):
@@ -449,14 +554,14 @@ class MeasuredJit:
                 self._memscope_name, self._memscope_source, session.calls + 1, leaves,
                 addresses, donated, lambda: between.leaf_paths(
                     arguments, argument_values(arguments, args, kwargs)))
-        except Exception:  # never let the measurement break the program
-            return ()
-        return donated
+            return donated
+
+        return best_effort(check, lambda _: ())
 
     def _kept_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KeptCall | None:
         from memscope.capturing import aot
 
-        try:
+        def keep() -> KeptCall:
             call_args, call_kwargs = aot.abstract_call(args, kwargs)
             arguments = call_arguments(self._memscope_fun, self._memscope_spec, args, kwargs)
             if self._memscope_session.keep_calls:  # memscope fit: until it has answered
@@ -464,8 +569,8 @@ class MeasuredJit:
             # A post-mortem's: never longer than the program holds the function.
             return KeptCall(weakref.ref(self._memscope_jitted), call_args, call_kwargs,
                             arguments, weak=True)
-        except Exception:  # memscope must not fail the call
-            return None
+
+        return best_effort(keep, lambda _: None)
 
     def _failed_first_call(self, key: Any, session_key: Any, leaves: Sequence[Any],
                            args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -474,18 +579,15 @@ class MeasuredJit:
         compiled program is read later, off the program's path, from the call's
         shapes (an executable that failed to compile is compiled there again)."""
         session = self._memscope_session
-        try:
-            entry = self._entry(key, args, kwargs, None)
-        except Exception:
-            entry = Entry(name=self._memscope_name, source=self._memscope_source,
-                          signature=keys.signature_text(key), spec=self._memscope_spec)
+        entry = best_effort(
+            lambda: self._entry(key, args, kwargs, None),
+            lambda _: Entry(name=self._memscope_name, source=self._memscope_source,
+                            signature=keys.signature_text(key), spec=self._memscope_spec))
         entry.library = self._memscope_library
-        try:
-            # Only the failed executable's cache tells a compile from a run.
-            handles = take_compiled(self._memscope_jitted, args, kwargs)
-            where = "call"
-        except Exception:
-            handles, where = None, "compile"
+        # Only the failed executable's cache tells a compile from a run.
+        handles = best_effort(lambda: take_compiled(self._memscope_jitted, args, kwargs),
+                              lambda _: None)
+        where = "call" if handles is not None else "compile"
         session.failed(entry, error, where)
         entry.call = self._kept_call(args, kwargs)
         if session.add(session_key, entry) is not entry:
@@ -540,10 +642,11 @@ def is_jax_internal(fun: Any) -> bool:
 
 def _site(session: Session) -> tuple[str | None, str | None]:
     """``(path:line, file SHA-256)`` of the user's code making a jit now."""
-    try:
+    def look() -> tuple[str | None, str | None]:
         where = sites.user_frame()
         if where is None:
             return None, None
         return site_text(where), sites.file_sha256(where[0], session.file_hashes)
-    except Exception:  # making the user's jit object must never fail for memscope's sake
-        return None, None
+
+    # making the user's jit object must never fail for memscope's sake
+    return best_effort(look, lambda _: (None, None))

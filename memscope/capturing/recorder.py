@@ -8,6 +8,7 @@ Inside it, every jit object JAX makes is handed back inside a
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -69,6 +70,34 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
             ``MEMSCOPE_ALLOW_UNSUPPORTED_JAX=1``), or lacks a private attribute
             capturing reads on the program's path; the block does not run.
     """
+    _refuse_what_cannot_run(stop_after)
+    with _compat.lowering_warnings() as proxy:
+        session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
+                          remat_flops=remat_flops)
+        session.accelerator = accelerator
+        with contextlib.suppress(Exception):  # compile times are then n/a
+            session.clock.install()
+        session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat
+
+        def uncaptured_pmap() -> None:
+            session.uncaptured_pmaps += 1
+
+        try:
+            with (_compat.patched_make_jit(functools.partial(_stand_in_for_jit, session)),
+                  _compat.pmap_outside_jit(uncaptured_pmap),
+                  _compat.patched_eval_shape(_jitted_of)):
+                yield session
+        finally:
+            session.active = False
+            session.clock.remove()
+            session.finish()
+            # Before the warnings proxy goes: the variants' lowerings record through it.
+            session.wait()
+
+
+def _refuse_what_cannot_run(stop_after: int | None) -> None:
+    """Raise :class:`MemscopeError` before the block runs where it cannot be
+    captured; log the one warning of an unverified JAX."""
     if stop_after is not None and stop_after < 1:
         raise MemscopeError(f"stop_after must be at least 1, got {stop_after}")
     unsupported = _compat.support_problem()
@@ -82,37 +111,20 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     unverified = unverified_jax_once()
     if unverified is not None:
         _log.warning("memscope: warning: %s", unverified)
-    with _compat.lowering_warnings() as proxy:
-        session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
-                          remat_flops=remat_flops)
-        session.accelerator = accelerator
-        with contextlib.suppress(Exception):  # compile times are then n/a
-            session.clock.install()
-        session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat
 
-        def wrap(jitted: Any, fun: Callable[..., Any], options: dict[str, Any]) -> Any:
-            if not is_jax_internal(fun):
-                return MeasuredJit(jitted, fun, session, options)
-            # jax.pmap jits a function of its own around the user's: report it
-            # under the user's name; its leaves keep pmap's flat names.
-            user = _compat.pmap_user_function(fun)
-            if user is None:
-                return jitted
-            return MeasuredJit(jitted, fun, session, options, named_after=user)
 
-        def uncaptured_pmap() -> None:
-            session.uncaptured_pmaps += 1
-
-        try:
-            with (_compat.patched_make_jit(wrap), _compat.pmap_outside_jit(uncaptured_pmap),
-                  _compat.patched_eval_shape(_jitted_of)):
-                yield session
-        finally:
-            session.active = False
-            session.clock.remove()
-            session.finish()
-            # Before the warnings proxy goes: the variants' lowerings record through it.
-            session.wait()
+def _stand_in_for_jit(session: Session, jitted: Any, fun: Callable[..., Any],
+              options: dict[str, Any]) -> Any:
+    """What JAX's jit constructor hands back inside the capture: a stand-in
+    recording into ``session``; JAX's own jit objects stay JAX's."""
+    if not is_jax_internal(fun):
+        return MeasuredJit(jitted, fun, session, options)
+    # jax.pmap jits a function of its own around the user's: report it
+    # under the user's name; its leaves keep pmap's flat names.
+    user = _compat.pmap_user_function(fun)
+    if user is None:
+        return jitted
+    return MeasuredJit(jitted, fun, session, options, named_after=user)
 
 
 def _jitted_of(fun: Any) -> Any:

@@ -10,6 +10,8 @@ report to (:class:`memscope.variants.donations.Host`).
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +33,8 @@ from memscope.compiled.read import (
 )
 from memscope.errors import MemscopeError, TargetStopped
 from memscope.report import (
+    Device,
+    Environment,
     LiveArray,
     LiveArrays,
     MemorySample,
@@ -118,6 +122,9 @@ class Session:
         self.uncaptured_pmaps = 0
         #: the SHA-256 of each file a jit was made in (read once per run)
         self.file_hashes: dict[str, str | None] = {}
+        #: the JAX and devices the figures were taken on, recorded at the capture's
+        #: end (None: the target started no device, and memscope started none)
+        self.environment: Environment | None = None
 
     @property
     def stopped(self) -> bool:
@@ -158,6 +165,7 @@ class Session:
         self.settle(final=True)
         if not _compat.backends_initialized():
             return  # the target used no device; do not start one now
+        self.environment = describe_environment()
         with contextlib.suppress(Exception):
             self.live_sampler.at_end(self.calls)
         self._live = live_arrays()
@@ -440,6 +448,19 @@ class Session:
     def recording_warnings(self, *, emit: bool = True
                            ) -> contextlib.AbstractContextManager[list[str]]:
         return self._proxy.recording(emit=emit)
+
+
+def describe_environment() -> Environment:
+    """The JAX installation and devices the figures are taken on (this starts
+    JAX's backends where nothing has yet)."""
+    return Environment(
+        jax=_compat.JAX_VERSION, jaxlib=_compat.JAXLIB_VERSION,
+        backend=jax.default_backend(),
+        devices=tuple(Device(id=d.id, platform=d.platform, kind=d.device_kind,
+                             process_index=d.process_index) for d in jax.devices()),
+        python=sys.version.split()[0],
+        xla_flags=os.environ.get("XLA_FLAGS"),
+        process_index=jax.process_index(), process_count=jax.process_count())
 
 
 def live_arrays(exclude: Sequence[Any] = ()) -> LiveArrays | None:

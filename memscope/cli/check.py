@@ -11,6 +11,8 @@ import click
 from memscope.check.config import load_config, with_options
 from memscope.check.judge import check as check_report
 from memscope.check.judge import target_failure
+from memscope.check.records import CheckResult
+from memscope.check.request import CheckRequest
 from memscope.cli._common import (
     accelerator_option,
     misplaced_hint,
@@ -68,7 +70,8 @@ from memscope.report import Report, load_report, save_report
 def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
           report_file: str | None, config_file: str | None, max_increase: tuple[str, ...],
           max_increase_bytes: tuple[str, ...], strict_env: bool, allow_empty: bool,
-          output_format: str, junit_xml: str | None, output: str | None, as_module: bool, user_packages: tuple[str, ...],
+          output_format: str, junit_xml: str | None, output: str | None, as_module: bool,
+          user_packages: tuple[str, ...],
           accelerator: str | None, target: str | None, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or check --report REPORT.json) and compare every jitted
     function with --baseline and the budgets in [tool.memscope].
@@ -79,68 +82,86 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     --allow-empty). Exit codes: 0 pass, 1 regression, 2 usage or input
     error, 3 the target itself failed, 4 a compiled program could not be read.
     """
-    if (target is None) == (report_file is None):
-        raise MemscopeError("give a SCRIPT to run or --report REPORT.json, not both or neither")
-    if as_module and target is None:
-        raise MemscopeError("-m needs a MODULE to run")
-    misplaced = misplaced_hint(ctx, args, "memscope check --baseline FILE.json SCRIPT [ARGS]...")
-    if update_baseline and baseline is None:
-        raise MemscopeError("--update-baseline needs --baseline FILE.json to write" + misplaced)
-    config = with_options(load_config(config_file), max_increase, max_increase_bytes)
-    base = None if update_baseline or baseline is None else _load_baseline(baseline)
-    if not update_baseline and base is None and not config.budgets \
-            and config.max_live_growth is None and config.max_run_peak is None:
-        raise MemscopeError("nothing to check against: give --baseline FILE.json, or budgets "
-                            "in [tool.memscope.functions.NAME] of pyproject.toml or --config"
-                             + misplaced)
-    if accelerator is not None and target is None:
-        raise MemscopeError("--target compiles a SCRIPT's functions: give the SCRIPT")
+    request = CheckRequest.make(
+        target=target, args=tuple(args), as_module=as_module, report_file=report_file,
+        baseline=baseline, update_baseline=update_baseline,
+        config=with_options(load_config(config_file), max_increase, max_increase_bytes),
+        strict_env=strict_env, allow_empty=allow_empty, output_format=output_format,
+        accelerator=accelerator,
+        misplaced=misplaced_hint(ctx, args, "memscope check --baseline FILE.json SCRIPT "
+                                            "[ARGS]..."))
+    base = (_load_baseline(request.baseline)
+            if request.compares and request.baseline is not None else None)
     what = None if target is None else Target(target, tuple(args), module=as_module,
-                     packages=user_packages)
+                                              packages=user_packages)
     if what is not None:
         check_target(what)
     paths = output_paths(what, output=output, junit_xml=junit_xml,
                          baseline=baseline if update_baseline else None)
-    output, junit_xml = paths["output"], paths["junit_xml"]
-    written_baseline = paths["baseline"]
-
     guard = ctx.with_resource(Guard())
+    report = _current_report(request, what, guard, paths["output"], accelerator)
+    _same_target(base, report)
+    _gate(ctx, request, report)
+    if update_baseline:
+        _write_baseline(ctx, guard, report, request, paths["baseline"])
+    result = check_report(report, base, request.config, strict_env=strict_env,
+                          baseline_source=baseline, allow_empty=allow_empty)
+    _deliver(result, request, guard, paths["junit_xml"])
+    ctx.exit(EXIT_REGRESSION if result.failed else 0)
+
+
+def _current_report(request: CheckRequest, what: Target | None, guard: Guard,
+                    output: str | None, accelerator: str | None) -> Report:
+    """The report to judge: the saved one, or the target's run (saved to ``output``
+    however it ends)."""
     if what is None:
-        assert report_file is not None
-        report = load_report(report_file)
+        assert request.report_file is not None
+        report = load_report(request.report_file)
         if output is not None:
             save_report(report, output)
-    else:
-        warning = unverified_jax_line()
-        if warning is not None:
-            click.echo(warning, err=True)
-        report = run_and_report(what, guard=guard, deliver=None if output is None
-                                else partial(save_report, path=output),
-                                accelerator=open_accelerator(accelerator))
-    _same_target(base, report)
+        return report
+    warning = unverified_jax_line()
+    if warning is not None:
+        click.echo(warning, err=True)
+    return run_and_report(what, guard=guard, deliver=None if output is None
+                          else partial(save_report, path=output),
+                          accelerator=open_accelerator(accelerator))
+
+
+def _gate(ctx: click.Context, request: CheckRequest, report: Report) -> None:
+    """End the command where the report cannot be judged: the target failed (exit
+    3), no jitted function ran (2), a compiled program was not read (4)."""
     failure = target_failure(report)
     if failure is not None:
-        click.echo(visible(f"memscope: {failure}; nothing was checked{misplaced}"), err=True)
+        click.echo(visible(f"memscope: {failure}; nothing was checked{request.misplaced}"),
+                   err=True)
         ctx.exit(EXIT_TARGET_FAILED)
     if not report.functions:
-        raise MemscopeError(f"{target or report_file} called no jitted function; "
-                            "nothing to check")
+        raise MemscopeError(f"{request.target or request.report_file} called no jitted "
+                            "function; nothing to check")
     unreadable = unreadable_line(report)
     if unreadable is not None:
         click.echo(f"{unreadable}; nothing was checked", err=True)
         ctx.exit(EXIT_UNREADABLE)
-    if update_baseline:
-        assert baseline is not None and written_baseline is not None
-        save_report(report, written_baseline)
-        count = len(report.functions)
-        guard.write(lambda out: print(visible(f"memscope: wrote the baseline {baseline} "
-                                              f"({count} function{'s' if count != 1 else ''})"),
-                                      file=out))
-        ctx.exit(0)
 
-    result = check_report(report, base, config, strict_env=strict_env,
-                          baseline_source=baseline, allow_empty=allow_empty)
-    if output_format == "markdown":
+
+def _write_baseline(ctx: click.Context, guard: Guard, report: Report,
+                    request: CheckRequest, path: str | None) -> None:
+    """``--update-baseline``: save the report as the baseline, say so, exit 0."""
+    assert request.baseline is not None and path is not None
+    save_report(report, path)
+    count = len(report.functions)
+    line = visible(f"memscope: wrote the baseline {request.baseline} "
+                   f"({count} function{'s' if count != 1 else ''})")
+    guard.write(lambda out: print(line, file=out))
+    ctx.exit(0)
+
+
+def _deliver(result: CheckResult, request: CheckRequest, guard: Guard,
+             junit_xml: str | None) -> None:
+    """The result where it was asked for: printed (terminal or markdown), as JUnit
+    XML, and on GitHub Actions in the step summary and as annotations."""
+    if request.output_format == "markdown":
         guard.write(lambda out: render_check_markdown(result, out))
     else:
         guard.write(lambda out: render_check(result, out))
@@ -153,7 +174,6 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
             render_check_markdown(result, f)
     if os.environ.get("GITHUB_ACTIONS"):
         guard.write(lambda out: render_check_annotations(result, out))
-    ctx.exit(EXIT_REGRESSION if result.failed else 0)
 
 
 def _open(path: str, mode: str) -> IO[str]:

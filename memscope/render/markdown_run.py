@@ -15,12 +15,11 @@ from memscope.report import Report, run_text
 from memscope.report.summary import (
     FIGURES_SHOWN,
     FunctionSummary,
-    most_urgent,
     summarize,
     target_line,
-    urgency,
 )
 from memscope.report.units import format_bytes
+from memscope.report.view import View, choose_view
 
 #: Functions given a row of the figures table; the rest are counted.
 MAX_ROWS = 20
@@ -57,11 +56,12 @@ def render_run_markdown(report: Report, file: IO[str]) -> None:
         lines += ["No jitted function was called.", ""]
         file.write("\n".join(lines))
         return
-    lines += _figures(summary.functions)
-    for text, computed in report.peak_rule_notes():
+    view = choose_view(report, summary, rows=MAX_ROWS, sections=MAX_SECTIONS)
+    lines += _figures(summary.functions, view)
+    for text, computed in view.peak_rules:
         lines.append(("\\* " if computed else "") + markdown_text(text) + "  ")
     lines.append("")
-    lines += _sections(summary.functions)
+    lines += _sections(summary.functions, view)
     if summary.between:
         lines += ["**Between calls**", ""]
         lines += [f"- {_LABELS[f.severity]} {markdown_text(f.text)}"
@@ -73,12 +73,11 @@ def render_run_markdown(report: Report, file: IO[str]) -> None:
     file.write("\n".join(lines))
 
 
-def _figures(functions: tuple[FunctionSummary, ...]) -> list[str]:
+def _figures(functions: tuple[FunctionSummary, ...], view: View) -> list[str]:
     titles = [label for label, _ in FIGURES_SHOWN]
     lines = ["| function | source | calls | " + " | ".join(titles) + " |",
              "|---|---|---:|" + "---:|" * len(titles)]
-    shown = most_urgent(functions, MAX_ROWS)
-    for s in (s for i, s in enumerate(functions) if i in shown):
+    for s in (s for i, s in enumerate(functions) if i in view.rows):
         m = s.memory
         figures = [format_bytes(getattr(m, attr) if m is not None else None)
                    for _, attr in FIGURES_SHOWN]
@@ -94,10 +93,9 @@ def _figures(functions: tuple[FunctionSummary, ...]) -> list[str]:
     return [*lines, ""]
 
 
-def _sections(functions: tuple[FunctionSummary, ...]) -> list[str]:
-    worth = sorted((s for s in functions if urgency(s) < 2), key=urgency)
+def _sections(functions: tuple[FunctionSummary, ...], view: View) -> list[str]:
     lines = []
-    for s in worth[:MAX_SECTIONS]:
+    for s in (functions[i] for i in view.sections):
         lines += [f"**{markdown_text(s.name)}** at {markdown_code(source_text(s.source))}: "
                   f"peak {format_bytes(s.peak)} per device", ""]
         lines += [f"- {_LABELS[f.severity]} {markdown_text(f.text)}"
@@ -107,11 +105,18 @@ def _sections(functions: tuple[FunctionSummary, ...]) -> list[str]:
                          f"{markdown_text(s.advice.saving)}.")
         if s.remat_advice is not None:
             lines.append(f"- **remat advice:** {markdown_text(s.remat_advice)}.")
+        measured = [f"{v.title} {format_bytes(v.memory.peak_bytes if v.memory else None)}"
+                    for v in s.variants if v.name != "advised"]
+        if measured:
+            lines.append(f"- peak with other donations: {markdown_text('; '.join(measured))}.")
+        elif s.asked_for and s.remat_advice is None and not s.findings and s.advice is None:
+            lines.append("- what the backward pass keeps, and each checkpoint policy: "
+                         "the full report.")
         lines.append("")
-    if len(worth) > MAX_SECTIONS:
-        rest = len(worth) - MAX_SECTIONS
+    if view.unsectioned:
+        rest = view.unsectioned
         lines += [f"And {rest} more function{'s' if rest != 1 else ''} with something to "
                   "change: the full report.", ""]
-    if not worth:
+    if not view.sections and not view.unsectioned:
         lines += ["Nothing to change: no unusable, unused or missed donation, no copy.", ""]
     return lines

@@ -14,6 +14,7 @@ from the report is read as markup, and control characters are shown escaped.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import IO
 
 from rich.table import Table
@@ -39,13 +40,12 @@ from memscope.report.summary import (
     FunctionSummary,
     ReportSummary,
     library_line,
-    most_urgent,
     summarize,
     summarize_function,
     target_line,
-    urgency,
 )
 from memscope.report.units import format_bytes, format_change
+from memscope.report.view import choose_view, urgency
 
 #: The widest a group's path is shown in its line (the whole path: --leaves, JSON).
 GROUP_PATH_WIDTH = 36
@@ -72,26 +72,20 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     for line in post_mortem_lines(report):  # a failure is the first finding
         out.para(line, "    ", style="bold red" if line.startswith("OUT OF MEMORY") else "")
     _high_water(out, report, detail)
-    shown = most_urgent(summary.functions, None if detail else MAX_FUNCTIONS)
-    bounded = len(shown) < len(summary.functions)  # more functions than the answer lists
-    _answer(out, summary, shown, detail, notes=not bounded)
+    view = choose_view(report, summary, rows=None if detail else MAX_FUNCTIONS,
+                       sections=MAX_SECTIONS, sections_bounded=MAX_SECTIONS_BOUNDED,
+                       every_section=detail)
+    _answer(out, summary, view.answer, detail, notes=not view.bounded)
     _between(out, summary, detail)
     out.line()
-    out.table(_figures_table(summary, out, shown), "Compiled functions (bytes per device)")
-    for text, computed in report.peak_rule_notes():  # "*" marks the peaks memscope computed
+    out.table(_figures_table(summary, out, view.rows), "Compiled functions (bytes per device)")
+    for text, computed in view.peak_rules:  # "*" marks the peaks memscope computed
         out.para(("* " if computed else "") + visible(text), "  ", style="dim")
     if report.runtime is not None:
         for text in _runtime(report):
             out.para(text, "  ")
-    quiet: list[str] = []
-    sections = 0
-    for i, (fn, s) in enumerate(zip(report.functions, summary.functions, strict=True)):
-        if not (detail or (_has_something_to_say(fn, s) and i in shown
-                           and sections < (MAX_SECTIONS_BOUNDED if bounded
-                                           else MAX_SECTIONS))):
-            quiet += [s.name] if i in shown and not _has_something_to_say(fn, s) else []
-            continue
-        sections += 1
+    for i in view.sections:
+        fn, s = report.functions[i], summary.functions[i]
         out.line()
         _function_section(out, fn, s, detail)
         if leaves is not None and not (s.small and leaves == LeafFilter()):
@@ -100,25 +94,15 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
     if leaves is not None:
         out.para("Everything, every figure and leaf: -o FILE.json", style="dim")
         return
-    hidden = (f"Not shown, nothing to change: {shorten(', '.join(dict.fromkeys(quiet)), 60)}. "
-              if quiet else "")
-    worth = sum(_has_something_to_say(fn, s)
-                for fn, s in zip(report.functions, summary.functions, strict=True))
-    if not detail and worth > sections:
-        hidden += f"{worth - sections:,} more functions with something to change: --detail. "
+    hidden = (f"Not shown, nothing to change: {shorten(', '.join(view.quiet), 60)}. "
+              if view.quiet else "")
+    if view.unsectioned:
+        hidden += f"{view.unsectioned:,} more functions with something to change: --detail. "
     more = "" if detail else "Every function in full: --detail; "
     out.para(f"{hidden}{more}every leaf: --leaves; everything: -o FILE.json", style="dim")
     libraries = library_line(report)
     if libraries is not None:
         out.para(libraries, style="dim")
-
-
-def _has_something_to_say(fn: FunctionReport, s: FunctionSummary) -> bool:
-    """Whether the default report gives ``fn`` a section: something to change or
-    a problem, or figures the user asked for (other donations, --remat)."""
-    return (fn.error is not None or s.advice is not None or s.remat_advice is not None
-            or fn.remat is not None or any(v.name != "advised" for v in s.variants)
-            or any(f.severity != "info" for f in s.findings))
 
 
 def render_function(fn: FunctionReport, file: IO[str], *, width: int | None = None,
@@ -127,7 +111,7 @@ def render_function(fn: FunctionReport, file: IO[str], *, width: int | None = No
     :func:`render_report`)."""
     out = Lines(make_console(file, width=width, plain=plain))
     s = summarize_function(fn)
-    _answer(out, ReportSummary((s,)), {0})
+    _answer(out, ReportSummary((s,)), (0,))
     out.line()
     _function_section(out, fn, s)
 
@@ -190,13 +174,12 @@ MAX_SECTIONS = 4
 MAX_SECTIONS_BOUNDED = 2
 
 
-def _answer(out: Lines, summary: ReportSummary, shown: set[int], detail: bool = True,
+def _answer(out: Lines, summary: ReportSummary, shown: Sequence[int], detail: bool = True,
             notes: bool = True) -> None:
-    """Per function, worst first: its peak, what is wrong, and what to change
-    (without its notes unless ``notes``); the functions not shown counted, by
-    what they have to say."""
-    chosen = [s for i, s in enumerate(summary.functions) if i in shown]
-    for s in sorted(chosen, key=urgency):
+    """Per function in ``shown`` (most urgent first): its peak, what is wrong,
+    and what to change (without its notes unless ``notes``); the functions not
+    shown counted, by what they have to say."""
+    for s in (summary.functions[i] for i in shown):
         where = source_text(s.source)
         variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
         clean = not s.findings and s.advice is None and s.remat_advice is None
@@ -247,7 +230,7 @@ def _finding(out: Lines, f: Finding, detail: bool = True) -> None:
     out.labelled(label, SEVERITY_STYLES[f.severity], text, "      ")
 
 
-def _figures_table(summary: ReportSummary, out: Lines, shown: set[int]) -> Table:
+def _figures_table(summary: ReportSummary, out: Lines, shown: Collection[int]) -> Table:
     table = Table(box=out.box)
     # The calls are in the answer above: the name gets their room.
     table.add_column("function", no_wrap=True)

@@ -25,6 +25,10 @@ VariantName = Literal["none", "all", "advised", "requested"]
 #: What the first call showed of a donated input's buffer (``confirmed_later``:
 #: no output landed there at the first call, and at the next call one did).
 Observed = Literal["confirmed", "confirmed_later", "not_reused", "n/a"]
+#: Why a donated buffer may take no output at run time though the compiled
+#: program says it does: the cause seen on CPU.
+NOT_XLAS = ("XLA cannot take a buffer it did not allocate: a NumPy array's memory, which "
+            "jax.device_put shares on CPU")
 #: What a jitted function does with a ``jax.Ref`` it is given or closes over:
 #: reads and writes it (``updated``: JAX writes the new value into the Ref's
 #: own buffer), only reads it, only writes it, or never touches it (pruned).
@@ -79,6 +83,10 @@ class InputBuffer:
     #: the number of the signature's next call, where the caller passed this very
     #: array again (it keeps it: not to be donated); ``None``: not seen
     passed_again: int | None = None
+    #: for a candidate: the output that donating it lets reuse its buffer, as
+    #: the advisor paired them; ``None`` otherwise (and in a report saved before
+    #: the field was written)
+    candidate_for: str | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from memscope.analysis.advice import candidates
 from memscope.report import (
     FunctionReport,
     InputBuffer,
@@ -202,13 +201,12 @@ def _template(b: InputBuffer, text: str, partner: str | None) -> str:
 
 def reason_groups(fn: FunctionReport) -> tuple[ReasonGroup, ...]:
     """Each argument's leaves with the same reason, merged, in the order they first appear."""
-    partners = _candidate_partners(fn)
     merged: dict[tuple[str, str, str], list[tuple[InputBuffer, str]]] = {}
     for b in fn.inputs:
         text = leaf_reason(b)
         if text is None:
             continue
-        key = (argument_of(b.path), b.fate, _template(b, text, b.output or partners.get(b.path)))
+        key = (argument_of(b.path), b.fate, _template(b, text, b.output or b.candidate_for))
         merged.setdefault(key, []).append((b, text))
     groups = []
     for (_arg, fate, _), items in merged.items():
@@ -229,11 +227,6 @@ def common_prefix(paths: Sequence[str]) -> str:
             break
         common.append(steps[0])
     return "".join(common)
-
-
-def _candidate_partners(fn: FunctionReport) -> dict[str, str]:
-    chosen = candidates(fn.inputs, fn.outputs)
-    return {fn.inputs[i].path: fn.outputs[j].path for i, j in chosen.items()}
 
 
 # --- signatures ----------------------------------------------------------------------

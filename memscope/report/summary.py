@@ -20,8 +20,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from memscope.analysis.observed import NOT_XLAS
-from memscope.analysis.recompiles import keeps_recompiling
 from memscope.report import (
     FunctionReport,
     LiveGrowth,
@@ -32,7 +30,7 @@ from memscope.report import (
     Variant,
     remat_text,
 )
-from memscope.report.function import MEANINGFUL_SAVING
+from memscope.report.function import MEANINGFUL_SAVING, NOT_XLAS
 from memscope.report.leaves import (
     ArgumentSignature,
     Buffer,
@@ -50,6 +48,8 @@ from memscope.report.units import format_bytes, format_change
 
 #: A function with at most this many leaves (inputs and outputs) is shown leaf by leaf.
 SMALL_FUNCTION = 16
+#: A function with at least this many signatures "keeps recompiling" (a problem).
+KEEPS_RECOMPILING = 4
 
 Severity = Literal["problem", "warning", "info"]
 
@@ -216,6 +216,9 @@ class FunctionSummary:
     #: with ``--target``: the peak's share of the target's HBM and the peak here
     #: (`` on tpu:v5p:2x2x1, 3.1% of its 95.0 GiB HBM; here (cpu) 12.0 MiB``)
     target_text: str = ""
+    #: figures the user asked for beyond the advice: other donations measured
+    #: (``--advice full``, ``diff``), the backward pass's residuals (``--remat``)
+    asked_for: bool = False
 
     @property
     def problems(self) -> int:
@@ -371,38 +374,8 @@ def summarize_function(fn: FunctionReport, siblings: Sequence[FunctionReport] = 
         setting=fn.setting, memory=fn.memory, variants=variant_summaries(fn),
         unusable=sum(b.fate == "unusable" for b in fn.inputs),
         small=len(fn.inputs) + len(fn.outputs) <= SMALL_FUNCTION,
-        remat_advice=remat_text.headline(fn.remat) if fn.remat is not None else None)
-
-
-def urgency(s: FunctionSummary) -> int:
-    """0 for a function with a problem, 1 with a warning or advice, 2 with a note,
-    3 with nothing to say: the order in which the renderers answer."""
-    severities = {f.severity for f in s.findings}
-    if "problem" in severities:
-        return 0
-    if "warning" in severities or s.advice is not None or s.remat_advice is not None:
-        return 1
-    return 2 if severities else 3
-
-
-def most_urgent(functions: Sequence[FunctionSummary], limit: int | None) -> set[int]:
-    """The positions of the functions a bounded view shows: all up to ``limit``,
-    else the ``limit`` most urgent, the largest peaks first within each urgency,
-    one signature of each function before a second of any: a run that compiled
-    one function for many signatures (a test suite, a sweep) says the same of
-    each, and the recompiles are told once, between calls."""
-    order = range(len(functions))
-    if limit is None or len(functions) <= limit:
-        return set(order)
-    ranked = sorted(order, key=lambda i: (urgency(functions[i]), -(functions[i].peak or 0)))
-    seen: set[tuple[str, str | None]] = set()
-    first: list[int] = []
-    again: list[int] = []
-    for i in ranked:
-        name = (functions[i].name, functions[i].source)
-        (again if name in seen else first).append(i)
-        seen.add(name)
-    return set((first + again)[:limit])
+        remat_advice=remat_text.headline(fn.remat) if fn.remat is not None else None,
+        asked_for=fn.remat is not None or any(v.name != "advised" for v in fn.variants))
 
 
 def summarize(report: Report) -> ReportSummary:
@@ -516,7 +489,7 @@ def between_findings(report: Report) -> tuple[Finding, ...]:
     for fn in report.functions:
         by_function[fn.name, fn.source].append(fn)
     for (name, source), fns in by_function.items():
-        if keeps_recompiling(len(fns)):
+        if len(fns) >= KEEPS_RECOMPILING:
             kinds = Counter(x.kind for fn in fns if fn.recompile for x in fn.recompile.reasons)
             common = kinds.most_common(1)[0][0] if kinds else "n/a"
             seconds = [fn.compile_seconds for fn in fns if fn.compile_seconds is not None]

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 
@@ -388,3 +388,31 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
         compiles=written.compiles + (fix.compiles if fix else 0),
         seconds=time.perf_counter() - start, note=written.note, inferred=choice.inferred,
         choice_note=choice.note, memory_bytes=memory, held_bytes=held)
+
+
+class Failed(Recorded, Protocol):
+    """A recorded call that may have run out of memory (a capture's entry)."""
+
+    @property
+    def failure(self) -> str | None: ...
+    @property
+    def failure_memory(self) -> tuple[int, int | None] | None: ...
+
+
+def forecast_failures(entries: Iterable[Failed]) -> dict[int, Forecast]:
+    """For each call that ran out of memory on a device with a limit: the largest
+    batch that fits it, by compiling (after the program has ended), by the
+    ``id`` of its entry. An entry whose fit could not be found is left out: its
+    post-mortem says n/a."""
+    found: dict[int, Forecast] = {}
+    for entry in entries:
+        in_use, limit = entry.failure_memory or (0, None)
+        if entry.failure is None or entry.call is None or entry.facts is None or limit is None:
+            continue
+        held = max(in_use - (entry.facts.memory.argument_bytes or 0), 0)
+        try:
+            choice = choose_batch(entry)
+            found[id(entry)] = forecast(entry, choice, limit - held, memory=limit, held=held)
+        except Exception:
+            continue
+    return found

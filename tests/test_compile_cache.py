@@ -124,12 +124,19 @@ def test_a_damaged_file_is_a_miss_and_is_replaced(cache_dir):
             for f in files:
                 f.write_bytes(f.read_bytes()[:100])
         runs.append(captured(step, args, "full")[0])
-    first, again, third = runs
-    assert again.overhead().variant_cache_hits == 0
-    assert again.overhead().variant_compiles == first.overhead().variant_compiles
-    for name, variant in variants(again).items():
-        assert variant.facts == variants(first)[name].facts
-    assert third.overhead().variant_cache_hits == first.overhead().variant_compiles
+    first, again, third = (run.overhead() for run in runs)
+
+    def lookups(o):  # a variant compiled, or read from the cache
+        return o.variant_compiles + o.variant_cache_hits
+
+    # The damaged files were misses: compiled again. (A hit of the run's own is
+    # allowed: two donations lowered alike share a file, and the second may find
+    # it once the first has stored it, as in any run.)
+    assert again.variant_compiles >= 1 and lookups(again) == lookups(first)
+    for name, variant in variants(runs[1]).items():
+        assert variant.facts == variants(runs[0])[name].facts
+    # ... and replaced: the third run compiles nothing
+    assert (third.variant_compiles, third.variant_cache_hits) == (0, lookups(first))
 
 
 def test_the_cache_keeps_within_its_limit(cache_dir):

@@ -52,9 +52,10 @@ RUNS = {
 }
 
 
-def _run(cmd: list[str], timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, env=QUIET, timeout=timeout,
-                          cwd=ROOT)
+def _run(cmd: list[str], timeout: int = 600,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, env={**QUIET, **(env or {})},
+                          timeout=timeout, cwd=ROOT)
 
 
 def part_samples(out: Path) -> list[dict]:
@@ -225,13 +226,41 @@ def part_fit() -> dict:
     return result
 
 
+def part_fit_transformer() -> dict:
+    """``memscope fit`` on the transformer sample at the device's own limit, then
+    the sample run at the answer and at the next batch up: does the search
+    bracket where XLA:GPU starts rematerializing, and does the answer run?"""
+    args = [str(SAMPLES / "transformer_adam.py"), "--steps", "2"]
+    done = _run([*MEMSCOPE, "fit", "--format", "json", "--function", "train_step",
+                 "--batch", "batch", *args], timeout=900)
+    if done.returncode != 0:
+        return {"exit": done.returncode, "stderr": done.stderr[-2000:]}
+    f = json.loads(done.stdout)
+    result = {k: f.get(k) for k in ("memory_bytes", "budget_bytes", "held_bytes", "largest",
+                                    "advised_largest", "linear", "note", "compiles", "seconds",
+                                    "rows")}
+    for label, batch in (("answer", f["largest"]), ("next", f["largest"] + 1)):
+        ran = _run([sys.executable, *args, "--batch", str(batch)])
+        result[f"run_{label}"] = {"batch": batch, "exit": ran.returncode,
+                                  "oom": "RESOURCE_EXHAUSTED" in ran.stderr
+                                  or "Out of memory" in ran.stderr,
+                                  "tail": ran.stderr.strip().splitlines()[-1:]}
+    return result
+
+
 def part_repeat() -> dict:
-    """The transformer sample twice under python and once under ``memscope run``:
-    whether its printed loss is the same from process to process on this device
-    (XLA:GPU's autotuner may pick other kernels in another process)."""
+    """The transformer sample twice under python and once under ``memscope run``,
+    and once each with the autotuner off: whether its printed loss is the same
+    from process to process on this device (XLA:GPU's autotuner may pick other
+    kernels in another process), and under memscope where the kernels are fixed."""
     args = [str(SAMPLES / "transformer_adam.py"), "--steps", "3"]
+    untuned = {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_autotune_level=0"}
     runs = {"python_1": _run([sys.executable, *args]), "python_2": _run([sys.executable, *args]),
-            "memscope": _run([*MEMSCOPE, "run", "-q", "-o", "/dev/null", *args])}
+            "memscope": _run([*MEMSCOPE, "run", "-q", "-o", "/dev/null", *args]),
+            # with the autotuner off, every process runs the same kernels
+            "python_untuned": _run([sys.executable, *args], env=untuned),
+            "memscope_untuned": _run([*MEMSCOPE, "run", "-q", "-o", "/dev/null", *args],
+                                     env=untuned)}
     return {name: done.stdout.strip().splitlines()[-1:] for name, done in runs.items()}
 
 
@@ -247,6 +276,7 @@ def main() -> None:
                 figures[part] = {"samples": part_samples, "oom": part_oom}[part](out)
             else:
                 figures[part] = {"direct": part_direct, "fit": part_fit, "repeat": part_repeat,
+                                 "fit_transformer": part_fit_transformer,
                                  "direct_untuned": lambda: part_direct(autotune=False)}[part]()
         except Exception as e:  # one part's failure must not lose the others
             figures[part] = {"error": f"{type(e).__name__}: {e}"}

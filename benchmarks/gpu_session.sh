@@ -8,7 +8,8 @@
 #
 #     bash benchmarks/gpu_session.sh      # on the device; results in $OUT
 #
-# Wheels the image lacks (libcst, for `memscope fix`) travel in .whl/ (carry it).
+# Wheels the image lacks (libcst and pyyaml, for `memscope fix`) travel in .whl/
+# (ignored by git: carry it).
 set -u
 OUT="${OUT:-/tmp/gpu-out}"
 mkdir -p "$OUT"
@@ -16,8 +17,8 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS="${PYTHONWARN
 SUITE_S="${SUITE_S:-380}" GPU_TESTS_S="${GPU_TESTS_S:-150}" FIGURES_S="${FIGURES_S:-260}"
 
 if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile \
+    --no-cache-dir --upgrade --target /tmp/site libcst pyyaml && export PYTHONPATH=/tmp/site
 fi
 # The pytest plugin is found through the installed entry point; where an
 # editable install cannot be made, memscope is still imported from here.

@@ -55,10 +55,11 @@ __all__ = [
     "capture",
     "load_report",
     "save_report",
+    "target",
 ]
 
 _LAZY = {"analyze": "memscope.flow", "build_report": "memscope.assemble.run",
-         "capture": "memscope.capturing"}
+         "capture": "memscope.capturing", "target": "memscope.flow"}
 
 
 def _shown(kind: _display.Kind, record: Any) -> str:

@@ -958,10 +958,11 @@ def partition_spec_text(spec: Any) -> str:
     return f"P({text[len(old):]}" if text.startswith(old) else text
 
 
-# ------------------------------------------------------------- TPU target --
-# ``memscope --target tpu:TOPOLOGY`` compiles each captured program for a TPU
-# topology from a machine without TPUs (libtpu's compiler, through JAX's
-# topology API); nothing of it runs. See memscope.compiled.tpu.
+# --------------------------------------------------------------- targets --
+# ``memscope --target tpu:TOPOLOGY`` / ``gpu:MODEL`` compiles each captured
+# program for an accelerator this machine lacks (libtpu's compiler, or the CUDA
+# plugin's, through JAX's topology API); nothing of it runs. See
+# memscope.compiled.targets.
 
 
 def tpu_topology_devices(name: str, chips_per_host: tuple[int, ...] | None = None
@@ -978,6 +979,18 @@ def tpu_topology_devices(name: str, chips_per_host: tuple[int, ...] | None = Non
         kwargs = {"chips_per_host_bounds": chips_per_host, "num_slices": 1}
     return list(topologies.get_topology_desc(platform="tpu", topology_name=name,
                                              **kwargs).devices)
+
+
+def gpu_topology_devices(target_config: str, topology: str) -> list[Any]:
+    """The devices of a GPU topology (``1x1x8``: slices x hosts x devices) of the
+    device ``target_config`` describes (a ``GpuTargetConfigProto`` in text),
+    compile-only, from the installed CUDA plugin: JAX's topology API hands both
+    to the plugin (``make_c_api_device_topology``'s options, JAX 0.7 to 0.12).
+    Without the topology it would need a GPU here."""
+    from jax.experimental import topologies
+
+    return list(topologies.get_topology_desc(platform="cuda", target_config=target_config,
+                                             topology=topology).devices)
 
 
 def retargeted(traced: Any, devices: dict[int, Any], platform: str,
@@ -1747,29 +1760,44 @@ def frame_locals(frame: types.FrameType) -> list[tuple[str, Any]]:
 
 # --- address reads that leave arrays behind ---------------------------------------------
 
-#: JAX 0.9 brought ``ArrayImpl._rewrap_with_aval_and_sharding``: a second array
-#: object over the same device buffers. Reading a buffer's address through the
-#: array itself (``unsafe_buffer_pointer()`` on 0.9, ``addressable_shards`` or
-#: ``addressable_data`` on every series, ``_arrays`` on a sharded array) makes it
-#: cache a Python array per device, which ``jax.live_arrays()`` then lists beside
-#: it, for as long as the array lives: the program would see more live arrays
-#: than under python. Read through such a twin, the per-device arrays go with it.
+#: Reading a buffer's address through the array itself (``unsafe_buffer_pointer()``,
+#: ``addressable_shards`` or ``addressable_data`` on every series, ``_arrays`` on a
+#: sharded array) makes it cache a Python array per device, which
+#: ``jax.live_arrays()`` then lists beside it, for as long as the array lives: the
+#: program would see more live arrays than under python. memscope reads through a
+#: twin, a second array object over the same device buffers, and the per-device
+#: arrays go with it. JAX 0.9 brought ``ArrayImpl._rewrap_with_aval_and_sharding``
+#: for the twin; on 0.7 and 0.8 jaxlib's ``reorder_shards`` onto the array's own
+#: sharding, reusing its buffers, makes one (checked by running: the addresses are
+#: the array's, and no array is left once the twin goes).
 ARRAY_TWINS: bool = _JAX_SERIES >= (0, 9)
-#: Before 0.9 there is no twin, and the read leaves its per-device arrays behind:
-#: they are noted (weakly) so that memscope's own samples skip them.
-ADDRESS_READ_MAKES_VIEWS: bool = not ARRAY_TWINS
+#: Where no twin can be made (an array jaxlib will not reorder), the read goes
+#: through the array and leaves its per-device arrays behind: they are noted
+#: (weakly) so that memscope's own samples skip them.
 _VIEWS: dict[int, weakref.ref[Any]] = {}
+
+
+def _address_twin(x: Any) -> Any:
+    """A second array object over ``x``'s device buffers (see :data:`ARRAY_TWINS`)."""
+    if ARRAY_TWINS:
+        return x._rewrap_with_aval_and_sharding(x.aval, x.sharding)
+    from jax._src.lib import xla_client  # 0.7, 0.8
+
+    return xla_client.reorder_shards(x, x.sharding, xla_client.ArrayCopySemantics.REUSE_INPUT)
 
 
 def buffer_addresses(x: Any) -> tuple[int, ...]:
     """The device address of each addressable shard's buffer of the ``jax.Array``
     ``x``, in ``addressable_shards`` order, as integers; ``x`` keeps no per-device
-    array from the read where this JAX can avoid it (:data:`ARRAY_TWINS`).
+    array from the read (read through a twin, :data:`ARRAY_TWINS`).
 
     Raises what the backend raises where it gives no raw addresses.
     """
-    if ARRAY_TWINS:
-        twin = x._rewrap_with_aval_and_sharding(x.aval, x.sharding)
+    try:
+        twin = _address_twin(x)
+    except Exception:  # no twin of this array: read through it, and note what it keeps
+        twin = None
+    if twin is not None and twin is not x:
         try:
             return tuple(int(a.unsafe_buffer_pointer()) for a in twin._arrays)
         finally:
@@ -1783,8 +1811,6 @@ def buffer_addresses(x: Any) -> tuple[int, ...]:
 def note_address_views(x: Any) -> None:
     """Remember the per-device arrays an address read left on ``x`` (by weak
     reference), for :func:`is_address_view`."""
-    if not ADDRESS_READ_MAKES_VIEWS:
-        return
     try:
         views = list(x._arrays or ())
     except Exception:  # not an array with per-device arrays

@@ -32,7 +32,7 @@ from memscope.version import __version__
 # when a step that needs it runs: the modules that import JAX are imported there.
 if TYPE_CHECKING:
     from memscope.capturing import Session
-    from memscope.compiled.tpu import TpuTarget
+    from memscope.compiled.targets import Accelerator
     from memscope.variants.donation import VariantRequest
 
 
@@ -41,7 +41,7 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
                    stop_after: int | None = None, guard: Guard | None = None,
                    deliver: Callable[[Report], None] | None = None,
                    remat_flops: float | None = None,
-                   accelerator: TpuTarget | None = None
+                   accelerator: Accelerator | None = None
                    ) -> Report:
     """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
 
@@ -107,7 +107,7 @@ class NotCaptured(MemscopeError):
         self.report = report
 
 
-def _report(session: Session | None, run: RunInfo, accelerator: TpuTarget | None,
+def _report(session: Session | None, run: RunInfo, accelerator: Accelerator | None,
             problem: str | None, *, forecast: bool = False) -> Report:
     """The report of what ``session`` captured (``forecast``: see
     :func:`session_report`); with no session (the program never imported JAX,
@@ -122,7 +122,7 @@ def _report(session: Session | None, run: RunInfo, accelerator: TpuTarget | None
                   functions=(), notes=() if problem is None else (problem,))
 
 
-def session_report(session: Session, run: RunInfo, accelerator: TpuTarget | None = None,
+def session_report(session: Session, run: RunInfo, accelerator: Accelerator | None = None,
                    *, forecast: bool = False) -> Report:
     """The report of what ``session`` has captured, for a run that ended as ``run``
     says; ``accelerator`` is the capture's. With ``forecast``, each call that ran
@@ -144,26 +144,40 @@ def session_report(session: Session, run: RunInfo, accelerator: TpuTarget | None
 
 
 def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
-            **kwargs: Any) -> FunctionReport:
-    """Call ``jitted(*args, **kwargs)`` once and report what XLA compiled for it.
+            target: Any = None, **kwargs: Any) -> FunctionReport:
+    """Report what XLA compiles for ``jitted(*args, **kwargs)``: by calling it once,
+    or, where the arguments are ``jax.ShapeDtypeStruct``'s (or ``target`` is
+    given), by compiling it without running anything.
 
-    ``jitted`` is any ``jax.jit`` object. The call is a real one: donated
+    ``jitted`` is any ``jax.jit`` object. A call is a real one: donated
     arguments are donated (and deleted) as without memscope, and the result is
-    discarded. JAX's donation warnings are recorded only if this call is the one
-    that lowers the function. With ``advise`` (the default, ``"full"``) the
-    function is also compiled with no donation, with every array argument
-    donated and with the advisor's donation, for ``variants`` and ``advice``
-    (``"advised"``: the advisor's only; ``False``/``"off"``: none); each distinct
-    donation is compiled once, and before this returns. A jit object made
-    outside :func:`capture` does not tell how its donation was spelled, so the
-    advice names arguments (``donate_argnames``) wherever they have names.
+    discarded; JAX's donation warnings are recorded only if this call is the one
+    that lowers the function. A compile-only analysis allocates nothing: a
+    ``jax.ShapeDtypeStruct`` stands for each array (with its sharding, over
+    this machine's devices or a target's), and the function is traced, lowered
+    and compiled for those devices, then read and advised as a call is. With
+    ``target`` (``"gpu:h100:8"``, ``"tpu:v5p:2x2x1"``, or what :func:`target`
+    returned) it is compiled for that accelerator: build the arguments'
+    shardings over its devices (``target(...).mesh(...)``); an argument without
+    a sharding is placed on its first device. That answers "will it fit on 64
+    H100s with FSDP" from a machine without them.
+
+    With ``advise`` (the default, ``"full"``) the function is also compiled with
+    no donation, with every array argument donated and with the advisor's
+    donation, for ``variants`` and ``advice`` (``"advised"``: the advisor's
+    only; ``False``/``"off"``: none); each distinct donation is compiled once,
+    and before this returns. A jit object made outside :func:`capture` does not
+    tell how its donation was spelled, so the advice names arguments
+    (``donate_argnames``) wherever they have names.
 
     Returns:
-        The :class:`FunctionReport` of that call.
+        The :class:`FunctionReport` of that call (a compile-only one counts no
+        call and observes nothing: ``not_observed`` says so).
 
     Raises:
-        MemscopeError: ``jitted`` is not a ``jax.jit`` object, or the call was
-            made inside a trace (so nothing was compiled for it).
+        MemscopeError: ``jitted`` is not a ``jax.jit`` object, the call was
+            made inside a trace (so nothing was compiled for it), or the target
+            cannot be set up.
     """
     from memscope import _compat
     from memscope.assemble.function import function_report
@@ -173,11 +187,58 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
     fun = getattr(jitted, "__wrapped__", None)
     if fun is None or not _compat.is_jit_object(jitted):
         raise MemscopeError(f"analyze() needs a jax.jit object, got {type(jitted).__name__}")
-    with capture(advise=advise) as session:
-        MeasuredJit(jitted, fun, session)(*args, **kwargs)
+    accelerator = _compile_only_target(target) if isinstance(target, str) else target
+    if accelerator is not None or _abstract((args, kwargs)):
+        if accelerator is not None:
+            args, kwargs = _placed((args, kwargs), accelerator)
+        with capture(advise=advise, accelerator=accelerator) as session:
+            MeasuredJit(jitted, fun, session).compile_only(args, kwargs)
+    else:
+        with capture(advise=advise) as session:
+            MeasuredJit(jitted, fun, session)(*args, **kwargs)
     if not session.entries:
         raise MemscopeError("analyze() was called inside a trace; nothing was compiled")
     return function_report(session.entries[0])
+
+
+def target(spec: str) -> Any:
+    """The accelerator ``spec`` names (``"gpu:h100:64"``, ``"tpu:v5p:4x4x4"``), for a
+    compile-only :func:`analyze`: its compile-only devices (``.devices``), a mesh
+    of them (``.mesh((8, 8), ("data", "model"))``), the budget a program has on
+    each (``.budget_bytes``). This process's JAX is left as it is.
+
+    Raises:
+        MemscopeError: an unknown form, or its compiler is not installed.
+    """
+    return _compile_only_target(spec)
+
+
+def _compile_only_target(spec: str) -> Any:
+    from memscope.compiled.targets import compile_only_target
+
+    return compile_only_target(spec)
+
+
+def _abstract(tree: Any) -> bool:
+    import jax
+
+    return any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(tree))
+
+
+def _placed(tree: Any, accelerator: Any) -> Any:
+    """``tree`` with each ``jax.ShapeDtypeStruct`` that has no sharding on the
+    target's first device."""
+    import jax
+
+    first = jax.sharding.SingleDeviceSharding(next(iter(accelerator.devices.values())))
+
+    def place(x: Any) -> Any:
+        if isinstance(x, jax.ShapeDtypeStruct) and not isinstance(x.sharding,
+                                                                    jax.sharding.Sharding):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=first)
+        return x
+
+    return jax.tree.map(place, tree)
 
 
 @dataclass(frozen=True)
@@ -191,7 +252,7 @@ class FitRun:
 
 def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = (),
             memory: int | None = None, stop_after: int | None = None,
-            accelerator: TpuTarget | None = None) -> FitRun:
+            accelerator: Accelerator | None = None) -> FitRun:
     """Run ``target`` until its loop begins (a signature called again) or
     ``stop_after`` jitted calls, then forecast the chosen function's batch; for
     ``accelerator`` when given (its compiles, its HBM as the default limit).
@@ -230,7 +291,7 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     if memory is not None:
         limit: int | None = memory
     elif accelerator is not None:
-        limit = accelerator.hbm_bytes
+        limit = accelerator.budget_bytes
     else:
         limit = in_use[1] if in_use else None
     if limit is None:

@@ -29,6 +29,12 @@ os.environ["MEMSCOPE_CACHE"] = "off"
 if importlib.util.find_spec("libtpu") is not None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+# Likewise where the CUDA plugin is installed (the --target gpu tests,
+# tests/test_gpu_target.py) on a machine without an NVIDIA GPU: JAX would try
+# CUDA in every process and print that it failed. With a GPU, JAX uses it.
+if (importlib.util.find_spec("jax_plugins") is not None
+        and not os.path.exists("/dev/nvidiactl")):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 # The real-sized, version-agnostic end-to-end tests: everything run on the

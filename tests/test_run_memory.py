@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from memscope import _compat
 from memscope.analysis.run_memory import CallFacts, CallLog, Holder, RawGroup, RawSample, run_memory
+from memscope.capturing import residency
 from memscope.capturing.residency import per_device_bytes
 from memscope.check.judge import RUN_PEAK, check
 from memscope.check.records import Config
@@ -88,7 +88,13 @@ def _line_of(tmp_path: Path, text: str) -> int:
 @pytest.fixture(scope="module")
 def train_then_eval(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, int, Path]:
     tmp_path = tmp_path_factory.mktemp("run")
-    report = _run(tmp_path, TRAIN_THEN_EVAL % {"steps": 12}, str(tmp_path / "truth"))
+    # The sample before a first call is taken while such samples stay within a
+    # share of the compile time (residency.FIRST_CALL_SHARE): in a test process
+    # holding earlier tests' arrays, under load, it may be skipped, and the
+    # eval call estimated. What these tests hold is the sample's answer.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(residency, "FIRST_CALL_SHARE", 1e9)
+        report = _run(tmp_path, TRAIN_THEN_EVAL % {"steps": 12}, str(tmp_path / "truth"))
     return report, json.loads((tmp_path / "truth").read_text()), tmp_path
 
 
@@ -271,6 +277,24 @@ def test_calls_between_samples_are_estimated_and_pruned_arguments_count_as_alive
     assert [s.function for s in run.spans] == [0, 0, 1, 0]
 
 
+def test_an_estimate_names_no_group_that_may_be_its_own_arguments():
+    # The sample before call 1 (eval) holds the training state outside eval's
+    # arguments; at call 2 (step, estimated) that state is step's argument: the
+    # sample cannot tell which arrays those are, so no group is named as alive
+    # outside step's arguments (they would add up to more than it leaves).
+    log = CallLog(array("d", [0.1, 0.2]), array("d", [0.15, 0.25]), array("i", [0, 1]),
+                  ["eval", "step"], array("q", [1, 2]))
+    state = RawGroup(producer=(1, "result[0]"), holder=Holder("state", "p.py", "module", 0, 9),
+                     arrays=2, bytes=(("cpu:0", 1000),))
+    samples = [_sample(1, [state], arguments=[(0, (("cpu:0", 10),))])]
+    facts = [_facts("eval", 20, 10), _facts("step", 5000, 1000)]
+    run = run_memory(samples, log, facts, calls=2, sample_seconds=0.0, sampling="h",
+                     holder_text=lambda h: (f"`{h.name}`", None), functions=[0, 1])
+    high = run.high_water
+    assert (high.call, high.exact, high.resident_bytes) == (2, False, 10)
+    assert high.groups == () and high.more_groups == 0
+
+
 def test_a_run_whose_calls_take_no_device_array_is_placed_on_the_default_device():
     # Nothing alive and no jax.Array argument (a NumPy array, a Python number):
     # no sample names a device, so the call's is JAX's default device.
@@ -340,10 +364,6 @@ def test_fit_takes_what_is_alive_outside_the_function_from_the_sample(tmp_path):
     # The run stops at step's second call: what was alive outside its arguments
     # just before it, by the program's own count (the table, the first loss).
     truth = int((tmp_path / "truth").read_text())
-    if _compat.ADDRESS_READ_MAKES_VIEWS:
-        # jax.live_arrays() also lists the per-device views memscope's address
-        # reads left on the first call's two outputs (the same buffers)
-        truth -= 64 * 64 * 4 + 4
     assert f.held_bytes == truth
     assert f.held_bytes >= 512 * 1024 * 4 + 4
     assert f.budget_bytes == 64 * 2**20 - f.held_bytes

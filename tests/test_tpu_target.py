@@ -29,7 +29,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from memscope.compiled import tpu
+from memscope.compiled.targets import tpu
 from memscope.report import Memory, hbm_peak_rule
 from memscope.report.units import format_bytes
 

@@ -292,9 +292,14 @@ def _groups(sample: RawSample, device: str, fn: CallFacts | None,
 def _high_water(best: RunPoint, fn: CallFacts | None, sample: RawSample,
                 facts: Sequence[CallFacts | None], holder_text: Callable[[Holder], tuple[str, str | None]],
                 allocator_peak: int | None) -> HighWater:
-    """The largest point, with the groups of its sample (for an estimate: of the
-    sample it was carried from) and the call's largest buffers."""
+    """The largest point, with the groups of its sample and the call's largest
+    buffers. For an estimate, the groups of the sample it was carried from,
+    where they fit in what it leaves outside the call's arguments; where they
+    do not, some of them are the call's own arguments, which a sample before
+    another call cannot tell apart, and none is named."""
     groups = _groups(sample, best.device, fn if best.exact else None, facts, holder_text)
+    if not best.exact and sum(g.bytes for g in groups) > best.resident_bytes:
+        groups = []
     shown = groups[:MAX_GROUPS]
     note = None
     if allocator_peak is not None:

@@ -50,6 +50,7 @@ from memscope.capturing.observe import (
 )
 from memscope.capturing.session import Session
 from memscope.compiled.read import (
+    CompiledHandles,
     take_compiled,
 )
 from memscope.program import sites
@@ -428,7 +429,8 @@ class MeasuredJit:
         entry.library = self._memscope_library
         self.stamp(entry)
         entry.warnings = shown.warnings
-        session.observed(entry, shown.observation)
+        if shown.observation is not None:  # (a compile-only analysis observes nothing)
+            session.observed(entry, shown.observation)
         entry.watched_refs, entry.watched_closed = shown.watched
         entry.key, entry.compile_seconds = key, shown.compile_seconds
         entry.donated = shown.donated
@@ -463,6 +465,35 @@ class MeasuredJit:
         if shown.early is not None:
             session = self._memscope_session
             session.defer(functools.partial(reading.let_go, session, shown.early))
+
+    def compile_only(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Entry:
+        """Record the call ``args``, ``kwargs`` (``jax.ShapeDtypeStruct``'s where
+        arrays would be) without running it: traced, lowered and compiled for
+        its arguments' devices (a ``--target``'s, where the session has one),
+        then read, advised and measured as a first call is. Nothing is
+        observed (no buffer exists), and the entry counts no call."""
+        session, target = self._memscope_session, self._memscope_session.accelerator
+        key, values = keys.call_key(self._memscope_spec, args, kwargs)
+        leaves = keys.program_leaves(values)
+        session.clock.start()
+        try:
+            with session.recording_warnings() as warned:
+                traced = self._memscope_jitted.trace(*args, **kwargs)
+                lowered = _compat.lower(traced)
+                built = None if target is None else target.compile(lowered)
+                compiled = lowered.compile() if built is None else built.compiled
+        finally:
+            seconds = session.clock.stop()
+        handles = CompiledHandles(_compat.without_call_arrays(traced), lowered, compiled, built)
+        shown = FirstCall(out=None, donated=(), visible_refs=(), warnings=tuple(warned),
+                          compile_seconds=seconds, observation=None, handles=handles,
+                          handles_error=None, watched=((), ()), measured=None, early=None,
+                          early_hold=None)
+        entry = self._new_entry(key, leaves, args, kwargs, shown)
+        entry.not_observed = "a compile-only analysis: nothing ran"
+        entry = session.add(("compile-only", id(self), key), entry)
+        self._schedule_reading(entry, leaves, args, kwargs, shown)
+        return entry
 
     def _trace_before(self, values: Sequence[Any], args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:

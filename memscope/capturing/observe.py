@@ -177,7 +177,10 @@ def at_end(seen: Observation, given: Sequence[weakref.ref[Any] | None],
 
 
 def leaf_sharding(x: Any) -> Any:
-    """A flat leaf's sharding (a Ref's, of its buffer); ``None`` for a non-array."""
+    """A flat leaf's sharding (a Ref's, of its buffer; a ``jax.ShapeDtypeStruct``'s
+    as given); ``None`` for a non-array."""
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return x.sharding if isinstance(x.sharding, jax.sharding.Sharding) else None
     if isinstance(x, jax.Array) or _compat.is_ref(x):
         try:
             return x.sharding

@@ -50,7 +50,7 @@ def reading_handles(handles: CompiledHandles) -> CompiledHandles:
     """``handles`` for the reading: the traced program as a view that holds none
     of the arrays the function closes over (:func:`memscope._compat.reading_view`)."""
     return CompiledHandles(_compat.reading_view(handles.traced), handles.lowered,
-                           handles.compiled)
+                           handles.compiled, handles.built)
 
 
 def analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
@@ -113,6 +113,14 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
         return None
     try:
         with _compat.applied_config(settings):
+            if handles.built is not None:  # compiled for the target already: read as its
+                read = session.accelerator.read(handles.traced, handles.lowered, handles.built,
+                                                shardings=shardings, ref_names=ref_names)
+                foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
+                del handles
+                facts = wrappers.renamed(entry.wrapper, read)
+                session.publish(lambda: setattr(entry, "facts", facts))
+                return facts, None, foreign
             read = read_handles(handles, shardings=shardings, ref_names=ref_names)
             flops = (_compat.flops(handles.compiled)
                      if hold.plan is not None and session.accelerator is None else None)
@@ -142,12 +150,12 @@ def _for_target(session: Session, hold: Hold, shardings: list[Any],
     target = session.accelerator
     with hold.use(), hold.lowering() as traced:
         if traced is None:
-            raise TargetCompileError(f"not compiled for {target.spec.name}: "
+            raise TargetCompileError(f"not compiled for {target.name}: "
                                      f"{hold.released or donations.LET_GO}")
         try:
             return target.facts(traced, shardings, ref_names)
         except Exception as e:
-            raise TargetCompileError(f"could not compile it for {target.spec.name}: "
+            raise TargetCompileError(f"could not compile it for {target.name}: "
                                      f"{type(e).__name__}: {e}") from None
 
 

@@ -54,7 +54,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     ``stop_at_repeat`` at the first call of a signature called before (a loop
     has begun). ``keep_calls`` keeps each signature's call in shapes
     (:class:`KeptCall`), to compile it again (``memscope fit``). ``accelerator``
-    (a :class:`memscope.compiled.tpu.TpuTarget`) compiles every function, and its
+    (a :class:`memscope.compiled.targets.Target`) compiles every function, and its
     variants, for that accelerator too: the functions' figures are then its.
 
     Reading the compiled programs and the variants' compiles finish before the

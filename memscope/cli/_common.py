@@ -17,7 +17,7 @@ from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, wri
 from memscope.report.leaves import LeafFilter, unmatched_pattern
 
 if TYPE_CHECKING:
-    from memscope.compiled.tpu import TpuTarget
+    from memscope.compiled.targets import Accelerator
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -224,26 +224,30 @@ def html_option(f: F) -> F:
 
 
 def accelerator_option(f: F) -> F:
-    return click.option("--target", "accelerator", metavar="tpu:GEN:TOPOLOGY",
-                        help="Also compile every captured function for this TPU "
-                             "topology (e.g. tpu:v5p:2x2x1, tpu:v5e:2x4, tpu:v6e:2x2) "
-                             "with libtpu's compiler, and report its figures per chip: "
-                             "the script runs here, on the CPU, with as many devices as "
-                             "the topology; nothing runs on a TPU. Needs libtpu "
-                             "(pip install \"jax[tpu]==<your jax>\").")(f)
+    return click.option("--target", "accelerator", metavar="tpu:GEN:TOPOLOGY|gpu:MODEL[:N]",
+                        help="Also compile every captured function for this accelerator, "
+                             "and report its figures per device: a TPU topology (e.g. "
+                             "tpu:v5p:2x2x1, tpu:v5e:2x4, tpu:v6e:2x2) with libtpu's "
+                             "compiler (pip install \"jax[tpu]==<your jax>\"), or N NVIDIA "
+                             "GPUs of a model (e.g. gpu:h100, gpu:h100:8, gpu:a100-80gb:4, "
+                             "gpu:b200:8) with XLA:GPU's compiler (pip install "
+                             "\"jax[cuda13-local]==<your jax>\" nvidia-cuda-nvcc). The "
+                             "script runs here, on the CPU, with as many devices as the target; nothing runs on the "
+                             "accelerator.")(f)
 
 
-def open_accelerator(text: str | None) -> TpuTarget | None:
+def open_accelerator(text: str | None) -> Accelerator | None:
     """The ``--target`` accelerator, set up before the script runs; ``None`` if not given.
     It starts JAX, on the CPU with the target's devices, before the program runs
     (the one case where memscope imports JAX first: docs/cli.md).
 
     Raises:
-        TpuSetupError: an unknown form or topology, or no libtpu.
+        TargetSetupError: an unknown form, model or topology, or its compiler is
+            not installed.
     """
     if text is None:
         return None
-    from memscope.compiled.tpu import open_target, parse_target
+    from memscope.compiled.targets import open_target, parse_target
 
     return open_target(parse_target(text))
 

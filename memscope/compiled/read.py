@@ -66,6 +66,10 @@ class CompiledHandles:
     traced: Any
     lowered: Any
     compiled: Any
+    #: a compile for a ``--target`` made already (a compile-only analysis), with
+    #: XLA's dump of it (:class:`memscope.compiled.dump.Built`); ``None``: a
+    #: compile of the machine that ran the call
+    built: Any = None
 
 
 def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
@@ -105,7 +109,7 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     executable ``compiled``, the ``lowered`` module it came from, and the
     ``traced`` call that names its arguments. ``module`` and ``assignment``
     (serialized) stand in for the executable's own optimized module and buffer
-    assignment where XLA gave them apart (its dump: :mod:`memscope.compiled.tpu`)."""
+    assignment where XLA gave them apart (its dump: :mod:`memscope.compiled.targets`)."""
     stats = compiled.memory_analysis()
     decoded = parse_module(module if module is not None
                            else _compat.optimized_hlo_module_protos(compiled)[0])

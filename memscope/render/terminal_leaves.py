@@ -120,6 +120,8 @@ def remat_section(out: Lines, remat: Remat) -> None:
         out.table(table, "Checkpoint policies (each compiled and measured)")
     if remat.offload_note is not None:
         out.para(visible(remat.offload_note), "      ", "    ", style="red")
+    if remat.flops_rule is not None and remat.variants:
+        out.para(f"FLOPs: {visible(remat.flops_rule)}", "      ", "    ", style="dim")
     why = remat_text.no_advice(remat)
     if why is not None:
         out.para(why, "      ", "    ", style="dim")

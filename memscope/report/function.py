@@ -355,6 +355,10 @@ class Remat:
     #: where the user's own policy offloads to host but the compiled program
     #: holds no host memory: the offload moves nothing (else ``None``)
     offload_note: str | None = None
+    #: what counted the variants' FLOPs where it is not the compiled program's
+    #: own cost analysis (a GPU target's deviceless compile counts none); ``None``:
+    #: XLA's cost analysis of each compiled variant
+    flops_rule: str | None = None
 
     @property
     def residual_bytes(self) -> int:

@@ -61,6 +61,14 @@ class TargetInfo:
     #: HBM per device, and where that figure comes from
     hbm_bytes: int | None = None
     hbm_source: str | None = None
+    #: ``tpu`` or ``gpu`` (``None`` in reports saved before GPU targets: a TPU's)
+    kind: str | None = None
+    #: what a program may hold on one device, and why (a GPU's: JAX's
+    #: allocator takes a fraction of its memory); ``None``: the HBM figure
+    budget_bytes: int | None = None
+    budget_source: str | None = None
+    #: where the device's facts the compiler read come from (a GPU's description)
+    description_source: str | None = None
 
 
 @dataclass(frozen=True)

@@ -392,6 +392,14 @@ def summarize(report: Report) -> ReportSummary:
 
 def target_line(target: TargetInfo) -> str:
     """The report's line on its ``--target``."""
+    if target.kind == "gpu":
+        memory = f", {format_bytes(target.hbm_bytes)} each" if target.hbm_bytes else ""
+        budget = (f"; a program may hold {format_bytes(target.budget_bytes)} "
+                  f"({target.budget_source})" if target.budget_bytes else "")
+        return (f"compiled for {target.name} ({target.devices} x {target.chip}{memory}"
+                f"{budget}): the functions' figures are XLA:GPU's for it, per device, "
+                "compiled without a GPU (no autotuning); nothing ran on it; the device "
+                f"description is {target.description_source}")
     hbm = (f", {format_bytes(target.hbm_bytes)} HBM per device (published figure)"
            if target.hbm_bytes else "")
     return (f"compiled for {target.name} ({target.chip}, {target.chips} chips, "
@@ -405,8 +413,14 @@ def target_text(fn: FunctionReport, target: TargetInfo | None, here: str | None)
     if target is None:
         return ""
     peak = fn.memory.peak_bytes if fn.memory is not None else None
-    share = (f", {100 * peak / target.hbm_bytes:.2g}% of its {format_bytes(target.hbm_bytes)} "
-             "HBM" if peak is not None and target.hbm_bytes else "")
+    if target.kind == "gpu":
+        share = (f", {100 * peak / target.budget_bytes:.2g}% of the "
+                 f"{format_bytes(target.budget_bytes)} a program may hold"
+                 if peak is not None and target.budget_bytes else "")
+    else:
+        share = (f", {100 * peak / target.hbm_bytes:.2g}% of its "
+                 f"{format_bytes(target.hbm_bytes)} HBM"
+                 if peak is not None and target.hbm_bytes else "")
     ours = fn.memory_here.peak_bytes if fn.memory_here is not None else None
     return (f" on {target.name}{share}; here ({here}) "
             f"{format_bytes(ours) if ours is not None else 'n/a'}")

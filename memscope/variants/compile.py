@@ -31,7 +31,7 @@ def lower_variant(traced: Any, donated: Sequence[bool], accelerator: Any = None
                   ) -> LoweredVariant:
     """Lower ``traced`` (a call's ``jax.stages.Traced``) as if it donated the flat
     leaves in ``donated``; for ``accelerator`` (a
-    :class:`memscope.compiled.tpu.TpuTarget`) when given.
+    :class:`memscope.compiled.targets.Target`) when given.
 
     The jaxpr is JAX's cached trace of the call: the function is not traced
     again. JAX's donation warnings for the variant are raised here, as usual;

@@ -74,7 +74,7 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
                  ) -> int | None:
     """The function's peak at ``batch`` by memscope's rule: one XLA compile, with
     the function's own donation or the flat leaves in ``donated``; for the
-    ``accelerator`` (:class:`memscope.compiled.tpu.TpuTarget`) when given."""
+    ``accelerator`` (:class:`memscope.compiled.targets.Target`) when given."""
     args, kwargs = resized(call, choice, batch)
     jitted = call.function()
     if jitted is None:
@@ -353,7 +353,7 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
              accelerator: Any = None) -> Forecast:
     """The forecast for ``entry`` as written and with the advised donation (when
     the capture compiled one), each confirmed by compiling (for ``accelerator``,
-    a :class:`memscope.compiled.tpu.TpuTarget`, when given).
+    a :class:`memscope.compiled.targets.Target`, when given).
 
     Raises:
         MemscopeError: the function does not trace or compile at a size tried

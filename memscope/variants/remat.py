@@ -191,7 +191,9 @@ def measure(traced: Any, lowered: Any, policy: str,
         else:
             compiled = compile_in(lambda: _compat.compile_to_read(lowered))
             memory = compiled_memory(traced, lowered, compiled)
-        return RematVariant(policy, memory.peak_bytes, _compat.flops(compiled),
+        counted = (_compat.flops(compiled) if accelerator is None
+                   else accelerator.flops(traced, compiled))
+        return RematVariant(policy, memory.peak_bytes, counted,
                             host_bytes=memory.host.peak_bytes,
                             offloads=policy in OFFLOAD_POLICIES)
     except Exception as e:  # reported with the variant; the program is unaffected
@@ -515,7 +517,8 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
                 if program is None:
                     return Remat(differentiations=(), error=LET_GO)
                 lowered = _compat.without_const_args(plan.accelerator.lower(program))
-            flops = _compat.flops(plan.accelerator.compile(lowered).compiled)
+                flops = plan.accelerator.flops(program,
+                                               plan.accelerator.compile(lowered).compiled)
         except Exception as e:
             return Remat(differentiations=(), error=f"{type(e).__name__}: {e}")
     written = RematVariant("as_written", facts.memory.peak_bytes, flops,
@@ -543,4 +546,6 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
         host.count_variants(compiled=len(result.variants) - 1
                             + (result.advice is not None and result.advice.combined),
                             reused=0)
+        if plan.accelerator is not None and plan.accelerator.flops_rule is not None:
+            result = replace(result, flops_rule=plan.accelerator.flops_rule)
     return result

@@ -1,0 +1,29 @@
+"""Run ``memscope`` with the target compiles' XLA dumps kept in DIR (a GPU
+session's look at what XLA:GPU compiled without the device):
+
+    python benchmarks/_keep_target_dump.py DIR run --target gpu:h200 prog.py
+"""
+
+import contextlib
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import memscope.compiled.dump as dump
+
+FOLDER = Path(sys.argv.pop(1))
+
+
+@contextlib.contextmanager
+def _kept(prefix: str = "") -> Iterator[str]:
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    yield tempfile.mkdtemp(prefix=prefix, dir=FOLDER)
+
+
+dump.tempfile = type("Kept", (), {"TemporaryDirectory": staticmethod(_kept)})  # type: ignore
+if __name__ == "__main__":
+    from memscope.cli import main
+
+    sys.argv[0] = "memscope"
+    main()

@@ -1,0 +1,209 @@
+"""What every ``--target`` accelerator has in common: compile-only devices made
+by XLA's compiler for it (through JAX's topology API), the program JAX traced
+here carried over to them device for device, compiled with XLA's dump of its
+buffer assignment, and read like a program compiled here.
+
+A kind (:mod:`~memscope.compiled.targets.tpu`,
+:mod:`~memscope.compiled.targets.gpu`) adds how its devices are made, what
+its device facts are and where they come from, the peak rule its figures
+follow, and the budget a program has on each device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, cast
+
+import jax
+import numpy as np
+
+from memscope import _compat
+from memscope.compiled.dump import Built, compile_dumped
+from memscope.compiled.read import CompiledFacts, read_stages
+from memscope.errors import MemscopeError
+from memscope.report import Memory, TargetInfo
+
+
+class TargetSetupError(MemscopeError):
+    """``--target`` cannot be set up: its compiler missing, a form or topology
+    unknown, JAX started already."""
+
+
+class TargetMismatch(ValueError):
+    """A program's shardings do not map onto the target's devices."""
+
+
+def use_host_devices(count: int) -> None:
+    """Make this process's JAX start on the CPU with ``count`` devices, the
+    target's, so that a mesh built from ``jax.devices()`` has the target's shape.
+
+    XLA reads its flags once, when JAX starts its CPU backend: this runs before
+    the program does.
+    """
+    flag = f"--xla_force_host_platform_device_count={count}"
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "",
+                   os.environ.get("XLA_FLAGS", ""))
+    os.environ["XLA_FLAGS"] = f"{flags.strip()} {flag}".strip()
+
+
+def run_on_cpu(name: str) -> None:
+    """Keep JAX to the CPU here (``JAX_PLATFORMS=cpu``), before it starts: the
+    target's compiler needs no device of its kind, and a machine without one
+    would otherwise have JAX try (and warn about) starting it.
+
+    Raises:
+        TargetSetupError: JAX has started its backends already.
+    """
+    if _compat.backends_initialized():
+        raise TargetSetupError(f"--target {name} must be set up before JAX starts "
+                               f"(it has, with {len(jax.devices())} "
+                               f"{jax.default_backend()} devices)")
+    os.environ["JAX_PLATFORMS"] = "cpu"  # for the processes the program starts
+    jax.config.update("jax_platforms", "cpu")  # JAX read the variable when imported
+
+
+@contextlib.contextmanager
+def stderr_to_nowhere() -> Iterator[None]:
+    """Drop what a compiler's plugin writes to file descriptor 2 while it starts
+    (warnings about devices a machine without them lacks). Only before the
+    program runs, as it drops the whole process's stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+class Accelerator:
+    """An accelerator the captured programs are compiled for, and nothing run on.
+
+    A kind sets :attr:`platform` (the lowering rules: ``tpu``, ``cuda``), makes
+    the devices, and says what the report records (:meth:`info`), the budget
+    a program has on each device (:attr:`budget_bytes`) and the peak rule
+    (:meth:`_memory`).
+    """
+
+    platform: str = ""
+
+    def __init__(self, name: str, devices: Mapping[int, Any]) -> None:
+        self.name = name
+        self.devices = dict(devices)
+
+    def info(self) -> TargetInfo:
+        """The target as the report records it."""
+        raise NotImplementedError
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """What a program may hold on one device (``fit``'s default limit)."""
+        raise NotImplementedError
+
+    def mesh(self, shape: tuple[int, ...], axis_names: tuple[str, ...]) -> Any:
+        """A ``jax.sharding.Mesh`` of the target's devices, in their order, of
+        ``shape`` (for a compile-only analysis's shardings)."""
+        devices = list(self.devices.values())
+        return jax.sharding.Mesh(np.array(devices, dtype=object).reshape(shape), axis_names)
+
+    def sharding(self, s: Any) -> Any:
+        """``s``, a sharding over this machine's devices, over the target's.
+
+        Raises:
+            TargetMismatch: it names a device the target does not have.
+        """
+        if _compat.is_unspecified_sharding(s) or isinstance(s, jax.sharding.AbstractMesh):
+            return s
+        if isinstance(s, jax.sharding.Mesh):
+            return s if s.empty else self._mesh(s)
+        if isinstance(s, jax.sharding.NamedSharding):
+            mesh = s.mesh
+            if not isinstance(mesh, jax.sharding.Mesh):  # an abstract mesh: no devices
+                return s
+            return jax.sharding.NamedSharding(self._mesh(mesh), s.spec,
+                                              memory_kind=s.memory_kind)
+        if isinstance(s, jax.sharding.SingleDeviceSharding):
+            (device,) = s.device_set
+            device = cast(Any, device)
+            if device.id not in self.devices:
+                raise TargetMismatch(
+                    f"the program places an array on {device.platform}:{device.id}; "
+                    f"{self.name} has {len(self.devices)} devices")
+            return jax.sharding.SingleDeviceSharding(self.devices[device.id],
+                                                     memory_kind=s.memory_kind)
+        raise TargetMismatch(f"a {type(s).__name__} does not carry over to {self.name}: "
+                             "memscope carries NamedSharding and SingleDeviceSharding")
+
+    def _mesh(self, mesh: Any) -> Any:
+        ids = [d.id for d in mesh.devices.flat]
+        if max(ids) not in self.devices:
+            axes = ", ".join(f"{name}={size}" for name, size in mesh.shape.items())
+            raise TargetMismatch(
+                f"the program's mesh ({axes}) spans {mesh.size} devices; {self.name} "
+                f"has {len(self.devices)}: build the mesh from jax.devices() (memscope "
+                f"gives the program {len(self.devices)}) or name a target of "
+                f"{mesh.size} devices")
+        devices = np.array([self.devices[i] for i in ids], dtype=object).reshape(
+            mesh.devices.shape)
+        return jax.sharding.Mesh(devices, mesh.axis_names, axis_types=mesh.axis_types)
+
+    def lower(self, traced: Any) -> Any:
+        """``traced`` (a ``jax.stages.Traced`` made here) lowered for the target.
+
+        Raises:
+            TargetMismatch: its shardings do not map onto the target's devices.
+        """
+        try:
+            return _compat.retargeted(traced, self.devices, self.platform, self.sharding)
+        except LookupError as e:
+            raise TargetMismatch(f"the program runs on device {e.args[0]}; "
+                                 f"{self.name} has {len(self.devices)}") from None
+
+    def compile(self, lowered: Any) -> Built:
+        """Compile ``lowered`` (from :meth:`lower`) with the target's XLA, keeping
+        XLA's dump of the optimized module with its buffer assignment: a
+        compile-only ``memory_analysis()`` carries none."""
+        return compile_dumped(lowered)
+
+    def read(self, traced: Any, lowered: Any, built: Built, *,
+             shardings: Sequence[Any] = (),
+             ref_names: Mapping[int, str] | None = None) -> CompiledFacts:
+        """Read ``built`` like a program compiled here, its peak by the target's
+        rule. ``shardings`` are the call's input shardings here; they are
+        carried over."""
+        facts = read_stages(traced, lowered, built.compiled,
+                            shardings=[None if s is None else self.sharding(s)
+                                       for s in shardings],
+                            ref_names=ref_names, module=built.module,
+                            assignment=built.assignment)
+        return dataclasses.replace(facts, memory=self._memory(facts))
+
+    def memory(self, traced: Any, lowered: Any, built: Built) -> Memory:
+        """The figures of ``built``, its peak by the target's rule (``fit``, remat)."""
+        return self.read(traced, lowered, built).memory
+
+    def facts(self, traced: Any, shardings: Sequence[Any] = (),
+              ref_names: Mapping[int, str] | None = None) -> CompiledFacts:
+        """Lower, compile and read ``traced`` for the target, at once."""
+        lowered = self.lower(traced)
+        return self.read(traced, lowered, self.compile(lowered), shardings=shardings,
+                         ref_names=ref_names)
+
+    #: what :meth:`flops` counts where the target's compile counts none (else None)
+    flops_rule: str | None = None
+
+    def flops(self, traced: Any, compiled: Any) -> float | None:
+        """The FLOPs of ``compiled`` (the target's compile of ``traced``), by XLA's
+        cost analysis of it; ``None`` where it gives none."""
+        return _compat.flops(compiled)
+
+    def _memory(self, facts: CompiledFacts) -> Memory:
+        """The figures as the target's peak rule reads them (by default, as here)."""
+        return facts.memory

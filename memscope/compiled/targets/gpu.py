@@ -1,0 +1,273 @@
+"""Compiling the captured programs for NVIDIA GPUs that are not here.
+
+``memscope run --target gpu:h100:8 train.py`` runs the script on this
+machine's CPU, with 8 simulated CPU devices, and compiles every captured
+function once more with the real XLA:GPU compiler of the installed CUDA plugin
+(``jax-cuda13-plugin``, and ``ptxas`` from the ``nvidia-cuda-nvcc`` wheel for
+the SASS), through JAX's topology API: the plugin makes compile-only devices
+from a device description (a ``GpuTargetConfigProto``, rendered from
+:mod:`~memscope.compiled.targets.gpu_devices`) and a topology (``1x1xN``: one
+slice, one host, N devices; ``1xHxN`` for H hosts). No driver, cuDNN, cuBLAS
+or NCCL is needed, and nothing runs on a GPU.
+
+What differs from a compile on the device (held against real devices in
+docs/performance.md): a deviceless compile does no autotuning, so XLA:GPU
+takes its default GEMM tilings where the device's autotuner may pick others
+(whose scratch can differ in size); ``cost_analysis()`` gives no FLOPs.
+The peak follows XLA:GPU's rule as on a real GPU (:func:`memscope.report.peak_rule`).
+
+The budget: a JAX program on a GPU may hold what JAX's allocator takes of the
+device's memory: 75% by default, preallocated, ``XLA_CLIENT_MEM_FRACTION``
+(or the older ``XLA_PYTHON_CLIENT_MEM_FRACTION``) for another fraction, all
+of it with ``XLA_PYTHON_CLIENT_ALLOCATOR=platform``; read from this
+environment when the target is set up (:func:`budget`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memscope import _compat
+from memscope.compiled.targets.base import (
+    Accelerator,
+    TargetSetupError,
+    run_on_cpu,
+    stderr_to_nowhere,
+    use_host_devices,
+)
+from memscope.compiled.targets.gpu_devices import MODELS, GpuModel
+from memscope.report import TargetInfo
+
+#: The fraction of a GPU's memory JAX's allocator takes by default (XLA's
+#: ``GpuAllocatorConfig``), preallocated at its first use.
+DEFAULT_MEMORY_FRACTION = 0.75
+
+_BY_NAME: dict[str, GpuModel] = {n: m for m in MODELS for n in (m.name, *m.aliases)}
+_FORMS = ", ".join(m.name for m in MODELS)
+_SPEC = re.compile(r"gpu:([a-z0-9-]+)(?::(?:(\d+)x)?(\d+))?")
+#: the CUDA plugins JAX loads, newest first (the module its package installs)
+PLUGINS = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """``--target gpu:h100:8`` (or ``gpu:h100:2x8``: 2 hosts of 8), parsed."""
+
+    model: GpuModel
+    devices_per_host: int = 1
+    hosts: int = 1
+
+    @property
+    def name(self) -> str:
+        hosts = f"{self.hosts}x" if self.hosts > 1 else ""
+        return f"gpu:{self.model.name}:{hosts}{self.devices_per_host}"
+
+    @property
+    def devices(self) -> int:
+        return self.devices_per_host * self.hosts
+
+    @property
+    def topology(self) -> str:
+        """The topology as the CUDA plugin takes it: slices x hosts x devices."""
+        return f"1x{self.hosts}x{self.devices_per_host}"
+
+
+def parse_gpu(text: str) -> GpuSpec:
+    """Parse ``gpu:MODEL[:N]`` or ``gpu:MODEL:HxN``.
+
+    Raises:
+        TargetSetupError: not of that form, or a model memscope does not know.
+    """
+    match = _SPEC.fullmatch(text.strip().lower())
+    model = _BY_NAME.get(match.group(1)) if match else None
+    if match is None or model is None:
+        raise TargetSetupError(f"unknown target {text!r}: give gpu:MODEL[:N] (N devices, or "
+                               f"HxN: H hosts of N), MODEL one of {_FORMS}")
+    hosts, count = int(match.group(2) or 1), int(match.group(3) or 1)
+    if hosts < 1 or count < 1:
+        raise TargetSetupError(f"--target {text}: a target has at least one device")
+    return GpuSpec(model, count, hosts)
+
+
+def target_config(model: GpuModel) -> str:
+    """``model``'s description as the ``GpuTargetConfigProto`` text XLA:GPU parses."""
+    major, minor = model.compute_capability
+    extension = "\n    feature_extension: ACCELERATED_FEATURES" if model.accelerated else ""
+    info = {
+        "threads_per_block_limit": model.threads_per_block,
+        "threads_per_warp": model.threads_per_warp,
+        "shared_memory_per_block": model.shared_memory_per_block,
+        "shared_memory_per_core": model.shared_memory_per_sm,
+        "threads_per_core_limit": model.threads_per_sm,
+        "core_count": model.sms,
+        "fpus_per_core": model.fpus_per_sm,
+        "block_dim_limit_x": 2**31 - 1,
+        "block_dim_limit_y": 65_535,
+        "block_dim_limit_z": 65_535,
+        "memory_bandwidth": model.memory_bandwidth,
+        "l2_cache_size": model.l2_cache_bytes,
+        "clock_rate_ghz": model.clock_ghz,
+        "device_memory_size": model.memory_bytes,
+        "shared_memory_per_block_optin": model.shared_memory_per_block_optin,
+    }
+    lines = [f"  {key}: {value}" for key, value in info.items()]
+    lines.append(f"  cuda_compute_capability {{\n    major: {major}\n    minor: {minor}"
+                 f"{extension}\n  }}")
+    lines += [f"  registers_per_core_limit: {model.registers_per_sm}",
+              f"  registers_per_block_limit: {model.registers_per_block}"]
+    body = "\n".join(lines)
+    return (f"gpu_device_info {{\n{body}\n}}\nplatform_name: \"CUDA\"\n"
+            f"dnn_version_info {{\n  major: 9\n  minor: 10\n}}\n"
+            f"device_description_str: \"{model.device_kind}\"\n")
+
+
+def budget(model: GpuModel, environ: dict[str, str] | None = None) -> tuple[int, str]:
+    """What a JAX program may hold on one device of ``model``, and why: JAX's
+    allocator settings as this environment sets them."""
+    env = dict(os.environ if environ is None else environ)
+    total = model.memory_bytes
+    if env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
+        return total, ("all of the device's memory: XLA_PYTHON_CLIENT_ALLOCATOR=platform "
+                       "allocates as the program asks")
+    given = env.get("XLA_CLIENT_MEM_FRACTION") or env.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    try:
+        fraction = float(given) if given else DEFAULT_MEMORY_FRACTION
+    except ValueError:
+        fraction, given = DEFAULT_MEMORY_FRACTION, None
+    if not 0 < fraction <= 1:
+        fraction, given = DEFAULT_MEMORY_FRACTION, None
+    why = (f"the memory fraction set here, {given}" if given else
+           "JAX's allocator takes 75% by default; XLA_CLIENT_MEM_FRACTION sets another")
+    return int(total * fraction), why
+
+
+def cuda_install_line() -> str:
+    """The ``pip install`` that brings the CUDA plugin matching the installed JAX
+    (JAX's own ``cuda13-local`` extra pins it), and ptxas (Linux)."""
+    return f'pip install "jax[cuda13-local]=={_compat.JAX_VERSION}" "nvidia-cuda-nvcc>=13"'
+
+
+def _plugin() -> str | None:
+    for name in PLUGINS:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return name
+        except ModuleNotFoundError:
+            continue
+    return None
+
+
+def ptxas() -> str | None:
+    """The ptxas XLA:GPU will run: the ``nvidia-cuda-nvcc`` wheel's (``nvidia/cu13``
+    from CUDA 13, ``nvidia/cuda_nvcc`` before), else one on ``PATH``; ``None``
+    where there is none."""
+    try:  # NVIDIA's wheels share the namespace package ``nvidia``
+        spec = importlib.util.find_spec("nvidia")
+        roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    except (ImportError, ValueError):
+        roots = []
+    for root in roots:
+        for folder in ("cu13", "cuda_nvcc"):
+            if (root / folder / "bin" / "ptxas").is_file():
+                return str(root / folder / "bin" / "ptxas")
+    return shutil.which("ptxas")
+
+
+def open_gpu(spec: GpuSpec) -> GpuTarget:
+    """The target's compile-only devices, from the CUDA plugin, with this
+    process's JAX set up to run the program on the CPU with as many devices.
+
+    Raises:
+        TargetSetupError: no CUDA plugin or ptxas; the plugin refuses the
+            description or the topology; JAX started already.
+    """
+    _check_installed(spec)
+    run_on_cpu(spec.name)
+    target = gpu_devices(spec)
+    use_host_devices(len(target.devices))
+    return target
+
+
+def gpu_devices(spec: GpuSpec) -> GpuTarget:
+    """The target's compile-only devices, from the CUDA plugin (JAX left as it is).
+
+    Raises:
+        TargetSetupError: no CUDA plugin or ptxas; the plugin refuses the
+            description or the topology.
+    """
+    _check_installed(spec)
+    try:
+        with stderr_to_nowhere(), _no_cuda_check():
+            devices = _compat.gpu_topology_devices(target_config(spec.model), spec.topology)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TargetSetupError(f"the CUDA plugin could not make {spec.name} ({first})") from None
+    return GpuTarget(spec, {d.id: d for d in devices})
+
+
+@contextlib.contextmanager
+def _no_cuda_check() -> Iterator[None]:
+    """While JAX loads the CUDA plugin: no check of the CUDA libraries a GPU would
+    need (the plugin skips it with JAX_SKIP_CUDA_CONSTRAINTS_CHECK set, as with
+    JAX_PLATFORMS=cpu; failing it, the plugin is not loaded, and JAX says the
+    topology is "not implemented for cuda"). The variable is put back after."""
+    name = "JAX_SKIP_CUDA_CONSTRAINTS_CHECK"
+    before = os.environ.get(name)
+    os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _check_installed(spec: GpuSpec) -> None:
+    if _plugin() is None or ptxas() is None:
+        missing = "the CUDA plugin" if _plugin() is None else "ptxas"
+        raise TargetSetupError(f"--target {spec.name} needs XLA:GPU's compiler ({missing} "
+                               f"is not installed): {cuda_install_line()}")
+
+
+class GpuTarget(Accelerator):
+    """The NVIDIA GPUs the captured programs are compiled for."""
+
+    platform = "cuda"
+
+    def __init__(self, spec: GpuSpec, devices: dict[int, Any],
+                 environ: dict[str, str] | None = None) -> None:
+        super().__init__(spec.name, devices)
+        self.spec = spec
+        self._budget = budget(spec.model, environ)
+
+    @property
+    def budget_bytes(self) -> int:
+        return self._budget[0]
+
+    flops_rule = ("FLOPs of each variant's unoptimized program, by XLA's cost analysis "
+                  "here: XLA:GPU's deviceless compile counts none")
+
+    def flops(self, traced: Any, compiled: Any) -> float | None:
+        """XLA:GPU's count where it gives one; else the unoptimized program's,
+        lowered here (no compile): the same rule for every variant compared."""
+        found = _compat.flops(compiled)
+        return found if found is not None else _compat.flops(_compat.lower(traced))
+
+    def info(self) -> TargetInfo:
+        model = self.spec.model
+        return TargetInfo(name=self.spec.name, chip=model.device_kind,
+                          chips=self.spec.devices, devices=len(self.devices),
+                          hbm_bytes=model.memory_bytes,
+                          hbm_source=f"the device description's memory ({model.source})",
+                          kind="gpu", budget_bytes=self.budget_bytes,
+                          budget_source=self._budget[1],
+                          description_source=model.source)

@@ -1,0 +1,214 @@
+"""Compiling the captured programs for a TPU topology that is not here.
+
+``memscope run --target tpu:v5p:2x2x1 train.py`` runs the script on this
+machine's CPU, with as many simulated CPU devices as the topology has TPU
+devices, and compiles every captured function once more with the real XLA:TPU
+compiler (libtpu, through JAX's topology API): the program JAX traced here, its
+shardings carried over device for device (:func:`memscope._compat.retargeted`).
+Nothing runs on the target; its figures are the TPU compiler's own.
+
+XLA:TPU's ``peak_memory_in_bytes`` is not the HBM a call needs: it also counts
+the on-chip scratch memory the compiler plans (VMEM, memory space 1 on v5e, v5p
+and v6e; CMEM, space 3, on v4), which is not HBM. memscope's peak on a TPU
+target is read from the buffer assignment instead: the sum of its HBM (memory
+space 0) allocations, arguments, outputs and the temporary block, which the
+runtime holds for the whole call (:func:`memscope.report.hbm_peak_rule`).
+``tests/test_tpu_target.py`` checks both against XLA's own figures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.compiled.read import HOST_MEMORY_SPACE, CompiledFacts
+from memscope.compiled.targets.base import (
+    Accelerator,
+    TargetMismatch,
+    TargetSetupError,
+    run_on_cpu,
+    stderr_to_nowhere,
+    use_host_devices,
+)
+from memscope.report import Memory, TargetInfo, hbm_peak_rule
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One TPU generation as ``--target`` names it."""
+
+    name: str
+    #: JAX's ``device_kind`` of its devices
+    device_kind: str
+    #: HBM per chip, as the Cloud TPU documentation gives it (GB there, read as GiB)
+    hbm_per_chip: int
+    #: a topology of it that libtpu accepts, for the error that lists the forms
+    example: str
+
+
+GENERATIONS: dict[str, Generation] = {g.name: g for g in (
+    Generation("v2", "TPU v2", 16 * GiB, "2x2"),
+    Generation("v3", "TPU v3", 32 * GiB, "2x2"),
+    Generation("v4", "TPU v4", 32 * GiB, "2x2x1"),
+    Generation("v5e", "TPU v5 lite", 16 * GiB, "2x4"),
+    Generation("v5p", "TPU v5", 95 * GiB, "2x2x1"),
+    Generation("v6e", "TPU v6 lite", 32 * GiB, "2x2"),
+    Generation("tpu7x", "TPU7x", 192 * GiB, "2x2x1"),
+)}
+
+HBM_SOURCE = ("HBM per chip as the Cloud TPU documentation gives it (GB there, read as "
+              "GiB), divided among the chip's JAX devices; the TPU runtime reserves "
+              "part of it, so a program close to it may still not fit")
+
+_FORMS = ", ".join(f"tpu:{g.name}:{g.example}" for g in GENERATIONS.values())
+_SPEC = re.compile(r"tpu:([a-z0-9]+):(\d+(?:x\d+){1,2})")
+
+
+#: (the family's names, kept for the TPU target's callers)
+TpuSetupError = TargetSetupError
+__all__ = ["TargetMismatch", "TpuSetupError", "TpuTarget", "open_target", "parse_target"]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """``--target tpu:v5p:2x2x1``, parsed."""
+
+    generation: Generation
+    dims: tuple[int, ...]
+
+    @property
+    def topology(self) -> str:
+        """The topology as libtpu names it: ``v5p:2x2x1``."""
+        return f"{self.generation.name}:{'x'.join(map(str, self.dims))}"
+
+    @property
+    def name(self) -> str:
+        return f"tpu:{self.topology}"
+
+    @property
+    def chips(self) -> int:
+        return math.prod(self.dims)
+
+
+def parse_target(text: str) -> TargetSpec:
+    """Parse ``tpu:GENERATION:TOPOLOGY``.
+
+    Raises:
+        TpuSetupError: not of that form, or a generation memscope does not know.
+    """
+    match = _SPEC.fullmatch(text.strip().lower())
+    generation = GENERATIONS.get(match.group(1)) if match else None
+    if match is None or generation is None:
+        raise TpuSetupError(f"unknown target {text!r}: give tpu:GENERATION:TOPOLOGY, "
+                            f"one of the forms {_FORMS}")
+    return TargetSpec(generation, tuple(int(d) for d in match.group(2).split("x")))
+
+
+def libtpu_install_line() -> str:
+    """The ``pip install`` that brings the libtpu matching the installed JAX."""
+    return f'pip install "jax[tpu]=={jax.__version__}"'
+
+
+def open_target(spec: TargetSpec) -> TpuTarget:
+    """The target's compile-only devices, from libtpu, with this process's JAX
+    set up to run the program on the CPU with as many devices.
+
+    Raises:
+        TpuSetupError: libtpu is not installed, or it does not know the topology;
+            JAX started already.
+    """
+    _check_installed(spec)
+    # JAX_PLATFORMS=cpu keeps JAX from starting libtpu's TPU client on a machine
+    # without TPUs (it prints warnings about missing TPU environment variables);
+    # the topology API does not need that client.
+    run_on_cpu(spec.name)
+    target = tpu_devices(spec)
+    use_host_devices(len(target.devices))
+    return target
+
+
+def tpu_devices(spec: TargetSpec) -> TpuTarget:
+    """The target's compile-only devices, from libtpu (JAX left as it is).
+
+    Raises:
+        TpuSetupError: libtpu is not installed, or it does not know the topology.
+    """
+    _check_installed(spec)
+    # libtpu locks /tmp/libtpu_lockfile for the one process that may drive the
+    # TPUs; a compile-only topology drives none, and two memscope runs at once
+    # (or the program's own subprocesses) must not refuse each other.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        with stderr_to_nowhere():
+            devices = _topology(spec)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TpuSetupError(f"libtpu does not know the topology {spec.topology} ({first}); "
+                            f"known forms: {_FORMS}") from None
+    if devices[0].device_kind != spec.generation.device_kind:
+        raise TpuSetupError(
+            f"libtpu made {devices[0].device_kind} devices of {spec.topology}, where "
+            f"memscope expects {spec.generation.device_kind}: this libtpu names its "
+            "TPUs otherwise")
+    return TpuTarget(spec, {d.id: d for d in devices})
+
+
+def _check_installed(spec: TargetSpec) -> None:
+    if importlib.util.find_spec("libtpu") is None:
+        raise TpuSetupError(f"--target {spec.name} needs libtpu, the TPU compiler: "
+                            f"{libtpu_install_line()}")
+
+
+def _topology(spec: TargetSpec) -> list[Any]:
+    try:
+        return _compat.tpu_topology_devices(spec.topology)
+    except Exception as e:
+        # A layout smaller than a host (2x2x1 chips) needs its own host bounds.
+        if "chips_per_host_bounds" not in str(e):
+            raise
+        bounds = (*spec.dims, 1) if len(spec.dims) == 2 else spec.dims
+        return _compat.tpu_topology_devices(spec.topology, bounds)
+
+
+class TpuTarget(Accelerator):
+    """The TPU topology the captured programs are compiled for."""
+
+    platform = "tpu"
+
+    def __init__(self, spec: TargetSpec, devices: Mapping[int, Any]) -> None:
+        super().__init__(spec.name, devices)
+        self.spec = spec
+
+    @property
+    def hbm_bytes(self) -> int:
+        """HBM per JAX device (see :data:`HBM_SOURCE`)."""
+        return self.spec.generation.hbm_per_chip * self.spec.chips // len(self.devices)
+
+    @property
+    def budget_bytes(self) -> int:
+        return self.hbm_bytes
+
+    def info(self) -> TargetInfo:
+        """The target as the report records it."""
+        return TargetInfo(name=self.spec.name, chip=self.spec.generation.device_kind,
+                          chips=self.spec.chips, devices=len(self.devices),
+                          hbm_bytes=self.hbm_bytes, hbm_source=HBM_SOURCE, kind="tpu")
+
+    def _memory(self, facts: CompiledFacts) -> Memory:
+        memory, buffers = facts.memory, facts.buffers
+        hbm = on_chip = None
+        if buffers is not None:
+            hbm = sum(a.size for a in buffers.allocations if a.color == 0)
+            on_chip = sum(a.size for a in buffers.allocations
+                          if a.color not in (0, HOST_MEMORY_SPACE))
+        return hbm_peak_rule(memory, hbm, on_chip)

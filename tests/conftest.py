@@ -59,16 +59,52 @@ _AGNOSTIC = ("tests/test_fix.py", "tests/test_endings.py", "tests/test_docs_ci.p
              "tests/test_samples.py::test_a_failing_target_still_reports_what_was_captured",
              "tests/test_samples.py::test_ctrl_c_interrupts_and_still_reports",
              "tests/test_fit.py::test_bad_input_is_one_line_and_exit_2",
-             "tests/test_compile_cache.py::test_memscope_run_again_reports_the_same")
+             "tests/test_compile_cache.py::test_memscope_run_again_reports_the_same",
+             # the pytest plugin's markers and fixture (what they capture is the
+             # capture's), the printed advice applied and checked (the advice
+             # itself: test_advice), fit's choice of arguments and axes and its
+             # rendering, the post-mortem's place in the report, memscope's own
+             # policies (the first 50 functions advised, a prediction dropped)
+             "tests/test_pytest_plugin.py", "tests/test_advice_consistent.py",
+             "tests/test_fit.py::test_several_batch_arguments",
+             "tests/test_fit.py::test_fit_takes_a_negative_batch_axis",
+             "tests/test_fit.py::test_a_batch_that_leaves_out",
+             "tests/test_oom.py::test_the_report_opens_with_the_post_mortem",
+             "tests/test_worker.py::test_many_small_functions",
+             "tests/test_early.py::test_a_prediction_the_advice_does_not_take")
 # The same end-to-end check repeated over every sample program: the older series
 # run it on the samples below, one for each way of calling JAX the samples
-# cover (a donation JAX warns about, jax.Ref, a mesh, a wrapper library, one
-# process of several); the newest series on all. What the other samples differ
-# in (which fates, which advice) is checked on every series by test_samples and
-# the advice tests.
-_BREADTH = "tests/test_runtime.py::test_same_output_and_same_live_arrays_with_and_without_memscope"
-_BREADTH_ON_EVERY_SERIES = ("unusable_donation.py", "ref_step.py", "data_parallel.py",
-                            "equinox_train.py", "multi_process.py")
+# cover (a donation JAX warns about, jax.Ref, a mesh; a wrapper library is
+# test_wrappers', several processes test_sharding's); the newest series on all.
+# What the other samples differ in (which fates, which advice) is checked on
+# every series by test_samples and the advice tests.
+_BREADTH_ON_EVERY_SERIES = ("unusable_donation.py", "ref_step.py", "data_parallel.py")
+# ... and the lifetime check under one set of options of two.
+_BREADTH_PARAMETERS = {
+    "tests/test_runtime.py::test_same_output_and_same_live_arrays_with_and_without_memscope":
+        tuple(f"[{p}]" for p in _BREADTH_ON_EVERY_SERIES),
+    "tests/test_lifetimes.py::test_nothing_the_program_let_go_of_lives_on_under_memscope":
+        ("[options0]",),
+}
+# The end-to-end tests: each runs memscope (or the program) in a process of its
+# own, through its command line, the import of JAX it hooks and the runner.
+# Every version difference memscope follows is read in-process (_compat.py), and
+# tested there by the rest; CI runs these on the oldest series and on the two
+# older series nearest the newest (.ci/run's "in-process" runs leave them out).
+_END_TO_END = ("tests/test_samples.py", "tests/test_runtime.py", "tests/test_oom.py",
+               "tests/test_staging.py", "tests/test_jax_settings.py", "tests/test_sharding.py",
+               "tests/test_fit.py", "tests/test_source_lines.py", "tests/test_lifetimes.py",
+               "tests/test_keys.py", "tests/test_refs.py::test_the_cli_reports",
+               "tests/test_run_memory.py::test_sharded_donated_state",
+               "tests/test_compile_cache.py::test_a_run_again", "tests/test_diff.py")
+# What can differ between Pythons of one JAX (the newest series' other Python
+# runs these): running a program as python does (runpy, sys.path, argv), the
+# frames and their locals memscope reads (PEP 667 on 3.13), source positions,
+# what the garbage collector lets go, the imports of every module, the samples.
+_PYTHON = ("tests/test_runner.py", "tests/test_source_lines.py", "tests/test_user_code.py",
+           "tests/test_between.py", "tests/test_capture.py", "tests/test_lifetimes.py",
+           "tests/test_layout.py", "tests/test_fix_edit.py", "tests/test_samples.py",
+           "tests/test_versions.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -77,6 +113,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.real_sized)
         if item.nodeid.startswith(_AGNOSTIC):
             item.add_marker(pytest.mark.agnostic)
-        if (item.nodeid.startswith(_BREADTH)
-                and not item.nodeid.endswith(tuple(f"[{p}]" for p in _BREADTH_ON_EVERY_SERIES))):
-            item.add_marker(pytest.mark.breadth)
+        for test, kept in _BREADTH_PARAMETERS.items():
+            if item.nodeid.startswith(test) and not item.nodeid.endswith(kept):
+                item.add_marker(pytest.mark.breadth)
+        if item.nodeid.startswith(_END_TO_END):
+            item.add_marker(pytest.mark.end_to_end)
+        if item.nodeid.startswith(_PYTHON):
+            item.add_marker(pytest.mark.python)

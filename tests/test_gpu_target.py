@@ -211,6 +211,9 @@ def test_the_transformer_on_an_h100_is_xla_gpus_own_compile(tmp_path: Path) -> N
         "gpu:h100:1", "gpu", "NVIDIA H100 80GB HBM3")
     assert target["budget_bytes"] == int(target["hbm_bytes"] * 0.75)
     assert "h100_sxm.txtpb" in target["description_source"]
+    overhead = report["runtime"]["overhead"]
+    assert overhead["target_compiles"] >= 1 + overhead["variant_compiles"]
+    assert 0 < overhead["target_compile_seconds"] <= overhead["analysis_seconds"]
     (step,) = [f for f in report["functions"] if f["name"] == "train_step"]
     ours = _figures(step["memory"])
     assert ours == tuple(_python(DIRECT_TRANSFORMER, str(sample)))

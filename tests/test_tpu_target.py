@@ -195,6 +195,10 @@ def test_run_reports_the_targets_figures_beside_the_hosts(tmp_path: Path) -> Non
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["target"]["name"] == "tpu:v5p:2x2x1"
     assert report["target"]["chip"] == "TPU v5"
+    # what the target's compiles cost is in the report: the step's, and its variants'
+    overhead = report["runtime"]["overhead"]
+    assert overhead["target_compiles"] >= 1 + overhead["variant_compiles"]
+    assert 0 < overhead["target_compile_seconds"] <= overhead["analysis_seconds"]
     (fn,) = report["functions"]
     # Ground truth: JAX's own compile of the same step for the topology, its mesh
     # made as the script makes its own (jax.make_mesh: explicit axes on JAX 0.10).

@@ -342,7 +342,10 @@ class Session:
                         variants_reused=self.variants_reused,
                         advice_skipped=self.advice_skipped,
                         early_compiles=self.early_compiles,
-                        early_unused=self.early_unused)
+                        early_unused=self.early_unused,
+                        target_compiles=getattr(self.accelerator, "compiles", 0),
+                        target_compile_seconds=getattr(self.accelerator, "compile_seconds",
+                                                       0.0))
 
     def observed(self, entry: Entry, seen: Observation | Unread | Failed) -> None:
         """Keep what a first call's buffers showed; read later what is not ready."""

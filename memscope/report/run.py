@@ -169,6 +169,11 @@ class Overhead:
     #: donation variants read from memscope's cache of an identical compile in an
     #: earlier run (memscope.variants.cache), not compiled: not in ``variant_compiles``
     variant_cache_hits: int = 0
+    #: with ``--target``: XLA compiles for the target (the functions', their
+    #: variants', checkpoint policies' and fit's sizes, each with XLA's dump of
+    #: it) and the seconds they took, in ``analysis_seconds``
+    target_compiles: int = 0
+    target_compile_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ import dataclasses
 import os
 import re
 import sys
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -97,6 +99,11 @@ class Accelerator:
     def __init__(self, name: str, devices: Mapping[int, Any]) -> None:
         self.name = name
         self.devices = dict(devices)
+        #: the target's compiles so far (the functions', variants', policies' and
+        #: fit's sizes), and the seconds they took with their dumps read
+        self.compiles = 0
+        self.compile_seconds = 0.0
+        self._count = threading.Lock()
 
     def info(self) -> TargetInfo:
         """The target as the report records it."""
@@ -170,7 +177,13 @@ class Accelerator:
         """Compile ``lowered`` (from :meth:`lower`) with the target's XLA, keeping
         XLA's dump of the optimized module with its buffer assignment: a
         compile-only ``memory_analysis()`` carries none."""
-        return compile_dumped(lowered)
+        start = time.perf_counter()
+        try:
+            return compile_dumped(lowered)
+        finally:
+            with self._count:
+                self.compiles += 1
+                self.compile_seconds += time.perf_counter() - start
 
     def read(self, traced: Any, lowered: Any, built: Built, *,
              shardings: Sequence[Any] = (),

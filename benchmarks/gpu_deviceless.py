@@ -60,8 +60,9 @@ print(json.dumps({"device_kind": d.device_kind, "config": open(found).read(),
 """
 
 
-def _fields(text: str) -> dict[str, str]:
-    """``key: value`` lines of a text proto, nested keys joined by dots."""
+def text_fields(text: str) -> dict[str, str]:
+    """``key: value`` lines of a text proto, nested keys joined by dots (a repeated
+    field keeps its last value; tests/test_gpu_target.py reads descriptions with it)."""
     out: dict[str, str] = {}
     path: list[str] = []
     for line in text.splitlines():
@@ -100,7 +101,7 @@ def config(out: Path) -> dict:
     if model is not None:
         ours = gpu.target_config(model)
         (out / "memscope_target_config.pbtxt").write_text(ours)
-        theirs, mine = _fields(device["config"]), _fields(ours)
+        theirs, mine = text_fields(device["config"]), text_fields(ours)
         result["differ"] = {k: [theirs.get(k), mine.get(k)]
                             for k in sorted(set(theirs) | set(mine))
                             if theirs.get(k) != mine.get(k)}

@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -209,43 +210,40 @@ def part_oom(out: Path) -> list[dict]:
     return rows
 
 
-def part_fit() -> dict:
-    done = _run([*MEMSCOPE, "fit", "--format", "json", str(PROGRAMS / "fit_mlp.py"),
-                 "--batch", "32"], timeout=900)
+def _fit_and_run(fit_args: list[str], run_args: Callable[[int], list[str]],
+                 keys: tuple[str, ...]) -> dict:
+    """``memscope fit`` with the device's own limit, then the program run at the
+    answer and at the next batch up (``run_args(batch)``): does the answer run,
+    and the next size not?"""
+    done = _run([*MEMSCOPE, "fit", "--format", "json", *fit_args], timeout=900)
     if done.returncode != 0:
         return {"exit": done.returncode, "stderr": done.stderr[-2000:]}
     f = json.loads(done.stdout)
-    result = {k: f.get(k) for k in ("memory_bytes", "budget_bytes", "held_bytes", "largest",
-                                    "budget_rule", "budget_note")}
+    result = {k: f.get(k) for k in keys}
     for label, batch in (("answer", f["largest"]), ("next", f["largest"] + 1)):
-        ran = _run([sys.executable, str(PROGRAMS / "fit_mlp.py"), "--batch", str(batch)])
+        ran = _run([sys.executable, *run_args(batch)])
         result[f"run_{label}"] = {"batch": batch, "exit": ran.returncode,
                                   "oom": "RESOURCE_EXHAUSTED" in ran.stderr
                                   or "Out of memory" in ran.stderr,
                                   "tail": ran.stderr.strip().splitlines()[-1:]}
     return result
+
+
+def part_fit() -> dict:
+    mlp = str(PROGRAMS / "fit_mlp.py")
+    return _fit_and_run([mlp, "--batch", "32"], lambda batch: [mlp, "--batch", str(batch)],
+                        ("memory_bytes", "budget_bytes", "held_bytes", "largest",
+                         "budget_rule", "budget_note"))
 
 
 def part_fit_transformer() -> dict:
-    """``memscope fit`` on the transformer sample at the device's own limit, then
-    the sample run at the answer and at the next batch up: does the search
+    """``fit`` on the transformer sample at the device's own limit: does the search
     bracket where XLA:GPU starts rematerializing, and does the answer run?"""
     args = [str(SAMPLES / "transformer_adam.py"), "--steps", "2"]
-    done = _run([*MEMSCOPE, "fit", "--format", "json", "--function", "train_step",
-                 "--batch", "batch", *args], timeout=900)
-    if done.returncode != 0:
-        return {"exit": done.returncode, "stderr": done.stderr[-2000:]}
-    f = json.loads(done.stdout)
-    result = {k: f.get(k) for k in ("memory_bytes", "budget_bytes", "held_bytes", "largest",
-                                    "advised_largest", "linear", "note", "compiles", "seconds",
-                                    "rows")}
-    for label, batch in (("answer", f["largest"]), ("next", f["largest"] + 1)):
-        ran = _run([sys.executable, *args, "--batch", str(batch)])
-        result[f"run_{label}"] = {"batch": batch, "exit": ran.returncode,
-                                  "oom": "RESOURCE_EXHAUSTED" in ran.stderr
-                                  or "Out of memory" in ran.stderr,
-                                  "tail": ran.stderr.strip().splitlines()[-1:]}
-    return result
+    return _fit_and_run(["--function", "train_step", "--batch", "batch", *args],
+                        lambda batch: [*args, "--batch", str(batch)],
+                        ("memory_bytes", "budget_bytes", "held_bytes", "largest",
+                         "advised_largest", "linear", "note", "compiles", "seconds", "rows"))
 
 
 def part_repeat() -> dict:

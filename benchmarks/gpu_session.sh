@@ -8,28 +8,11 @@
 #
 #     bash benchmarks/gpu_session.sh      # on the device; results in $OUT
 #
-# Wheels the image lacks (libcst and pyyaml, for `memscope fix`) travel in .whl/
-# (ignored by git: carry it).
+# Set-up (the wheels the image lacks, carried in .whl/): benchmarks/_gpu_setup.sh.
 set -u
-OUT="${OUT:-/tmp/gpu-out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PYTHONWARNINGS="${PYTHONWARNINGS:-}"
+. benchmarks/_gpu_setup.sh
+export PYTHONWARNINGS="${PYTHONWARNINGS:-}"
 SUITE_S="${SUITE_S:-380}" GPU_TESTS_S="${GPU_TESTS_S:-150}" FIGURES_S="${FIGURES_S:-260}"
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile \
-    --no-cache-dir --upgrade --target /tmp/site libcst pyyaml && export PYTHONPATH=/tmp/site
-fi
-# The pytest plugin is found through the installed entry point; where an
-# editable install cannot be made, memscope is still imported from here.
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 \
-  || echo "editable install failed: memscope from PYTHONPATH" >>"$OUT/install.log"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  python3 -c 'import sys, jax, jaxlib; print(sys.version); print("jax", jax.__version__, "jaxlib", jaxlib.__version__, jax.devices())'
-  python3 -m pip list 2>/dev/null | grep -iE '^(jax|jaxlib|jax-cuda|equinox|flax|optax|pytest|libcst|numpy|setuptools)[ -]'
-} >"$OUT/env.txt" 2>&1
 
 # The suite but the GPU-marked and real-sized tests, on 10 workers that each
 # grow their GPU memory as needed, up to 4% of it.

@@ -10,28 +10,11 @@
 #
 #     bash benchmarks/gpu_target_session.sh     # on the device; results in $OUT
 #
-# Wheels the image lacks (libcst and pyyaml, for `memscope fix`) travel in .whl/
-# (ignored by git: carry it).
+# Set-up (the wheels the image lacks, carried in .whl/): benchmarks/_gpu_setup.sh.
 set -u
-OUT="${OUT:-/tmp/gpu-out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+. benchmarks/_gpu_setup.sh
 DEVICELESS_S="${DEVICELESS_S:-240}" GPU_TESTS_S="${GPU_TESTS_S:-150}"
 FIGURES_S="${FIGURES_S:-200}" SUITE_S="${SUITE_S:-240}"
-
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile \
-    --no-cache-dir --upgrade --target /tmp/site libcst pyyaml && export PYTHONPATH=/tmp/site
-fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 \
-  || echo "editable install failed: memscope from PYTHONPATH" >>"$OUT/install.log"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  python3 -c 'import sys, jax, jaxlib; print(sys.version); print("jax", jax.__version__, "jaxlib", jaxlib.__version__, jax.devices())'
-  python3 -m pip list 2>/dev/null | grep -iE '^(jax|jaxlib|jax-cuda|nvidia-cuda-nvcc|equinox|flax|optax|pytest|libcst)[ -]'
-  command -v ptxas; nproc
-} >"$OUT/env.txt" 2>&1
 
 # The deviceless figures against the device's: CPU-bound for the most part.
 ( timeout "$DEVICELESS_S" python3 benchmarks/gpu_deviceless.py "$OUT/deviceless" --jobs 6 \

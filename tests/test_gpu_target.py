@@ -17,6 +17,7 @@ environment of their own). Each runs in a subprocess, as JAX must start with the
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -124,18 +125,13 @@ def test_a_missing_compiler_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def _text_fields(text: str) -> dict[str, str]:
-    """``key: value`` lines of a text proto, nested keys joined by dots."""
-    out: dict[str, str] = {}
-    path: list[str] = []
-    for line in (raw.strip() for raw in text.splitlines()):
-        if line.endswith("{"):
-            path.append(line[:-1].strip())
-        elif line == "}":
-            path.pop()
-        elif ":" in line:
-            key, value = line.split(":", 1)
-            out[".".join([*path, key.strip()])] = value.strip()
-    return out
+    """The description's fields, as benchmarks/gpu_deviceless.py read the device's."""
+    spec = importlib.util.spec_from_file_location(
+        "gpu_deviceless", ROOT / "benchmarks" / "gpu_deviceless.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.text_fields(text)
 
 
 def test_the_h200_description_is_the_devices_own() -> None:

@@ -18,8 +18,8 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 import jax
 import numpy as np
@@ -29,6 +29,9 @@ from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.read import CompiledFacts, read_stages
 from memscope.errors import MemscopeError
 from memscope.report import Memory, TargetInfo
+
+#: an accelerator kind, as open_here returns what it is given to make
+A = TypeVar("A", bound="Accelerator")
 
 
 class TargetSetupError(MemscopeError):
@@ -67,6 +70,27 @@ def run_on_cpu(name: str) -> None:
                                f"{jax.default_backend()} devices)")
     os.environ["JAX_PLATFORMS"] = "cpu"  # for the processes the program starts
     jax.config.update("jax_platforms", "cpu")  # JAX read the variable when imported
+
+
+def open_here(name: str, make: Callable[[], A]) -> A:
+    """The target ``make`` sets up (its compile-only devices), with this process's
+    JAX set up first to run the program on the CPU (:func:`run_on_cpu`), then
+    with as many devices as the target (:func:`use_host_devices`).
+
+    Raises:
+        TargetSetupError: JAX started already, or what ``make`` raises.
+    """
+    run_on_cpu(name)
+    target = make()
+    use_host_devices(len(target.devices))
+    return target
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of what ``error`` says, or its type's name where it says nothing
+    (a compiler's message for a one-line error)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 @contextlib.contextmanager

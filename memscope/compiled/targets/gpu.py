@@ -39,9 +39,9 @@ from memscope import _compat
 from memscope.compiled.targets.base import (
     Accelerator,
     TargetSetupError,
-    run_on_cpu,
+    first_line,
+    open_here,
     stderr_to_nowhere,
-    use_host_devices,
 )
 from memscope.compiled.targets.gpu_devices import MODELS, GpuModel
 from memscope.report import TargetInfo
@@ -190,10 +190,7 @@ def open_gpu(spec: GpuSpec) -> GpuTarget:
             description or the topology; JAX started already.
     """
     _check_installed(spec)
-    run_on_cpu(spec.name)
-    target = gpu_devices(spec)
-    use_host_devices(len(target.devices))
-    return target
+    return open_here(spec.name, lambda: gpu_devices(spec))
 
 
 def gpu_devices(spec: GpuSpec) -> GpuTarget:
@@ -208,8 +205,8 @@ def gpu_devices(spec: GpuSpec) -> GpuTarget:
         with stderr_to_nowhere(), _no_cuda_check():
             devices = _compat.gpu_topology_devices(target_config(spec.model), spec.topology)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TargetSetupError(f"the CUDA plugin could not make {spec.name} ({first})") from None
+        raise TargetSetupError(f"the CUDA plugin could not make {spec.name} "
+                               f"({first_line(e)})") from None
     return GpuTarget(spec, {d.id: d for d in devices})
 
 

@@ -34,9 +34,9 @@ from memscope.compiled.targets.base import (
     Accelerator,
     TargetMismatch,
     TargetSetupError,
-    run_on_cpu,
+    first_line,
+    open_here,
     stderr_to_nowhere,
-    use_host_devices,
 )
 from memscope.report import Memory, TargetInfo, hbm_peak_rule
 
@@ -131,10 +131,7 @@ def open_target(spec: TargetSpec) -> TpuTarget:
     # JAX_PLATFORMS=cpu keeps JAX from starting libtpu's TPU client on a machine
     # without TPUs (it prints warnings about missing TPU environment variables);
     # the topology API does not need that client.
-    run_on_cpu(spec.name)
-    target = tpu_devices(spec)
-    use_host_devices(len(target.devices))
-    return target
+    return open_here(spec.name, lambda: tpu_devices(spec))
 
 
 def tpu_devices(spec: TargetSpec) -> TpuTarget:
@@ -152,9 +149,8 @@ def tpu_devices(spec: TargetSpec) -> TpuTarget:
         with stderr_to_nowhere():
             devices = _topology(spec)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TpuSetupError(f"libtpu does not know the topology {spec.topology} ({first}); "
-                            f"known forms: {_FORMS}") from None
+        raise TpuSetupError(f"libtpu does not know the topology {spec.topology} "
+                            f"({first_line(e)}); known forms: {_FORMS}") from None
     if devices[0].device_kind != spec.generation.device_kind:
         raise TpuSetupError(
             f"libtpu made {devices[0].device_kind} devices of {spec.topology}, where "

@@ -25,7 +25,14 @@ from memscope.capturing.deferred import capture_on_import
 from memscope.errors import EXIT_TERMINATED, MemscopeError
 from memscope.program.ending import Guard
 from memscope.program.runner import RunResult, Target, run_target
-from memscope.report import Environment, Forecast, FunctionReport, Report, RunInfo
+from memscope.report import (
+    Environment,
+    FitPlan,
+    Forecast,
+    FunctionReport,
+    Report,
+    RunInfo,
+)
 from memscope.version import __version__
 
 # JAX is imported when the program imports it (memscope.capturing.deferred), or
@@ -243,19 +250,29 @@ def _placed(tree: Any, accelerator: Any) -> Any:
 
 @dataclass(frozen=True)
 class FitRun:
-    """``memscope fit``'s answer: the forecast, and how the target's capture ended."""
+    """``memscope fit``'s answer: the forecast (or, with ``plan``, the plan), and
+    how the target's capture ended."""
 
-    forecast: Forecast
+    forecast: Forecast | None
     outcome: str
     exit_code: int
+    plan: FitPlan | None = None
+
+    @property
+    def fits(self) -> bool:
+        """Some batch fits (the plan's winner, or the forecast's largest)."""
+        if self.plan is not None:
+            return self.plan.winner is not None
+        return self.forecast is not None and self.forecast.largest is not None
 
 
 def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = (),
             memory: int | None = None, stop_after: int | None = None,
-            accelerator: Accelerator | None = None) -> FitRun:
+            accelerator: Accelerator | None = None, plan: bool = False) -> FitRun:
     """Run ``target`` until its loop begins (a signature called again) or
     ``stop_after`` jitted calls, then forecast the chosen function's batch; for
     ``accelerator`` when given (its compiles, its HBM as the default limit).
+    With ``plan``, each setting's batch instead (:mod:`memscope.variants.plan`).
 
     Raises:
         MemscopeError: nothing to compile, a bad ``function`` or ``batch``, or no
@@ -305,10 +322,18 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
         held_note = "held when the run stopped, less the function's argument bytes"
     budget = limit - (outside or 0)
     outcome = "stopped" if session.stopped else result.outcome
+    code = 0 if session.stopped else result.exit_code
+    if plan:
+        from memscope.variants.cache import CompileCache
+        from memscope.variants.plan import plan as plan_settings
+
+        planned = plan_settings(entry, choice, budget, accelerator=accelerator,
+                                cache=CompileCache.from_environment(), memory=limit,
+                                held=outside)
+        return FitRun(None, outcome, code, dataclasses.replace(planned, held_note=held_note))
     found = forecast(entry, choice, budget, memory=limit, held=outside,
                      accelerator=accelerator)
-    return FitRun(dataclasses.replace(found, held_note=held_note), outcome,
-                  0 if session.stopped else result.exit_code)
+    return FitRun(dataclasses.replace(found, held_note=held_note), outcome, code)
 
 
 def _resident_at(session: Any, entry: Any) -> int | None:

@@ -91,3 +91,28 @@ def test_a_peak_flat_under_the_budget_is_bracketed_by_the_line_not_by_doubling()
     assert peak(57_332) == peak(57_336) <= budget
     assert calls[4] == 57_336 + 116 and max(calls) < 2 * 57_336
     assert answer.compiles == len(calls) <= 10
+
+
+@pytest.mark.parametrize("name", COSTS)
+@pytest.mark.parametrize("offset", [-40, 0, 40])
+def test_told_another_settings_batch_it_stops_ties_or_goes_on(name, offset):
+    """``beat``: a batch another setting fits. Where this setting does not fit
+    it, the search stops there after two compiles; else it finds its own answer."""
+    peak, budget, step = COSTS[name], 20_000, 1
+    truth = _truth(peak, budget, step)
+    beat = truth + offset
+    calls = []
+
+    def compile_peak(call, choice, batch, donated):
+        calls.append(batch)
+        return peak(batch)
+
+    answer = search(None, _choice(16, step), budget, beat=beat, compile_peak=compile_peak)
+    if offset > 0:  # it cannot fit as many as the other setting
+        assert (answer.largest, answer.below, calls) == (None, beat, [16, beat])
+        assert peak(beat) > budget
+    else:
+        assert answer.largest == truth and answer.below is None
+        assert calls[:2] == [16, beat] and truth + step in calls
+        if offset == 0:  # a tie: the size and the next one up, and no more
+            assert calls == [16, beat, beat + 1]

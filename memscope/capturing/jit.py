@@ -596,7 +596,8 @@ class MeasuredJit:
             call_args, call_kwargs = aot.abstract_call(args, kwargs)
             arguments = call_arguments(self._memscope_fun, self._memscope_spec, args, kwargs)
             if self._memscope_session.keep_calls:  # memscope fit: until it has answered
-                return KeptCall(self._memscope_jitted, call_args, call_kwargs, arguments)
+                return KeptCall(self._memscope_jitted, call_args, call_kwargs, arguments,
+                                fun=self._memscope_fun, options=self._memscope_options)
             # A post-mortem's: never longer than the program holds the function.
             return KeptCall(weakref.ref(self._memscope_jitted), call_args, call_kwargs,
                             arguments, weak=True)

@@ -16,6 +16,12 @@ from memscope.errors import EXIT_NOTHING_FITS
 from memscope.flow import run_fit
 from memscope.program.runner import Target, check_target
 from memscope.render.fit import render_fit_json, render_fit_text
+from memscope.render.plan import (
+    render_plan_html,
+    render_plan_json,
+    render_plan_markdown,
+    render_plan_text,
+)
 from memscope.report.units import parse_size
 
 #: ``memscope fit`` exits 1 when no batch size fits the budget.
@@ -35,35 +41,53 @@ from memscope.report.units import parse_size
                    "memory_stats(); CPU has none).")
 @stop_after_option
 @accelerator_option
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              help="text (default) or json (schema memscope.fit/1).")
+@click.option("--plan", "plan", is_flag=True,
+              help="Find the largest batch for each setting instead: as written, the "
+                   "advised donation, each checkpoint policy, the policy made from the "
+                   "program's checkpoint_names, the offloading policies, and the best "
+                   "policy with the advised donation; best first.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]),
+              default="text",
+              help="text (default), json (schema memscope.fit/1; with --plan "
+                   "memscope.fit-plan/1), or, with --plan, markdown or html.")
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], function: str | None, batch: tuple[str, ...],
-        memory: str | None, stop_after: int | None, accelerator: str | None, fmt: str,
-        target: str, args: tuple[str, ...]) -> None:
+        memory: str | None, stop_after: int | None, accelerator: str | None, plan: bool,
+        fmt: str, target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... until its loop begins (a jitted signature called a
     second time, or --stop-after N calls), then compile the chosen function at
     other batch sizes (abstract arguments with the same shardings: nothing runs
     on the device) and print the largest batch whose peak fits the budget, also
     with the advised donation, each confirmed by compiling it and one size up.
 
+    With --plan, the same search for each memory trade (donation, checkpoint
+    policies, offloading), best first by batch, then by FLOPs per example.
+
     The budget is --memory, or the device's limit, less what the process holds
-    outside the function's arguments. With --target, the compiles are XLA:TPU's
-    for that topology and the limit is its chip's HBM. Exit codes: 0 a batch fits; 1 none fits;
+    outside the function's arguments. With --target, the compiles are the
+    target's (XLA:TPU, XLA:GPU) and the limit is its chip's memory. Exit codes:
+    0 a batch fits; 1 none fits;
     2 bad input (no function captured, an unknown --function or --batch, no
     budget on a device without a limit, a function that does not trace or
     compile at another size with what --batch resizes).
     """
+    if fmt in ("markdown", "html") and not plan:
+        raise click.UsageError(f"--format {fmt} is --plan's: fit alone writes text or json")
     what = Target(target, tuple(args), module=as_module,
-                     packages=user_packages)
+                  packages=user_packages)
     check_target(what)
     budget = parse_size(memory) if memory is not None else None
     done = run_fit(what, function=function, batch=batch, memory=budget,
-                   stop_after=stop_after, accelerator=open_accelerator(accelerator))
-    if fmt == "json":
+                   stop_after=stop_after, accelerator=open_accelerator(accelerator), plan=plan)
+    if done.plan is not None:
+        render = {"json": lambda p, f: render_plan_json(p, f, outcome=done.outcome),
+                  "markdown": render_plan_markdown, "html": render_plan_html,
+                  "text": render_plan_text}[fmt]
+        render(done.plan, sys.stdout)
+    elif done.forecast is not None and fmt == "json":
         render_fit_json(done.forecast, sys.stdout, outcome=done.outcome)
-    else:
+    elif done.forecast is not None:
         render_fit_text(done.forecast, sys.stdout)
-    ctx.exit(0 if done.forecast.largest is not None else EXIT_NOTHING_FITS)
+    ctx.exit(0 if done.fits else EXIT_NOTHING_FITS)

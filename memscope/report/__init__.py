@@ -75,6 +75,7 @@ from memscope.report.memory import (
     split_host,
     with_peak_rule,
 )
+from memscope.report.plan import FitPlan, PlanPoint, PlanRow
 from memscope.report.run import (
     SCHEMA,
     DeletedRead,
@@ -118,6 +119,7 @@ __all__ = [
     "Differentiation",
     "DonationHazard",
     "Environment",
+    "FitPlan",
     "FitRow",
     "Forecast",
     "FunctionReport",
@@ -146,6 +148,8 @@ __all__ = [
     "OutputFate",
     "Overhead",
     "PeakRule",
+    "PlanPoint",
+    "PlanRow",
     "ProcessPart",
     "Recompile",
     "RecompileKind",

@@ -33,6 +33,10 @@ class KeptCall:
     kwargs: dict[str, Any]
     arguments: tuple[Argument, ...]
     weak: bool = False
+    #: the user's function and the options of its ``jax.jit``, to trace it again
+    #: under a checkpoint policy (``memscope fit --plan``); ``None`` where held weakly
+    fun: Any = None
+    options: dict[str, Any] | None = None
 
     def function(self) -> Any:
         """The jit object; ``None`` where it was held weakly and is gone."""

@@ -60,6 +60,9 @@ class Kept:
     module: bytes
     #: each output's device: platform, id, memory kind
     outputs: tuple[tuple[str, int, str | None], ...]
+    #: the ``flops`` of XLA's ``cost_analysis()`` (``None``: it gave none, or the
+    #: file was kept before memscope kept them)
+    flops: float | None = None
 
     def memory_analysis(self) -> Any:
         return _compat.memory_stats(self.fields, self.assignment)
@@ -89,7 +92,7 @@ class Kept:
                 device: Any = next(iter(sharding.device_set))
                 outputs.append((str(device.platform), int(device.id), sharding.memory_kind))
             return cls(_compat.memory_stats_fields(stats), assignment, modules[0],
-                       tuple(outputs))
+                       tuple(outputs), _compat.flops(compiled))
         except Exception:  # read from the executable itself, as without the cache
             return None
 
@@ -206,7 +209,7 @@ class CompileCache:
 
 
 def _encode(kept: Kept) -> bytes:
-    header = json.dumps({"fields": kept.fields, "outputs": kept.outputs,
+    header = json.dumps({"fields": kept.fields, "outputs": kept.outputs, "flops": kept.flops,
                          "module": len(kept.module),
                          "assignment": len(kept.assignment)}).encode()
     return _MAGIC + zlib.compress(struct.pack("<I", len(header)) + header
@@ -225,7 +228,8 @@ def _decode(data: bytes) -> Kept:
     if len(module) != header["module"] or len(assignment) != header["assignment"]:
         raise ValueError("a truncated memscope cache file")
     return Kept({k: int(v) for k, v in header["fields"].items()}, assignment, module,
-                tuple((str(p), int(i), k) for p, i, k in header["outputs"]))
+                tuple((str(p), int(i), k) for p, i, k in header["outputs"]),
+                None if header.get("flops") is None else float(header["flops"]))
 
 
 def _remove(path: Path) -> None:

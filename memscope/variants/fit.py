@@ -194,16 +194,23 @@ class Answer:
     largest: int | None
     compiles: int
     note: str | None
+    #: the search stopped at ``beat``: this size was compiled and does not fit
+    below: int | None = None
 
 
 def search(call: KeptCall, choice: BatchChoice, budget: int | None, *,
            donated: tuple[bool, ...] | None = None, known: int | None = None,
-           hint: Fraction | None = None,
+           hint: Fraction | None = None, beat: int | None = None,
            compile_peak: Callable[..., int | None] = compile_peak) -> Answer:
     """The largest batch whose peak fits ``budget``, confirmed by compiling it and
     the next size up. ``known`` is the peak at the captured size, when read already
     (it then costs no compile); ``hint`` a per-example slope to start from instead
-    of compiling twice the captured size. ``compile_peak`` is the one compile."""
+    of compiling twice the captured size. ``compile_peak`` is the one compile.
+
+    ``beat`` is a batch found for another setting: it is compiled first, and
+    where it does not fit the search stops there (:attr:`Answer.below`, no
+    ``largest``): this setting cannot fit as many. Where it fits and the next
+    size up does not, it is the answer; else the search goes on from there."""
     s = _Search(call, choice, donated, budget, compile_peak)
     b0, step = choice.size, choice.step
     if known is not None:
@@ -211,6 +218,12 @@ def search(call: KeptCall, choice: BatchChoice, budget: int | None, *,
     p1 = s.peak(b0)
     if p1 is None:
         return _answer(s, None, None, None, "memory_analysis() gave no figures")
+    if beat is not None and budget is not None:
+        if not s.fits(beat):
+            return _answer(s, None, None, None, f"does not fit at batch {beat}, which "
+                           "another setting fits", below=beat)
+        s.fits(beat + step)
+        hint = _through(s) or hint
     per = hint if hint is not None else _slope(s, b0, p1)
     if per is None:
         return _answer(s, None, None, None, "memory_analysis() gave no figures")
@@ -224,6 +237,16 @@ def search(call: KeptCall, choice: BatchChoice, budget: int | None, *,
     note = None if hi is None or hi == lo + step else (
         f"the search stopped after {s.compiles} compiles")
     return _answer(s, fixed, per, largest, note)
+
+
+def _through(s: _Search) -> Fraction | None:
+    """The per-example slope between the smallest and largest sizes compiled,
+    where the peak grows between them."""
+    known = sorted((b, p) for b, p in s.peaks.items() if p is not None)
+    if len(known) < 2 or known[-1][1] <= known[0][1]:
+        return None
+    (b1, p1), (b2, p2) = known[0], known[-1]
+    return Fraction(p2 - p1, b2 - b1)
 
 
 def _slope(s: _Search, b0: int, p0: int) -> Fraction | None:
@@ -322,7 +345,7 @@ def _bisect(s: _Search, lo: int, hi: int | None, step: int,
 
 
 def _answer(s: _Search, fixed: Fraction | None, per: Fraction | None, largest: int | None,
-            note: str | None) -> Answer:
+            note: str | None, below: int | None = None) -> Answer:
     rows = tuple(sorted(s.peaks.items()))
     off = [(b, p) for b, p in rows if p is not None and fixed is not None and per is not None
            and p != fixed + per * b]
@@ -334,7 +357,7 @@ def _answer(s: _Search, fixed: Fraction | None, per: Fraction | None, largest: i
                 "compiling")
     return Answer(rows=rows, fixed=None if fixed is None else round(fixed),
                   per_example=None if per is None else round(per), linear=not off,
-                  largest=largest, compiles=s.compiles, note=note)
+                  largest=largest, compiles=s.compiles, note=note, below=below)
 
 
 def _local_slope(a: Answer) -> Fraction | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import sys
 import threading
 from collections import defaultdict
@@ -59,6 +60,9 @@ POLICIES = ("everything_saveable", "dots_saveable", "dots_with_no_batch_dims_sav
 #: only where there are some). They are measured, never advised.
 OFFLOAD_POLICIES = ("offload_dot_with_no_batch_dims", "save_and_offload_only_these_names")
 OFFLOAD_DST = "pinned_host"
+#: The policy made from the names the user gave values with ``checkpoint_name``:
+#: those saved, everything else recomputed (``memscope fit --plan``).
+NAMED_POLICIES = ("save_only_these_names",)
 
 
 def policy_object(policy: str, names: Sequence[str] = ()) -> Any:
@@ -71,7 +75,23 @@ def policy_object(policy: str, names: Sequence[str] = ()) -> Any:
         return policies.save_and_offload_only_these_names(
             names_which_can_be_saved=[], names_which_can_be_offloaded=list(names),
             offload_src="device", offload_dst=OFFLOAD_DST)
+    if policy == "save_only_these_names":
+        return policies.save_only_these_names(*names)
     return getattr(policies, policy)
+
+
+def policy_text(policy: str, names: Sequence[str] = ()) -> str:
+    """:func:`policy_object`'s policy as the user writes it."""
+    base = f"jax.checkpoint_policies.{policy}"
+    listed = ", ".join(json.dumps(n) for n in names)
+    if policy == "offload_dot_with_no_batch_dims":
+        return f'{base}("device", "{OFFLOAD_DST}")'
+    if policy == "save_and_offload_only_these_names":
+        return (f"{base}(names_which_can_be_saved=[], names_which_can_be_offloaded=[{listed}], "
+                f'offload_src="device", offload_dst="{OFFLOAD_DST}")')
+    if policy == "save_only_these_names":
+        return f"{base}({listed})"
+    return base
 
 
 @dataclass(frozen=True)
@@ -261,17 +281,19 @@ def _name(fun: Any) -> str | None:
     return name if isinstance(name, str) and name.isidentifier() else None
 
 
-def code(diff: Differentiation, policy: str) -> str:
-    """The change that applies ``policy`` to ``diff``, as the user would write it."""
+def code(diff: Differentiation, policy: str, names: Sequence[str] = ()) -> str:
+    """The change that applies ``policy`` (made for ``names`` where it takes
+    them) to ``diff``, as the user would write it."""
     fn = diff.function or "loss_fn"
     api = diff.api
+    written = policy_text(policy, names)
     if api.startswith("eqx."):
-        return f"{api}(eqx.filter_checkpoint({fn}, policy=jax.checkpoint_policies.{policy}))"
+        return f"{api}(eqx.filter_checkpoint({fn}, policy={written}))"
     if api.startswith("nnx."):
-        return f"{api}(nnx.remat({fn}, policy=jax.checkpoint_policies.{policy}))"
+        return f"{api}(nnx.remat({fn}, policy={written}))"
     if api == "jax.vjp":
-        return f"jax.vjp(jax.checkpoint({fn}, policy=jax.checkpoint_policies.{policy}), ...)"
-    return f"{api}(jax.checkpoint({fn}, policy=jax.checkpoint_policies.{policy}))"
+        return f"jax.vjp(jax.checkpoint({fn}, policy={written}), ...)"
+    return f"{api}(jax.checkpoint({fn}, policy={written}))"
 
 
 # ----------------------------------------------------------------- pure --

@@ -1,0 +1,418 @@
+"""Which memory trade buys the largest batch: ``fit`` for each setting (``fit --plan``).
+
+The settings are the program as written, the advised donation, each standard
+checkpoint policy (:data:`memscope.variants.remat.POLICIES`), the policy made
+from the program's own ``checkpoint_name``\\ s, the offloading policies, and the
+best policy together with the advised donation. For each, the largest batch
+whose peak fits the budget is found by ``fit``'s compiling search
+(:func:`memscope.variants.fit.search`), with the step's FLOPs from the
+compile's own ``cost_analysis()`` and the host memory an offload holds.
+
+What bounds the cost: every setting is first compiled at the captured size,
+side by side (one compile per core); the searches then go from the setting
+with the lowest peak there, and each later one first compiles the best batch
+found so far: where that does not fit, the setting cannot beat it and its
+search stops (:attr:`memscope.report.PlanRow.below`). On XLA:CPU each compile
+goes through memscope's cache (:mod:`memscope.variants.cache`), so a plan
+asked again compiles nothing it compiled before.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+import jax
+
+from memscope import _compat
+from memscope.compiled.read import compiled_memory, memory_figures
+from memscope.errors import MemscopeError
+from memscope.report.plan import FitPlan, PlanPoint, PlanRow, SettingKind
+from memscope.report.units import format_bytes_apart
+from memscope.variants import remat
+from memscope.variants.batch import BatchChoice, KeptCall, Recorded
+from memscope.variants.cache import CompileCache, Kept
+from memscope.variants.compile import lower_variant
+from memscope.variants.fit import NotCompiled, not_compiled_line, resized, search
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One candidate: a checkpoint policy (``None``: the program's own) made for
+    ``names``, and a flat donation (``None``: the program's own)."""
+
+    name: str
+    kind: SettingKind
+    code: str | None = None
+    policy: str | None = None
+    names: tuple[str, ...] = ()
+    donated: tuple[bool, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Levers:
+    """What the plan can change in the function: the advised donation (its
+    setting and flat mask), its differentiations and checkpoint names; each
+    with why it is absent where it is."""
+
+    donation: tuple[str, tuple[bool, ...]] | None
+    no_donation: str | None
+    differentiations: tuple[Any, ...]
+    names: tuple[str, ...]
+    no_policy: str | None
+
+
+class _Compiler:
+    """The plan's one compile: a setting at a batch, lowered on the calling
+    thread (tracing again under a policy is the calling thread's), compiled and
+    read (through the cache on XLA:CPU)."""
+
+    def __init__(self, call: KeptCall, choice: BatchChoice, accelerator: Any,
+                 cache: CompileCache | None) -> None:
+        self.call, self.choice, self.accelerator = call, choice, accelerator
+        self.cache = cache if accelerator is None else None
+        self.compiles = 0
+        self.cached = 0
+        self._count = threading.Lock()
+        self.points: dict[tuple[str, int], PlanPoint] = {}
+
+    def lower(self, setting: Setting, batch: int) -> tuple[Any, Any]:
+        args, kwargs = resized(self.call, self.choice, batch)
+        try:
+            with warnings.catch_warnings():  # a variant's warnings are not the program's
+                warnings.simplefilter("ignore")
+                if setting.policy is not None:
+                    fun = self.call.fun
+                    traced, lowered = remat.lower_with_policy(
+                        fun, self.call.options or {}, (args, kwargs), setting.policy,
+                        setting.donated, setting.names, self.accelerator)
+                    return _compat.reading_view(traced), _compat.without_const_args(lowered)
+                jitted = self.call.function()
+                if jitted is None:
+                    raise RuntimeError("the program let go of the function")
+                traced = jitted.trace(*args, **kwargs)
+                if setting.donated is not None:
+                    variant = lower_variant(traced, setting.donated, self.accelerator)
+                    return variant.traced, variant.lowered
+                lowered = (_compat.lower(traced) if self.accelerator is None
+                           else self.accelerator.lower(traced))
+                return _compat.reading_view(traced), _compat.without_const_args(lowered)
+        except Exception as e:
+            raise NotCompiled(batch, "trace", e) from e
+
+    def compile(self, traced: Any, lowered: Any, batch: int) -> PlanPoint:
+        """One compile (or a cached one) of ``lowered``, read."""
+        try:
+            if self.accelerator is not None:
+                built = self.accelerator.compile(lowered)
+                memory = self.accelerator.memory(traced, lowered, built)
+                flops = self.accelerator.flops(traced, built.compiled)
+            else:
+                memory, flops = self._compile_here(traced, lowered)
+        except Exception as e:
+            raise NotCompiled(batch, "compile", e) from e
+        return PlanPoint(batch, memory.peak_bytes, memory.host.peak_bytes, flops)
+
+    def _compile_here(self, traced: Any, lowered: Any) -> tuple[Any, float | None]:
+        options = _compat.options_to_read(sizes=True)
+        key = self.cache.key(lowered, options) if self.cache is not None else None
+        kept = self.cache.load(key) if self.cache is not None and key is not None else None
+        if kept is not None and kept.flops is not None:
+            with self._count:
+                self.cached += 1
+            return memory_figures(kept.memory_analysis()), kept.flops
+        compiled = _compat.compile_uncached(lowered, options)
+        with self._count:
+            self.compiles += 1
+        memory = compiled_memory(traced, lowered, compiled)
+        flops = _compat.flops(compiled)
+        if self.cache is not None and key is not None:
+            # Kept only where the figures read from the pieces kept are these.
+            fresh = Kept.of(compiled)
+            if fresh is not None and memory == memory_figures(fresh.memory_analysis()):
+                self.cache.store(key, fresh)
+        return memory, flops
+
+    def point(self, setting: Setting, batch: int) -> PlanPoint:
+        """``setting`` at ``batch``, compiled once per plan."""
+        found = self.points.get((setting.name, batch))
+        if found is None:
+            traced, lowered = self.lower(setting, batch)
+            found = self.compile(traced, lowered, batch)
+            self.points[(setting.name, batch)] = found
+        return found
+
+    def first_round(self, settings: Sequence[Setting]) -> dict[str, PlanPoint | NotCompiled]:
+        """Every setting at the captured size, compiled side by side (XLA compiles
+        outside the GIL); lowered one after another on this thread."""
+        b0 = self.choice.size
+        lowered: list[tuple[Setting, Any]] = []
+        done: dict[str, PlanPoint | NotCompiled] = {}
+        for s in settings:
+            try:
+                lowered.append((s, self.lower(s, b0)))
+            except NotCompiled as e:
+                done[s.name] = e
+        workers = max(1, min(len(lowered), os.cpu_count() or 1))
+
+        def one(item: tuple[Setting, Any]) -> PlanPoint | NotCompiled:
+            traced, lowered_ = item[1]
+            try:
+                return self.compile(traced, lowered_, b0)
+            except NotCompiled as e:
+                return e
+
+        with ThreadPoolExecutor(max_workers=workers,
+                                thread_name_prefix="memscope-plan") as pool:
+            results = list(pool.map(one, lowered))
+        for (s, _), result in zip(lowered, results, strict=True):
+            done[s.name] = result
+            if isinstance(result, PlanPoint):
+                self.points[(s.name, b0)] = result
+        return done
+
+
+# ------------------------------------------------------------ settings --
+
+
+def levers(entry: Recorded, call: KeptCall, choice: BatchChoice) -> Levers:
+    """What can be changed in ``entry``'s function (see :class:`Levers`)."""
+    advised = next((v for v in entry.variants if v.name == "advised"), None)
+    donation, no_donation = None, None
+    if advised is None or advised.facts is None:
+        no_donation = "memscope has no donation advice for this function"
+    elif advised.same_as_written:
+        no_donation = "the program already donates what memscope advises"
+    else:
+        donation = (advised.setting, advised.facts.program.donated)
+    if call.fun is None or call.options is None:
+        return Levers(donation, no_donation, (), (), "memscope cannot trace this function "
+                      "again: it was not jitted while memscope captured the program")
+    args, kwargs = resized(call, choice, choice.size)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found, traced = remat.find(call.fun, call.options, (args, kwargs))
+    except Exception as e:
+        return Levers(donation, no_donation, (), (),
+                      f"tracing the function again failed: {type(e).__name__}: {e}")
+    if not found:
+        return Levers(donation, no_donation, (), (), "the function differentiates nothing "
+                      "(no jax.grad, value_and_grad or vjp): no checkpoint policy applies")
+    names = _compat.checkpoint_names(traced.jaxpr)
+    return Levers(donation, no_donation, tuple(remat.differentiation(f) for f in found),
+                  names, None)
+
+
+def _policy_code(lv: Levers, policy: str, names: Sequence[str] = ()) -> str:
+    return "; ".join(sorted({remat.code(d, policy, names) for d in lv.differentiations}))
+
+
+def settings(lv: Levers) -> tuple[list[Setting], list[PlanRow]]:
+    """The settings to search, and a row for each that cannot be (saying why)."""
+    todo = [Setting("as written", "written")]
+    rows: list[PlanRow] = []
+    if lv.donation is not None:
+        todo.append(Setting("advised donation", "donation", lv.donation[0],
+                            donated=lv.donation[1]))
+    else:
+        rows.append(PlanRow("advised donation", "donation", None, None, note=lv.no_donation))
+    policies: list[tuple[str, SettingKind, tuple[str, ...]]] = [
+        *((p, "policy", ()) for p in remat.POLICIES),
+        *((p, "names", lv.names) for p in remat.NAMED_POLICIES),
+        *((p, "offload", lv.names if "names" in p else ()) for p in remat.OFFLOAD_POLICIES)]
+    for policy, kind, names in policies:
+        if lv.no_policy is not None:
+            rows.append(PlanRow(policy, kind, None, None, note=lv.no_policy))
+        elif "names" in policy and not names:
+            rows.append(PlanRow(policy, kind, None, None, note=(
+                "the function names no values with jax.ad_checkpoint.checkpoint_name: "
+                "there is nothing for this policy to name")))
+        else:
+            todo.append(Setting(policy, kind, _policy_code(lv, policy, names), policy, names))
+    return todo, rows
+
+
+def combined(best: Setting, lv: Levers) -> Setting:
+    """``best`` (a policy) with the advised donation as well."""
+    assert lv.donation is not None and best.policy is not None
+    return Setting(f"{best.name} + advised donation", "combined",
+                   f"{best.code}; jax.jit(..., {lv.donation[0]})", best.policy, best.names,
+                   lv.donation[1])
+
+
+# -------------------------------------------------------------- the plan --
+
+
+def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
+         accelerator: Any = None, cache: CompileCache | None = None,
+         memory: int | None = None, held: int | None = None) -> FitPlan:
+    """Each setting's largest batch under ``budget``, best first (see the
+    module's doc); for ``accelerator`` (a :class:`memscope.compiled.targets.Target`)
+    when given.
+
+    Raises:
+        MemscopeError: the program as written does not trace or compile at a size
+            tried (:func:`memscope.variants.fit.not_compiled_line` says which).
+    """
+    call = entry.call
+    assert call is not None
+    start = time.perf_counter()
+    compiler = _Compiler(call, choice, accelerator, cache)
+    target_before = accelerator.compiles if accelerator is not None else 0
+    lv = levers(entry, call, choice)
+    todo, rows = settings(lv)
+    first = compiler.first_round(todo)
+    written = first.get("as written")
+    if isinstance(written, NotCompiled):
+        raise MemscopeError(not_compiled_line(entry, choice, written))
+    for s in list(todo):
+        p = first[s.name]
+        if isinstance(p, NotCompiled):
+            rows.append(_failed(s, p))
+            todo.remove(s)
+        elif s.kind == "offload" and not p.host_bytes:
+            rows.append(_moves_nothing(s, p, accelerator))
+            todo.remove(s)
+    searched: dict[str, PlanRow] = {}
+    best: int | None = None
+    # The program as written is the baseline every row is read against: its
+    # batch is searched in full; the others from the lowest peak at the captured size.
+    for s in sorted(todo, key=lambda s: (s.kind != "written",
+                                         *_order(first[s.name], todo.index(s)))):
+        row = _search_one(compiler, s, budget, best if s.kind != "written" else None)
+        searched[s.name] = row
+        if row.largest is not None and (best is None or row.largest > best):
+            best = row.largest
+    both = _combined_setting(todo, searched, lv)
+    if both is not None:
+        searched[both.name] = _search_one(compiler, both, budget, best)
+    else:
+        rows.append(PlanRow("best policy + advised donation", "combined", None, None,
+                            note=(lv.no_donation or lv.no_policy
+                                  or "no checkpoint policy was searched to combine")))
+    ordered = rank([*searched.values(), *rows], written if isinstance(written, PlanPoint)
+                   else None)
+    top = ordered[0] if ordered and ordered[0].largest is not None else None
+    compiles = compiler.compiles + (accelerator.compiles - target_before
+                                    if accelerator is not None else 0)
+    return FitPlan(
+        function=entry.name, source=entry.source, argument=choice.label, axis=choice.axis,
+        batch=choice.size, step=choice.step, budget_bytes=budget, rows=tuple(ordered),
+        winner=top.setting if top else None,
+        winner_code=(top.code or "the program as written") if top else None,
+        compiles=compiles, seconds=time.perf_counter() - start, cached=compiler.cached,
+        target=getattr(accelerator, "name", None),
+        flops_rule=getattr(accelerator, "flops_rule", None), choice_note=choice.note,
+        memory_bytes=memory, held_bytes=held)
+
+
+def _order(p: PlanPoint | NotCompiled, index: int) -> tuple[float, float, int]:
+    """Searched first: the lowest peak at the captured size (the likeliest to
+    fit the most), then the fewest FLOPs, then the settings' own order."""
+    assert isinstance(p, PlanPoint)
+    return (p.peak_bytes if p.peak_bytes is not None else float("inf"),
+            p.flops if p.flops is not None else float("inf"), index)
+
+
+def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int | None
+                ) -> PlanRow:
+    """``setting``'s row: ``fit``'s search with its compiles, told the best so far."""
+    def peak(call: KeptCall, choice: BatchChoice, batch: int, donated: Any) -> int | None:
+        return compiler.point(s, batch).peak_bytes
+
+    b0, step = compiler.choice.size, compiler.choice.step
+    known = compiler.points.get((s.name, b0))
+    try:
+        found = search(compiler.call, compiler.choice, budget,
+                       known=known.peak_bytes if known else None, beat=best,
+                       compile_peak=peak)
+    except NotCompiled as e:
+        return _failed(s, e)
+    points = tuple(sorted((p for (name, _), p in compiler.points.items() if name == s.name),
+                          key=lambda p: p.batch))
+    at = {p.batch: p for p in points}
+    fit, over = (at.get(found.largest), at.get(found.largest + step)) if found.largest else (
+        None, None)
+    flops = fit.flops / found.largest if fit and fit.flops is not None and found.largest else None
+    note = found.note
+    if found.below is not None:
+        stopped = at.get(found.below)
+        peak_text, limit = format_bytes_apart([stopped.peak_bytes if stopped else None,
+                                               budget])
+        note = (f"stopped: at batch {found.below}, which another setting fits, the peak is "
+                f"{peak_text}, over the budget ({limit}); this setting fits fewer")
+    return PlanRow(s.name, s.kind, s.code, found.largest,
+                   peak_bytes=fit.peak_bytes if fit else None,
+                   over_bytes=over.peak_bytes if over else None,
+                   host_bytes=fit.host_bytes if fit else None, flops_per_example=flops,
+                   below=found.below, note=note, compiles=len(points), points=points)
+
+
+def _moves_nothing(s: Setting, p: PlanPoint, accelerator: Any) -> PlanRow:
+    """The row of an offloading policy whose compiled step holds no host memory."""
+    platform = (accelerator.platform if accelerator is not None else jax.default_backend())
+    why = " (XLA:CPU compiles no host offload)" if platform == "cpu" else ""
+    return PlanRow(s.name, s.kind, s.code, None, note=(
+        f"the step compiled at batch {p.batch} holds no host memory: the policy moves "
+        f"nothing to the host on XLA:{platform.upper()}{why}, so it is not searched"),
+        compiles=1, points=(p,))
+
+
+def _failed(s: Setting, e: NotCompiled) -> PlanRow:
+    first = (str(e.error).strip().splitlines() or ["n/a"])[0]
+    return PlanRow(s.name, s.kind, s.code, None, note=(
+        f"does not {e.stage} at batch {e.batch}: {type(e.error).__name__}: {first}"))
+
+
+def _combined_setting(todo: Sequence[Setting], searched: dict[str, PlanRow], lv: Levers
+                      ) -> Setting | None:
+    """The policy that fits the largest batch (else, of those stopped, the lowest
+    peak at the captured size) with the advised donation; ``None`` without both."""
+    if lv.donation is None:
+        return None
+    candidates = [s for s in todo if s.policy is not None and s.name in searched]
+    if not candidates:
+        return None
+
+    def score(s: Setting) -> tuple[int, float]:
+        row = searched[s.name]
+        low = row.points[0].peak_bytes if row.points else None
+        return (row.largest or 0, -(low if low is not None else float("inf")))
+
+    return combined(max(candidates, key=score), lv)
+
+
+def rank(rows: Sequence[PlanRow], written: PlanPoint | None) -> list[PlanRow]:
+    """The rows best first: those with a batch by the largest, then the fewest
+    FLOPs per example, then the smaller change (the settings' order); then those
+    stopped early (by the size they could not fit); then those that say why.
+    Each row gets its FLOPs at the captured size against ``written``'s there."""
+    order = {kind: i for i, kind in enumerate(("written", "donation", "policy", "names",
+                                               "offload", "combined"))}
+    b0 = written.batch if written is not None else None
+
+    def ratio(row: PlanRow) -> float | None:
+        at = next((p for p in row.points if p.batch == b0), None)
+        if at is None or written is None or at.flops is None or not written.flops:
+            return None
+        return float(Fraction(at.flops) / Fraction(written.flops))
+
+    def key(row: PlanRow) -> tuple[int, float, float, int]:
+        if row.largest is not None:
+            flops = row.flops_per_example
+            return (0, -row.largest, flops if flops is not None else float("inf"),
+                    order[row.kind])
+        if row.below is not None:
+            return (1, -row.below, 0.0, order[row.kind])
+        return (2, 0.0, 0.0, order[row.kind])
+
+    return sorted((replace(r, flops_ratio=ratio(r)) for r in rows), key=key)
+

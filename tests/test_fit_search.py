@@ -116,3 +116,26 @@ def test_told_another_settings_batch_it_stops_ties_or_goes_on(name, offset):
         assert calls[:2] == [16, beat] and truth + step in calls
         if offset == 0:  # a tie: the size and the next one up, and no more
             assert calls == [16, beat, beat + 1]
+
+
+@pytest.mark.parametrize("capacity", [150, 400, 8, 20])
+def test_sizes_the_targets_compiler_refuses_do_not_fit(capacity):
+    """XLA:TPU fails the compile of a program larger than the chip (RESOURCE_EXHAUSTED):
+    such a size does not fit whatever the budget says, and has no peak."""
+    from memscope.variants.fit import OverCapacity
+
+    peak, budget = COSTS["linear"], 20_000  # the budget alone allows 513
+
+    def compile_peak(call, choice, batch, donated):
+        if batch > capacity:
+            raise OverCapacity(batch, None, "RESOURCE_EXHAUSTED: Ran out of memory on HBM")
+        return peak(batch)
+
+    answer = search(None, _choice(16), budget, compile_peak=compile_peak)
+    assert answer.largest == min(capacity, 513)
+    refused = dict(answer.refused)
+    assert answer.largest + 1 in refused or capacity >= 513
+    assert all(b > capacity for b in refused) and all(
+        p is None for b, p in answer.rows if b in refused)
+    if capacity < 16:  # the captured size itself is refused: halved down to it
+        assert "does not compile for the target" in answer.note

@@ -134,3 +134,14 @@ def test_sizes_print_as_xla_prints_them():
     sizes = (0, 512, 1023, 1024, 1536, 6 << 20, 138227127840, 1 << 40)
     assert [human_bytes(n) for n in sizes] == [
         "0B", "512B", "1023B", "1.0KiB", "1.5KiB", "6.00MiB", "128.73GiB", "1.00TiB"]
+
+
+def test_tpu_compile_text_for_temporaries_gives_the_least_needed_and_the_capacity():
+    # XLA:TPU (libtpu with JAX 0.10.2) compiling the bundled transformer at batch 800
+    # for tpu:v5e:1x1, as memscope fit --plan met it
+    text = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+            "temporaries (18.19G) exceeds available HBM (15.75G).")
+    found = parse(text)
+    assert found is not None and found.headline == text
+    assert (found.used_bytes, found.capacity_bytes, found.memory_space) == (
+        round(18.19 * 2**30), round(15.75 * 2**30), "hbm")

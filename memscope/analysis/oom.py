@@ -34,6 +34,11 @@ _REQUESTED = (
 _ROUNDED = re.compile(r"Out of memory while trying to allocate ([\d.]+[KMGTPE]iB|\d+B)\b")
 #: XLA:TPU's compiler: "Used 21.95G of 15.48G hbm. Exceeded hbm capacity by 6.47G."
 _TPU = re.compile(r"Used ([\d.]+[KMGTP]?i?B?) of ([\d.]+[KMGTP]?i?B?) (\w+)")
+#: XLA:TPU's compiler, for a program whose temporaries alone exceed the chip:
+#: "the total memory required for HLO temporaries (18.19G) exceeds available HBM
+#: (15.75G)" -- what it needs is at least the temporaries.
+_TPU_TEMPORARIES = re.compile(r"memory required for [\w ]+? \(([\d.]+[KMGTP]?i?B?)\) exceeds "
+                              r"available (\w+) \(([\d.]+[KMGTP]?i?B?)\)")
 #: One buffer of XLA's "Peak buffers" / "Largest program allocations" list.
 _BUFFER = re.compile(r"Size: ([\d.]+\s*[KMGTP]?i?B?)\s*\n(?P<body>.*?)(?====|\n\s*\n|\Z)",
                      re.S)
@@ -97,6 +102,9 @@ def parse(text: str) -> OutOfMemoryText | None:
     tpu = _TPU.search(text)
     if tpu is not None:
         used, capacity, space = size_bytes(tpu.group(1)), size_bytes(tpu.group(2)), tpu.group(3)
+    elif (temps := _TPU_TEMPORARIES.search(text)) is not None:
+        used, capacity = size_bytes(temps.group(1)), size_bytes(temps.group(3))
+        space = temps.group(2).lower()
     headline = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return OutOfMemoryText(headline=headline, requested_bytes=requested,
                            requested_text=rounded, used_bytes=used,

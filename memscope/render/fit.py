@@ -30,6 +30,8 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
         # Enough digits that the two sides of the boundary and the budget read apart.
         below, above, limit = format_bytes_apart(
             [peaks.get(f.largest), peaks.get(f.largest + f.step), f.budget_bytes])
+        if any(r.batch == f.largest + f.step and r.refused for r in f.rows):
+            above = "too large for the target's compiler"
         lines.append(f"Largest batch that fits {budget}: {f.largest} (compiled: "
                      f"{f.largest} -> {below}, {f.largest + f.step} -> {above}; "
                      f"budget {limit})")
@@ -55,10 +57,15 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
                                 *(r.advised_peak_bytes for r in f.rows)])[1:]
     peak_texts, advised_texts = texts[:len(f.rows)], texts[len(f.rows):]
     for r, peak, advised_peak in zip(f.rows, peak_texts, advised_texts, strict=True):
+        if r.refused:
+            peak = "too large"
+        if r.advised_refused:
+            advised_peak = "too large"
         lines.append(f"{r.batch:>10}  {peak:>12}  "
-                     f"{_fits(r.peak_bytes, f.budget_bytes):>4}"
+                     f"{'no' if r.refused else _fits(r.peak_bytes, f.budget_bytes):>4}"
                      + (f"  {advised_peak:>12}  "
-                        f"{_fits(r.advised_peak_bytes, f.budget_bytes):>4}" if advised else ""))
+                        f"{'no' if r.advised_refused else _fits(r.advised_peak_bytes, f.budget_bytes):>4}"
+                        if advised else ""))
     lines += ["", f"{f.compiles} compiles in {f.seconds:.1f} s; nothing ran on the device. "
               "peak: memscope's rule (XLA's peak where it gives one, at least argument + "
               "output - alias + temp)"]

@@ -194,6 +194,10 @@ class FitRow:
     peak_bytes: int | None
     #: the advised donation's peak at that size; ``None`` without advice
     advised_peak_bytes: int | None = None
+    #: the target's compiler refused the size as too large for the device (as
+    #: written, with the advised donation): it does not fit, and has no peak
+    refused: bool = False
+    advised_refused: bool = False
 
 
 @dataclass(frozen=True)

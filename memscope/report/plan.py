@@ -31,6 +31,9 @@ class PlanPoint:
     #: host memory the program holds (where an offloading policy puts residuals)
     host_bytes: int | None = None
     flops: float | None = None
+    #: the target's compiler refused the size as too large for the device (its
+    #: words); the size does not fit, and has no figures
+    refused: str | None = None
 
 
 @dataclass(frozen=True)

@@ -95,8 +95,35 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
             return accelerator.memory(traced, lowered, accelerator.compile(lowered)).peak_bytes
         compiled = _compat.compile_to_read(lowered, sizes=True)
     except Exception as e:
-        raise NotCompiled(batch, "compile", e) from e
+        raise over_capacity(batch, e) or NotCompiled(batch, "compile", e) from e
     return compiled_memory(traced, lowered, compiled).peak_bytes
+
+
+class OverCapacity(Exception):
+    """The target's compiler refused ``batch``: the program needs more memory
+    than the device has (XLA:TPU fails such a compile with RESOURCE_EXHAUSTED).
+    ``needs`` is the least it says the program needs (``None``: it does not
+    say); ``headline`` its first line. The size does not fit, whatever the budget."""
+
+    def __init__(self, batch: int, needs: int | None, headline: str) -> None:
+        super().__init__(f"batch {batch}: {headline}")
+        self.batch, self.needs, self.headline = batch, needs, headline
+
+
+def over_capacity(batch: int, error: Exception) -> OverCapacity | None:
+    """``error`` (a compile's) as :class:`OverCapacity` where it says memory ran
+    out, else ``None``."""
+    from memscope.analysis import oom
+
+    found = oom.parse(str(error))
+    if found is None:
+        return None
+    return OverCapacity(batch, found.used_bytes, first_line(found.headline))
+
+
+def first_line(text: str, limit: int = 240) -> str:
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 class NotCompiled(Exception):
@@ -162,18 +189,26 @@ class _Search:
                  budget: int | None, compile_peak: Callable[..., int | None]) -> None:
         self.call, self.choice, self.donated, self.budget = call, choice, donated, budget
         self.peaks: dict[int, int | None] = {}
+        #: sizes the target's compiler refused as too large, with its words; their
+        #: ``peaks`` are a stand-in above the budget, for the search's lines only
+        self.refused: dict[int, str] = {}
         self.compiles = 0
         self._compile = compile_peak
 
     def peak(self, batch: int) -> int | None:
         if batch not in self.peaks:
             self.compiles += 1
-            self.peaks[batch] = self._compile(self.call, self.choice, batch, self.donated)
+            try:
+                self.peaks[batch] = self._compile(self.call, self.choice, batch, self.donated)
+            except OverCapacity as e:
+                self.refused[batch] = e.headline
+                self.peaks[batch] = max(e.needs or 0, (self.budget or 0) + 1)
         return self.peaks[batch]
 
     def fits(self, batch: int) -> bool:
         p = self.peak(batch)
-        return p is not None and self.budget is not None and p <= self.budget
+        return (p is not None and self.budget is not None and p <= self.budget
+                and batch not in self.refused)
 
     def bounds(self) -> tuple[int, int | None]:
         """The largest size compiled that fits (0: none) and the smallest that
@@ -196,6 +231,9 @@ class Answer:
     note: str | None
     #: the search stopped at ``beat``: this size was compiled and does not fit
     below: int | None = None
+    #: sizes the target's compiler refused as too large (by batch: its words);
+    #: their ``rows`` peaks are ``None``
+    refused: tuple[tuple[int, str], ...] = ()
 
 
 def search(call: KeptCall, choice: BatchChoice, budget: int | None, *,
@@ -218,6 +256,11 @@ def search(call: KeptCall, choice: BatchChoice, budget: int | None, *,
     p1 = s.peak(b0)
     if p1 is None:
         return _answer(s, None, None, None, "memory_analysis() gave no figures")
+    if b0 in s.refused:  # no line to draw: halve down from the captured size
+        lo, hi = _bisect(s, 0, b0, step)
+        largest = lo if lo and hi == lo + step else None
+        return _answer(s, None, None, largest, f"batch {b0} does not compile for the "
+                       f"target: {s.refused[b0]}")
     if beat is not None and budget is not None:
         if not s.fits(beat):
             return _answer(s, None, None, None, f"does not fit at batch {beat}, which "
@@ -294,6 +337,8 @@ def _interpolate(s: _Search, b0: int, p0: int, per: Fraction, step: int
         lo, hi = s.bounds()
         if hi is not None and hi == lo + step:
             break
+        if hi is not None and hi in s.refused:  # no figure above: no line, halve
+            return _bisect(s, lo, hi, step)
         known = sorted((b, p) for b, p in s.peaks.items() if p is not None)
         below = [(b, p) for b, p in known if b <= lo]
         above = [(b, p) for b, p in known if hi is not None and b >= hi]
@@ -346,7 +391,7 @@ def _bisect(s: _Search, lo: int, hi: int | None, step: int,
 
 def _answer(s: _Search, fixed: Fraction | None, per: Fraction | None, largest: int | None,
             note: str | None, below: int | None = None) -> Answer:
-    rows = tuple(sorted(s.peaks.items()))
+    rows = tuple(sorted((b, None if b in s.refused else p) for b, p in s.peaks.items()))
     off = [(b, p) for b, p in rows if p is not None and fixed is not None and per is not None
            and p != fixed + per * b]
     if off and note is None:
@@ -357,7 +402,8 @@ def _answer(s: _Search, fixed: Fraction | None, per: Fraction | None, largest: i
                 "compiling")
     return Answer(rows=rows, fixed=None if fixed is None else round(fixed),
                   per_example=None if per is None else round(per), linear=not off,
-                  largest=largest, compiles=s.compiles, note=note, below=below)
+                  largest=largest, compiles=s.compiles, note=note, below=below,
+                  refused=tuple(sorted(s.refused.items())))
 
 
 def _local_slope(a: Answer) -> Fraction | None:
@@ -398,9 +444,16 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     except NotCompiled as failed:
         raise MemscopeError(not_compiled_line(entry, choice, failed)) from None
     by_batch = dict(fix.rows) if fix is not None else {}
-    rows = tuple(FitRow(b, p, by_batch.get(b)) for b, p in written.rows)
-    rows += tuple(FitRow(b, None, p) for b, p in (fix.rows if fix else ())
-                  if b not in dict(written.rows))
+    too_large = dict(written.refused)
+    advised_too_large = dict(fix.refused) if fix is not None else {}
+    rows = tuple(FitRow(b, p, by_batch.get(b), refused=b in too_large,
+                        advised_refused=b in advised_too_large) for b, p in written.rows)
+    rows += tuple(FitRow(b, None, p, advised_refused=b in advised_too_large)
+                  for b, p in (fix.rows if fix else ()) if b not in dict(written.rows))
+    note = written.note
+    if (too_large or advised_too_large) and note is None:
+        b, words = sorted({**advised_too_large, **too_large}.items())[0]
+        note = f"the target's compiler refused batch {b} and more as too large: {words}"
     return Forecast(
         function=entry.name, source=entry.source, argument=choice.label, axis=choice.axis,
         batch=choice.size, step=choice.step, budget_bytes=budget,
@@ -409,7 +462,7 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
         largest=written.largest, advised_largest=fix.largest if fix else None,
         advised_setting=advised.setting if advised is not None else None,
         compiles=written.compiles + (fix.compiles if fix else 0),
-        seconds=time.perf_counter() - start, note=written.note, inferred=choice.inferred,
+        seconds=time.perf_counter() - start, note=note, inferred=choice.inferred,
         choice_note=choice.note, memory_bytes=memory, held_bytes=held)
 
 

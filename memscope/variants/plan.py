@@ -40,7 +40,14 @@ from memscope.variants import remat
 from memscope.variants.batch import BatchChoice, KeptCall, Recorded
 from memscope.variants.cache import CompileCache, Kept
 from memscope.variants.compile import lower_variant
-from memscope.variants.fit import NotCompiled, not_compiled_line, resized, search
+from memscope.variants.fit import (
+    NotCompiled,
+    OverCapacity,
+    not_compiled_line,
+    over_capacity,
+    resized,
+    search,
+)
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,8 @@ class _Compiler:
             raise NotCompiled(batch, "trace", e) from e
 
     def compile(self, traced: Any, lowered: Any, batch: int) -> PlanPoint:
-        """One compile (or a cached one) of ``lowered``, read."""
+        """One compile (or a cached one) of ``lowered``, read; a size the target's
+        compiler refuses as too large is a point with no figures (``refused``)."""
         try:
             if self.accelerator is not None:
                 built = self.accelerator.compile(lowered)
@@ -117,7 +125,10 @@ class _Compiler:
             else:
                 memory, flops = self._compile_here(traced, lowered)
         except Exception as e:
-            raise NotCompiled(batch, "compile", e) from e
+            refused = over_capacity(batch, e)
+            if refused is None:
+                raise NotCompiled(batch, "compile", e) from e
+            return PlanPoint(batch, None, refused=refused.headline)
         return PlanPoint(batch, memory.peak_bytes, memory.host.peak_bytes, flops)
 
     def _compile_here(self, traced: Any, lowered: Any) -> tuple[Any, float | None]:
@@ -148,6 +159,13 @@ class _Compiler:
             found = self.compile(traced, lowered, batch)
             self.points[(setting.name, batch)] = found
         return found
+
+    def peak(self, setting: Setting, batch: int) -> int | None:
+        """The peak at ``batch`` for fit's search (see :class:`OverCapacity`)."""
+        found = self.point(setting, batch)
+        if found.refused is not None:
+            raise OverCapacity(batch, None, found.refused)
+        return found.peak_bytes
 
     def first_round(self, settings: Sequence[Setting]) -> dict[str, PlanPoint | NotCompiled]:
         """Every setting at the captured size, compiled side by side (XLA compiles
@@ -278,7 +296,7 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
         if isinstance(p, NotCompiled):
             rows.append(_failed(s, p))
             todo.remove(s)
-        elif s.kind == "offload" and not p.host_bytes:
+        elif s.kind == "offload" and p.refused is None and p.host_bytes == 0:
             rows.append(_moves_nothing(s, p, accelerator))
             todo.remove(s)
     searched: dict[str, PlanRow] = {}
@@ -326,14 +344,11 @@ def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int |
                 ) -> PlanRow:
     """``setting``'s row: ``fit``'s search with its compiles, told the best so far."""
     def peak(call: KeptCall, choice: BatchChoice, batch: int, donated: Any) -> int | None:
-        return compiler.point(s, batch).peak_bytes
+        return compiler.peak(s, batch)
 
-    b0, step = compiler.choice.size, compiler.choice.step
-    known = compiler.points.get((s.name, b0))
+    step = compiler.choice.step
     try:
-        found = search(compiler.call, compiler.choice, budget,
-                       known=known.peak_bytes if known else None, beat=best,
-                       compile_peak=peak)
+        found = search(compiler.call, compiler.choice, budget, beat=best, compile_peak=peak)
     except NotCompiled as e:
         return _failed(s, e)
     points = tuple(sorted((p for (name, _), p in compiler.points.items() if name == s.name),
@@ -343,6 +358,8 @@ def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int |
         None, None)
     flops = fit.flops / found.largest if fit and fit.flops is not None and found.largest else None
     note = found.note
+    if over is not None and over.refused is not None and note is None:
+        note = (f"batch {over.batch} does not compile for the target: {over.refused}")
     if found.below is not None:
         stopped = at.get(found.below)
         peak_text, limit = format_bytes_apart([stopped.peak_bytes if stopped else None,

@@ -27,6 +27,7 @@ FULL = {
     "bench_reports.py": ["--sizes", "405,1000,5000,20000"],
     "bench_remat.py": ["--layers", "8", "--repeat", "3"],
     "bench_short.py": ["--repeat", "3"],
+    "bench_plan.py": ["--memory", "200MiB", "--verify"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],
@@ -40,6 +41,8 @@ QUICK = {
     "bench_reports.py": ["--sizes", "50", "--repeat", "1"],
     "bench_remat.py": ["--layers", "1", "--width", "32", "--repeat", "1"],
     "bench_short.py": ["--only", "eqx_mlp.py", "--repeat", "1"],
+    "bench_plan.py": ["--layers", "1", "--width", "32", "--seq", "16", "--memory", "2MiB",
+                      "--verify"],
 }
 
 

@@ -303,6 +303,12 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     from memscope.variants.fit import choose_batch, choose_function, forecast
 
     entry = choose_function(session.entries, function)
+    if entry.facts is None and entry.error is not None:
+        # Without its compiled program the batch axis cannot be told from state,
+        # and for a target every size would fail the same way.
+        first = (entry.error.strip().splitlines() or ["n/a"])[0]
+        raise MemscopeError(f"{entry.name}: memscope could not read its compiled program, "
+                            f"which fit starts from: {first[:300]}")
     choice = choose_batch(entry, batch)
     in_use = held.get("in_use")
     if memory is not None:
@@ -323,6 +329,10 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     budget = limit - (outside or 0)
     outcome = "stopped" if session.stopped else result.outcome
     code = 0 if session.stopped else result.exit_code
+
+    def compile_note() -> str | None:
+        return accelerator.compile_note if accelerator is not None else None
+
     if plan:
         from memscope.variants.cache import CompileCache
         from memscope.variants.plan import plan as plan_settings
@@ -330,10 +340,12 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
         planned = plan_settings(entry, choice, budget, accelerator=accelerator,
                                 cache=CompileCache.from_environment(), memory=limit,
                                 held=outside)
-        return FitRun(None, outcome, code, dataclasses.replace(planned, held_note=held_note))
+        return FitRun(None, outcome, code, dataclasses.replace(
+            planned, held_note=held_note, compile_note=compile_note()))
     found = forecast(entry, choice, budget, memory=limit, held=outside,
                      accelerator=accelerator)
-    return FitRun(dataclasses.replace(found, held_note=held_note), outcome, code)
+    return FitRun(dataclasses.replace(found, held_note=held_note,
+                                      compile_note=compile_note()), outcome, code)
 
 
 def _resident_at(session: Any, entry: Any) -> int | None:

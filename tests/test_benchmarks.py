@@ -134,3 +134,12 @@ def test_live_sampling_benchmark_prints_both_runs_and_the_samples():
 def test_short_programs_benchmark_prints_the_ratio_table():
     out = _bench("bench_short.py", "--only", "eqx_mlp.py", "--repeat", "1")
     assert "| `eqx_mlp.py` |" in out and "| program | python s | memscope run s | ratio" in out
+
+
+def test_plan_benchmark_prints_its_ratio_to_fit_and_verifies_each_row():
+    out = _bench("bench_plan.py", "--layers", "1", "--width", "32", "--seq", "16",
+                 "--memory", "2MiB", "--verify")
+    rows = {line[:20].strip(): line.split()[-4:] for line in out.splitlines()[2:5]}
+    assert set(rows) == {"fit", "fit --plan", "fit --plan, again"}, out
+    assert rows["fit"][-1] == "1.00" and rows["fit --plan, again"][1] == "0", out
+    assert re.search(r"^verified [1-9]\d* rows by JAX's own compiles: each holds$", out, re.M)

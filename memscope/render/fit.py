@@ -48,6 +48,8 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
                  + (" (linear at every size compiled)" if f.linear else ""))
     if f.note and f.largest is not None:
         lines.append(f"note: {visible(f.note)}")
+    if f.compile_note:
+        lines.append(f"note: {visible(f.compile_note)}")
     advised = f.advised_setting is not None
     header = (f"{'batch':>10}  {'peak':>12}  fits"
               + (f"  {'advised':>12}  fits" if advised else ""))

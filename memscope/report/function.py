@@ -236,6 +236,8 @@ class Forecast:
     held_bytes: int | None = None
     #: how ``held_bytes`` was found
     held_note: str | None = None
+    #: how some of the target's compiles were made otherwise than the rest
+    compile_note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -102,3 +102,5 @@ class FitPlan:
     memory_bytes: int | None = None
     held_bytes: int | None = None
     held_note: str | None = None
+    #: how some of the target's compiles were made otherwise than the rest
+    compile_note: str | None = None

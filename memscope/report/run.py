@@ -69,6 +69,8 @@ class TargetInfo:
     budget_source: str | None = None
     #: where the device's facts the compiler read come from (a GPU's description)
     description_source: str | None = None
+    #: how some of the target's compiles were made otherwise than the rest
+    compile_note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -399,7 +399,8 @@ def target_line(target: TargetInfo) -> str:
         return (f"compiled for {target.name} ({target.devices} x {target.chip}{memory}"
                 f"{budget}): the functions' figures are XLA:GPU's for it, per device, "
                 "compiled without a GPU (no autotuning); nothing ran on it; the device "
-                f"description is {target.description_source}")
+                f"description is {target.description_source}"
+                + (f"; {target.compile_note}" if target.compile_note else ""))
     hbm = (f", {format_bytes(target.hbm_bytes)} HBM per device (published figure)"
            if target.hbm_bytes else "")
     return (f"compiled for {target.name} ({target.chip}, {target.chips} chips, "

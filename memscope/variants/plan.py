@@ -291,24 +291,9 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     written = first.get("as written")
     if isinstance(written, NotCompiled):
         raise MemscopeError(not_compiled_line(entry, choice, written))
-    for s in list(todo):
-        p = first[s.name]
-        if isinstance(p, NotCompiled):
-            rows.append(_failed(s, p))
-            todo.remove(s)
-        elif s.kind == "offload" and p.refused is None and p.host_bytes == 0:
-            rows.append(_moves_nothing(s, p, accelerator))
-            todo.remove(s)
-    searched: dict[str, PlanRow] = {}
-    best: int | None = None
-    # The program as written is the baseline every row is read against: its
-    # batch is searched in full; the others from the lowest peak at the captured size.
-    for s in sorted(todo, key=lambda s: (s.kind != "written",
-                                         *_order(first[s.name], todo.index(s)))):
-        row = _search_one(compiler, s, budget, best if s.kind != "written" else None)
-        searched[s.name] = row
-        if row.largest is not None and (best is None or row.largest > best):
-            best = row.largest
+    todo = _searchable(todo, first, rows, accelerator)
+    searched = _search_all(compiler, todo, first, budget)
+    best = max((r.largest for r in searched.values() if r.largest is not None), default=None)
     both = _combined_setting(todo, searched, lv)
     if both is not None:
         searched[both.name] = _search_one(compiler, both, budget, best)
@@ -330,6 +315,39 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
         target=getattr(accelerator, "name", None),
         flops_rule=getattr(accelerator, "flops_rule", None), choice_note=choice.note,
         memory_bytes=memory, held_bytes=held)
+
+
+def _searchable(todo: list[Setting], first: dict[str, PlanPoint | NotCompiled],
+                rows: list[PlanRow], accelerator: Any) -> list[Setting]:
+    """The settings left to search after the first round; a row in ``rows`` for
+    each of the others: it does not compile, or it offloads and moves nothing."""
+    left = []
+    for s in todo:
+        p = first[s.name]
+        if isinstance(p, NotCompiled):
+            rows.append(_failed(s, p))
+        elif s.kind == "offload" and p.refused is None and p.host_bytes == 0:
+            rows.append(_moves_nothing(s, p, accelerator))
+        else:
+            left.append(s)
+    return left
+
+
+def _search_all(compiler: _Compiler, todo: list[Setting],
+                first: dict[str, PlanPoint | NotCompiled], budget: int | None
+                ) -> dict[str, PlanRow]:
+    """Each setting's row. The program as written is the baseline every row is
+    read against: its batch is searched in full; the others go from the lowest
+    peak at the captured size, each told the best batch found so far."""
+    searched: dict[str, PlanRow] = {}
+    best: int | None = None
+    for s in sorted(todo, key=lambda s: (s.kind != "written",
+                                         *_order(first[s.name], todo.index(s)))):
+        row = _search_one(compiler, s, budget, best if s.kind != "written" else None)
+        searched[s.name] = row
+        if row.largest is not None and (best is None or row.largest > best):
+            best = row.largest
+    return searched
 
 
 def _order(p: PlanPoint | NotCompiled, index: int) -> tuple[float, float, int]:
@@ -357,15 +375,20 @@ def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int |
     fit, over = (at.get(found.largest), at.get(found.largest + step)) if found.largest else (
         None, None)
     flops = fit.flops / found.largest if fit and fit.flops is not None and found.largest else None
-    note = found.note
-    if over is not None and over.refused is not None and note is None:
-        note = (f"batch {over.batch} does not compile for the target: {over.refused}")
+    # (fit's own note that the peak is not linear in the batch is left out: each
+    # row's batch was confirmed by compiling all the same)
+    note = None if found.largest is not None else found.note
+    if over is not None and over.refused is not None:
+        note = f"batch {over.batch} does not compile for the target: {over.refused}"
     if found.below is not None:
         stopped = at.get(found.below)
         peak_text, limit = format_bytes_apart([stopped.peak_bytes if stopped else None,
                                                budget])
-        note = (f"stopped: at batch {found.below}, which another setting fits, the peak is "
-                f"{peak_text}, over the budget ({limit}); this setting fits fewer")
+        why = (f"the peak is {peak_text}, over the budget ({limit})"
+               if stopped is None or stopped.refused is None
+               else f"the target's compiler refused it: {stopped.refused}")
+        note = (f"stopped: at batch {found.below}, which another setting fits, {why}; "
+                "this setting fits fewer")
     return PlanRow(s.name, s.kind, s.code, found.largest,
                    peak_bytes=fit.peak_bytes if fit else None,
                    over_bytes=over.peak_bytes if over else None,

@@ -197,13 +197,13 @@ class Accelerator:
             raise TargetMismatch(f"the program runs on device {e.args[0]}; "
                                  f"{self.name} has {len(self.devices)}") from None
 
-    def compile(self, lowered: Any) -> Built:
-        """Compile ``lowered`` (from :meth:`lower`) with the target's XLA, keeping
-        XLA's dump of the optimized module with its buffer assignment: a
-        compile-only ``memory_analysis()`` carries none."""
+    def compile(self, lowered: Any, options: dict[str, Any] | None = None) -> Built:
+        """Compile ``lowered`` (from :meth:`lower`) with the target's XLA (and XLA
+        debug ``options``), keeping XLA's dump of the optimized module with its
+        buffer assignment: a compile-only ``memory_analysis()`` carries none."""
         start = time.perf_counter()
         try:
-            return compile_dumped(lowered)
+            return compile_dumped(lowered, options)
         finally:
             with self._count:
                 self.compiles += 1
@@ -235,6 +235,12 @@ class Accelerator:
 
     #: what :meth:`flops` counts where the target's compile counts none (else None)
     flops_rule: str | None = None
+
+    @property
+    def compile_note(self) -> str | None:
+        """How some of the target's compiles were made otherwise than the rest
+        (``None``: all alike)."""
+        return None
 
     def flops(self, traced: Any, compiled: Any) -> float | None:
         """The FLOPs of ``compiled`` (the target's compile of ``traced``), by XLA's

@@ -9,10 +9,10 @@ whose peak fits the budget is found by ``fit``'s compiling search
 compile's own ``cost_analysis()`` and the host memory an offload holds.
 
 What bounds the cost: every setting is first compiled at the captured size,
-side by side (one compile per core); the searches then go from the setting
-with the lowest peak there, and each later one first compiles the best batch
-found so far: where that does not fit, the setting cannot beat it and its
-search stops (:attr:`memscope.report.PlanRow.below`). On XLA:CPU each compile
+side by side (one compile per core). The program as written, the baseline, is
+searched in full; the others go from the lowest peak at the captured size, each
+first compiling the best batch found so far: where that does not fit, the
+setting cannot beat it and its search stops (:attr:`memscope.report.PlanRow.below`). On XLA:CPU each compile
 goes through memscope's cache (:mod:`memscope.variants.cache`), so a plan
 asked again compiles nothing it compiled before.
 """

@@ -284,3 +284,19 @@ def test_json_markdown_and_html_render_the_same_plan(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("<tr class=") == len(p.rows)
     assert 'class="winner"' in done.stdout and "629" in done.stdout
+
+
+def test_a_step_whose_flops_do_not_grow_with_the_batch_is_said():
+    """MaxText's loss slices its data to the configured batch: resizing the data
+    buys input bytes, not examples (seen with MaxText 0.2.5: 1.00x the FLOPs from
+    batch 2 to 20969). The plan says so; a step that grows with the batch is not named."""
+    from memscope.variants.plan import _compute_note
+
+    def written(*points: tuple[int, float]) -> PlanRow:
+        return PlanRow("as written", "written", None, points[-1][0],
+                       points=tuple(PlanPoint(b, 1, 0, f) for b, f in points))
+
+    note = _compute_note(written((2, 1e6), (4, 1.0e6), (20969, 1.01e6)))
+    assert note is not None and "1.01x from batch 2 to 20969" in note
+    assert _compute_note(written((2, 1e6), (4, 2e6), (20969, 1.05e10))) is None
+    assert _compute_note(written((2, 1e6))) is None

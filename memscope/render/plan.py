@@ -88,8 +88,9 @@ def render_plan_text(p: FitPlan, file: IO[str]) -> None:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                for i, (c, w) in enumerate(zip(row, widths, strict=True))
                                ).rstrip())
-    if p.compile_note:
-        lines += ["", f"note: {visible(p.compile_note)}"]
+    for extra in (p.batch_note, p.compile_note):
+        if extra:
+            lines += ["", f"note: {visible(extra)}"]
     if notes(p):
         lines += ["", "notes:"]
         lines += [f"  {visible(s)}: {visible(n)}" for s, n in notes(p)]
@@ -116,8 +117,9 @@ def render_plan_markdown(p: FitPlan, file: IO[str]) -> None:
     lines += ["| " + " | ".join(markdown_cell(c) for c in row) + " |" for row in table(p)]
     if notes(p):
         lines += [""] + [f"- **{markdown_text(s)}**: {markdown_text(n)}" for s, n in notes(p)]
-    if p.compile_note:
-        lines += ["", f"Note: {markdown_text(p.compile_note)}"]
+    for extra in (p.batch_note, p.compile_note):
+        if extra:
+            lines += ["", f"Note: {markdown_text(extra)}"]
     lines += ["", markdown_text(cost_line(p)), ""]
     file.write("\n".join(lines))
 
@@ -159,7 +161,7 @@ def render_plan_html(p: FitPlan, file: IO[str]) -> None:
         + "".join(f"<th>{_t(c)}</th>" for c in COLUMNS)
         + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
         + (f"<h2>Notes</h2><ul>{why}</ul>" if why else "")
-        + (f"<p>{_t(p.compile_note)}</p>" if p.compile_note else "")
+        + "".join(f"<p>{_t(x)}</p>" for x in (p.batch_note, p.compile_note) if x)
         + f"<p class=\"meta\">{_t(cost_line(p))}</p></body></html>\n")
     file.write(page)
 

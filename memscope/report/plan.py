@@ -104,3 +104,6 @@ class FitPlan:
     held_note: str | None = None
     #: how some of the target's compiles were made otherwise than the rest
     compile_note: str | None = None
+    #: where the step's FLOPs do not grow with the batch resized: the function
+    #: may use only part of it (MaxText slices its data to the configured batch)
+    batch_note: str | None = None

@@ -304,6 +304,7 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     ordered = rank([*searched.values(), *rows], written if isinstance(written, PlanPoint)
                    else None)
     top = ordered[0] if ordered and ordered[0].largest is not None else None
+    batch_note = _compute_note(searched.get("as written"))
     compiles = compiler.compiles + (accelerator.compiles - target_before
                                     if accelerator is not None else 0)
     return FitPlan(
@@ -314,7 +315,7 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
         compiles=compiles, seconds=time.perf_counter() - start, cached=compiler.cached,
         target=getattr(accelerator, "name", None),
         flops_rule=getattr(accelerator, "flops_rule", None), choice_note=choice.note,
-        memory_bytes=memory, held_bytes=held)
+        memory_bytes=memory, held_bytes=held, batch_note=batch_note)
 
 
 def _searchable(todo: list[Setting], first: dict[str, PlanPoint | NotCompiled],
@@ -348,6 +349,25 @@ def _search_all(compiler: _Compiler, todo: list[Setting],
         if row.largest is not None and (best is None or row.largest > best):
             best = row.largest
     return searched
+
+
+def _compute_note(written: PlanRow | None) -> str | None:
+    """Where the step's FLOPs grow by less than half as much as the batch from
+    the smallest size compiled to the largest: the batch resized is not all the
+    step computes on (MaxText's loss slices its data to the configured batch),
+    so a larger batch there buys input bytes, not examples."""
+    known = sorted((p.batch, p.flops) for p in (written.points if written else ())
+                   if p.flops and p.refused is None)
+    if len(known) < 2:
+        return None
+    (b0, f0), (b1, f1) = known[0], known[-1]
+    if b1 <= 2 * b0 or f1 / f0 >= 0.5 * b1 / b0:
+        return None
+    return (f"the step's FLOPs grow {f1 / f0:.2f}x from batch {b0} to {b1} ({b1 / b0:.0f}x "
+            "the examples): it computes on only part of what was resized (a step that "
+            "slices its input to a configured batch, as MaxText's does); the batches "
+            "here count input bytes, not examples: give the axis it computes on with "
+            "--batch, or size the batch in the program's own configuration")
 
 
 def _order(p: PlanPoint | NotCompiled, index: int) -> tuple[float, float, int]:

@@ -304,11 +304,19 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
 
     entry = choose_function(session.entries, function)
     if entry.facts is None and entry.error is not None:
-        # Without its compiled program the batch axis cannot be told from state,
-        # and for a target every size would fail the same way.
+        # Without its compiled program the batch axis cannot be told from state;
+        # a target that refused the captured size as too large is searched below
+        # it, on the axis given.
+        from memscope.variants.fit import over_capacity
+
         first = (entry.error.strip().splitlines() or ["n/a"])[0]
-        raise MemscopeError(f"{entry.name}: memscope could not read its compiled program, "
-                            f"which fit starts from: {first[:300]}")
+        too_large = over_capacity(0, RuntimeError(entry.error)) is not None
+        if not (too_large and batch):
+            raise MemscopeError(
+                f"{entry.name}: memscope could not read its compiled program, which fit "
+                f"starts from: {first[:300]}"
+                + ("; give the batch axis with --batch ARG[:AXIS] to search below the "
+                   "captured size" if too_large else ""))
     choice = choose_batch(entry, batch)
     in_use = held.get("in_use")
     if memory is not None:

@@ -300,3 +300,19 @@ def test_a_step_whose_flops_do_not_grow_with_the_batch_is_said():
     assert note is not None and "1.01x from batch 2 to 20969" in note
     assert _compute_note(written((2, 1e6), (4, 2e6), (20969, 1.05e10))) is None
     assert _compute_note(written((2, 1e6))) is None
+
+
+def test_a_step_as_written_that_fails_at_another_size_is_bad_input(tmp_path):
+    """As ``fit``: exit 2 and one line naming the size, not "nothing fits"."""
+    script = tmp_path / "fixed.py"
+    script.write_text("import jax, jax.numpy as jnp\n"
+                      "def loss(w, x):\n    return jnp.tanh(x.reshape(4, 8, 16) @ w).sum()\n"
+                      "step = jax.jit(lambda w, x: w - 0.1 * jax.grad(loss)(w, x))\n"
+                      "w = jnp.ones((16, 16))\n"
+                      "for _ in range(2):\n    w = step(w, jnp.ones((32, 16)))\n")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MEMSCOPE_CACHE": "off"}
+    done = subprocess.run([MEMSCOPE, "fit", "--plan", "--memory", "1MiB", str(script)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("memscope: error: <lambda> does not trace at batch 64"), line

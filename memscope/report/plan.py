@@ -34,6 +34,8 @@ class PlanPoint:
     #: the target's compiler refused the size as too large for the device (its
     #: words); the size does not fit, and has no figures
     refused: str | None = None
+    #: what the compiler said such a program needs at least (``None``: unsaid)
+    needs_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,9 +74,12 @@ class PlanRow:
 
 @dataclass(frozen=True)
 class FitPlan:
-    """``memscope fit --plan``: for one function, each setting's largest batch,
-    best first (the largest batch; of equal batches the fewest FLOPs, then the
-    smaller change), the winner first.
+    """``memscope fit --plan``: for one function, each setting's largest batch:
+    the rows with a batch best first (the largest batch; of equal batches the
+    fewest FLOPs, then the smaller change), the winner first; then the rows
+    stopped early, each fitting fewer than the batch it names (where they fall
+    among the rows with a batch, but below the winner, is not searched); then
+    the rows that say why they have none.
 
     ``winner`` is the first row when it has a batch (else ``None``: nothing
     fits). ``flops_rule`` says what counted the FLOPs where it is not XLA's

@@ -116,8 +116,8 @@ def over_capacity(batch: int, error: Exception) -> OverCapacity | None:
     from memscope.analysis import oom
 
     found = oom.parse(str(error))
-    if found is None:
-        return None
+    if found is None or (found.used_bytes is None and found.capacity_bytes is None):
+        return None  # (memory ran out, but not the device's: the compile failed)
     return OverCapacity(batch, found.used_bytes, first_line(found.headline))
 
 
@@ -453,7 +453,8 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     note = written.note
     if (too_large or advised_too_large) and note is None:
         b, words = sorted({**advised_too_large, **too_large}.items())[0]
-        note = f"the target's compiler refused batch {b} and more as too large: {words}"
+        which = "as written" if b in too_large else "with the advised donation"
+        note = f"the compiler refused batch {b} ({which}) as too large: {words}"
     return Forecast(
         function=entry.name, source=entry.source, argument=choice.label, axis=choice.axis,
         batch=choice.size, step=choice.step, budget_bytes=budget,

@@ -19,6 +19,7 @@ asked again compiles nothing it compiled before.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -26,7 +27,6 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from typing import Any
 
 import jax
@@ -76,6 +76,16 @@ class Levers:
     no_policy: str | None
 
 
+def _flops(read: Any) -> float | None:
+    """The FLOPs ``read()`` gives; ``None`` where it fails or gives no finite count
+    (a FLOPs count that cannot be read is unknown, not a failed compile)."""
+    try:
+        value = read()
+    except Exception:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
 class _Compiler:
     """The plan's one compile: a setting at a batch, lowered on the calling
     thread (tracing again under a policy is the calling thread's), compiled and
@@ -92,8 +102,8 @@ class _Compiler:
 
     def lower(self, setting: Setting, batch: int) -> tuple[Any, Any]:
         args, kwargs = resized(self.call, self.choice, batch)
-        try:
-            with warnings.catch_warnings():  # a variant's warnings are not the program's
+        try:  # a variant's warnings and prints are not the program's
+            with warnings.catch_warnings(), remat.silenced():
                 warnings.simplefilter("ignore")
                 if setting.policy is not None:
                     fun = self.call.fun
@@ -121,19 +131,22 @@ class _Compiler:
             if self.accelerator is not None:
                 built = self.accelerator.compile(lowered)
                 memory = self.accelerator.memory(traced, lowered, built)
-                flops = self.accelerator.flops(traced, built.compiled)
+                flops = _flops(lambda: self.accelerator.flops(traced, built.compiled))
             else:
                 memory, flops = self._compile_here(traced, lowered)
         except Exception as e:
             refused = over_capacity(batch, e)
             if refused is None:
                 raise NotCompiled(batch, "compile", e) from e
-            return PlanPoint(batch, None, refused=refused.headline)
+            return PlanPoint(batch, None, refused=refused.headline, needs_bytes=refused.needs)
         return PlanPoint(batch, memory.peak_bytes, memory.host.peak_bytes, flops)
 
     def _compile_here(self, traced: Any, lowered: Any) -> tuple[Any, float | None]:
         options = _compat.options_to_read(sizes=True)
-        key = self.cache.key(lowered, options) if self.cache is not None else None
+        # The plan's entries only: each kept where its figures read back as the
+        # compile's (another's entry may be read otherwise, with host memory kinds).
+        key = (self.cache.key(lowered, {**options, "memscope": "fit --plan"})
+               if self.cache is not None else None)
         kept = self.cache.load(key) if self.cache is not None and key is not None else None
         if kept is not None and kept.flops is not None:
             with self._count:
@@ -143,7 +156,7 @@ class _Compiler:
         with self._count:
             self.compiles += 1
         memory = compiled_memory(traced, lowered, compiled)
-        flops = _compat.flops(compiled)
+        flops = _flops(lambda: _compat.flops(compiled))
         if self.cache is not None and key is not None:
             # Kept only where the figures read from the pieces kept are these.
             fresh = Kept.of(compiled)
@@ -164,7 +177,7 @@ class _Compiler:
         """The peak at ``batch`` for fit's search (see :class:`OverCapacity`)."""
         found = self.point(setting, batch)
         if found.refused is not None:
-            raise OverCapacity(batch, None, found.refused)
+            raise OverCapacity(batch, found.needs_bytes, found.refused)
         return found.peak_bytes
 
     def first_round(self, settings: Sequence[Setting]) -> dict[str, PlanPoint | NotCompiled]:
@@ -292,9 +305,12 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     if isinstance(written, NotCompiled):
         raise MemscopeError(not_compiled_line(entry, choice, written))
     todo = _searchable(todo, first, rows, accelerator)
-    searched = _search_all(compiler, todo, first, budget)
+    try:
+        searched = _search_all(compiler, todo, first, budget)
+    except NotCompiled as failed:
+        raise MemscopeError(not_compiled_line(entry, choice, failed)) from None
     best = max((r.largest for r in searched.values() if r.largest is not None), default=None)
-    both = _combined_setting(todo, searched, lv)
+    both = _combined_setting(todo, searched, lv, choice.size)
     if both is not None:
         searched[both.name] = _search_one(compiler, both, budget, best)
     else:
@@ -344,7 +360,8 @@ def _search_all(compiler: _Compiler, todo: list[Setting],
     best: int | None = None
     for s in sorted(todo, key=lambda s: (s.kind != "written",
                                          *_order(first[s.name], todo.index(s)))):
-        row = _search_one(compiler, s, budget, best if s.kind != "written" else None)
+        row = _search_one(compiler, s, budget, best if s.kind != "written" else None,
+                          raising=s.kind == "written")
         searched[s.name] = row
         if row.largest is not None and (best is None or row.largest > best):
             best = row.largest
@@ -378,8 +395,8 @@ def _order(p: PlanPoint | NotCompiled, index: int) -> tuple[float, float, int]:
             p.flops if p.flops is not None else float("inf"), index)
 
 
-def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int | None
-                ) -> PlanRow:
+def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int | None,
+                raising: bool = False) -> PlanRow:
     """``setting``'s row: ``fit``'s search with its compiles, told the best so far."""
     def peak(call: KeptCall, choice: BatchChoice, batch: int, donated: Any) -> int | None:
         return compiler.peak(s, batch)
@@ -388,6 +405,8 @@ def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int |
     try:
         found = search(compiler.call, compiler.choice, budget, beat=best, compile_peak=peak)
     except NotCompiled as e:
+        if raising:  # the program as written: fit's own error, with what to pass
+            raise
         return _failed(s, e)
     points = tuple(sorted((p for (name, _), p in compiler.points.items() if name == s.name),
                           key=lambda p: p.batch))
@@ -432,8 +451,8 @@ def _failed(s: Setting, e: NotCompiled) -> PlanRow:
         f"does not {e.stage} at batch {e.batch}: {type(e.error).__name__}: {first}"))
 
 
-def _combined_setting(todo: Sequence[Setting], searched: dict[str, PlanRow], lv: Levers
-                      ) -> Setting | None:
+def _combined_setting(todo: Sequence[Setting], searched: dict[str, PlanRow], lv: Levers,
+                      captured: int) -> Setting | None:
     """The policy that fits the largest batch (else, of those stopped, the lowest
     peak at the captured size) with the advised donation; ``None`` without both."""
     if lv.donation is None:
@@ -442,10 +461,14 @@ def _combined_setting(todo: Sequence[Setting], searched: dict[str, PlanRow], lv:
     if not candidates:
         return None
 
-    def score(s: Setting) -> tuple[int, float]:
+    def score(s: Setting) -> tuple[int, float, float]:
         row = searched[s.name]
-        low = row.points[0].peak_bytes if row.points else None
-        return (row.largest or 0, -(low if low is not None else float("inf")))
+        at = next((p for p in row.points if p.batch == captured), None)
+        low = at.peak_bytes if at is not None and at.peak_bytes is not None else float("inf")
+        flops = row.flops_per_example if row.flops_per_example is not None else float("inf")
+        # as rank orders: the largest batch, then the fewest FLOPs; of those stopped,
+        # the lowest peak at the captured size
+        return (row.largest or 0, -flops, -low)
 
     return combined(max(candidates, key=score), lv)
 
@@ -463,7 +486,7 @@ def rank(rows: Sequence[PlanRow], written: PlanPoint | None) -> list[PlanRow]:
         at = next((p for p in row.points if p.batch == b0), None)
         if at is None or written is None or at.flops is None or not written.flops:
             return None
-        return float(Fraction(at.flops) / Fraction(written.flops))
+        return at.flops / written.flops
 
     def key(row: PlanRow) -> tuple[int, float, float, int]:
         if row.largest is not None:

@@ -303,20 +303,7 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     from memscope.variants.fit import choose_batch, choose_function, forecast
 
     entry = choose_function(session.entries, function)
-    if entry.facts is None and entry.error is not None:
-        # Without its compiled program the batch axis cannot be told from state;
-        # a target that refused the captured size as too large is searched below
-        # it, on the axis given.
-        from memscope.variants.fit import over_capacity
-
-        first = (entry.error.strip().splitlines() or ["n/a"])[0]
-        too_large = over_capacity(0, RuntimeError(entry.error)) is not None
-        if not (too_large and batch):
-            raise MemscopeError(
-                f"{entry.name}: memscope could not read its compiled program, which fit "
-                f"starts from: {first[:300]}"
-                + ("; give the batch axis with --batch ARG[:AXIS] to search below the "
-                   "captured size" if too_large else ""))
+    _check_readable(entry, batch)
     choice = choose_batch(entry, batch)
     in_use = held.get("in_use")
     if memory is not None:
@@ -337,10 +324,7 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     budget = limit - (outside or 0)
     outcome = "stopped" if session.stopped else result.outcome
     code = 0 if session.stopped else result.exit_code
-
-    def compile_note() -> str | None:
-        return accelerator.compile_note if accelerator is not None else None
-
+    note = accelerator.compile_note if accelerator is not None else None
     if plan:
         from memscope.variants.cache import CompileCache
         from memscope.variants.plan import plan as plan_settings
@@ -349,11 +333,33 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
                                 cache=CompileCache.from_environment(), memory=limit,
                                 held=outside)
         return FitRun(None, outcome, code, dataclasses.replace(
-            planned, held_note=held_note, compile_note=compile_note()))
+            planned, held_note=held_note, compile_note=note))
     found = forecast(entry, choice, budget, memory=limit, held=outside,
                      accelerator=accelerator)
-    return FitRun(dataclasses.replace(found, held_note=held_note,
-                                      compile_note=compile_note()), outcome, code)
+    return FitRun(dataclasses.replace(found, held_note=held_note, compile_note=note),
+                  outcome, code)
+
+
+def _check_readable(entry: Any, batch: Sequence[str]) -> None:
+    """Fit starts from the function's compiled program: without it the batch axis
+    cannot be told from state. A target that refused the captured size as too
+    large is searched below it, on the axis given with ``--batch``.
+
+    Raises:
+        MemscopeError: memscope could not read it, saying why (and what to give).
+    """
+    if entry.facts is not None or entry.error is None:
+        return
+    from memscope.variants.fit import over_capacity
+
+    first = (entry.error.strip().splitlines() or ["n/a"])[0]
+    too_large = over_capacity(0, RuntimeError(entry.error)) is not None
+    if not (too_large and batch):
+        raise MemscopeError(
+            f"{entry.name}: memscope could not read its compiled program, which fit "
+            f"starts from: {first[:300]}"
+            + ("; give the batch axis with --batch ARG[:AXIS] to search below the "
+               "captured size" if too_large else ""))
 
 
 def _resident_at(session: Any, entry: Any) -> int | None:

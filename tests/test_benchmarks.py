@@ -135,12 +135,3 @@ def test_short_programs_benchmark_prints_the_ratio_table():
     out = _bench("bench_short.py", "--only", "eqx_mlp.py", "--repeat", "1")
     assert "| `eqx_mlp.py` |" in out and "| program | python s | memscope run s | ratio" in out
 
-
-def test_plan_benchmark_prints_its_ratio_to_fit():
-    # (its --verify is test_fit_plan's check on another step; run_all --quick runs it)
-    out = _bench("bench_plan.py", "--layers", "1", "--width", "32", "--seq", "16",
-                 "--memory", "2MiB")
-    rows = {line[:20].strip(): line.split()[-4:] for line in out.splitlines()[2:5]}
-    assert set(rows) == {"fit", "fit --plan", "fit --plan, again"}, out
-    assert rows["fit"][-1] == "1.00" and rows["fit --plan, again"][1] == "0", out
-    assert re.search(r"^winner: .+ at batch \d+ \(as written: \d+\)$", out, re.M), out

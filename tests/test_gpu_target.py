@@ -328,33 +328,35 @@ def test_analyze_compiles_a_model_too_big_for_this_machine_without_allocating_it
 
 
 DIRECT_PLAN = """
-import functools, importlib.util, json, sys
-import jax, jax.numpy as jnp, optax
+import importlib.util, json, sys
+import jax, jax.numpy as jnp
 from memscope.compiled.targets import gpu
 from memscope.report import peak_rule
-spec = importlib.util.spec_from_file_location("ta", sys.argv[1])
-ta = importlib.util.module_from_spec(spec); spec.loader.exec_module(ta)
+spec = importlib.util.spec_from_file_location("mlp", sys.argv[1])
+mlp = importlib.util.module_from_spec(spec); spec.loader.exec_module(mlp)
 plan = json.loads(open(sys.argv[2]).read())
 device = next(iter(gpu.gpu_devices(gpu.parse_gpu("gpu:h100")).devices.values()))
 place = jax.sharding.SingleDeviceSharding(device)
-shape = lambda t: jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=place), t)
-params = shape(jax.eval_shape(functools.partial(ta.init_params, layers=1, width=32, seq=16),
-                              jax.random.key(0)))
-opt_state = shape(jax.eval_shape(ta.optimizer.init, params))
+params = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=place),
+                      jax.eval_shape(mlp.init, jax.random.key(0)))
+policies = jax.checkpoint_policies
+POLICY = {"save_only_these_names": policies.save_only_these_names("hidden"),
+          "offload_dot_with_no_batch_dims": policies.offload_dot_with_no_batch_dims(
+              "device", "pinned_host"),
+          "save_and_offload_only_these_names": policies.save_and_offload_only_these_names(
+              names_which_can_be_saved=[], names_which_can_be_offloaded=["hidden"],
+              offload_src="device", offload_dst="pinned_host")}
 
 def peak(row, batch):
     name = row["setting"].removesuffix(" + advised donation")
-    loss = ta.loss_fn if row["kind"] in ("written", "donation") else jax.checkpoint(
-        lambda p, b, h: ta.loss_fn(p, b, h), static_argnums=(2,),
-        policy=getattr(jax.checkpoint_policies, name))
-    def step(params, opt_state, batch):
-        value, grads = jax.value_and_grad(loss)(params, batch, 4)
-        updates, opt_state = ta.optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, value
-    donate = ("params", "opt_state") if row["kind"] in ("donation", "combined") else ()
-    data = {"tokens": jax.ShapeDtypeStruct((batch, 16), jnp.int32, sharding=place),
-            "mask": jax.ShapeDtypeStruct((batch, 16), jnp.float32, sharding=place)}
-    lowered = jax.jit(step, donate_argnames=donate).lower(params, opt_state, data)
+    loss = mlp.loss_fn if row["kind"] in ("written", "donation") else jax.checkpoint(
+        mlp.loss_fn, policy=POLICY.get(name) or getattr(policies, name))
+    def step(params, x):
+        value, grads = jax.value_and_grad(loss)(params, x)
+        return [p - 0.1 * g for p, g in zip(params, grads)], value
+    donate = ("params",) if row["kind"] in ("donation", "combined") else ()
+    x = jax.ShapeDtypeStruct((batch, mlp.WIDTH), jnp.float32, sharding=place)
+    lowered = jax.jit(step, donate_argnames=donate).lower(params, x)
     try:  # XLA:GPU's own compile; where its Triton GEMM tiling fails, with cuBLAS's
         m = lowered.compile(compiler_options={}).memory_analysis()
     except Exception as e:
@@ -374,10 +376,9 @@ def test_fit_plan_for_a_gpu_model_holds_by_xla_gpus_own_compiles(tmp_path: Path)
     """``fit --plan --target gpu:h100``: each row's batch fits the budget by XLA:GPU's
     own compile of the step written with its setting, and one step more does not;
     the winner has the largest batch; the FLOPs rule is said."""
-    sample = ROOT / "sample_programs" / "transformer_adam.py"
-    done = _memscope("fit", "--plan", "--target", "gpu:h100", "--memory", "16MiB", "--format",
-                     "json", str(sample), "--steps", "2", "--layers", "1", "--width", "32",
-                     "--seq", "16", cwd=tmp_path)
+    program = ROOT / "tests" / "programs" / "plan_mlp.py"
+    done = _memscope("fit", "--plan", "--target", "gpu:h100", "--memory", "4MiB", "--format",
+                     "json", str(program), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     plan = json.loads(done.stdout)
     (tmp_path / "plan.json").write_text(done.stdout)
@@ -385,7 +386,7 @@ def test_fit_plan_for_a_gpu_model_holds_by_xla_gpus_own_compiles(tmp_path: Path)
     rows = [r for r in plan["rows"] if r["largest"] is not None]
     assert rows and plan["rows"][0]["largest"] == max(r["largest"] for r in rows)
     direct = {name: (fits, over) for name, fits, over in
-              _python(DIRECT_PLAN, str(sample), str(tmp_path / "plan.json"))}
+              _python(DIRECT_PLAN, str(program), str(tmp_path / "plan.json"))}
     for r in rows:
         assert direct[r["setting"]] == (r["peak_bytes"], r["over_bytes"]), r["setting"]
         assert r["peak_bytes"] <= plan["budget_bytes"] < r["over_bytes"], r["setting"]

@@ -499,13 +499,39 @@ def is_ready(x: Any) -> bool:
     return bool(_physical(x).is_ready())
 
 
-def allocated_late(x: Any) -> bool:
-    """True when ``x``, a pending output of a call made while one of its inputs
-    was pending, may have no buffer yet: XLA:CPU then allocates the outputs only
-    when the call runs, and reading the address of one whose allocation failed
-    (RESOURCE_EXHAUSTED) aborts the process."""
+#: jaxlib 0.10's XLA:CPU gives every output of a call it runs asynchronously
+#: delayed memory (``PjRtCpuClient::AllocateRawBufferForExecute``), allocated
+#: only when the call runs, whatever its inputs; 0.7 to 0.9, 0.11 and 0.12
+#: allocate at the dispatch where the inputs are ready (checked by running: an
+#: output larger than the machine fails at the call there, later on 0.10).
+DELAYED_OUTPUTS: bool = _JAX_SERIES == (0, 10)
+
+
+def allocated_late(x: Any, *, inputs_pending: bool = True) -> bool:
+    """True when ``x``, a pending output of a call on CPU, may have no buffer yet:
+    XLA:CPU then allocates it only when the call runs, where an input was
+    pending (``inputs_pending``; every series) and on jaxlib 0.10 always
+    (:data:`DELAYED_OUTPUTS`). Reading the address of such a buffer before it
+    exists, or of one whose allocation failed (RESOURCE_EXHAUSTED), aborts the
+    process (``Check failed: buffer_.IsConcrete()``)."""
     x = _physical(x)
-    return not x.is_ready() and any(d.platform == "cpu" for d in x.devices())
+    return ((inputs_pending or DELAYED_OUTPUTS) and not x.is_ready()
+            and any(d.platform == "cpu" for d in x.devices()))
+
+
+def no_buffer(x: Any, *, wait: bool = False, late: bool = True) -> bool:
+    """True where ``x``'s buffer address must not be read now: it may not exist
+    yet, or its computation failed (the error stays in the array for the
+    program). ``late``: ``x`` may be a pending output allocated when its call
+    runs (:func:`allocated_late`; false for the output of a call just made on
+    ready inputs, whose buffer exists unless :data:`DELAYED_OUTPUTS`). ``wait``:
+    such an array is waited for first (reads after a call of what it updated in
+    place, or of an input the call may donate); otherwise it is not read
+    (waiting would move where the program meets its own errors)."""
+    pending = allocated_late(x, inputs_pending=late)
+    if pending and not wait:
+        return True
+    return buffer_failure(x, wait=pending) is not None
 
 
 # -------------------------------------------------------- compiled program --
@@ -1092,7 +1118,7 @@ def ref_addresses(x: Any) -> tuple[int, ...] | None:
     behind for ``jax.live_arrays()`` to count); on several, ``addressable_data(i)``.
     """
     buf = ref_array(x)
-    if buf is None or buf.is_deleted() or buffer_failure(buf, wait=False) is not None:
+    if buf is None or buf.is_deleted() or no_buffer(buf, wait=True):
         return None
     try:
         if ARRAY_TWINS:  # the buffers the array object holds now, through a twin

@@ -19,6 +19,7 @@ from memscope.report import load_report
 from tests.test_samples import MEMSCOPE, SAMPLES
 
 PROGRAM = Path(__file__).parent / "programs" / "oom_async.py"
+EXPAND = Path(__file__).parent / "programs" / "oom_expand.py"
 QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
 
@@ -98,6 +99,31 @@ def test_the_report_opens_with_the_post_mortem(tmp_path, pending):
                            text=True, env=QUIET, timeout=120).stdout
     first = shown.split("\n\n")[1]  # after the header: the post-mortem comes first
     assert first.startswith("OUT OF MEMORY: grow") and "largest buffers" in first
+
+
+def test_an_output_allocated_when_the_call_runs_fails_as_under_python(tmp_path):
+    """The issue's program: the call's input is ready, its output too large. Under
+    python JAX raises its out-of-memory error when the result is read; under
+    memscope the same, with the post-mortem naming the function (on jaxlib 0.10
+    memscope once aborted the process reading the output's address)."""
+    columns = too_large() // (4096 * 4)
+    plain = subprocess.run([sys.executable, str(EXPAND), str(columns)], capture_output=True,
+                           text=True, env=QUIET, timeout=300)
+    out = tmp_path / "oom.json"
+    measured = subprocess.run([MEMSCOPE, "run", "-q", "-o", str(out), str(EXPAND), str(columns)],
+                              capture_output=True, text=True, env=QUIET, timeout=300)
+    assert plain.returncode == 1 and "Out of memory allocating" in plain.stderr
+    assert measured.returncode == plain.returncode, measured.stderr[-2000:]
+    assert measured.stdout == plain.stdout
+    assert "Check failed" not in measured.stderr
+    error = plain.stderr.strip().splitlines()[-1]
+    assert error.startswith("jax.errors.JaxRuntimeError") and error in measured.stderr
+    report = load_report(str(out))
+    failed = [fn for fn in report.functions if fn.out_of_memory is not None]
+    assert [fn.name for fn in failed] == ["expand"]
+    o = failed[0].out_of_memory
+    assert o.requested_bytes == 4096 * columns * 4 == failed[0].memory.output_bytes
+    assert "Out of memory allocating" in o.error
 
 
 #: A safety net for the child: no mapping beyond 16 GiB, whatever the kernel allows

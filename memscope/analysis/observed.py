@@ -60,11 +60,13 @@ def _hits(before: Addresses, landed: dict[int, list[int]]) -> list[int]:
 
 
 def misses(seen: Observation) -> bool:
-    """Did the call delete an input whose buffer no output took? Then the next
-    call is observed too (:func:`check`'s ``again``). From the integers alone:
-    the compiled program's fates are not known yet when this is asked."""
+    """Did the call delete an input whose buffer no output took, or one whose
+    buffer could not be read before the call (still being computed on CPU)?
+    Then the next call is observed too (:func:`check`'s ``again``). From the
+    integers alone: the compiled program's fates are not known yet when this is
+    asked."""
     landed = _landed(seen)
-    return any(deleted and before is not None and not _hits(before, landed)
+    return any(deleted and (before is None or not _hits(before, landed))
                for before, deleted in zip(seen.inputs_before, seen.inputs_deleted,
                                           strict=False))
 

@@ -38,6 +38,9 @@ class Unread:
     outputs: tuple[weakref.ref[Any] | None, ...]
     #: the call's Ref arguments (their buffers are read with the outputs')
     refs: tuple[weakref.ref[Any] | None, ...] = ()
+    #: each output array's bytes (read without touching its buffer): where the
+    #: program ends in an allocation that failed, the size names the call
+    output_bytes: tuple[int, ...] = ()
 
     def holds(self, leaves: Sequence[Any]) -> bool:
         """Is one of this call's outputs among ``leaves``?"""
@@ -66,10 +69,14 @@ class Unread:
 
 
 def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: bool
-             ) -> Observation | Unread | Failed:
+            ) -> Observation | Unread | Failed:
     """The call's buffers as integers; :class:`Unread` when its outputs may not
-    exist yet; the error its computation ended in, when that is known already
-    (its outputs hold it, for the program to meet)."""
+    exist yet (``late``: an input was pending at the call); the error its
+    computation ended in, when that is known already (its outputs hold it, for
+    the program to meet). On jaxlib 0.10, where a call's outputs on CPU get
+    their buffers only when it runs (:data:`memscope._compat.DELAYED_OUTPUTS`),
+    a first call's pending outputs are waited for: that waits for the call,
+    once per signature, and moves nothing the program meets."""
     outputs = jax.tree_util.tree_leaves(out)
     arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
     deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)
@@ -78,12 +85,19 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: b
         return Unread(tuple(before), deleted,
                       tuple(weakref.ref(y) if isinstance(y, jax.Array) else None
                             for y in outputs),
-                      tuple(None if r is None else weakref.ref(r) for r in refs))
-    failure = next((f for y in arrays if (f := _compat.buffer_failure(y))), None)
+                      tuple(None if r is None else weakref.ref(r) for r in refs),
+                      output_bytes=tuple(int(y.nbytes) for y in arrays))
+    wait = any(_compat.allocated_late(y, inputs_pending=False) for y in arrays)
+    failure = next((f for y in arrays if (f := _compat.buffer_failure(y, wait=wait))), None)
     if failure is not None:
         return Failed(failure, tuple(arrays))
-    return Observation(tuple(before), deleted, tuple(addresses(y) for y in outputs),
+    return Observation(tuple(before), deleted, tuple(addresses(y, late=False) for y in outputs),
                        refs_after=tuple(None if r is None else addresses(r) for r in refs))
+
+
+def any_pending(leaves: Sequence[Any]) -> bool:
+    return any(isinstance(x, jax.Array) and not x.is_deleted() and not _compat.is_ready(x)
+               for x in leaves)
 
 
 def watched_call(entry: Any, call: Callable[[], Any], leaves: Sequence[Any]) -> Any:
@@ -145,7 +159,7 @@ def written_back_seen(seen: Observation | Unread | Failed, handles: Any,
     if isinstance(seen, Unread):
         return replace(seen, outputs=(*(weakref.ref(a) for a in written), *seen.outputs))
     if isinstance(seen, Observation):
-        return replace(seen, outputs_after=(*(addresses(a) for a in written),
+        return replace(seen, outputs_after=(*(addresses(a, wait=True) for a in written),
                                             *seen.outputs_after))
     return seen
 
@@ -171,7 +185,7 @@ def at_end(seen: Observation, given: Sequence[weakref.ref[Any] | None],
     every call; waiting for them is harmless then)."""
     def now(ref: weakref.ref[Any] | None) -> Addresses:
         value = None if ref is None else ref()
-        return None if value is None else addresses(value)
+        return None if value is None else addresses(value, wait=True)
     return replace(seen, refs_end=tuple(now(r) for r in given),
                    closed_end=tuple(now(r) for r in closed))
 
@@ -189,17 +203,15 @@ def leaf_sharding(x: Any) -> Any:
     return None
 
 
-def any_pending(leaves: Sequence[Any]) -> bool:
-    return any(isinstance(x, jax.Array) and not x.is_deleted() and not _compat.is_ready(x)
-               for x in leaves)
-
-
-def addresses(x: Any) -> Addresses:
+def addresses(x: Any, *, wait: bool = False, late: bool = True) -> Addresses:
     """The device address of each addressable shard of ``x`` (of the buffer a
-    ``jax.Ref`` holds now), as integers."""
+    ``jax.Ref`` holds now, waited for where pending), as integers; ``None``
+    where it has none to read now (``wait``, ``late``: see
+    :func:`memscope._compat.no_buffer`)."""
     if _compat.is_ref(x):
         return _compat.ref_addresses(x)
-    if not isinstance(x, jax.Array) or x.is_deleted() or _compat.buffer_failure(x, wait=False):
+    if (not isinstance(x, jax.Array) or x.is_deleted()
+            or _compat.no_buffer(x, wait=wait, late=late)):
         return None  # a failed computation's array has no buffer to read (see _compat)
     try:
         return _compat.buffer_addresses(x)

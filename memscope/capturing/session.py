@@ -98,6 +98,8 @@ class Session:
         self._truncated = False
         self._live: LiveArrays | None = None
         self._unread: list[tuple[Entry, Unread]] = []
+        #: first calls whose outputs the program freed before they were read
+        self._freed: list[tuple[Entry, Unread]] = []
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
         self.clock = between.CompileClock()
@@ -366,9 +368,10 @@ class Session:
     def settle(self, *, final: bool = False, awaited: Sequence[Any] = ()) -> None:
         """Read the outputs of earlier first calls that are ready by now (all of
         them, waiting, when ``final``: the program has ended). ``awaited``: the
-        leaves of the call about to run; a first call's outputs among them are
-        read now, waiting for them once: that call may donate them, or the
-        program drop them after it, and their addresses would be gone."""
+        leaves of a call about to run that may donate them; a first call's
+        outputs among them are read now, waiting for them once, or their
+        addresses would be gone after it. Outputs the program frees before they
+        are read are not observed (``Entry.not_observed`` says so)."""
         if not self._unread:
             return
         with self._lock:
@@ -383,10 +386,31 @@ class Session:
             elif seen is None and not alive:
                 entry.not_observed = ("the first call's outputs were freed before they were "
                                       "computed, so their buffers could not be read")
+                self._freed.append((entry, pending))
             elif isinstance(seen, Failed):
                 self.failed(entry, seen.error, exclude=seen.outputs)
             elif seen is not None:
                 self._first_seen(entry, seen)
+
+    def explain(self, error: BaseException) -> None:
+        """The exception that ended the program, while its frames are at hand: a
+        deleted array's donor (:meth:`DonationLedger.explain`), or the first call
+        whose output could not be allocated, where the program dropped that
+        output unread (``float(f(x).sum())``): XLA:CPU allocates a call's
+        outputs when it runs, and the size XLA says it could not allocate is
+        one of that call's outputs' (never guessed: no match, no post-mortem)."""
+        self.ledger.explain(error)
+        self.settle(final=True)  # the program has ended: waiting is harmless now
+        said = oom.parse(str(error))
+        requested = said.requested_bytes if said is not None else None
+        if requested is None or any(e.failure is not None for e in self.entries):
+            return
+        with self._lock:
+            freed = list(self._freed)
+        named = {id(entry): entry for entry, unread in freed
+                 if requested in unread.output_bytes}
+        if len(named) == 1:
+            self.failed(next(iter(named.values())), error)
 
     def failed(self, entry: Entry, error: BaseException, where: str = "call",
                exclude: Sequence[Any] = ()) -> None:

@@ -50,6 +50,37 @@ def framework(fun: Any) -> Framework | None:
     return None
 
 
+#: Where each framework's jit wrapper keeps the ``jax.jit`` object it calls:
+#: Equinox's ``_JitWrapper._cached`` (a field of the frozen module), NNX's
+#: ``JitWrapped.jitted_fn`` (``SimpleJitWrapped`` in tree mode).
+_INNER_JIT = {(_EQX_JIT, "_JitWrapper"): "_cached",
+              (_NNX_COMPILATION, "JitWrapped"): "jitted_fn",
+              (_NNX_COMPILATION, "SimpleJitWrapped"): "jitted_fn"}
+
+
+def inner_jit(wrapper: Any) -> str | None:
+    """The attribute of ``wrapper`` (what ``eqx.filter_jit`` or ``nnx.jit``
+    returned) that holds the ``jax.jit`` object it calls; ``None`` for anything
+    else, or a wrapper this version of memscope does not know."""
+    kind = type(wrapper)
+    attribute = _INNER_JIT.get((kind.__module__, kind.__qualname__))
+    if attribute is None or not hasattr(wrapper, attribute):
+        return None
+    return attribute
+
+
+@contextlib.contextmanager
+def calling(wrapper: Any, attribute: str, stand_in: Any) -> Any:
+    """Within the block, ``wrapper`` calls ``stand_in`` in place of its ``jax.jit``
+    object (set past Equinox's frozen-module ``__setattr__``); restored after."""
+    original = getattr(wrapper, attribute)
+    object.__setattr__(wrapper, attribute, stand_in)
+    try:
+        yield
+    finally:
+        object.__setattr__(wrapper, attribute, original)
+
+
 # ----------------------------------------------------------------- Equinox --
 
 

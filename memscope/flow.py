@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from memscope import _versions
 from memscope.analysis.advice import AdviceLevel
 from memscope.capturing.deferred import capture_on_import
-from memscope.errors import EXIT_TERMINATED, MemscopeError
+from memscope.errors import EXIT_NOTHING_FITS, EXIT_TERMINATED, EXIT_USAGE, MemscopeError
 from memscope.program.ending import Guard
 from memscope.program.runner import RunResult, Target, run_target
 from memscope.report import (
@@ -156,7 +156,9 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
     or, where the arguments are ``jax.ShapeDtypeStruct``'s (or ``target`` is
     given), by compiling it without running anything.
 
-    ``jitted`` is any ``jax.jit`` object. A call is a real one: donated
+    ``jitted`` is any ``jax.jit`` object, or what ``eqx.filter_jit`` or
+    ``nnx.jit`` returned (called with arrays: reported in the user's terms, as
+    ``memscope run`` reports it). A call is a real one: donated
     arguments are donated (and deleted) as without memscope, and the result is
     discarded; JAX's donation warnings are recorded only if this call is the one
     that lowers the function. A compile-only analysis allocates nothing: a
@@ -182,19 +184,34 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
         call and observes nothing: ``not_observed`` says so).
 
     Raises:
-        MemscopeError: ``jitted`` is not a ``jax.jit`` object, the call was
+        MemscopeError: ``jitted`` is not a ``jax.jit`` object (nor a framework's
+            wrapper of one, which is analyzed by calling it), the call was
             made inside a trace (so nothing was compiled for it), or the target
             cannot be set up.
     """
     from memscope import _compat
     from memscope.assemble.function import function_report
     from memscope.capturing import MeasuredJit, capture
+    from memscope.capturing.wrappers import analyzed_wrapper
 
+    accelerator = _compile_only_target(target) if isinstance(target, str) else target
+    wrapper = analyzed_wrapper(jitted)
+    if wrapper is not None:
+        if accelerator is not None or _abstract((args, kwargs)):
+            raise MemscopeError(
+                f"analyze() of {wrapper.label} runs the call: give it arrays, not "
+                "jax.ShapeDtypeStruct's, and no target (a compile-only analysis reads "
+                "a jax.jit object)")
+        with capture(advise=advise) as session, wrapper.measured(session):
+            jitted(*args, **kwargs)
+        if not session.entries:
+            raise MemscopeError("analyze() was called inside a trace; nothing was compiled")
+        return function_report(session.entries[0])
     jitted = getattr(jitted, "_memscope_jitted", jitted)
     fun = getattr(jitted, "__wrapped__", None)
     if fun is None or not _compat.is_jit_object(jitted):
-        raise MemscopeError(f"analyze() needs a jax.jit object, got {type(jitted).__name__}")
-    accelerator = _compile_only_target(target) if isinstance(target, str) else target
+        raise MemscopeError(f"analyze() needs a jax.jit, eqx.filter_jit or nnx.jit object, "
+                            f"got {type(jitted).__name__}")
     if accelerator is not None or _abstract((args, kwargs)):
         if accelerator is not None:
             args, kwargs = _placed((args, kwargs), accelerator)
@@ -263,7 +280,15 @@ class FitRun:
         """Some batch fits (the plan's winner, or the forecast's largest)."""
         if self.plan is not None:
             return self.plan.winner is not None
-        return self.forecast is not None and self.forecast.largest is not None
+        return self.forecast is not None and self.forecast.answers
+
+    @property
+    def status(self) -> int:
+        """``memscope fit``'s exit code: 0 a batch fits; 1 none fits; 2 the axis
+        resized is not what the step computes on (no answer in examples)."""
+        if self.plan is None and self.forecast is not None and self.forecast.batch_note:
+            return EXIT_USAGE
+        return 0 if self.fits else EXIT_NOTHING_FITS
 
 
 def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = (),

@@ -93,7 +93,8 @@ _BREADTH_PARAMETERS = {
 # older series nearest the newest (.ci/run's "in-process" runs leave them out).
 _END_TO_END = ("tests/test_samples.py", "tests/test_runtime.py", "tests/test_oom.py",
                "tests/test_staging.py", "tests/test_jax_settings.py", "tests/test_sharding.py",
-               "tests/test_fit.py", "tests/test_fit_plan.py", "tests/test_source_lines.py",
+               "tests/test_fit.py", "tests/test_fit_plan.py", "tests/test_fit_frameworks.py",
+               "tests/test_source_lines.py",
                "tests/test_lifetimes.py",
                "tests/test_keys.py", "tests/test_refs.py::test_the_cli_reports",
                "tests/test_run_memory.py::test_sharded_donated_state",

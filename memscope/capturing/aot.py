@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 
 from memscope import _compat
 from memscope.capturing import keys, reading
@@ -108,7 +109,9 @@ class Compiled(Stage):
         session = origin._memscope_session
         values = jax.tree_util.tree_leaves((args, kwargs))
         leaves = keys.program_leaves(values)
-        before = [addresses(x) for x in leaves]
+        spec = origin._memscope_spec  # (a pending input: see MeasuredJit._run_first)
+        before = [addresses(x, wait=bool(spec.donate_argnums or spec.donate_argnames))
+                  for x in leaves]
         late = any_pending(leaves)
         out = self._memscope_real(*args, **kwargs)
         observation = observe(before, leaves, out, late=late)
@@ -155,6 +158,8 @@ def abstract_call(args: tuple[Any, ...], kwargs: dict[str, Any]
         if isinstance(x, jax.Array):
             return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding,
                                         weak_type=getattr(x, "weak_type", False))
+        if isinstance(x, np.ndarray):  # what a data loader yields: traced as an array
+            return jax.ShapeDtypeStruct(x.shape, x.dtype)
         if _compat.is_ref(x):
             return jax.typeof(x)
         return x

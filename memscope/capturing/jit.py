@@ -263,7 +263,10 @@ class MeasuredJit:
         leaves = keys.program_leaves(values)
         if not session.records(leaves):  # tracers at the top level
             return jitted(*args, **kwargs)
-        session.settle(awaited=leaves)
+        # A first call's outputs still being computed are waited for only where
+        # this call may donate them (their buffers would be gone after it).
+        spec = self._memscope_spec
+        session.settle(awaited=leaves if spec.donate_argnums or spec.donate_argnames else ())
         entry = self._memscope_seen.get(key)
         pending = session.before_call(leaves, entry is None)
         if entry is None:
@@ -336,7 +339,11 @@ class MeasuredJit:
         lowers, its compiled stages (cache hits, taken while the arguments are
         at hand). An exception of the call is the program's, raised as it is."""
         session = self._memscope_session
-        before = [addresses(x) for x in leaves]
+        # An input still being computed is waited for only where the call may
+        # donate it (its buffer is gone after the call); elsewhere it is unread.
+        spec = self._memscope_spec
+        donates = bool(spec.donate_argnums or spec.donate_argnames)
+        before = [addresses(x, wait=donates) for x in leaves]
         visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)
         late = any_pending(leaves)
@@ -442,7 +449,7 @@ class MeasuredJit:
         if shown.handles_error is not None:
             entry.error = shown.handles_error
         if session.keep_calls:
-            entry.call = self._kept_call(args, kwargs)
+            entry.call = self._kept_call(args, kwargs, entry)
         return entry
 
     def _schedule_reading(self, entry: Entry, leaves: Sequence[Any], args: tuple[Any, ...],
@@ -589,18 +596,22 @@ class MeasuredJit:
 
         return best_effort(check, lambda _: ())
 
-    def _kept_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KeptCall | None:
+    def _kept_call(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   entry: Entry) -> KeptCall | None:
+        """The call in shapes, its arguments in the user's terms (``entry``'s)."""
         from memscope.capturing import aot
 
         def keep() -> KeptCall:
             call_args, call_kwargs = aot.abstract_call(args, kwargs)
             arguments = call_arguments(self._memscope_fun, self._memscope_spec, args, kwargs)
+            user = entry.arguments or arguments
             if self._memscope_session.keep_calls:  # memscope fit: until it has answered
-                return KeptCall(self._memscope_jitted, call_args, call_kwargs, arguments,
-                                fun=self._memscope_fun, options=self._memscope_options)
+                return KeptCall(self._memscope_jitted, call_args, call_kwargs, user,
+                                fun=self._memscope_fun, options=self._memscope_options,
+                                jax_arguments=arguments)
             # A post-mortem's: never longer than the program holds the function.
             return KeptCall(weakref.ref(self._memscope_jitted), call_args, call_kwargs,
-                            arguments, weak=True)
+                            user, weak=True, jax_arguments=arguments)
 
         return best_effort(keep, lambda _: None)
 
@@ -621,7 +632,7 @@ class MeasuredJit:
                               lambda _: None)
         where = "call" if handles is not None else "compile"
         session.failed(entry, error, where)
-        entry.call = self._kept_call(args, kwargs)
+        entry.call = self._kept_call(args, kwargs, entry)
         if session.add(session_key, entry) is not entry:
             return
         self._memscope_seen[key] = entry

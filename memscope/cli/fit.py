@@ -12,7 +12,6 @@ from memscope.cli._common import (
     open_accelerator,
     stop_after_option,
 )
-from memscope.errors import EXIT_NOTHING_FITS
 from memscope.flow import run_fit
 from memscope.program.runner import Target, check_target
 from memscope.render.fit import render_fit_json, render_fit_text
@@ -71,7 +70,8 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
     0 a batch fits; 1 none fits;
     2 bad input (no function captured, an unknown --function or --batch, no
     budget on a device without a limit, a function that does not trace or
-    compile at another size with what --batch resizes).
+    compile at another size with what --batch resizes, an axis whose size the
+    step's FLOPs do not grow with: the output says so, and gives no batch).
     """
     if fmt in ("markdown", "html") and not plan:
         raise click.UsageError(f"--format {fmt} is --plan's: fit alone writes text or json")
@@ -90,4 +90,4 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
         render_fit_json(done.forecast, sys.stdout, outcome=done.outcome)
     elif done.forecast is not None:
         render_fit_text(done.forecast, sys.stdout)
-    ctx.exit(0 if done.fits else EXIT_NOTHING_FITS)
+    ctx.exit(done.status)

@@ -25,7 +25,11 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
     if f.held_bytes:
         budget += (f" ({format_bytes(f.memory_bytes)} less {format_bytes(f.held_bytes)} "
                    f"{visible(f.held_note or 'held outside the function arguments')})")
-    if f.largest is not None:
+    if f.batch_note is not None:
+        lines.append(f"No batch answer for {budget}: {visible(f.batch_note)}"
+                     + (f" (the largest size compiled that fits, {f.largest}, counts "
+                        "input bytes)" if f.largest is not None else ""))
+    elif f.largest is not None:
         peaks = {r.batch: r.peak_bytes for r in f.rows}
         # Enough digits that the two sides of the boundary and the budget read apart.
         below, above, limit = format_bytes_apart(
@@ -38,7 +42,7 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
     else:
         lines.append(f"Largest batch that fits {budget}: none"
                      + (f" ({visible(f.note)})" if f.note else ""))
-    if f.advised_setting is not None:
+    if f.advised_setting is not None and f.batch_note is None:
         lines.append(f"With the advised donation ({visible(f.advised_setting)}): "
                      + (str(f.advised_largest) if f.advised_largest is not None else "n/a"))
     lines.append(f"batch axis: {visible(f.choice_note or f.argument)}; now {f.batch}, "
@@ -46,7 +50,7 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
     lines.append(f"peak = {format_bytes(f.fixed_bytes)} fixed + "
                  f"{format_bytes(f.per_example_bytes)} per example"
                  + (" (linear at every size compiled)" if f.linear else ""))
-    if f.note and f.largest is not None:
+    if f.note and f.largest is not None and f.batch_note is None:
         lines.append(f"note: {visible(f.note)}")
     if f.compile_note:
         lines.append(f"note: {visible(f.compile_note)}")

@@ -238,6 +238,14 @@ class Forecast:
     held_note: str | None = None
     #: how some of the target's compiles were made otherwise than the rest
     compile_note: str | None = None
+    #: where the step's FLOPs do not grow with the batch resized: why ``largest``
+    #: counts input bytes, not examples, and is no answer (``fit`` says so)
+    batch_note: str | None = None
+
+    @property
+    def answers(self) -> bool:
+        """A batch fits, and it counts examples (no :attr:`batch_note`)."""
+        return self.largest is not None and self.batch_note is None
 
 
 @dataclass(frozen=True)

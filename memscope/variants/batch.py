@@ -31,12 +31,41 @@ class KeptCall:
     jitted: Any
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+    #: the call's arguments in the user's terms (a framework's wrapper's user
+    #: arguments, where it made the jit), each with its flat leaves in JAX's order
     arguments: tuple[Argument, ...]
     weak: bool = False
     #: the user's function and the options of its ``jax.jit``, to trace it again
     #: under a checkpoint policy (``memscope fit --plan``); ``None`` where held weakly
     fun: Any = None
     options: dict[str, Any] | None = None
+    #: JAX's own top-level arguments of ``args``/``kwargs`` (where they are not
+    #: ``arguments``: an ``eqx.filter_jit`` call), to find each flat leaf's value
+    jax_arguments: tuple[Argument, ...] | None = None
+
+    def values(self) -> list[Any]:
+        """The call's flat dynamic leaves, in JAX's order (:attr:`Argument.leaves`
+        numbers them): a ``jax.ShapeDtypeStruct`` for each array."""
+        return [leaf for a in self._top() for leaf in jax.tree_util.tree_leaves(
+            argument_value(self, a))]
+
+    def with_values(self, new: dict[int, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``(args, kwargs)`` with the flat leaves numbered in ``new`` replaced."""
+        args, kwargs, start = list(self.args), dict(self.kwargs), 0
+        for a in self._top():
+            leaves, tree = jax.tree_util.tree_flatten(argument_value(self, a))
+            if any(start + k in new for k in range(len(leaves))):
+                value = jax.tree_util.tree_unflatten(
+                    tree, [new.get(start + k, leaf) for k, leaf in enumerate(leaves)])
+                if a.position is not None:
+                    args[a.position] = value
+                else:
+                    kwargs[a.name or ""] = value
+            start += len(leaves)
+        return tuple(args), kwargs
+
+    def _top(self) -> tuple[Argument, ...]:
+        return self.jax_arguments if self.jax_arguments is not None else self.arguments
 
     def function(self) -> Any:
         """The jit object; ``None`` where it was held weakly and is gone."""
@@ -118,8 +147,8 @@ def choose_batch(entry: Recorded, specs: Sequence[str] = ()) -> BatchChoice:
     """The batch axis: each of ``specs`` (``ARG[:AXIS]``, an argument's name or
     position; a negative AXIS counts from the end of the argument's arrays, and the
     choice holds it counted from 0), resized together, else axis 0 of the arguments
-    that are not state (not donated, and not of the shapes the function returns),
-    at their most common leading size.
+    that are not state (:func:`state_arguments`), at their most common leading
+    size (the largest where sizes are equally common).
 
     Raises:
         MemscopeError: a spec names no argument or axis (a negative one beyond
@@ -132,17 +161,22 @@ def choose_batch(entry: Recorded, specs: Sequence[str] = ()) -> BatchChoice:
     shapes = leaf_shapes(call)
     if specs:
         return _given_batch(call, specs, shapes)
-    data = data_arguments(entry, shapes)
+    state = state_arguments(entry, shapes)
+    data = [a for a in call.arguments if a.has_arrays and a not in state]
     lead = [_leading(shapes[i]) for i in range(len(shapes))]
     leading = [n for a in data for i in a.leaves if (n := lead[i]) is not None]
     if not leading:
-        raise MemscopeError(f"{entry.name}: no argument that is not state has an array to "
-                            "take a batch axis from; give one with --batch ARG[:AXIS]")
-    size = max(set(leading), key=leading.count)
+        what = (f"the arguments with arrays ({', '.join(a.label for a in state)}) are all "
+                "state: the step returns arrays of each one's shapes" if state else
+                "no argument has an array with an axis")
+        raise MemscopeError(f"{entry.name}: no batch axis to infer: {what}; give one "
+                            "with --batch ARG[:AXIS]")
+    size = max(set(leading), key=lambda n: (leading.count(n), n))
     chosen_args = tuple(a for a in data if any(lead[i] == size for i in a.leaves))
-    state = [a.label for a in call.arguments if a.has_arrays and a not in data]
-    why = (f"{', '.join(a.label for a in chosen_args)}, axis 0 (inferred: the arguments "
-           "that are not state" + (f"; state: {', '.join(state)}" if state else "") + ")")
+    why = (f"{', '.join(a.label for a in chosen_args)}, axis 0 (inferred: the leading "
+           "axis of the arguments that are not state" + (
+               f"; state, returned by the step: {', '.join(a.label for a in state)}"
+               if state else "") + ")")
     return _with_step(call, chosen_args, (0,) * len(chosen_args), size, True, why)
 
 
@@ -210,16 +244,51 @@ def _from_the_front(spec: str, argument: Argument, axis: int,
     return axis + rank
 
 
-def data_arguments(entry: Recorded, shapes: list[tuple[int, ...] | None]) -> list[Argument]:
-    """The arguments with arrays that are not state: not donated, and not all of
-    the shapes the function returns."""
+def state_arguments(entry: Recorded, shapes: list[tuple[int, ...] | None]
+                    ) -> list[Argument]:
+    """The arguments that are state: the step returns each one updated, so every
+    array of it has an output of its shape and dtype, each output counted once
+    (a model, an optimizer state; donated or not, through any framework's jit).
+    Larger arguments take their outputs first: a batch whose shape happens to
+    be a weight's finds that output taken by the weights. Without the compiled
+    program's outputs, none."""
     call = entry.call
     assert call is not None
-    outputs = _output_shapes(entry)
-    donated = _donated(entry)
-    return [a for a in call.arguments if a.has_arrays
-            and not any(donated.get(i, False) for i in a.leaves)
-            and not all(shapes[i] is None or shapes[i] in outputs for i in a.leaves)]
+    if entry.facts is None:
+        return []
+    outputs: dict[Any, int] = {}
+    for leaf in entry.facts.program.outputs:
+        shape_dtype = (tuple(leaf.shape), str(leaf.dtype))
+        outputs[shape_dtype] = outputs.get(shape_dtype, 0) + 1
+    dtypes = _leaf_dtypes(call)
+    state = []
+    for a in sorted((a for a in call.arguments if a.has_arrays),
+                    key=lambda a: -len(a.leaves)):
+        keys = [(shapes[i], dtypes[i]) for i in a.leaves if shapes[i] is not None]
+        wanted: dict[Any, int] = {}
+        for key in keys:
+            wanted[key] = wanted.get(key, 0) + 1
+        if keys and all(outputs.get(key, 0) >= n for key, n in wanted.items()):
+            for key, n in wanted.items():
+                outputs[key] -= n
+            state.append(a)
+    return [a for a in call.arguments if a in state]
+
+
+def data_arguments(entry: Recorded, shapes: list[tuple[int, ...] | None]) -> list[Argument]:
+    """The arguments with arrays that are not state (:func:`state_arguments`)."""
+    call = entry.call
+    assert call is not None
+    state = state_arguments(entry, shapes)
+    return [a for a in call.arguments if a.has_arrays and a not in state]
+
+
+def _leaf_dtypes(call: KeptCall) -> list[str | None]:
+    count = sum(len(a.leaves) for a in call.arguments)
+    dtypes: list[str | None] = [
+        str(leaf.dtype) if isinstance(leaf, jax.ShapeDtypeStruct) else None
+        for leaf in call.values()]
+    return (dtypes + [None] * count)[:count]
 
 
 def spec_name(a: Argument) -> str:
@@ -246,27 +315,15 @@ def _parse_batch(spec: str, arguments: Sequence[Argument]) -> tuple[Argument, in
 
 def leaf_shapes(call: KeptCall) -> list[tuple[int, ...] | None]:
     """The shape of each dynamic flat leaf, in :class:`Argument` numbering."""
-    shapes: list[tuple[int, ...] | None] = [None] * sum(len(a.leaves) for a in call.arguments)
-    for a in call.arguments:
-        for i, leaf in zip(a.leaves, jax.tree_util.tree_leaves(argument_value(call, a)), strict=True):
-            shapes[i] = tuple(leaf.shape) if isinstance(leaf, jax.ShapeDtypeStruct) else None
-    return shapes
+    count = sum(len(a.leaves) for a in call.arguments)
+    shapes: list[tuple[int, ...] | None] = [
+        tuple(leaf.shape) if isinstance(leaf, jax.ShapeDtypeStruct) else None
+        for leaf in call.values()]
+    return (shapes + [None] * count)[:count]
 
 
 def argument_value(call: KeptCall, a: Argument) -> Any:
     return call.args[a.position] if a.position is not None else call.kwargs[a.name or ""]
-
-
-def _output_shapes(entry: Recorded) -> set[tuple[int, ...]]:
-    if entry.facts is None:
-        return set()
-    return {leaf.shape for leaf in entry.facts.program.outputs}
-
-
-def _donated(entry: Recorded) -> dict[int, bool]:
-    if entry.facts is None:
-        return {}
-    return dict(enumerate(entry.facts.program.donated))
 
 
 def _with_step(call: KeptCall, chosen: tuple[Argument, ...], axes: tuple[int, ...],
@@ -274,8 +331,10 @@ def _with_step(call: KeptCall, chosen: tuple[Argument, ...], axes: tuple[int, ..
     """The choice, with the step its shardings allow: a batch must split evenly
     over the devices the batch axis is sharded across."""
     step = 1
+    values = call.values()
     for a, axis in zip(chosen, axes, strict=True):
-        for leaf in jax.tree_util.tree_leaves(argument_value(call, a)):
+        for i in a.leaves:
+            leaf = values[i] if i < len(values) else None
             if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > axis
                     and leaf.shape[axis] == size and leaf.sharding is not None):
                 shard = leaf.sharding.shard_shape(leaf.shape)[axis]

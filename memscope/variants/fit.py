@@ -13,7 +13,9 @@ linear in the batch, a bisection of compiles finds it.
 from __future__ import annotations
 
 import functools
+import math
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -21,12 +23,13 @@ from typing import Any, Protocol
 
 import jax
 
-from memscope import _compat
+from memscope import _compat, _frameworks
 from memscope.compiled.read import compiled_memory
 from memscope.errors import MemscopeError
 from memscope.report import FitRow, Forecast
 from memscope.variants.compile import lower_variant
 from memscope.variants.donation import Argument
+from memscope.variants.remat import silenced
 
 #: Compiles a search may make before it gives up (and says so).
 MAX_COMPILES = 24
@@ -40,7 +43,6 @@ from memscope.variants.batch import (  # noqa: E402, I001  (re-exported: fit's p
     leaf_shapes,
     recorded_peak,
     spec_name,
-    argument_value,
     choose_batch as choose_batch,
     choose_function as choose_function,
 )
@@ -49,24 +51,29 @@ from memscope.variants.batch import (  # noqa: E402, I001  (re-exported: fit's p
 def resized(call: KeptCall, choice: BatchChoice, batch: int) -> tuple[tuple[Any, ...],
                                                                       dict[str, Any]]:
     """The call's arguments with the batch axis at ``batch``."""
-    def resize(leaf: Any, axis: int) -> Any:
-        if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > axis
-                and leaf.shape[axis] == choice.size):
-            shape = list(leaf.shape)
-            shape[axis] = batch
-            return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype, sharding=leaf.sharding,
-                                        weak_type=leaf.weak_type)
-        return leaf
-
-    args, kwargs = list(call.args), dict(call.kwargs)
+    values = call.values()
+    new: dict[int, Any] = {}
     for a, axis in zip(choice.arguments, choice.axes, strict=True):
-        value = jax.tree_util.tree_map(lambda leaf, axis=axis: resize(leaf, axis),
-                                       argument_value(call, a))
-        if a.position is not None:
-            args[a.position] = value
-        else:
-            kwargs[a.name or ""] = value
-    return tuple(args), kwargs
+        for i in a.leaves:
+            leaf = values[i] if i < len(values) else None
+            if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > axis
+                    and leaf.shape[axis] == choice.size):
+                shape = list(leaf.shape)
+                shape[axis] = batch
+                new[i] = jax.ShapeDtypeStruct(tuple(shape), leaf.dtype, sharding=leaf.sharding,
+                                              weak_type=leaf.weak_type)
+    return call.with_values(new)
+
+
+def retrace(call: KeptCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The call's jit object traced at ``args``/``kwargs``, as the framework that
+    made it would trace it (``nnx.jit``'s function reads the call's graph nodes
+    from the context its own call opens: :func:`memscope._frameworks.retrace_context`)."""
+    jitted = call.function()
+    if jitted is None:
+        raise RuntimeError("the program let go of the function")
+    with _frameworks.retrace_context(call.fun):
+        return jitted.trace(*args, **kwargs)
 
 
 def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
@@ -75,28 +82,66 @@ def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
     """The function's peak at ``batch`` by memscope's rule: one XLA compile, with
     the function's own donation or the flat leaves in ``donated``; for the
     ``accelerator`` (:class:`memscope.compiled.targets.Target`) when given."""
+    return compile_point(call, choice, batch, donated, accelerator)[0]
+
+
+def compile_point(call: KeptCall, choice: BatchChoice, batch: int,
+                  donated: tuple[bool, ...] | None = None, accelerator: Any = None
+                  ) -> tuple[int | None, float | None]:
+    """:func:`compile_peak`'s compile: the peak, and the step's FLOPs from the
+    compile's own ``cost_analysis()`` (``None`` where it counts none). What the
+    function prints or warns while it is traced again is not the program's."""
     args, kwargs = resized(call, choice, batch)
-    jitted = call.function()
-    if jitted is None:
-        raise NotCompiled(batch, "trace", RuntimeError("the program let go of the function"))
+    with warnings.catch_warnings(), silenced():
+        warnings.simplefilter("ignore")
+        try:
+            traced = retrace(call, args, kwargs)
+        except Exception as e:  # the user's function, at shapes it was never called with
+            raise NotCompiled(batch, "trace", e) from e
+        try:
+            if donated is not None:
+                variant = lower_variant(traced, donated, accelerator)
+                traced, lowered = variant.traced, variant.lowered
+            elif accelerator is not None:
+                lowered = accelerator.lower(traced)
+            else:
+                lowered = _compat.lower(traced)
+            if accelerator is not None:
+                built = accelerator.compile(lowered)
+                flops = _finite(lambda: accelerator.flops(traced, built.compiled))
+                return accelerator.memory(traced, lowered, built).peak_bytes, flops
+            compiled = _compat.compile_to_read(lowered, sizes=True)
+        except Exception as e:
+            raise over_capacity(batch, e) or NotCompiled(batch, "compile", e) from e
+    peak = compiled_memory(traced, lowered, compiled).peak_bytes
+    return peak, _finite(lambda: _compat.flops(compiled))
+
+
+def _finite(read: Callable[[], float | None]) -> float | None:
+    """The FLOPs ``read()`` gives; ``None`` where it fails or gives no finite count."""
     try:
-        traced = jitted.trace(*args, **kwargs)
-    except Exception as e:  # the user's function, at shapes it was never called with
-        raise NotCompiled(batch, "trace", e) from e
-    try:
-        if donated is not None:
-            variant = lower_variant(traced, donated, accelerator)
-            traced, lowered = variant.traced, variant.lowered
-        elif accelerator is not None:
-            lowered = accelerator.lower(traced)
-        else:
-            lowered = _compat.lower(traced)
-        if accelerator is not None:
-            return accelerator.memory(traced, lowered, accelerator.compile(lowered)).peak_bytes
-        compiled = _compat.compile_to_read(lowered, sizes=True)
-    except Exception as e:
-        raise over_capacity(batch, e) or NotCompiled(batch, "compile", e) from e
-    return compiled_memory(traced, lowered, compiled).peak_bytes
+        value = read()
+    except Exception:
+        return None
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
+def compute_note(points: Iterable[tuple[int, float | None]]) -> str | None:
+    """Where the step's FLOPs grow by less than half as much as the batch from
+    the smallest size compiled to the largest: the batch resized is not all the
+    step computes on (MaxText's loss slices its data to the configured batch),
+    so a larger batch there buys input bytes, not examples."""
+    known = sorted((b, f) for b, f in points if f)
+    if len(known) < 2:
+        return None
+    (b0, f0), (b1, f1) = known[0], known[-1]
+    if b1 <= 2 * b0 or f1 / f0 >= 0.5 * b1 / b0:
+        return None
+    return (f"the step's FLOPs grow {f1 / f0:.2f}x from batch {b0} to {b1} ({b1 / b0:.0f}x "
+            "the examples): it computes on only part of what was resized (a step that "
+            "slices its input to a configured batch, as MaxText's does); the batches "
+            "here count input bytes, not examples: give the axis it computes on with "
+            "--batch, or size the batch in the program's own configuration")
 
 
 class OverCapacity(Exception):
@@ -435,8 +480,16 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
                     and not v.same_as_written), None)
     fix = None
     peak = functools.partial(compile_peak, accelerator=accelerator)
+    flops: dict[int, float | None] = {}
+
+    def written_peak(call: KeptCall, choice: BatchChoice, batch: int,
+                     donated: tuple[bool, ...] | None = None) -> int | None:
+        found, flops[batch] = compile_point(call, choice, batch, donated, accelerator)
+        return found
+
     try:
-        written = search(call, choice, budget, known=recorded_peak(entry), compile_peak=peak)
+        written = search(call, choice, budget, known=recorded_peak(entry),
+                         compile_peak=written_peak)
         if advised is not None and advised.facts is not None:
             fix = search(call, choice, budget, donated=advised.facts.program.donated,
                          known=advised.facts.memory.peak_bytes, hint=_local_slope(written),
@@ -464,7 +517,8 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
         advised_setting=advised.setting if advised is not None else None,
         compiles=written.compiles + (fix.compiles if fix else 0),
         seconds=time.perf_counter() - start, note=note, inferred=choice.inferred,
-        choice_note=choice.note, memory_bytes=memory, held_bytes=held)
+        choice_note=choice.note, memory_bytes=memory, held_bytes=held,
+        batch_note=compute_note(flops.items()))
 
 
 class Failed(Recorded, Protocol):

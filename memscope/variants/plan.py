@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import time
 import warnings
@@ -43,9 +44,11 @@ from memscope.variants.compile import lower_variant
 from memscope.variants.fit import (
     NotCompiled,
     OverCapacity,
+    compute_note,
     not_compiled_line,
     over_capacity,
     resized,
+    retrace,
     search,
 )
 
@@ -111,10 +114,7 @@ class _Compiler:
                         fun, self.call.options or {}, (args, kwargs), setting.policy,
                         setting.donated, setting.names, self.accelerator)
                     return _compat.reading_view(traced), _compat.without_const_args(lowered)
-                jitted = self.call.function()
-                if jitted is None:
-                    raise RuntimeError("the program let go of the function")
-                traced = jitted.trace(*args, **kwargs)
+                traced = retrace(self.call, args, kwargs)
                 if setting.donated is not None:
                     variant = lower_variant(traced, setting.donated, self.accelerator)
                     return variant.traced, variant.lowered
@@ -274,9 +274,13 @@ def settings(lv: Levers) -> tuple[list[Setting], list[PlanRow]]:
 def combined(best: Setting, lv: Levers) -> Setting:
     """``best`` (a policy) with the advised donation as well."""
     assert lv.donation is not None and best.policy is not None
+    donation = lv.donation[0]
+    # A wrapper's setting is its own call (``nnx.jit(donate_argnames=...)``);
+    # jax.jit's is its keywords.
+    if re.match(r"[\w.]+\(", donation) is None:
+        donation = f"jax.jit(..., {donation})"
     return Setting(f"{best.name} + advised donation", "combined",
-                   f"{best.code}; jax.jit(..., {lv.donation[0]})", best.policy, best.names,
-                   lv.donation[1])
+                   f"{best.code}; {donation}", best.policy, best.names, lv.donation[1])
 
 
 # -------------------------------------------------------------- the plan --
@@ -369,22 +373,9 @@ def _search_all(compiler: _Compiler, todo: list[Setting],
 
 
 def _compute_note(written: PlanRow | None) -> str | None:
-    """Where the step's FLOPs grow by less than half as much as the batch from
-    the smallest size compiled to the largest: the batch resized is not all the
-    step computes on (MaxText's loss slices its data to the configured batch),
-    so a larger batch there buys input bytes, not examples."""
-    known = sorted((p.batch, p.flops) for p in (written.points if written else ())
-                   if p.flops and p.refused is None)
-    if len(known) < 2:
-        return None
-    (b0, f0), (b1, f1) = known[0], known[-1]
-    if b1 <= 2 * b0 or f1 / f0 >= 0.5 * b1 / b0:
-        return None
-    return (f"the step's FLOPs grow {f1 / f0:.2f}x from batch {b0} to {b1} ({b1 / b0:.0f}x "
-            "the examples): it computes on only part of what was resized (a step that "
-            "slices its input to a configured batch, as MaxText's does); the batches "
-            "here count input bytes, not examples: give the axis it computes on with "
-            "--batch, or size the batch in the program's own configuration")
+    """:func:`memscope.variants.fit.compute_note` of the program as written."""
+    return compute_note((p.batch, p.flops) for p in (written.points if written else ())
+                        if p.refused is None)
 
 
 def _order(p: PlanPoint | NotCompiled, index: int) -> tuple[float, float, int]:

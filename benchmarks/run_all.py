@@ -28,6 +28,8 @@ FULL = {
     "bench_remat.py": ["--layers", "8", "--repeat", "3"],
     "bench_short.py": ["--repeat", "3"],
     "bench_plan.py": ["--memory", "200MiB", "--verify"],
+    "bench_fit_frameworks.py": ["--layers", "8", "--width", "1024", "--memory", "512MiB",
+                                "--repeat", "3"],
 }
 QUICK = {
     "bench_overhead.py": ["--steps", "1", "--repeat", "1"],
@@ -43,6 +45,7 @@ QUICK = {
     "bench_short.py": ["--only", "eqx_mlp.py", "--repeat", "1"],
     "bench_plan.py": ["--layers", "1", "--width", "32", "--seq", "16", "--memory", "2MiB",
                       "--verify"],
+    "bench_fit_frameworks.py": ["--layers", "1", "--width", "32", "--memory", "2MiB"],
 }
 
 

@@ -192,7 +192,7 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
     from memscope import _compat
     from memscope.assemble.function import function_report
     from memscope.capturing import MeasuredJit, capture
-    from memscope.capturing.wrappers import analyzed_wrapper
+    from memscope.capturing.analyzed import analyzed_wrapper
 
     accelerator = _compile_only_target(target) if isinstance(target, str) else target
     wrapper = analyzed_wrapper(jitted)

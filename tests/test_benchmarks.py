@@ -135,3 +135,13 @@ def test_short_programs_benchmark_prints_the_ratio_table():
     out = _bench("bench_short.py", "--only", "eqx_mlp.py", "--repeat", "1")
     assert "| `eqx_mlp.py` |" in out and "| program | python s | memscope run s | ratio" in out
 
+
+
+def test_fit_frameworks_benchmark_forecasts_the_same_step_three_ways():
+    out = _bench("bench_fit_frameworks.py", "--layers", "1", "--width", "32",
+                 "--memory", "2MiB")
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    assert set(rows) == {"jax.jit", "nnx.jit", "eqx.filter_jit"}
+    assert rows["jax.jit"][-1] == "1.00"
+    # the same model written three ways: the same answer
+    assert len({row[1] for row in rows.values()}) == 1 and rows["jax.jit"][1] != "None"

@@ -25,7 +25,7 @@ import pytest
 import memscope
 from memscope.report import peak_rule
 from tests.samples import sample_module
-from tests.test_samples import MEMSCOPE
+from tests.test_samples import MEMSCOPE, SAMPLES
 
 PROGRAMS = Path(__file__).parent / "programs" / "frameworks"
 QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -175,3 +175,20 @@ def test_analyze_takes_framework_jits_and_matches_their_own_compile():
     assert [b.path for b in report.inputs] == ["m.bias", "m.kernel", "x"]
     with pytest.raises(memscope.MemscopeError, match="runs the call: give it arrays"):
         memscope.analyze(apply, linear, jax.ShapeDtypeStruct((3, 4), jnp.float32))
+
+
+@pytest.mark.parametrize("sample", ["flax_train", "equinox_train"])
+def test_fit_and_plan_answer_on_the_framework_samples(sample):
+    pytest.importorskip("flax.nnx" if sample == "flax_train" else "equinox")
+    script = str(SAMPLES / f"{sample}.py")
+    code, f, err = _fit("--memory", "16MiB", script)
+    assert code == 0, err[-2000:]
+    assert (f["argument"], f["inferred"]) == ("x, y", True) and f["largest"] > f["batch"]
+    rows = {r["batch"]: r["peak_bytes"] for r in f["rows"]}
+    assert rows[f["largest"]] <= f["budget_bytes"] < rows[f["largest"] + f["step"]]
+    done = subprocess.run([MEMSCOPE, "fit", "--plan", "--format", "json", "--memory", "16MiB",
+                           script], capture_output=True, text=True, env=QUIET, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout)
+    written = next(r for r in plan["rows"] if r["setting"] == "as written")
+    assert written["largest"] == f["largest"]

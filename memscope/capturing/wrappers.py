@@ -269,33 +269,3 @@ def _renamed_leaves(leaves: Sequence[Any], names: Sequence[str] | None) -> tuple
         return tuple(leaves)
     return tuple(replace(leaf, path=name) for leaf, name in zip(leaves, names, strict=True))
 
-
-# ----------------------------------------------------------- analyze() --
-
-
-@dataclass(frozen=True)
-class AnalyzedWrapper:
-    """A framework's jit wrapper given to :func:`memscope.analyze`: its ``jax.jit``
-    object, measured for one call through the wrapper's own code."""
-
-    wrapper: Any
-    attribute: str
-    label: str
-
-    def measured(self, session: Any) -> Any:
-        """Within the block, the wrapper calls memscope's stand-in for its jit."""
-        from memscope.capturing.jit import MeasuredJit
-
-        real = getattr(self.wrapper, self.attribute)
-        stand_in = MeasuredJit(real, real.__wrapped__, session)
-        return _frameworks.calling(self.wrapper, self.attribute, stand_in)
-
-
-def analyzed_wrapper(obj: Any) -> AnalyzedWrapper | None:
-    """``obj`` as a framework's jit wrapper (:func:`memscope._frameworks.inner_jit`);
-    ``None`` for anything else."""
-    attribute = _frameworks.inner_jit(obj)
-    if attribute is None:
-        return None
-    label = "an eqx.filter_jit function" if attribute == "_cached" else "an nnx.jit function"
-    return AnalyzedWrapper(obj, attribute, label)

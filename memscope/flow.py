@@ -309,7 +309,8 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
         session.live_sampler.every_call = True  # a short run: what each call sees
 
     with capture_on_import(advise="advised", stop_after=stop_after, keep_calls=True,
-                           stop_at_repeat=stop_after is None, accelerator=accelerator,
+                           stop_at_repeat=(function or True) if stop_after is None else False,
+                           accelerator=accelerator,
                            started=started) as pending:
         def finish() -> None:  # while what the target holds still exists
             if pending.session is not None:

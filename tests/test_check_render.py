@@ -269,3 +269,22 @@ def test_a_function_paired_by_name_says_so_in_every_format() -> None:
         "::error file=train_v2.py,line=8,title=memscope check%3A train_step::train_step "
         "(float32[16]) [paired by name (train.py -> train_v2.py)]: peak grew by +64 B "
         "(+100.0%25) to 128 B, over the baseline 64 B\n")
+
+
+def test_the_verdict_is_never_cut_whatever_the_figures_and_names() -> None:
+    """Wide figures (a large change) and a long name: the name gives way, the
+    header and every verdict are whole (``verdi…`` was seen at 80 columns)."""
+    name = "a_very_long_function_name_of_a_trainer_" * 2
+    result = CheckResult(
+        (FunctionVerdict(name, "(float32[8192,8192], bfloat16[64,8192,8192])", "t.py:1",
+                         "unchecked", figures(3 << 30, 1_234_567_890_123)),
+         FunctionVerdict("step", None, "t.py:9", "vanished", figures(512, None))),
+        (), False, True, "base.json", None, summary="FAIL")
+    out = io.StringIO()
+    render_check(result, out, width=80, plain=True)
+    table = [line for line in lines(out.getvalue()) if line.startswith("|")]
+    assert all(len(line) <= 80 for line in table)
+    assert table[0].split("|")[-2].strip() == "verdict"
+    assert [row.split("|")[-2].strip() for row in table[2:] if row.split("|")[-2].strip()] == [
+        "unchecked", "vanished"]
+    assert "…" not in "".join(row.split("|")[-2] for row in table)

@@ -192,3 +192,41 @@ def test_fit_and_plan_answer_on_the_framework_samples(sample):
     plan = json.loads(done.stdout)
     written = next(r for r in plan["rows"] if r["setting"] == "as written")
     assert written["largest"] == f["largest"]
+
+
+EVAL_FIRST = """
+import jax, jax.numpy as jnp, numpy as np
+params = {"w1": jnp.ones((784, 256)) / 784, "b1": jnp.zeros(256),
+          "w2": jnp.ones((256, 10)) / 256, "b2": jnp.zeros(10)}
+def logits(params, x):
+    return jnp.tanh(x @ params["w1"] + params["b1"]) @ params["w2"] + params["b2"]
+@jax.jit
+def evaluate(params, data):  # returns no state: every argument looks like data
+    return (logits(params, data["image"]).argmax(-1) == data["label"]).mean()
+@jax.jit
+def train_step(params, batch):
+    def loss(p):
+        return -jnp.mean(jax.nn.log_softmax(logits(p, batch["image"]))[:, 0])
+    return jax.tree.map(lambda p, g: p - 0.1 * g, params, jax.grad(loss)(params))
+def batch_of(n):  # a batch of 256: the size of w1's columns and of w2's rows
+    return {"image": np.ones((n, 784), np.float32), "label": np.zeros(n, np.int32)}
+for _ in range(5):  # an evaluation loop before training, as Optax's examples do
+    evaluate(params, batch_of(256))
+for _ in range(3):
+    params = train_step(params, batch_of(256))
+"""
+
+
+def test_fit_function_waits_for_that_function_past_an_evaluation_loop(tmp_path):
+    """The evaluation loop repeats first: with --function train_step the capture
+    goes on to train_step's own second call; left to choose, the evaluation's
+    batch is its data, not the weights whose leading size is the batch's."""
+    script = tmp_path / "eval_first.py"
+    script.write_text(EVAL_FIRST)
+    code, f, err = _fit("--memory", "16MiB", "--function", "train_step", str(script))
+    assert code == 0, err[-2000:]
+    assert (f["function"], f["argument"]) == ("train_step", "batch")
+    assert "state, returned by the step: params" in f["choice_note"]
+    code, f, err = _fit("--memory", "16MiB", str(script))
+    assert code == 0, err[-2000:]
+    assert (f["function"], f["argument"], f["batch"]) == ("evaluate", "data", 256)

@@ -36,7 +36,7 @@ def test_fit_text_answers_first():
     render_fit_text(FORECAST, out)
     assert out.getvalue().splitlines() == [
         "memscope fit: step (train.py:10)",
-        "Largest batch that fits 1.0 GiB: 102 (compiled: 102 -> 1023.000 MiB, 103 -> "
+        "Largest batch that fits 1.0 GiB: 102 (compiled: 102 -> 0.999 GiB, 103 -> "
         "1.001 GiB; budget 1.000 GiB)",
         'With the advised donation (donate_argnames=("params",)): n/a',
         "batch axis: batch, axis 0 (inferred); now 8, step 1",
@@ -45,7 +45,7 @@ def test_fit_text_answers_first():
         "     batch          peak  fits       advised  fits",
         "         8   100.000 MiB   yes    90.000 MiB   yes",
         "        16   180.000 MiB   yes           n/a   n/a",
-        "       102  1023.000 MiB   yes           n/a   n/a",
+        "       102     0.999 GiB   yes           n/a   n/a",
         "       103     1.001 GiB    no           n/a   n/a",
         "",
         "3 compiles in 1.2 s; nothing ran on the device. peak: memscope's rule (XLA's peak "
@@ -70,6 +70,9 @@ def test_fit_text_tells_the_boundary_apart():
     apart = format_bytes_apart([budget, budget + 36_000, None, 1000])
     assert apart == ["64.00 MiB", "64.03 MiB", "n/a", "1000 B"]
     assert format_bytes_apart([3 << 20, 5 << 20]) == ["3.0 MiB", "5.0 MiB"]
+    # A peak just over a budget of 1 GiB reads in the budget's unit, never as
+    # "1.0 GiB" beside "1024.0 MiB" (fit --plan's stopped rows said so).
+    assert format_bytes_apart([round(1059.3 * 2**20), 1 << 30]) == ["1.03 GiB", "1.00 GiB"]
 
 
 def test_post_mortem_lines_say_what_failed_and_what_would_fit():

@@ -249,7 +249,8 @@ def test_a_mesh_that_does_not_map_is_said_per_function(tmp_path: Path) -> None:
     (fn,) = json.loads((tmp_path / "r.json").read_text())["functions"]
     assert fn["memory"] is None and fn["memory_here"] is not None
     assert ("could not compile it for tpu:v5e:2x2: TargetMismatch: the program's mesh "
-            "(data=8) spans 8 devices; tpu:v5e:2x2 has 4") in fn["error"]
+            "(data=8) spans 8 devices; tpu:v5e:2x2 has 4: build the mesh from 4 of "
+            "jax.devices() (this run has 8) or name a target of 8 devices") in fn["error"]
 
 
 def test_bad_targets_are_one_line_and_exit_2(tmp_path: Path) -> None:

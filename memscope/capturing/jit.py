@@ -293,7 +293,7 @@ class MeasuredJit:
             if entry.donated:  # after the call: only a call that ran donated anything
                 session.ledger.record(entry, session.calls + 1, leaves, entry.donated)
         session.after_call(entry, out, pending)
-        session.count_call(repeat=entry.calls > 1)
+        session.count_call(repeat=entry.calls > 1, name=entry.name)
         return out
 
     def _first_call(self, key: Any, leaves: Sequence[Any], args: tuple[Any, ...],

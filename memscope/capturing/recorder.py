@@ -30,7 +30,7 @@ unverified_jax_said = _versions.unverified_said
 @contextlib.contextmanager
 def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
             stop_after: int | None = None, keep_calls: bool = False,
-            stop_at_repeat: bool = False,
+            stop_at_repeat: bool | str = False,
             remat_flops: float | None = None, accelerator: Any = None) -> Iterator[Session]:
     """Record every function jitted inside the block when it is called there.
 
@@ -52,7 +52,8 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     ``stop_after`` ends the block's code with
     :class:`~memscope.errors.TargetStopped` once that many jitted calls ran;
     ``stop_at_repeat`` at the first call of a signature called before (a loop
-    has begun). ``keep_calls`` keeps each signature's call in shapes
+    has begun); given a function's name, at the first such call of that
+    function (an evaluation loop before the training loop does not stop it). ``keep_calls`` keeps each signature's call in shapes
     (:class:`KeptCall`), to compile it again (``memscope fit``). ``accelerator``
     (a :class:`memscope.compiled.targets.Target`) compiles every function, and its
     variants, for that accelerator too: the functions' figures are then its.

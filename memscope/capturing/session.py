@@ -87,7 +87,9 @@ class Session:
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
         self.keep_calls = False
         #: end the target at the first call of a signature seen before (the loop began)
-        self.stop_at_repeat = False
+        #: end the target at a repeat: of any signature (``True``), or of the
+        #: named function's only (a name: ``memscope fit --function NAME``)
+        self.stop_at_repeat: bool | str = False
         self._stop_hit = False
         self.calls = 0
         self._proxy = proxy
@@ -433,17 +435,20 @@ class Session:
         limit = busiest.get("bytes_limit")
         return int(busiest["bytes_in_use"]), None if limit is None else int(limit)
 
-    def count_call(self, *, repeat: bool = False) -> None:
-        """Count one top-level jitted call; end the target once ``stop_after`` ran
-        (or at a ``repeat``: a signature called before, with ``stop_at_repeat``).
+    def count_call(self, *, repeat: bool = False, name: str | None = None) -> None:
+        """Count one top-level jitted call (of the function ``name``); end the
+        target once ``stop_after`` ran (or at a ``repeat``: a signature called
+        before, with ``stop_at_repeat``, of the function it names if a name).
 
         Raises:
             TargetStopped: this call was number ``stop_after``.
         """
+        wanted = self.stop_at_repeat
         with self._lock:
             self.calls += 1
             stop = ((self.stop_after is not None and self.calls == self.stop_after)
-                    or (self.stop_at_repeat and repeat))
+                    or (repeat and wanted is not False
+                        and (wanted is True or wanted == name)))
         if stop:
             self._stop_hit = True
             self.active = False  # nothing more to record, even if the target goes on

@@ -37,22 +37,30 @@ def render_check(result: CheckResult, file: IO[str], *, width: int | None = None
 
 
 def _table(result: CheckResult, out: Lines) -> Table:
+    """One row per function. The figures and the verdict keep their width (a
+    verdict is never cut); the function's name and signature are shortened to
+    what they leave (whole: below, and in JSON)."""
     table = Table(title="Peak bytes per device", box=out.box, title_justify="left")
-    table.add_column("function", no_wrap=True)
-    for name in ("baseline", "now", "change"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    room = max(12, out.width - 58)  # what the figures leave (the whole: below, and JSON)
+    cells = []
     for fn in result.functions:
         peak = fn.figure("peak") if fn.figures else None
+        cells.append((fn, (format_bytes(peak.baseline) if peak else "n/a",
+                           format_bytes(peak.now) if peak else "n/a",
+                           format_change(peak.change, peak.percent) if peak else "n/a",
+                           STATUS_LABELS[fn.status])))
+    names = ("baseline", "now", "change", "verdict")
+    widths = [max([len(name), *(len(row[i]) for _, row in cells)])
+              for i, name in enumerate(names)]
+    table.add_column("function", no_wrap=True)
+    for name, width in zip(names, widths, strict=True):
+        table.add_column(name, justify="left" if name == "verdict" else "right",
+                         no_wrap=True, min_width=width)
+    room = max(12, out.width - 4 - 3 * len(names) - sum(widths))  # less borders, padding
+    for fn, (baseline, now, change, verdict) in cells:
         label = Text(shorten(visible(fn.name), room))
         if fn.shown_signature:
             label.append(f"\n{shorten(visible(fn.shown_signature), room)}", "dim")
-        table.add_row(
-            label, format_bytes(peak.baseline) if peak else "n/a",
-            format_bytes(peak.now) if peak else "n/a",
-            format_change(peak.change, peak.percent) if peak else "n/a",
-            Text(STATUS_LABELS[fn.status], STATUS_STYLES[fn.status]))
+        table.add_row(label, baseline, now, change, Text(verdict, STATUS_STYLES[fn.status]))
     return table
 
 

@@ -42,22 +42,29 @@ def format_bytes_apart(values: Sequence[int | None]) -> list[str]:
     if not known or max(abs(v) for v in known) < 1024:
         return [format_bytes(v) for v in values]
     distinct = len(set(known))
+    # Values of the largest one's order are written in its unit, so that a
+    # peak just over a budget never reads as 1.0 GiB beside 1024.0 MiB.
+    largest = max(abs(v) for v in known)
     for decimals in (1, 2, 3):
-        texts = [_with_decimals(v, decimals) for v in values]
+        texts = [_with_decimals(v, decimals, largest if v is not None and 2 * abs(v) >= largest
+                                else None) for v in values]
         if len({t for t, v in zip(texts, values, strict=True) if v is not None}) == distinct:
             return texts
     return ["n/a" if v is None else f"{v:,} B" for v in values]
 
 
-def _with_decimals(n: int | None, decimals: int) -> str:
+def _with_decimals(n: int | None, decimals: int, like: int | None = None) -> str:
+    """``n`` in the unit :func:`format_bytes` gives ``like`` (by default ``n``)."""
     if n is None:
         return "n/a"
-    if abs(n) < 1024:
+    scale = abs(n if like is None else like)
+    if scale < 1024:
         return f"{n} B"
-    value = float(n)
+    value, size = float(n), float(scale)
     for unit in _IEC:
         value /= 1024
-        if abs(value) < 1024 or unit == _IEC[-1]:
+        size /= 1024
+        if size < 1024 or unit == _IEC[-1]:
             return f"{value:.{decimals}f} {unit}"
     raise AssertionError("unreachable")
 

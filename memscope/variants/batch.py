@@ -147,8 +147,10 @@ def choose_batch(entry: Recorded, specs: Sequence[str] = ()) -> BatchChoice:
     """The batch axis: each of ``specs`` (``ARG[:AXIS]``, an argument's name or
     position; a negative AXIS counts from the end of the argument's arrays, and the
     choice holds it counted from 0), resized together, else axis 0 of the arguments
-    that are not state (:func:`state_arguments`), at their most common leading
-    size (the largest where sizes are equally common).
+    that are not state (:func:`state_arguments`) whose arrays all share their
+    leading size, at the size most of them share (the largest where sizes are
+    equally common; where no argument's arrays share one, the most common
+    leading size of their arrays).
 
     Raises:
         MemscopeError: a spec names no argument or axis (a negative one beyond
@@ -171,8 +173,18 @@ def choose_batch(entry: Recorded, specs: Sequence[str] = ()) -> BatchChoice:
                 "no argument has an array with an axis")
         raise MemscopeError(f"{entry.name}: no batch axis to infer: {what}; give one "
                             "with --batch ARG[:AXIS]")
-    size = max(set(leading), key=lambda n: (leading.count(n), n))
-    chosen_args = tuple(a for a in data if any(lead[i] == size for i in a.leaves))
+    # A batch argument's arrays share their leading size; a model's (not returned
+    # by an evaluation step, say) have many. Such arguments, by their count,
+    # choose the size; where none has one size, the leaves do.
+    uniform: dict[int, int] = {}
+    for a in data:
+        sizes = {n for i in a.leaves if (n := lead[i]) is not None}
+        if len(sizes) == 1:
+            uniform[id(a)] = sizes.pop()
+    counted = list(uniform.values()) or leading
+    size = max(set(counted), key=lambda n: (counted.count(n), n))
+    chosen_args = tuple(a for a in data if (uniform.get(id(a)) == size if uniform
+                                            else any(lead[i] == size for i in a.leaves)))
     why = (f"{', '.join(a.label for a in chosen_args)}, axis 0 (inferred: the leading "
            "axis of the arguments that are not state" + (
                f"; state, returned by the step: {', '.join(a.label for a in state)}"

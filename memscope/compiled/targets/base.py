@@ -178,9 +178,9 @@ class Accelerator:
             axes = ", ".join(f"{name}={size}" for name, size in mesh.shape.items())
             raise TargetMismatch(
                 f"the program's mesh ({axes}) spans {mesh.size} devices; {self.name} "
-                f"has {len(self.devices)}: build the mesh from jax.devices() (memscope "
-                f"gives the program {len(self.devices)}) or name a target of "
-                f"{mesh.size} devices")
+                f"has {len(self.devices)}: build the mesh from {len(self.devices)} of "
+                f"jax.devices() (this run has {jax.device_count()}) or name a target "
+                f"of {mesh.size} devices")
         devices = np.array([self.devices[i] for i in ids], dtype=object).reshape(
             mesh.devices.shape)
         return jax.sharding.Mesh(devices, mesh.axis_names, axis_types=mesh.axis_types)

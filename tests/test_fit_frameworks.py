@@ -230,3 +230,21 @@ def test_fit_function_waits_for_that_function_past_an_evaluation_loop(tmp_path):
     code, f, err = _fit("--memory", "16MiB", str(script))
     assert code == 0, err[-2000:]
     assert (f["function"], f["argument"], f["batch"]) == ("evaluate", "data", 256)
+
+
+def test_a_batch_given_on_an_argument_without_arrays_says_what_it_is(tmp_path):
+    script = tmp_path / "scalar.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp\n"
+        "@jax.jit\n"
+        "def step(w, x, lr):\n"
+        "    return w - lr * jax.grad(lambda w: (x @ w).sum())(w)\n"
+        "w = jnp.ones((8, 8))\n"
+        "for _ in range(3):\n"
+        "    w = step(w, jnp.ones((4, 8)), 0.1)\n")
+    done = subprocess.run([MEMSCOPE, "fit", "--memory", "1MiB", "--batch", "lr", str(script)],
+                          capture_output=True, text=True, env=QUIET, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "memscope: error: --batch lr: lr holds no array (a float), so there is nothing to "
+        "resize: name an argument the step gets arrays in (a jax.Array or a NumPy array)")

@@ -209,6 +209,15 @@ def _given_batch(call: KeptCall, specs: Sequence[str],
         sizes = [shape[axis] for i in argument.leaves
                  if (shape := shapes[i]) is not None and len(shape) > axis]
         if not sizes:
+            values = call.values()
+            kinds = sorted({type(values[i]).__name__ for i in argument.leaves
+                            if i < len(values)})
+            if all(shapes[i] is None for i in argument.leaves):
+                raise MemscopeError(
+                    f"--batch {spec}: {argument.label} holds no array (a "
+                    f"{' and a '.join(kinds) or 'static value'}), so there is nothing to "
+                    "resize: name an argument the step gets arrays in (a jax.Array or a "
+                    "NumPy array)")
             raise MemscopeError(f"--batch {spec}: {argument.label} has no array with an "
                                 f"axis {axis}")
         chosen.append((argument, axis, max(set(sizes), key=sizes.count)))

@@ -116,8 +116,8 @@ def test_an_output_allocated_when_the_call_runs_fails_as_under_python(tmp_path):
     assert measured.returncode == plain.returncode, measured.stderr[-2000:]
     assert measured.stdout == plain.stdout
     assert "Check failed" not in measured.stderr
-    error = plain.stderr.strip().splitlines()[-1]
-    assert error.startswith("jax.errors.JaxRuntimeError") and error in measured.stderr
+    error = plain.stderr.strip().splitlines()[-1]  # JAX's error line, as each series words it
+    assert "Out of memory allocating" in error and error in measured.stderr
     report = load_report(str(out))
     failed = [fn for fn in report.functions if fn.out_of_memory is not None]
     assert [fn.name for fn in failed] == ["expand"]

@@ -298,7 +298,9 @@ def test_a_first_call_whose_outputs_are_pending_is_read_before_the_next_call_don
             x, y = step(x, y)
         x.block_until_ready()
     # (on jaxlib 0.10 memscope waits for a first call's outputs on CPU: DELAYED_OUTPUTS)
-    assert pending or DELAYED_OUTPUTS, "the step's outputs were ready at once: nothing read late"
+    if not (pending or DELAYED_OUTPUTS):  # JAX 0.7 and 0.8: the call itself ran the step
+        pytest.skip("the step's outputs were ready when its call returned: nothing to read "
+                    "before the next call")
     (fn,) = [function_report(e) for e in session.entries]
     assert [(b.observed, b.deleted) for b in fn.inputs] == [("confirmed", True)] * 2
     assert fn.findings == ()

@@ -14,9 +14,12 @@ import atexit
 import compileall
 import functools
 import importlib.util
+import json
 import os
 import shutil
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -37,3 +40,16 @@ def _bytecode() -> None:
     spec = importlib.util.find_spec("memscope")
     if spec is not None and spec.origin is not None:
         compileall.compile_dir(Path(spec.origin).parent, quiet=1)
+
+
+def timed_json(command: list[str], cache: str | None = None) -> tuple[float, dict]:
+    """Run a memscope command that prints JSON (``fit --format json``) as a first
+    run (:func:`first_run_env`, memscope's cache in ``cache``): its wall time and
+    its JSON. Exit 0 or 1 (no batch fits) is an answer; anything else fails."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env=first_run_env(cache, PYTHONWARNINGS="ignore"))
+    wall = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-2000:]}")
+    return wall, json.loads(done.stdout)

@@ -17,16 +17,13 @@ No figure here is asserted by the test suite.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _cache import first_run_env
+from _cache import timed_json
 
 COMMON = """
 import numpy as np
@@ -107,14 +104,8 @@ print(float(loss))
 
 
 def measure(script: Path, memory: str) -> tuple[float, dict]:
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "memscope", "fit", "--format", "json",
-                           "--memory", memory, str(script)], capture_output=True, text=True,
-                          env=first_run_env(None, PYTHONWARNINGS="ignore"))
-    wall = time.perf_counter() - start
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"failed: {script.name}\n{done.stderr[-2000:]}")
-    return wall, json.loads(done.stdout)
+    return timed_json([sys.executable, "-m", "memscope", "fit", "--format", "json",
+                       "--memory", memory, str(script)])
 
 
 def main() -> None:

@@ -23,26 +23,14 @@ import functools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _cache import first_run_env
+from _cache import timed_json as measure
 
 HERE = Path(__file__).resolve().parent
 SAMPLE = HERE.parent / "sample_programs" / "transformer_adam.py"
-
-
-def measure(command: list[str], cache: str | None) -> tuple[float, dict]:
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True,
-                          env=first_run_env(cache, PYTHONWARNINGS="ignore"))
-    wall = time.perf_counter() - start
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"failed: {' '.join(command)}\n{done.stderr[-2000:]}")
-    return wall, json.loads(done.stdout)
 
 
 def main() -> None:

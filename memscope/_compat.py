@@ -1420,6 +1420,11 @@ class JitSpec:
     #: hashable stand-in for every option, to merge jit objects made alike
     token: Any
 
+    @property
+    def donates(self) -> bool:
+        """The jit donates some argument (by position or by name)."""
+        return bool(self.donate_argnums or self.donate_argnames)
+
 
 def is_jit_object(obj: Any) -> bool:
     """True for what ``jax.jit`` returns (it carries the ``_jit_info`` JAX resolved)."""

@@ -50,23 +50,24 @@ def framework(fun: Any) -> Framework | None:
     return None
 
 
-#: Where each framework's jit wrapper keeps the ``jax.jit`` object it calls:
-#: Equinox's ``_JitWrapper._cached`` (a field of the frozen module), NNX's
-#: ``JitWrapped.jitted_fn`` (``SimpleJitWrapped`` in tree mode).
-_INNER_JIT = {(_EQX_JIT, "_JitWrapper"): "_cached",
-              (_NNX_COMPILATION, "JitWrapped"): "jitted_fn",
-              (_NNX_COMPILATION, "SimpleJitWrapped"): "jitted_fn"}
+#: Where each framework's jit wrapper keeps the ``jax.jit`` object it calls, and
+#: what made it: Equinox's ``_JitWrapper._cached`` (a field of the frozen
+#: module), NNX's ``JitWrapped.jitted_fn`` (``SimpleJitWrapped`` in tree mode).
+_INNER_JIT = {(_EQX_JIT, "_JitWrapper"): ("_cached", "eqx.filter_jit"),
+              (_NNX_COMPILATION, "JitWrapped"): ("jitted_fn", "nnx.jit"),
+              (_NNX_COMPILATION, "SimpleJitWrapped"): ("jitted_fn", "nnx.jit")}
 
 
-def inner_jit(wrapper: Any) -> str | None:
-    """The attribute of ``wrapper`` (what ``eqx.filter_jit`` or ``nnx.jit``
-    returned) that holds the ``jax.jit`` object it calls; ``None`` for anything
-    else, or a wrapper this version of memscope does not know."""
+def inner_jit(wrapper: Any) -> tuple[str, str] | None:
+    """``(attribute, maker)``: the attribute of ``wrapper`` (what ``eqx.filter_jit``
+    or ``nnx.jit`` returned) that holds the ``jax.jit`` object it calls, and the
+    wrapper's name; ``None`` for anything else, or a wrapper this version of
+    memscope does not know."""
     kind = type(wrapper)
-    attribute = _INNER_JIT.get((kind.__module__, kind.__qualname__))
-    if attribute is None or not hasattr(wrapper, attribute):
+    found = _INNER_JIT.get((kind.__module__, kind.__qualname__))
+    if found is None or not hasattr(wrapper, found[0]):
         return None
-    return attribute
+    return found
 
 
 @contextlib.contextmanager

@@ -30,8 +30,8 @@ class AnalyzedWrapper:
 def analyzed_wrapper(obj: Any) -> AnalyzedWrapper | None:
     """``obj`` as a framework's jit wrapper (:func:`memscope._frameworks.inner_jit`);
     ``None`` for anything else."""
-    attribute = _frameworks.inner_jit(obj)
-    if attribute is None:
+    found = _frameworks.inner_jit(obj)
+    if found is None:
         return None
-    label = "an eqx.filter_jit function" if attribute == "_cached" else "an nnx.jit function"
-    return AnalyzedWrapper(obj, attribute, label)
+    attribute, maker = found
+    return AnalyzedWrapper(obj, attribute, f"an {maker} function")

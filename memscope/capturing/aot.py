@@ -109,9 +109,8 @@ class Compiled(Stage):
         session = origin._memscope_session
         values = jax.tree_util.tree_leaves((args, kwargs))
         leaves = keys.program_leaves(values)
-        spec = origin._memscope_spec  # (a pending input: see MeasuredJit._run_first)
-        before = [addresses(x, wait=bool(spec.donate_argnums or spec.donate_argnames))
-                  for x in leaves]
+        # (a pending input: see MeasuredJit._run_first)
+        before = [addresses(x, wait=origin._memscope_spec.donates) for x in leaves]
         late = any_pending(leaves)
         out = self._memscope_real(*args, **kwargs)
         observation = observe(before, leaves, out, late=late)

@@ -265,8 +265,7 @@ class MeasuredJit:
             return jitted(*args, **kwargs)
         # A first call's outputs still being computed are waited for only where
         # this call may donate them (their buffers would be gone after it).
-        spec = self._memscope_spec
-        session.settle(awaited=leaves if spec.donate_argnums or spec.donate_argnames else ())
+        session.settle(awaited=leaves if self._memscope_spec.donates else ())
         entry = self._memscope_seen.get(key)
         pending = session.before_call(leaves, entry is None)
         if entry is None:
@@ -341,9 +340,7 @@ class MeasuredJit:
         session = self._memscope_session
         # An input still being computed is waited for only where the call may
         # donate it (its buffer is gone after the call); elsewhere it is unread.
-        spec = self._memscope_spec
-        donates = bool(spec.donate_argnums or spec.donate_argnames)
-        before = [addresses(x, wait=donates) for x in leaves]
+        before = [addresses(x, wait=self._memscope_spec.donates) for x in leaves]
         visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)
         late = any_pending(leaves)
@@ -538,7 +535,7 @@ class MeasuredJit:
         """The early variant, what it holds and its job; ``None`` where none is begun."""
         session, spec = self._memscope_session, self._memscope_spec
         if (self._memscope_library is not None or self._memscope_framework is not None
-                or spec.donate_argnums or spec.donate_argnames  # (see early.predict)
+                or spec.donates  # (see early.predict)
                 or not session.early_allowed() or not early.worth_tracing(leaves)):
             return None
         session.count_early(traced=True)
@@ -579,7 +576,7 @@ class MeasuredJit:
         """The leaves this signature donates; first, any buffer donated twice, or
         donated and passed again, is named (JAX's own error comes at the call)."""
         spec = self._memscope_spec
-        if not (spec.donate_argnums or spec.donate_argnames):
+        if not spec.donates:
             return ()
         session = self._memscope_session
 

@@ -95,11 +95,6 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: b
                        refs_after=tuple(None if r is None else addresses(r) for r in refs))
 
 
-def any_pending(leaves: Sequence[Any]) -> bool:
-    return any(isinstance(x, jax.Array) and not x.is_deleted() and not _compat.is_ready(x)
-               for x in leaves)
-
-
 def watched_call(entry: Any, call: Callable[[], Any], leaves: Sequence[Any]) -> Any:
     """Run ``call``, the call of ``entry``'s signature after the first, where
     :attr:`Entry.watch_next` asks for it, and keep its buffers, read as the
@@ -201,6 +196,11 @@ def leaf_sharding(x: Any) -> Any:
         except Exception:  # a Ref built of several arrays
             return None
     return None
+
+
+def any_pending(leaves: Sequence[Any]) -> bool:
+    return any(isinstance(x, jax.Array) and not x.is_deleted() and not _compat.is_ready(x)
+               for x in leaves)
 
 
 def addresses(x: Any, *, wait: bool = False, late: bool = True) -> Addresses:

@@ -53,8 +53,9 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     :class:`~memscope.errors.TargetStopped` once that many jitted calls ran;
     ``stop_at_repeat`` at the first call of a signature called before (a loop
     has begun); given a function's name, at the first such call of that
-    function (an evaluation loop before the training loop does not stop it). ``keep_calls`` keeps each signature's call in shapes
-    (:class:`KeptCall`), to compile it again (``memscope fit``). ``accelerator``
+    function (an evaluation loop before the training loop does not stop it).
+    ``keep_calls`` keeps each signature's call in shapes (:class:`KeptCall`),
+    to compile it again (``memscope fit``). ``accelerator``
     (a :class:`memscope.compiled.targets.Target`) compiles every function, and its
     variants, for that accelerator too: the functions' figures are then its.
 

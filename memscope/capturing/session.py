@@ -86,7 +86,6 @@ class Session:
                                            if self.advice != "off" else None)
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
         self.keep_calls = False
-        #: end the target at the first call of a signature seen before (the loop began)
         #: end the target at a repeat: of any signature (``True``), or of the
         #: named function's only (a name: ``memscope fit --function NAME``)
         self.stop_at_repeat: bool | str = False

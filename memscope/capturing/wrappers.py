@@ -268,4 +268,3 @@ def _renamed_leaves(leaves: Sequence[Any], names: Sequence[str] | None) -> tuple
     if names is None or len(names) != len(leaves):
         return tuple(leaves)
     return tuple(replace(leaf, path=name) for leaf, name in zip(leaves, names, strict=True))
-

@@ -44,10 +44,13 @@ class KeptCall:
     jax_arguments: tuple[Argument, ...] | None = None
 
     def values(self) -> list[Any]:
-        """The call's flat dynamic leaves, in JAX's order (:attr:`Argument.leaves`
-        numbers them): a ``jax.ShapeDtypeStruct`` for each array."""
-        return [leaf for a in self._top() for leaf in jax.tree_util.tree_leaves(
+        """The call's flat dynamic leaves, in JAX's order, one per number of
+        :attr:`Argument.leaves` (``None`` past what the arguments flatten to): a
+        ``jax.ShapeDtypeStruct`` for each array."""
+        count = sum(len(a.leaves) for a in self.arguments)
+        found = [leaf for a in self._top() for leaf in jax.tree_util.tree_leaves(
             argument_value(self, a))]
+        return (found + [None] * count)[:count]
 
     def with_values(self, new: dict[int, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """``(args, kwargs)`` with the flat leaves numbered in ``new`` replaced."""
@@ -163,8 +166,8 @@ def choose_batch(entry: Recorded, specs: Sequence[str] = ()) -> BatchChoice:
     shapes = leaf_shapes(call)
     if specs:
         return _given_batch(call, specs, shapes)
-    state = state_arguments(entry, shapes)
-    data = [a for a in call.arguments if a.has_arrays and a not in state]
+    data = data_arguments(entry, shapes)
+    state = [a for a in call.arguments if a.has_arrays and a not in data]
     lead = [_leading(shapes[i]) for i in range(len(shapes))]
     leading = [n for a in data for i in a.leaves if (n := lead[i]) is not None]
     if not leading:
@@ -209,10 +212,9 @@ def _given_batch(call: KeptCall, specs: Sequence[str],
         sizes = [shape[axis] for i in argument.leaves
                  if (shape := shapes[i]) is not None and len(shape) > axis]
         if not sizes:
-            values = call.values()
-            kinds = sorted({type(values[i]).__name__ for i in argument.leaves
-                            if i < len(values)})
             if all(shapes[i] is None for i in argument.leaves):
+                values = call.values()
+                kinds = sorted({type(values[i]).__name__ for i in argument.leaves})
                 raise MemscopeError(
                     f"--batch {spec}: {argument.label} holds no array (a "
                     f"{' and a '.join(kinds) or 'static value'}), so there is nothing to "
@@ -305,11 +307,8 @@ def data_arguments(entry: Recorded, shapes: list[tuple[int, ...] | None]) -> lis
 
 
 def _leaf_dtypes(call: KeptCall) -> list[str | None]:
-    count = sum(len(a.leaves) for a in call.arguments)
-    dtypes: list[str | None] = [
-        str(leaf.dtype) if isinstance(leaf, jax.ShapeDtypeStruct) else None
-        for leaf in call.values()]
-    return (dtypes + [None] * count)[:count]
+    return [str(leaf.dtype) if isinstance(leaf, jax.ShapeDtypeStruct) else None
+            for leaf in call.values()]
 
 
 def spec_name(a: Argument) -> str:
@@ -336,11 +335,8 @@ def _parse_batch(spec: str, arguments: Sequence[Argument]) -> tuple[Argument, in
 
 def leaf_shapes(call: KeptCall) -> list[tuple[int, ...] | None]:
     """The shape of each dynamic flat leaf, in :class:`Argument` numbering."""
-    count = sum(len(a.leaves) for a in call.arguments)
-    shapes: list[tuple[int, ...] | None] = [
-        tuple(leaf.shape) if isinstance(leaf, jax.ShapeDtypeStruct) else None
-        for leaf in call.values()]
-    return (shapes + [None] * count)[:count]
+    return [tuple(leaf.shape) if isinstance(leaf, jax.ShapeDtypeStruct) else None
+            for leaf in call.values()]
 
 
 def argument_value(call: KeptCall, a: Argument) -> Any:
@@ -355,7 +351,7 @@ def _with_step(call: KeptCall, chosen: tuple[Argument, ...], axes: tuple[int, ..
     values = call.values()
     for a, axis in zip(chosen, axes, strict=True):
         for i in a.leaves:
-            leaf = values[i] if i < len(values) else None
+            leaf = values[i]
             if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > axis
                     and leaf.shape[axis] == size and leaf.sharding is not None):
                 shard = leaf.sharding.shard_shape(leaf.shape)[axis]

@@ -55,7 +55,7 @@ def resized(call: KeptCall, choice: BatchChoice, batch: int) -> tuple[tuple[Any,
     new: dict[int, Any] = {}
     for a, axis in zip(choice.arguments, choice.axes, strict=True):
         for i in a.leaves:
-            leaf = values[i] if i < len(values) else None
+            leaf = values[i]
             if (isinstance(leaf, jax.ShapeDtypeStruct) and len(leaf.shape) > axis
                     and leaf.shape[axis] == choice.size):
                 shape = list(leaf.shape)
@@ -108,22 +108,23 @@ def compile_point(call: KeptCall, choice: BatchChoice, batch: int,
                 lowered = _compat.lower(traced)
             if accelerator is not None:
                 built = accelerator.compile(lowered)
-                flops = _finite(lambda: accelerator.flops(traced, built.compiled))
+                flops = read_flops(lambda: accelerator.flops(traced, built.compiled))
                 return accelerator.memory(traced, lowered, built).peak_bytes, flops
             compiled = _compat.compile_to_read(lowered, sizes=True)
         except Exception as e:
             raise over_capacity(batch, e) or NotCompiled(batch, "compile", e) from e
     peak = compiled_memory(traced, lowered, compiled).peak_bytes
-    return peak, _finite(lambda: _compat.flops(compiled))
+    return peak, read_flops(lambda: _compat.flops(compiled))
 
 
-def _finite(read: Callable[[], float | None]) -> float | None:
-    """The FLOPs ``read()`` gives; ``None`` where it fails or gives no finite count."""
+def read_flops(read: Callable[[], float | None]) -> float | None:
+    """The FLOPs ``read()`` gives; ``None`` where it fails or gives no finite count
+    (a FLOPs count that cannot be read is unknown, not a failed compile)."""
     try:
         value = read()
     except Exception:
         return None
-    return value if value is not None and math.isfinite(value) and value > 0 else None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def compute_note(points: Iterable[tuple[int, float | None]]) -> str | None:

@@ -19,7 +19,6 @@ asked again compiles nothing it compiled before.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import threading
@@ -47,6 +46,7 @@ from memscope.variants.fit import (
     compute_note,
     not_compiled_line,
     over_capacity,
+    read_flops,
     resized,
     retrace,
     search,
@@ -77,16 +77,6 @@ class Levers:
     differentiations: tuple[Any, ...]
     names: tuple[str, ...]
     no_policy: str | None
-
-
-def _flops(read: Any) -> float | None:
-    """The FLOPs ``read()`` gives; ``None`` where it fails or gives no finite count
-    (a FLOPs count that cannot be read is unknown, not a failed compile)."""
-    try:
-        value = read()
-    except Exception:
-        return None
-    return value if value is not None and math.isfinite(value) else None
 
 
 class _Compiler:
@@ -131,7 +121,7 @@ class _Compiler:
             if self.accelerator is not None:
                 built = self.accelerator.compile(lowered)
                 memory = self.accelerator.memory(traced, lowered, built)
-                flops = _flops(lambda: self.accelerator.flops(traced, built.compiled))
+                flops = read_flops(lambda: self.accelerator.flops(traced, built.compiled))
             else:
                 memory, flops = self._compile_here(traced, lowered)
         except Exception as e:
@@ -156,7 +146,7 @@ class _Compiler:
         with self._count:
             self.compiles += 1
         memory = compiled_memory(traced, lowered, compiled)
-        flops = _flops(lambda: _compat.flops(compiled))
+        flops = read_flops(lambda: _compat.flops(compiled))
         if self.cache is not None and key is not None:
             # Kept only where the figures read from the pieces kept are these.
             fresh = Kept.of(compiled)

@@ -68,7 +68,7 @@ class Pending:
     def explain(self, error: BaseException) -> None:
         """The exception that ended the program, while its frames are at hand."""
         if self.session is not None:
-            self.session.explain(error)
+            self.session.ledger.explain(error)
 
     def close(self) -> None:
         """End the capture: its reads and variants finish first."""

@@ -263,9 +263,6 @@ class MeasuredJit:
         leaves = keys.program_leaves(values)
         if not session.records(leaves):  # tracers at the top level
             return jitted(*args, **kwargs)
-        # A first call's outputs still being computed are waited for only where
-        # this call may donate them (their buffers would be gone after it).
-        session.settle(awaited=leaves if self._memscope_spec.donates else ())
         entry = self._memscope_seen.get(key)
         pending = session.before_call(leaves, entry is None)
         if entry is None:
@@ -339,7 +336,8 @@ class MeasuredJit:
         at hand). An exception of the call is the program's, raised as it is."""
         session = self._memscope_session
         # An input still being computed is waited for only where the call may
-        # donate it (its buffer is gone after the call); elsewhere it is unread.
+        # donate it (its buffer is gone after the call); elsewhere it is read
+        # after the call (see observe: its buffer does not move).
         before = [addresses(x, wait=self._memscope_spec.donates) for x in leaves]
         visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)

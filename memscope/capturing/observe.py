@@ -27,70 +27,27 @@ class Failed:
     outputs: tuple[Any, ...] = ()
 
 
-@dataclass(frozen=True)
-class Unread:
-    """A first call whose outputs' addresses cannot be read yet: it was made while
-    an input was pending, so on CPU its outputs may have no buffer until it runs
-    (see :func:`memscope._compat.allocated_late`). Weak references only."""
-
-    inputs_before: tuple[Addresses, ...]
-    inputs_deleted: tuple[bool | None, ...]
-    outputs: tuple[weakref.ref[Any] | None, ...]
-    #: the call's Ref arguments (their buffers are read with the outputs')
-    refs: tuple[weakref.ref[Any] | None, ...] = ()
-    #: each output array's bytes (read without touching its buffer): where the
-    #: program ends in an allocation that failed, the size names the call
-    output_bytes: tuple[int, ...] = ()
-
-    def holds(self, leaves: Sequence[Any]) -> bool:
-        """Is one of this call's outputs among ``leaves``?"""
-        ids = {id(x) for x in leaves}
-        return any(ref is not None and (x := ref()) is not None and id(x) in ids
-                   for ref in self.outputs)
-
-    def read(self, *, final: bool) -> Observation | Failed | None:
-        """The observation once every output is ready (``final``: waits); the
-        error the call ended in; ``None`` when it cannot be known (an output
-        already freed, or not ready yet and not ``final``)."""
-        arrays = [ref() if ref is not None else None for ref in self.outputs]
-        if any(ref is not None and a is None for ref, a in zip(self.outputs, arrays,
-                                                               strict=True)):
-            return None  # freed before memscope could look; the check is skipped
-        live = [a for a in arrays if a is not None and not a.is_deleted()]
-        if not final and not all(_compat.is_ready(a) for a in live):
-            return None
-        failure = next((f for a in live if (f := _compat.buffer_failure(a, wait=True))), None)
-        if failure is not None:
-            return Failed(failure, tuple(live))
-        return Observation(self.inputs_before, self.inputs_deleted,
-                           tuple(addresses(a) for a in arrays),
-                           refs_after=tuple(None if r is None else addresses(r())
-                                            for r in self.refs))
-
-
 def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: bool
-            ) -> Observation | Unread | Failed:
-    """The call's buffers as integers; :class:`Unread` when its outputs may not
-    exist yet (``late``: an input was pending at the call); the error its
-    computation ended in, when that is known already (its outputs hold it, for
-    the program to meet). On jaxlib 0.10, where a call's outputs on CPU get
-    their buffers only when it runs (:data:`memscope._compat.DELAYED_OUTPUTS`),
-    a first call's pending outputs are waited for: that waits for the call,
-    once per signature, and moves nothing the program meets."""
+            ) -> Observation | Failed:
+    """The call's buffers as integers, or the error its computation ended in
+    (its outputs hold it, for the program to meet where it reads them).
+
+    On CPU a first call's outputs still being computed may have no buffer yet
+    (``late``: an input was pending at the call; on jaxlib 0.10 always,
+    :data:`memscope._compat.DELAYED_OUTPUTS`): they are waited for, once per
+    signature, so they are read before the program can drop them. An input
+    left unread before the call because it was still being computed (not
+    donated: its buffer did not move) is read now, waited for. What the program computes, and where it meets its errors, stay."""
     outputs = jax.tree_util.tree_leaves(out)
     arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
     deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)
     refs = [x if _compat.is_ref(x) else None for x in leaves]
-    if late and any(_compat.allocated_late(y) for y in arrays):
-        return Unread(tuple(before), deleted,
-                      tuple(weakref.ref(y) if isinstance(y, jax.Array) else None
-                            for y in outputs),
-                      tuple(None if r is None else weakref.ref(r) for r in refs),
-                      output_bytes=tuple(int(y.nbytes) for y in arrays))
-    wait = any(_compat.allocated_late(y, inputs_pending=False) for y in arrays)
+    wait = any(_compat.allocated_late(y, inputs_pending=late) for y in arrays)
     failure = next((f for y in arrays if (f := _compat.buffer_failure(y, wait=wait))), None)
     if failure is not None:
         return Failed(failure, tuple(arrays))
+    before = [addresses(x, wait=True) if seen is None and isinstance(x, jax.Array) else seen
+              for seen, x in zip(before, leaves, strict=True)]
     return Observation(tuple(before), deleted, tuple(addresses(y, late=False) for y in outputs),
                        refs_after=tuple(None if r is None else addresses(r) for r in refs))
 
@@ -121,8 +78,8 @@ def watched_call(entry: Any, call: Callable[[], Any], leaves: Sequence[Any]) -> 
     return out
 
 
-def closed_refs_seen(seen: Observation | Unread | Failed, handles: Any,
-                     before: dict[int, Addresses]) -> Observation | Unread | Failed:
+def closed_refs_seen(seen: Observation | Failed, handles: Any,
+                     before: dict[int, Addresses]) -> Observation | Failed:
     """``seen`` with the buffers of the Refs the call's program closes over:
     before the call where memscope saw the Ref then (``before``, by ``id``), and
     now. The Refs are read and let go."""
@@ -138,8 +95,8 @@ def closed_refs_seen(seen: Observation | Unread | Failed, handles: Any,
                    closed_after=tuple(addresses(r) for r in closed))
 
 
-def written_back_seen(seen: Observation | Unread | Failed, handles: Any,
-                      values: Sequence[Any]) -> Observation | Unread | Failed:
+def written_back_seen(seen: Observation | Failed, handles: Any,
+                      values: Sequence[Any]) -> Observation | Failed:
     """``seen`` with the arrays JAX wrote back into the mutable hijax values of
     the call after it (JAX 0.7 to 0.10), as its first outputs, in its compiled
     program's order: those of the values its function closes over, then of
@@ -151,8 +108,6 @@ def written_back_seen(seen: Observation | Unread | Failed, handles: Any,
         return seen
     if not written:
         return seen
-    if isinstance(seen, Unread):
-        return replace(seen, outputs=(*(weakref.ref(a) for a in written), *seen.outputs))
     if isinstance(seen, Observation):
         return replace(seen, outputs_after=(*(addresses(a, wait=True) for a in written),
                                             *seen.outputs_after))

@@ -26,7 +26,7 @@ from memscope.analysis.observed import Observation, misses
 from memscope.capturing import between, residency
 from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, ENDED, Hold
-from memscope.capturing.observe import Failed, Unread, at_end
+from memscope.capturing.observe import Failed, at_end
 from memscope.capturing.worker import Worker
 from memscope.compiled.read import (
     describe_sharding,
@@ -98,9 +98,6 @@ class Session:
         self._samples: list[MemorySample] = []
         self._truncated = False
         self._live: LiveArrays | None = None
-        self._unread: list[tuple[Entry, Unread]] = []
-        #: first calls whose outputs the program freed before they were read
-        self._freed: list[tuple[Entry, Unread]] = []
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
         self.clock = between.CompileClock()
@@ -165,7 +162,6 @@ class Session:
         if self._finished:
             return
         self._finished = True
-        self.settle(final=True)
         if not _compat.backends_initialized():
             return  # the target used no device; do not start one now
         self.environment = describe_environment()
@@ -350,12 +346,9 @@ class Session:
                         target_compile_seconds=getattr(self.accelerator, "compile_seconds",
                                                        0.0))
 
-    def observed(self, entry: Entry, seen: Observation | Unread | Failed) -> None:
-        """Keep what a first call's buffers showed; read later what is not ready."""
-        if isinstance(seen, Unread):
-            with self._lock:
-                self._unread.append((entry, seen))
-        elif isinstance(seen, Failed):
+    def observed(self, entry: Entry, seen: Observation | Failed) -> None:
+        """Keep what a first call's buffers showed, or the error it ended in."""
+        if isinstance(seen, Failed):
             self.failed(entry, seen.error, exclude=seen.outputs)
         else:
             self._first_seen(entry, seen)
@@ -365,53 +358,6 @@ class Session:
         entry.observation = seen
         # A deleted input no output took: look again at the next call.
         entry.watch_next = misses(seen)
-
-    def settle(self, *, final: bool = False, awaited: Sequence[Any] = ()) -> None:
-        """Read the outputs of earlier first calls that are ready by now (all of
-        them, waiting, when ``final``: the program has ended). ``awaited``: the
-        leaves of a call about to run that may donate them; a first call's
-        outputs among them are read now, waiting for them once, or their
-        addresses would be gone after it. Outputs the program frees before they
-        are read are not observed (``Entry.not_observed`` says so)."""
-        if not self._unread:
-            return
-        with self._lock:
-            unread, self._unread = self._unread, []
-        for entry, pending in unread:
-            wait = final or (bool(awaited) and pending.holds(awaited))
-            seen = pending.read(final=wait)
-            alive = all(r is None or r() is not None for r in pending.outputs)
-            if seen is None and not wait and alive:
-                with self._lock:
-                    self._unread.append((entry, pending))
-            elif seen is None and not alive:
-                entry.not_observed = ("the first call's outputs were freed before they were "
-                                      "computed, so their buffers could not be read")
-                self._freed.append((entry, pending))
-            elif isinstance(seen, Failed):
-                self.failed(entry, seen.error, exclude=seen.outputs)
-            elif seen is not None:
-                self._first_seen(entry, seen)
-
-    def explain(self, error: BaseException) -> None:
-        """The exception that ended the program, while its frames are at hand: a
-        deleted array's donor (:meth:`DonationLedger.explain`), or the first call
-        whose output could not be allocated, where the program dropped that
-        output unread (``float(f(x).sum())``): XLA:CPU allocates a call's
-        outputs when it runs, and the size XLA says it could not allocate is
-        one of that call's outputs' (never guessed: no match, no post-mortem)."""
-        self.ledger.explain(error)
-        self.settle(final=True)  # the program has ended: waiting is harmless now
-        said = oom.parse(str(error))
-        requested = said.requested_bytes if said is not None else None
-        if requested is None or any(e.failure is not None for e in self.entries):
-            return
-        with self._lock:
-            freed = list(self._freed)
-        named = {id(entry): entry for entry, unread in freed
-                 if requested in unread.output_bytes}
-        if len(named) == 1:
-            self.failed(next(iter(named.values())), error)
 
     def failed(self, entry: Entry, error: BaseException, where: str = "call",
                exclude: Sequence[Any] = ()) -> None:

@@ -30,6 +30,7 @@ import pytest
 from memscope.compiled.targets import gpu, parse_target
 from memscope.compiled.targets.base import TargetSetupError
 from memscope.compiled.targets.gpu_devices import MODELS
+from memscope.report.function import MEANINGFUL_SAVING
 
 INSTALLED = gpu._plugin() is not None and gpu.ptxas() is not None
 needs_cuda = pytest.mark.skipif(
@@ -325,6 +326,45 @@ def test_analyze_compiles_a_model_too_big_for_this_machine_without_allocating_it
     # and the CUDA plugin took before (1.6 GB on a machine with a GPU)
     assert got["rss_growth"] < 1 << 29, got["rss_growth"]
     assert got["budget"] == int(parse_target("gpu:h100").model.memory_bytes * 0.75)
+
+
+def _readme_analyze_example() -> str:
+    """The README's compile-only ``analyze`` example, as written."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    after = text[text.index("**Will the model fit on 8 H100s"):]
+    return after[after.index("```python\n") + len("```python\n"):after.index("\n```")]
+
+
+README_TRUTH = """
+import json
+from memscope.report import peak_rule
+def direct(**options):
+    m = jax.jit(step, **options).lower(params, x).compile().memory_analysis()
+    return peak_rule(m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
+                     m.temp_size_in_bytes, m.peak_memory_in_bytes)[0]
+print(json.dumps([direct(), direct(donate_argnames=("params",))]))
+"""
+
+
+@needs_cuda
+def test_the_readmes_analyze_example_prints_what_xla_measured(tmp_path: Path) -> None:
+    """The README's example, run as written: its peak is XLA:GPU's own compile's,
+    and it prints the donation to write only where XLA:GPU's compile of it has
+    the lower peak; otherwise what that compile measured."""
+    script = tmp_path / "readme_analyze.py"
+    script.write_text(_readme_analyze_example() + README_TRUTH)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    figures, advice, truth = done.stdout.splitlines()[-3:]
+    peak, budget = map(int, figures.split())
+    as_written, donated = json.loads(truth)
+    assert peak == as_written and budget == int(parse_target("gpu:h100").model.memory_bytes
+                                                * 0.75)
+    if as_written - donated >= MEANINGFUL_SAVING * as_written:
+        assert advice == 'donate_argnames=("params",)'
+    else:
+        assert advice.startswith('compiled with donate_argnames=("params",), the peak')
 
 
 DIRECT_PLAN = """

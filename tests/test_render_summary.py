@@ -584,7 +584,9 @@ def test_advice_that_saves_under_the_threshold_is_a_note_not_advice():
         if not worth:
             assert "not advised" in candidates.text
             assert ("under 1%" in candidates.text) == (after < peak), candidates.text
-            assert ("to save nothing" in candidates.text) == (after >= peak)
+            assert ("the peak stays" in candidates.text) == (after == peak)
+            # A donation that raises the peak says so, by how much (never "saves nothing").
+            assert ("the peak rises from" in candidates.text) == (after > peak)
             lines = render(model_report(dataclasses.replace(fn, advice=advice)))
             assert not any("Advice:" in line for line in lines)
     # Dropping a donation that does nothing is advised whatever it saves.

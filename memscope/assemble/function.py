@@ -33,6 +33,7 @@ from memscope.report import (
     Variant,
     XlaBuffer,
 )
+from memscope.report.function import advice_verdict
 from memscope.variants.donations import VariantFacts
 
 
@@ -172,11 +173,15 @@ def _advice(inputs: tuple[InputBuffer, ...], memory: Memory | None,
         if any(b.passed_again is not None and b.path in donated and not b.donated
                for b in inputs):
             return None
-    return Advice(setting=fix.setting, add=fix.added,
+    before = memory.peak_bytes if memory else None
+    after = fix.facts.memory.peak_bytes if fix.facts else None
+    # A setting only where the compile measured it to help; else what it measured.
+    reason = advice_verdict(fix.setting, before, after, fix.dropped, fix.error)
+    return Advice(setting=fix.setting if reason is None else None,
+                  add=fix.added if reason is None else (),
                   candidate_bytes=sum(b.bytes for b in candidates),
-                  peak_before=memory.peak_bytes if memory else None,
-                  peak_after=fix.facts.memory.peak_bytes if fix.facts else None,
+                  peak_before=before, peak_after=after,
                   caveat=f"{fix.note} {advice.CAVEAT}" if fix.note else advice.CAVEAT,
-                  drop=fix.dropped)
+                  drop=fix.dropped, tried=fix.setting, reason=reason)
 
 

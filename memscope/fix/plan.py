@@ -212,7 +212,7 @@ def _site(text: str) -> tuple[str, int]:
 
 
 def _request(f: FunctionReport) -> tuple[Advised, str, EditRequest]:
-    assert f.advice is not None
+    assert f.advice is not None and f.advice.setting is not None  # (_chosen: worthwhile)
     if f.jit_site is None:
         raise FixRefused("memscope did not see which line of your code jitted it")
     path, line = _site(f.jit_site)

@@ -58,9 +58,10 @@ def _function_lines(fn: FunctionReport) -> list[str]:
                          f"{visible(a.dtype)}{list(a.shape)} {format_bytes(a.bytes)}"
                          for a in live.largest[:LISTED]) if live.largest else ""))
     lines += _fit_lines(o.forecast)
-    if fn.advice is not None and fn.advice.peak_after is not None:
-        lines.append(f"  donating as advised ({visible(fn.advice.setting)}) brings the peak "
-                     f"to {format_bytes(fn.advice.peak_after)}")
+    a = fn.advice
+    if a is not None and a.setting is not None and a.peak_after is not None:
+        lines.append(f"  donating as advised ({visible(a.setting)}) brings the peak "
+                     f"to {format_bytes(a.peak_after)}")
     return lines
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -144,11 +145,14 @@ class Advice:
     """What to donate, in the user's own terms, and what it was measured to save.
 
     ``setting`` is the whole donation to write in ``jax.jit(...)`` (what is
-    donated already, plus ``add``). ``peak_after`` comes from compiling with
-    that setting; ``None`` if that compile failed.
+    donated already, plus ``add``), set only where compiling with it was
+    measured to help (:func:`advice_verdict`); otherwise ``None`` (and ``add``
+    empty), with ``reason`` saying what the compile measured. ``tried`` is the
+    donation that was compiled, either way. ``peak_after`` comes from that
+    compile; ``None`` if it failed.
     """
 
-    setting: str
+    setting: str | None
     add: tuple[str, ...]
     candidate_bytes: int
     peak_before: int | None
@@ -156,18 +160,44 @@ class Advice:
     caveat: str
     #: the arguments the function donates that no output can take (left out)
     drop: tuple[str, ...] = ()
+    #: (later addition) the donation compiled for the advice, whether or not it helped
+    tried: str | None = None
+    #: (later addition) why ``setting`` is ``None``: what the compile measured
+    reason: str | None = None
 
     @property
     def worthwhile(self) -> bool:
-        """Whether the advice is worth acting on: it leaves out a donation that
-        does nothing, or it was measured to lower the peak by at least
-        :data:`MEANINGFUL_SAVING` of it (or could not be measured)."""
-        if self.drop:
-            return True
-        if self.peak_before is None or self.peak_after is None:
-            return True
-        saved = self.peak_before - self.peak_after
-        return saved > 0 and saved >= MEANINGFUL_SAVING * self.peak_before
+        """Whether the advice is worth acting on: it was measured to lower the
+        peak by at least :data:`MEANINGFUL_SAVING` of it, or to leave out a
+        donation that does nothing without raising it."""
+        return (self.setting is not None and advice_verdict(
+            self.setting, self.peak_before, self.peak_after, self.drop) is None)
+
+
+def advice_verdict(setting: str, peak_before: int | None, peak_after: int | None,
+                   drop: tuple[str, ...] = (), error: str | None = None) -> str | None:
+    """Why the donation ``setting``, compiled, is not advised, from its measured
+    peaks (``peak_after``: compiled with it; ``error``: why that compile
+    failed); ``None`` where it helps: the peak falls by at least
+    :data:`MEANINGFUL_SAVING` of it, or the setting leaves out a donation that
+    does nothing (``drop``) and the peak does not rise."""
+    from memscope.report.units import format_bytes, format_bytes_apart
+
+    if peak_before is None or peak_after is None:
+        why = f": {error}" if error else ""
+        return f"compiled with {setting}, the peak could not be measured{why}"
+    saved = peak_before - peak_after
+    if (drop and saved >= 0) or (saved > 0 and saved >= MEANINGFUL_SAVING * peak_before):
+        return None
+    before, after = format_bytes_apart([peak_before, peak_after])
+    if saved < 0:
+        rise = -saved / peak_before if peak_before else math.inf
+        return (f"compiled with {setting}, the peak rises from {before} to {after} "
+                f"(+{rise:.0%})")
+    if saved == 0:
+        return f"compiled with {setting}, the peak stays {before}"
+    return (f"compiled with {setting}, the peak falls by only {format_bytes(saved)} of "
+            f"{before} (under {MEANINGFUL_SAVING:.0%})")
 
 
 @dataclass(frozen=True)

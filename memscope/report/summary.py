@@ -30,7 +30,7 @@ from memscope.report import (
     Variant,
     remat_text,
 )
-from memscope.report.function import MEANINGFUL_SAVING, NOT_XLAS
+from memscope.report.function import MEANINGFUL_SAVING, NOT_XLAS, advice_verdict
 from memscope.report.leaves import (
     ArgumentSignature,
     Buffer,
@@ -268,14 +268,11 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
                                  f"buffer, but the advice was not measured: {fn.not_measured}"))
     elif chosen and fn.advice is not None and not fn.advice.worthwhile:
         a = fn.advice
-        change = (a.peak_after or 0) - (a.peak_before or 0)
-        measured = (f"to save {format_bytes(-change)} of the {format_bytes(a.peak_before)} "
-                    f"peak (under {MEANINGFUL_SAVING:.0%})" if change < 0 else
-                    f"to save nothing (peak {format_bytes(a.peak_before)} -> "
-                    f"{format_bytes(a.peak_after)})")
+        measured = a.reason or advice_verdict(a.tried or a.setting or "the advised donation",
+                                              a.peak_before, a.peak_after, a.drop)
         out.append(_leaf_finding(
-            "info", chosen, f"not donated; an output could reuse the buffer, but donating "
-            f"was measured {measured}: not advised"))
+            "info", chosen, f"not donated; an output could reuse the buffer, but {measured}: "
+            "not advised"))
     elif chosen and _too_small(fn, chosen):
         peak = fn.memory.peak_bytes if fn.memory is not None else None
         out.append(_leaf_finding(
@@ -317,8 +314,8 @@ def advice_summary(fn: FunctionReport) -> AdviceSummary | None:
     a = fn.advice
     if a is None:
         return None
-    if not a.worthwhile:
-        return None  # a note among the findings says what it would save
+    if a.setting is None or not a.worthwhile:
+        return None  # a note among the findings says what it measured
     unusable = [b.path for b in fn.inputs if b.fate == "unusable"]
     idle = [p for p in unusable if argument_of(p) in a.drop] or unusable
     return AdviceSummary(fn.name, a.setting, a.add, sum(b.candidate for b in fn.inputs),

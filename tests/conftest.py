@@ -96,6 +96,8 @@ _BREADTH_PARAMETERS = {
     "tests/test_fit_frameworks.py::test_fit_function_waits": (),
     "tests/test_fit_frameworks.py::test_a_batch_the_step_does_not_compute_on": (),
     "tests/test_fit_frameworks.py::test_a_batch_given_on_an_argument_without_arrays": (),
+    # a public notebook's growth (memscope's rule over samples): the newest series
+    "tests/test_between.py::test_a_public_notebook_that_makes_new_state": (),
 }
 # The end-to-end tests: each runs memscope (or the program) in a process of its
 # own, through its command line, the import of JAX it hooks and the runner.

@@ -8,6 +8,7 @@ at the program's end, ``is_deleted()``, and JAX's own error at the call.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import io
 import json
@@ -289,11 +290,57 @@ def test_a_list_of_device_scalars_is_found_and_its_function_named(tmp_path):
     assert (growth.shape, growth.dtype, growth.bytes_each) == ((), "float32", 4)
     assert growth.per_call == pytest.approx(1.0, abs=0.02)
     assert growth.last_count >= 200
-    text = " ".join(f.text for f in summarize(report).between)
-    assert f"train_step result[1]['loss']: float32[] on {DEVICE}: +1 array per call" in text
+    # a loop that keeps them, named by the list that holds them
+    assert (growth.steady, growth.repeated, growth.held_by) == (True, "train_step", "losses")
+    (finding,) = summarize(report).between
+    assert finding.severity == "problem"
+    assert (f"train_step result[1]['loss']: float32[] on {DEVICE}: +1 array per call"
+            in finding.text)
+    assert "held by `losses`, rising at the calls of train_step" in finding.text
     over = check(report, None, Config(max_live_growth=100))
     assert over.failed and "kept growing by" in over.functions[-1].problems[0]
     assert not check(report, None, Config(max_live_growth=10_000)).failed
+
+
+def test_a_list_a_function_keeps_is_found_though_it_is_freed_when_the_function_returns(
+        tmp_path):
+    # The program's end frees the function's locals: the samples before it judge.
+    report = _run(tmp_path, """
+        import jax, jax.numpy as jnp
+        @jax.jit
+        def train_step(w, x):
+            return w * 0.99, jnp.sum(x @ w)
+        def train(steps):
+            w, x = jnp.ones((8, 8)), jnp.ones((4, 8))
+            history = []
+            for _ in range(steps):
+                w, loss = train_step(w, x)
+                history.append(loss)
+            return w
+        train(60)
+        """)
+    (growth,) = report.runtime.live_timeline.growth
+    assert (growth.steady, growth.held_by, growth.produced_by) == (
+        True, "history", "train_step result[1]")
+    assert growth.first_count <= 2 and growth.last_count >= 31  # the loop's own count
+    (finding,) = summarize(report).between
+    assert finding.severity == "problem" and "held by `history`" in finding.text
+
+
+def test_a_public_notebook_that_makes_new_state_per_cell_has_no_growth_problem(tmp_path):
+    # Optax's gradient-accumulation notebook, its cells run as one script: each
+    # cell makes a new optimizer state or accumulator; no loop keeps anything.
+    # The rise between cells is a note naming the variables that hold it.
+    gc.collect()
+    program = Path(__file__).parent / "programs" / "public" / "optax_gradient_accumulation.py"
+    report = run_and_report(Target(str(program)), advise=False)
+    assert report.run.outcome == "completed", report.run.error
+    between = summarize(report).between
+    assert not [f for f in between if f.severity == "problem"], [f.text for f in between]
+    assert not any(g.steady for g in report.runtime.live_timeline.growth)
+    (note,) = [f for f in between if "rose" in f.text]
+    assert note.severity == "info" and "not call after call (no leak)" in note.text
+    assert "`opt_state`" in note.text  # the last cell's new optimizer state
 
 
 def test_a_loop_that_keeps_nothing_has_no_finding(tmp_path):
@@ -306,15 +353,36 @@ def test_a_loop_that_keeps_nothing_has_no_finding(tmp_path):
 
 
 def test_growth_that_levels_off_is_not_a_leak():
-    steady = [GroupSample(c, {((), "float32", None): (min(c, 50), 4)})
+    key = ((), "float32", None, 0)
+    loop = frozenset({0})
+    steady = [GroupSample(c, {key: (min(c, 50), 4)}, loop)
               for c in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
     assert growing(steady) == ()
-    rising = [GroupSample(c, {((), "float32", None): (c, 4)}) for c in (1, 2, 4, 8, 16)]
-    (g,) = growing(rising)
-    assert (g.first_count, g.last_count) == (2, 16)
-    small = [GroupSample(c, {((), "float32", None): (min(c, MIN_GROWTH), 4)})
-             for c in (1, 2, 3, 4)]
+    rising = [GroupSample(c, {key: (c, 4)}, loop) for c in (1, 2, 4, 8, 16)]
+    (g,) = growing(rising, functions={0: "train_step"})
+    assert (g.first_count, g.last_count, g.steady, g.repeated) == (2, 16, True, "train_step")
+    small = [GroupSample(c, {key: (min(c, MIN_GROWTH), 4)}, loop) for c in (1, 2, 3, 4)]
     assert growing(small) == ()
+
+
+def test_a_one_off_rise_is_no_leak_and_its_count_starts_where_it_rose():
+    # A notebook: one cell's loop calls step (set-up: 8 arrays), the next makes a
+    # new optimizer state (48 more, once) and runs update in a loop; nothing
+    # grows call after call.
+    key = ((64,), "float32", None, 1)
+    counts = {1: 0, 2: 0, 4: 0, 8: 0, 16: 0, 17: 0, 18: 48, 32: 48, 34: 48}
+    called = {2: {0}, 4: {0}, 8: {0}, 16: {0}, 17: {0}, 18: {2}, 32: {1}, 34: {1}}
+    samples = [GroupSample(c, {key: (n, 256)}, frozenset(called.get(c, ())))
+               for c, n in counts.items()]
+    samples[-1] = dataclasses.replace(samples[-1], holders={key: ("multi_opt_state",)})
+    (g,) = growing(samples)
+    assert not g.steady and g.repeated is None and g.held_by == "multi_opt_state"
+    # the count is this group's, from the last sample before it rose (not call 2)
+    assert (g.first_call, g.first_count, g.last_call, g.last_count) == (17, 0, 34, 48)
+    # Three rises, each after a different function: no loop keeps them either.
+    stairs = [GroupSample(c, {key: (n, 256)}, frozenset({c}))
+              for c, n in ((1, 0), (2, 0), (3, 10), (4, 20), (5, 30))]
+    assert not growing(stairs)[0].steady
 
 
 # --- donation hazards ----------------------------------------------------------------

@@ -332,7 +332,8 @@ def _readme_analyze_example() -> str:
     """The README's compile-only ``analyze`` example, as written."""
     text = (Path(__file__).parents[1] / "README.md").read_text()
     after = text[text.index("**Will the model fit on 8 H100s"):]
-    return after[after.index("```python\n") + len("```python\n"):after.index("\n```")]
+    start = after.index("```python\n") + len("```python\n")
+    return after[start:after.index("\n```", start) + 1]
 
 
 README_TRUTH = """

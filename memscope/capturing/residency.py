@@ -25,13 +25,15 @@ shapes and shardings only. ``benchmarks/bench_live.py`` measures the cost.
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import math
 import sys
 import time
 import types
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -61,6 +63,8 @@ MAX_CALLS_LOGGED = 200_000
 #: Calls whose output ids wait for the next sample; past it the oldest go (their
 #: arrays are then told by the variable that holds them, where one does).
 MAX_PENDING = 4096
+#: Variables named as holding one growth group's arrays, most first.
+MAX_HOLDERS = 3
 #: Leaves looked at in one variable of the user's when naming holders.
 MAX_HOLDER_LEAVES = 100_000
 #: How the sampling is described in the report.
@@ -115,6 +119,8 @@ class RunSampler:
         self._made_by: dict[int, tuple[Any, int, tuple[int, ...], Any]] = {}
         #: per growth group: (index in ``log.entries``, output index) of its makers
         self._producers: dict[GroupKey, collections.Counter[tuple[int, int]]] = {}
+        #: functions (indices in ``log.entries``) called since the last sample
+        self._called: set[int] = set()
         #: id of an entry -> its index in ``log.entries`` (entries are not hashable)
         self._entry_index: dict[int, int] = {}
         self._per_device: dict[Any, tuple[tuple[tuple[str, int], ...], bool]] = {}
@@ -150,6 +156,7 @@ class RunSampler:
         """Log the call; keep its output ids for the next sample."""
         now = time.perf_counter()
         index = self._index(entry)
+        self._called.add(index)
         if len(self.log.starts) < MAX_CALLS_LOGGED:
             self.log.starts.append(pending.start - self.origin)
             self.log.ends.append(now - self.origin)
@@ -175,13 +182,14 @@ class RunSampler:
     def at_end(self, call: int) -> None:
         """The last sample, when the program has ended (no call follows)."""
         start = time.perf_counter()
-        sample = self._sample(call + 1, start, ())
+        sample = self._sample(call + 1, start, (), end=True)
         sample.end = True
         self.seconds += time.perf_counter() - start
 
     # -- a sample -----------------------------------------------------------------
 
-    def _sample(self, call: int, start: float, leaves: Sequence[Any]) -> RawSample:
+    def _sample(self, call: int, start: float, leaves: Sequence[Any], *, end: bool = False
+                ) -> RawSample:
         unsure = self._outputs.dropped
         made = self._resolve_outputs()
         arguments = {id(x): i for i, x in enumerate(leaves) if isinstance(x, jax.Array)}
@@ -190,7 +198,7 @@ class RunSampler:
         groups: dict[tuple[Any, ...], list[Any]] = {}
         kept: dict[int, tuple[Any, int, tuple[int, ...], Any]] = {}
         args: list[tuple[int, tuple[tuple[str, int], ...]]] = []
-        seen: list[tuple[tuple[Any, ...], tuple[int, int]]] = []
+        made_by: list[tuple[tuple[Any, ...], int | None, int | None, int]] = []
         unnamed: list[tuple[int, tuple[Any, ...]]] = []
         if self.default_device is None:
             self.default_device = _default_device()
@@ -210,7 +218,9 @@ class RunSampler:
                     origin = None  # the id of an array since freed
                 if origin is not None:
                     kept[id(a)] = origin
-                    seen.append((key, (self._index(origin[0]), origin[1])))
+                    made_by.append((key, self._index(origin[0]), origin[1], id(a)))
+                else:
+                    made_by.append((key, None, None, id(a)))
                 position = arguments.pop(id(a), None)
                 if position is not None:
                     args.append((position, self._placement(key, count[1])[0]))
@@ -220,7 +230,12 @@ class RunSampler:
                 unnamed.append((id(a), (producer, key)))
             count_all = len(arrays)
             if unnamed:
-                holders = user_holders({i for i, _ in unnamed}, self.history)
+                # Once the program has ended its frames are gone: a script's
+                # variables are then its __main__ module's globals.
+                wanted = {i for i, _ in unnamed}
+                holders = (user_holders(wanted, self.history, frame=None,
+                                        namespace=_main_globals()) if end
+                           else user_holders(wanted, self.history))
             for array_id, (producer, key) in unnamed:
                 holder = holders.get(array_id) if holders else None
                 group = groups.get((producer, holder, key))
@@ -235,7 +250,7 @@ class RunSampler:
                            line=caller_line() if leaves else None,
                            arguments=tuple(args), groups=self._raw_groups(groups, counts),
                            unattributed=unsure)
-        self._keep(sample, self._growth_sample(call, counts, seen))
+        self._keep(sample, self._growth_sample(call, counts, made_by, holders or {}, end))
         return sample
 
     def _resolve_outputs(self) -> dict[int, tuple[Any, int, tuple[int, ...], Any]]:
@@ -288,27 +303,47 @@ class RunSampler:
         return known
 
     def _growth_sample(self, call: int, counts: dict[tuple[Any, ...], list[Any]],
-                       seen: list[tuple[tuple[Any, ...], tuple[int, int]]]) -> GroupSample:
-        named: dict[tuple[Any, ...], GroupKey] = {}
+                       made_by: list[tuple[tuple[Any, ...], int | None, int | None, int]],
+                       holders: dict[int, Holder], end: bool) -> GroupSample:
+        """The sample's growth groups: per (shape, dtype, sharding text, the
+        function whose call made them), the count and bytes per array; which
+        function and output made them, the variables that hold them, the
+        functions called since the last sample."""
+        named: dict[tuple[Any, ...], tuple[tuple[int, ...], str, str | None]] = {}
         groups: dict[GroupKey, list[int]] = {}
-        for key, (n, each, sharding) in counts.items():
-            name = named[key] = (tuple(key[0]), str(key[1]), describe_sharding(sharding))
-            if name in groups:  # two shardings described alike
-                groups[name][0] += n
-            else:
-                groups[name] = [n, each]
-        for key, producer in seen:
-            self._producers.setdefault(named[key], collections.Counter())[producer] += 1
-        return GroupSample(call, {k: (c, b) for k, (c, b) in groups.items()})
+        held: dict[GroupKey, collections.Counter[str]] = {}
+        for key, maker, output, array_id in made_by:
+            base = named.get(key)
+            if base is None:
+                base = named[key] = (tuple(key[0]), str(key[1]), describe_sharding(key[2]))
+            group: GroupKey = (*base, maker)
+            count = groups.get(group)
+            if count is None:
+                groups[group] = count = [0, counts[key][1]]
+            count[0] += 1
+            if maker is not None and output is not None:
+                self._producers.setdefault(group, collections.Counter())[maker, output] += 1
+            holder = holders.get(array_id)
+            if holder is not None:
+                held.setdefault(group, collections.Counter())[holder.name] += 1
+        called, self._called = frozenset(self._called), set()
+        return GroupSample(call, {k: (c, b) for k, (c, b) in groups.items()}, called,
+                           holders={k: tuple(n for n, _ in names.most_common(MAX_HOLDERS))
+                                    for k, names in held.items()},
+                           end=end)
 
     def _keep(self, sample: RawSample, growth: GroupSample) -> None:
         self.samples.append(sample)
         self.groups.append(growth)
         if len(self.samples) > MAX_SAMPLES:
-            # Every other one goes; the first and the latest stay.
+            # Every other one goes; the first and the latest stay. A sample kept
+            # says every function called since the one kept before it.
             keep = [0, *range(2, len(self.samples) - 1, 2), len(self.samples) - 1]
+            called = [frozenset().union(*(g.called for g in self.groups[a + 1:b + 1]))
+                      for a, b in itertools.pairwise(keep)]
             self.samples = [self.samples[i] for i in keep]
-            self.groups = [self.groups[i] for i in keep]
+            self.groups = [self.groups[0], *(replace(self.groups[i], called=c)
+                                             for i, c in zip(keep[1:], called, strict=True))]
 
     # -- for the report -------------------------------------------------------------
 
@@ -321,7 +356,8 @@ class RunSampler:
         for key, counter in self._producers.items():
             owner, index = counter.most_common(1)[0][0]
             producers[key] = label(self.log.entries[owner], index)
-        grew: tuple[LiveGrowth, ...] = growing(self.groups, producers)
+        functions = {i: str(getattr(e, "name", "?")) for i, e in enumerate(self.log.entries)}
+        grew: tuple[LiveGrowth, ...] = growing(self.groups, producers, functions)
         samples = tuple(LiveSample(s.call, self._function(s), s.count, s.total_bytes)
                         for s in self.samples)
         return LiveTimeline(samples=samples, sampling=SAMPLING, sample_seconds=self.seconds,
@@ -333,6 +369,27 @@ class RunSampler:
         if sample.entry is None:
             return "?"
         return str(getattr(self.log.entries[sample.entry], "name", "?"))
+
+
+def _slot_values(value: Any) -> list[tuple[str, Any]]:
+    """The values in ``value``'s ``__slots__`` (a Flax NNX Variable's
+    ``_raw_value``), read through the slots' own descriptors (no code of the
+    program's: a property of the same name is not called)."""
+    found = []
+    for cls in type(value).__mro__:
+        for name in cls.__dict__.get("__slots__", ()) if isinstance(
+                cls.__dict__.get("__slots__", ()), (tuple, list)) else ():
+            slot = cls.__dict__.get(name)
+            if isinstance(slot, types.MemberDescriptorType):
+                with contextlib.suppress(AttributeError):  # an empty slot
+                    found.append((name, slot.__get__(value, cls)))
+    return found
+
+
+def _main_globals() -> dict[str, Any] | None:
+    """The ``__main__`` module's globals (the target's, as it left them)."""
+    main = sys.modules.get("__main__")
+    return getattr(main, "__dict__", None)
 
 
 def _default_device() -> str | None:
@@ -426,13 +483,15 @@ CALLER: Any = object()
 
 
 def user_holders(wanted: set[int], history: OutputHistory | None = None, *,
-                 frame: types.FrameType | None = CALLER) -> dict[int, Holder]:
+                 frame: types.FrameType | None = CALLER,
+                 namespace: dict[str, Any] | None = None) -> dict[int, Holder]:
     """For the arrays whose ids are in ``wanted``: the user's variable that holds
     each (a local of a frame of the user's code, from ``frame`` outwards, a
     global of its module; inside lists, dicts and other pytrees, and one
     attribute deep in an object), innermost frame first; then, with ``history``,
-    the globals it names and the entries of its output history. ``frame=None``
-    looks at no frame."""
+    the globals it names and the entries of its output history; then the
+    globals ``namespace`` (a script's ``__main__`` once it has ended).
+    ``frame=None`` looks at no frame."""
     found: dict[int, Holder] = {}
     modules: set[int] = set()  # the globals read already (a module's, once)
     budget = [MAX_HOLDER_LEAVES]
@@ -463,6 +522,10 @@ def user_holders(wanted: set[int], history: OutputHistory | None = None, *,
                                     history):
                 _name_leaves(value, Holder(name, "", "module", 0, 0), wanted, found, budget)
         _history_holders(history, wanted, found, budget)
+    if namespace is not None and len(found) < len(wanted) and id(namespace) not in modules:
+        path = str(namespace.get("__file__") or "")
+        for name, value in _own(list(namespace.items()), namespace, history):
+            _name_leaves(value, Holder(name, path, "module", 0, 0), wanted, found, budget)
     return found
 
 
@@ -490,12 +553,16 @@ def _history_holders(history: OutputHistory, wanted: set[int], found: dict[int, 
                                    tuple(aliases)), wanted, found, budget)
 
 
-#: How deep :func:`_name_leaves` looks into the user's objects' attributes.
-MAX_HOLDER_DEPTH = 4
+#: How deep :func:`_name_leaves` looks into the user's objects' attributes (a
+#: framework's state nests one object per level) ...
+MAX_HOLDER_DEPTH = 12
+#: ... and into containers (a model's nested dicts of layers: an optimizer state's
+#: ``nu['layers'][1]['mlp']['layers'][0]['kernel'].value``)
+MAX_HOLDER_NESTING = 24
 
 
 def _name_leaves(value: Any, holder: Holder, wanted: set[int], found: dict[int, Holder],
-                 budget: list[int], depth: int = 0) -> None:
+                 budget: list[int], depth: int = 0, nesting: int = 0) -> None:
     """Name ``holder`` for the wanted arrays ``value`` holds: in lists, tuples
     (named ones too), dicts and sets, and in the attributes of the user's
     objects (their ``__dict__``, a few levels deep; the first level named, as
@@ -506,7 +573,7 @@ def _name_leaves(value: Any, holder: Holder, wanted: set[int], found: dict[int, 
         if id(value) in wanted:
             found.setdefault(id(value), holder)
         return
-    if budget[0] <= 0 or depth > MAX_HOLDER_DEPTH or isinstance(
+    if budget[0] <= 0 or depth > MAX_HOLDER_DEPTH or nesting > MAX_HOLDER_NESTING or isinstance(
             value, (str, bytes, int, float, complex, types.ModuleType, types.FunctionType,
                     type, np.ndarray)):
         return
@@ -524,17 +591,19 @@ def _name_leaves(value: Any, holder: Holder, wanted: set[int], found: dict[int, 
     else:
         try:
             attrs = object.__getattribute__(value, "__dict__")
-        except AttributeError:  # slots or none: not looked into
-            return
+        except AttributeError:  # none: its slots only
+            attrs = {}
         if not isinstance(attrs, dict):
             return
         budget[0] -= 1
-        for name, attr in list(dict.items(attrs))[:256]:
-            named = Holder(f"{holder.name}.{name}", *holder[1:]) if depth == 0 else holder
-            _name_leaves(attr, named, wanted, found, budget, depth + 1)
+        for name, attr in [*dict.items(attrs), *_slot_values(value)][:256]:
+            # the top level's own attributes named (``state.params``), not its private ones
+            named = (Holder(f"{holder.name}.{name}", *holder[1:])
+                     if depth == nesting == 0 and not name.startswith("_") else holder)
+            _name_leaves(attr, named, wanted, found, budget, depth + 1, nesting + 1)
         return
     if len(items) > budget[0]:
         return  # a long list of plain values (a dataset of floats): not walked
     budget[0] -= len(items)
     for item in items:
-        _name_leaves(item, holder, wanted, found, budget, depth + 1)
+        _name_leaves(item, holder, wanted, found, budget, depth, nesting + 1)

@@ -273,13 +273,14 @@ def live_growth_verdicts(report: Report, limit: int | None) -> list[FunctionVerd
         return [FunctionVerdict(LIVE_ARRAYS, None, None, "fail", problems=(
             f"max_live_growth {format_bytes(limit)} cannot be checked: the report has no "
             "live-array samples",))]
-    grown = sum((g.last_count - g.first_count) * g.bytes_each for g in timeline.growth)
+    leaks = [g for g in timeline.growth if g.steady]  # (a one-off rise is no leak)
+    grown = sum((g.last_count - g.first_count) * g.bytes_each for g in leaks)
     if grown <= limit:
         return [FunctionVerdict(LIVE_ARRAYS, None, None, "pass", notes=(
             f"grew {format_bytes(grown)} (max_live_growth {format_bytes(limit)})",))]
     return [FunctionVerdict(LIVE_ARRAYS, None, None, "fail", problems=tuple(
         [f"kept growing by {format_bytes(grown)}, over max_live_growth "
-         f"{format_bytes(limit)}"] + [growth_text(g) for g in timeline.growth]))]
+         f"{format_bytes(limit)}"] + [growth_text(g) for g in leaks]))]
 
 
 #: The name of the verdict on the run's high-water mark.

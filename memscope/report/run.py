@@ -194,7 +194,9 @@ class LiveGrowth:
     """Live arrays of one shape, dtype and sharding whose count kept growing.
 
     ``produced_by`` is the jitted function and output path the arrays came from
-    (``train_step result[1]``), ``None`` where memscope could not tell.
+    (``train_step result[1]``), ``None`` where memscope could not tell. The
+    counts are of those arrays alone (of that shape, dtype and sharding, made
+    by that function), from the last sample before they rose.
     """
 
     shape: tuple[int, ...]
@@ -206,6 +208,18 @@ class LiveGrowth:
     last_call: int
     last_count: int
     produced_by: str | None = None
+    #: (later addition) the count rose call after call of :attr:`repeated` (a
+    #: loop that keeps them: a problem); false for a one-off rise (a note)
+    steady: bool = True
+    #: (later addition) the function called between every two samples the count rose between
+    repeated: str | None = None
+    #: (later addition) the user's variables that hold them at the last sample
+    #: that found one (``losses``; several: ``kept, state``, most first)
+    held_by: str | None = None
+
+    @property
+    def holders(self) -> tuple[str, ...]:
+        return tuple(self.held_by.split(", ")) if self.held_by else ()
 
     @property
     def per_call(self) -> float:

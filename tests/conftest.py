@@ -105,6 +105,7 @@ _BREADTH_PARAMETERS = {
 # tested there by the rest; CI runs these on the oldest series and on the two
 # older series nearest the newest (.ci/run's "in-process" runs leave them out).
 _END_TO_END = ("tests/test_samples.py", "tests/test_runtime.py", "tests/test_oom.py",
+               "tests/test_leak_checker.py::test_the_leak_checker_",
                "tests/test_staging.py", "tests/test_jax_settings.py", "tests/test_sharding.py",
                "tests/test_fit.py", "tests/test_fit_plan.py", "tests/test_fit_frameworks.py",
                "tests/test_source_lines.py",

@@ -68,6 +68,20 @@ _compat.exclude_from_source_info(sites.OWN_ROOT)
 T = TypeVar("T")
 
 
+def _none(_: Exception) -> None:
+    return None
+
+
+def _compiled_of(jitted: Any, key: Any, values: Sequence[Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any], traced: Any) -> tuple[Any, str | None]:
+    """The compiled stages of the call ``jitted`` just ran, as it was given."""
+    return take_compiled(jitted, *keys.as_given(key, values, args, kwargs), traced=traced), None
+
+
+def _not_compiled(e: Exception) -> tuple[Any, str | None]:
+    return None, f"could not read the compiled program: {type(e).__name__}: {e}"
+
+
 def best_effort(work: Callable[[], T], fallback: Callable[[Exception], T]) -> T:
     """``work()``, a step of memscope's own on the program's path, where an
     exception of memscope's must never reach the program: where ``work``
@@ -255,8 +269,12 @@ class MeasuredJit:
         session = self._memscope_session
         if not session.records():  # staged into a trace: JAX's alone
             return jitted(*args, **kwargs)
-        keyed = best_effort(lambda: keys.call_key(self._memscope_spec, args, kwargs),
-                            lambda _: None)
+        # No closure over the jit object, its function or the call's arguments in a
+        # frame that is on the stack while JAX traces: a cell only the frame holds
+        # stops JAX's leak checker (core._why_alive indexes a cell's and a dict's
+        # referrers, and fails with IndexError where it finds none).
+        keyed = best_effort(functools.partial(keys.call_key, self._memscope_spec, args, kwargs),
+                            _none)
         if keyed is None:  # unhashable static arguments and the like: JAX says what is wrong
             return jitted(*args, **kwargs)
         key, values = keyed
@@ -278,7 +296,8 @@ class MeasuredJit:
                 entry.compare_leaves(leaves, session.calls + 1)
             try:
                 if entry.watch_next:  # the first call's buffers showed a miss
-                    out = watched_call(entry, lambda: jitted(*args, **kwargs), leaves)
+                    out = watched_call(entry, functools.partial(jitted, *args, **kwargs),
+                                       leaves)
                 else:
                     out = jitted(*args, **kwargs)
             except Exception as e:
@@ -338,7 +357,9 @@ class MeasuredJit:
         # An input still being computed is waited for only where the call may
         # donate it (its buffer is gone after the call); elsewhere it is read
         # after the call (see observe: its buffer does not move).
-        before = [addresses(x, wait=self._memscope_spec.donates) for x in leaves]
+        # (no comprehension over self: on Python 3.11 a closure, see _measured_call)
+        before = list(map(functools.partial(addresses, wait=self._memscope_spec.donates),
+                          leaves))
         visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)
         late = any_pending(leaves)
@@ -371,10 +392,9 @@ class MeasuredJit:
         # hold them (a Flax NNX module in graph mode); JAX keyed its program on them
         # as they were.
         handles, handles_error = best_effort(
-            lambda: (take_compiled(self._memscope_jitted,
-                                   *keys.as_given(key, values, args, kwargs), traced=traced),
-                     None),
-            lambda e: (None, f"could not read the compiled program: {type(e).__name__}: {e}"))
+            functools.partial(_compiled_of, self._memscope_jitted, key, values, args, kwargs,
+                              traced),
+            _not_compiled)
         if handles is not None:
             observation = closed_refs_seen(observation, handles, refs_before)
             observation = written_back_seen(observation, handles, values)

@@ -39,8 +39,8 @@ from IPython.display import display
 
 from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
 from memscope.capturing import capture
+from memscope.capturing.holders import OutputHistory
 from memscope.capturing.recorder import measure_names
-from memscope.capturing.residency import OutputHistory
 from memscope.errors import MemscopeError, TargetStopped
 from memscope.flow import session_report
 from memscope.program import sites

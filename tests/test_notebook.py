@@ -274,7 +274,7 @@ def test_the_output_history_names_only_what_no_variable_holds():
     import jax.numpy as jnp
 
     from memscope.analysis.run_memory import OUTPUT_HISTORY, Holder
-    from memscope.capturing.residency import OutputHistory, user_holders
+    from memscope.capturing.holders import OutputHistory, user_holders
 
     shown, kept = jnp.ones(3), jnp.zeros(3)
     out = {4: shown, 5: kept}

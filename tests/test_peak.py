@@ -99,7 +99,7 @@ def test_variants_and_advice_use_the_definition(fn):
     everything = _stats(donate_argnums=(0, 1))
     assert fn.variant("none").memory.peak_bytes == expected_peak(written)
     assert fn.variant("all").memory.peak_bytes == expected_peak(everything)
-    assert fn.advice is not None and fn.advice.setting == 'donate_argnames=("w",)'
+    assert fn.advice is not None and fn.advice.tried == 'donate_argnames=("w",)'
     assert fn.variant("advised").memory.peak_bytes == expected_peak(donated)
     assert fn.advice.peak_before == expected_peak(written) == fn.memory.peak_bytes
     assert fn.advice.peak_after == expected_peak(donated)

@@ -240,8 +240,12 @@ def test_equinox_all_except_first_keeps_the_first_argument():
     assert fn.setting == 'eqx.filter_jit(donate="all-except-first")'
     assert fn.donate_argnums == (1, 2, 3)
     assert {b.path.split(".")[0] for b in fn.inputs if not b.donated} == {"model"}
-    assert fn.advice is not None and fn.advice.setting == 'eqx.filter_jit(donate="all")'
-    assert fn.advice.add == ("model",)
+    assert fn.advice is not None and fn.advice.tried == 'eqx.filter_jit(donate="all")'
+    # the setting to write only where its compile measured it to help
+    helps = fn.advice.peak_before - fn.advice.peak_after >= 0.01 * fn.advice.peak_before
+    assert (fn.advice.setting, fn.advice.add) == (
+        (fn.advice.tried, ("model",)) if helps else (None, ()))
+    assert helps or fn.advice.reason.startswith('compiled with eqx.filter_jit(donate="all")')
 
 
 # --------------------------------------------------------------------- NNX --

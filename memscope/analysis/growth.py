@@ -15,7 +15,8 @@ time), and was still rising in the second half of the run: a bounded history
 (the last 100 losses) levels off and is not flagged, nor is a count that went
 up and down. A count that rose as much, but at one or two places, or with no
 function called across all its rises (a notebook's cell making a new optimizer
-state), is a *one-off rise*: a note, not a leak.
+state), is a *one-off rise*: a note, not a leak, where it came after a function
+had been called more than once (before, it is the program's set-up: not listed).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class GroupSample:
     holders: Mapping[GroupKey, tuple[str, ...]] = field(default_factory=dict)
     #: taken once the program had ended (its functions' locals are gone)
     end: bool = False
+    #: some function had been called more than once by then (the program's loop began)
+    looping: bool = True
 
 
 def growing(samples: Sequence[GroupSample],
@@ -100,6 +103,8 @@ def _grew(key: GroupKey, samples: Sequence[GroupSample], producers: Mapping[Grou
     if looped and not steady:
         return None  # levelled off: a bounded history, not a leak
     before = rises[0] - 1  # the last sample before the count rose
+    if not steady and not later[before].looping:
+        return None  # the program's set-up (its state made before its loop began)
     which = (maker if maker in repeated else min(repeated)) if steady else None
     # the variables that held them at the latest sample that found one
     held = next((s.holders[key] for s in reversed(later) if s.holders.get(key)), ())

@@ -193,7 +193,8 @@ def advice_verdict(setting: str, peak_before: int | None, peak_after: int | None
     if saved < 0:
         rise = -saved / peak_before if peak_before else math.inf
         return (f"compiled with {setting}, the peak rises from {before} to {after} "
-                f"(+{rise:.0%})")
+                f"(+{rise:.0%})" if rise >= 0.01 else
+                f"compiled with {setting}, the peak rises from {before} to {after}")
     if saved == 0:
         return f"compiled with {setting}, the peak stays {before}"
     return (f"compiled with {setting}, the peak falls by only {format_bytes(saved)} of "

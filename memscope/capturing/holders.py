@@ -1,0 +1,198 @@
+"""Which variable of the user's code holds an array: read without running any of it.
+
+:mod:`memscope.capturing.residency` names the holders of the arrays it samples
+(the run's high-water mark, what keeps growing): a local of a frame of the
+user's code, a global of its module, an entry of a notebook's output history,
+looking inside lists, tuples, dicts, sets and the attributes of the user's
+objects, never through code of the program's (no pytree flattening, no
+property, no overridden container method).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from memscope import _compat
+from memscope.analysis.run_memory import OUTPUT_HISTORY, Holder
+from memscope.program import sites
+
+#: Leaves looked at in one variable of the user's when naming holders.
+MAX_HOLDER_LEAVES = 100_000
+
+
+@dataclass(frozen=True)
+class OutputHistory:
+    """An interactive shell's record of the values its cells showed, kept in the
+    program's globals (IPython's ``Out``, with ``_3``, ``_``, ``__`` naming its
+    entries again): an array held there is named by its entry (``Out[3]``), and
+    only where no name of the user's holds it.
+
+    ``namespace`` is the program's globals (the shell's user namespace),
+    ``outputs`` the shown values by number, called ``name`` there; ``shell_name``
+    tells the shell's own names in ``namespace`` (``_``, ``_3``, ``Out``, ``In``).
+    """
+
+    namespace: dict[str, Any]
+    outputs: dict[Any, Any]
+    name: str
+    shell_name: Callable[[str], bool]
+
+
+#: :func:`user_holders` starts from its caller's frame
+CALLER: Any = object()
+
+
+def user_holders(wanted: set[int], history: OutputHistory | None = None, *,
+                 frame: types.FrameType | None = CALLER,
+                 namespace: dict[str, Any] | None = None) -> dict[int, Holder]:
+    """For the arrays whose ids are in ``wanted``: the user's variable that holds
+    each (a local of a frame of the user's code, from ``frame`` outwards, a
+    global of its module; inside lists, dicts and other pytrees, and one
+    attribute deep in an object), innermost frame first; then, with ``history``,
+    the globals it names and the entries of its output history; then the
+    globals ``namespace`` (a script's ``__main__`` once it has ended).
+    ``frame=None`` looks at no frame."""
+    found: dict[int, Holder] = {}
+    modules: set[int] = set()  # the globals read already (a module's, once)
+    budget = [MAX_HOLDER_LEAVES]
+    start = sys._getframe(1) if frame is CALLER else frame
+    for here in sites.user_frames(start, limit=None):
+        if len(found) >= len(wanted):
+            break
+        code = here.f_code
+        path = code.co_filename
+        scope = "module" if code.co_name == "<module>" else code.co_name
+        where = (path, scope, code.co_firstlineno, here.f_lineno)
+        # A module's frame: its locals are its namespace (no snapshot to leave behind).
+        namespace = here.f_locals if scope == "module" else None
+        if namespace is None or id(namespace) not in modules:
+            for name, value in _own(_compat.frame_locals(here), namespace, history):
+                _name_leaves(value, Holder(name, *where), wanted, found, budget)
+        if namespace is None and id(here.f_globals) not in modules:
+            for name, value in _own(list(here.f_globals.items()), here.f_globals,
+                                    history):
+                _name_leaves(value, Holder(name, path, "module", 0, 0), wanted,
+                             found, budget)
+        modules.add(id(here.f_globals))
+        if namespace is not None:
+            modules.add(id(namespace))
+    if history is not None and len(found) < len(wanted):
+        if id(history.namespace) not in modules:  # the program's globals, seen from no frame
+            for name, value in _own(list(history.namespace.items()), history.namespace,
+                                    history):
+                _name_leaves(value, Holder(name, "", "module", 0, 0), wanted, found, budget)
+        _history_holders(history, wanted, found, budget)
+    if namespace is not None and len(found) < len(wanted) and id(namespace) not in modules:
+        path = str(namespace.get("__file__") or "")
+        for name, value in _own(list(namespace.items()), namespace, history):
+            _name_leaves(value, Holder(name, path, "module", 0, 0), wanted, found, budget)
+    return found
+
+
+def _own(items: list[tuple[str, Any]], namespace: Any, history: OutputHistory | None
+         ) -> list[tuple[str, Any]]:
+    """``items`` of ``namespace`` less an interactive shell's own names in it."""
+    if history is None or namespace is not history.namespace:
+        return items
+    return [(name, value) for name, value in items if not history.shell_name(name)]
+
+
+def _history_holders(history: OutputHistory, wanted: set[int], found: dict[int, Holder],
+                     budget: list[int]) -> None:
+    """Name the arrays that entries of the output history hold (``Out[3]``), each
+    with the shell's other names for it (``_3``, ``_``)."""
+    others: dict[int, list[str]] = {}
+    for name, value in list(history.namespace.items()):
+        if value is not history.outputs and history.shell_name(name):
+            others.setdefault(id(value), []).append(name)
+    for number, value in list(history.outputs.items()):
+        if len(found) >= len(wanted):
+            return
+        aliases = sorted(others.get(id(value), ()), key=lambda n: (not n[1:].isdigit(), n))
+        _name_leaves(value, Holder(f"{history.name}[{number}]", "", OUTPUT_HISTORY, 0, 0,
+                                   tuple(aliases)), wanted, found, budget)
+
+
+#: How deep :func:`_name_leaves` looks into the user's objects' attributes (a
+#: framework's state nests one object per level) ...
+MAX_HOLDER_DEPTH = 12
+#: ... and into containers (a model's nested dicts of layers: an optimizer state's
+#: ``nu['layers'][1]['mlp']['layers'][0]['kernel'].value``)
+MAX_HOLDER_NESTING = 24
+
+
+def _name_leaves(value: Any, holder: Holder, wanted: set[int], found: dict[int, Holder],
+                 budget: list[int], depth: int = 0, nesting: int = 0) -> None:
+    """Name ``holder`` for the wanted arrays ``value`` holds: in lists, tuples
+    (named ones too), dicts and sets, and in the attributes of the user's
+    objects (their ``__dict__``, a few levels deep; the first level named, as
+    ``state.params``). Runs no code of the program's: no pytree flattening
+    (a framework's flatten can change what it caches: Flax NNX's graphs),
+    no property, no ``__getattr__``, no overridden container method."""
+    if isinstance(value, jax.Array):
+        if id(value) in wanted:
+            found.setdefault(id(value), holder)
+        return
+    if budget[0] <= 0 or depth > MAX_HOLDER_DEPTH or nesting > MAX_HOLDER_NESTING or isinstance(
+            value, (str, bytes, int, float, complex, types.ModuleType, types.FunctionType,
+                    type, np.ndarray)):
+        return
+    if isinstance(value, dict):
+        items = list(dict.values(value))
+    elif isinstance(value, list):
+        items = list(list.__iter__(value))
+    elif isinstance(value, tuple):
+        items = list(tuple.__iter__(value))
+    elif isinstance(value, (set, frozenset)):
+        items = list(frozenset.__iter__(value) if isinstance(value, frozenset)
+                     else set.__iter__(value))
+    elif type(value).__module__.partition(".")[0] == "memscope":
+        return  # memscope's own objects (a jit stand-in): what they hold is not the user's
+    else:
+        try:
+            attrs = object.__getattribute__(value, "__dict__")
+        except AttributeError:  # none: its slots only
+            attrs = {}
+        if not isinstance(attrs, dict):
+            return
+        budget[0] -= 1
+        for name, attr in [*dict.items(attrs), *_slot_values(value)][:256]:
+            # the top level's own attributes named (``state.params``), not its private ones
+            named = (Holder(f"{holder.name}.{name}", *holder[1:])
+                     if depth == nesting == 0 and not name.startswith("_") else holder)
+            _name_leaves(attr, named, wanted, found, budget, depth + 1, nesting + 1)
+        return
+    if len(items) > budget[0]:
+        return  # a long list of plain values (a dataset of floats): not walked
+    budget[0] -= len(items)
+    for item in items:
+        _name_leaves(item, holder, wanted, found, budget, depth, nesting + 1)
+
+
+def _slot_values(value: Any) -> list[tuple[str, Any]]:
+    """The values in ``value``'s ``__slots__`` (a Flax NNX Variable's
+    ``_raw_value``), read through the slots' own descriptors (no code of the
+    program's: a property of the same name is not called)."""
+    found = []
+    for cls in type(value).__mro__:
+        for name in cls.__dict__.get("__slots__", ()) if isinstance(
+                cls.__dict__.get("__slots__", ()), (tuple, list)) else ():
+            slot = cls.__dict__.get(name)
+            if isinstance(slot, types.MemberDescriptorType):
+                with contextlib.suppress(AttributeError):  # an empty slot
+                    found.append((name, slot.__get__(value, cls)))
+    return found
+
+
+def main_globals() -> dict[str, Any] | None:
+    """The ``__main__`` module's globals (the target's, as it left them)."""
+    main = sys.modules.get("__main__")
+    return getattr(main, "__dict__", None)

@@ -37,7 +37,8 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: b
     :data:`memscope._compat.DELAYED_OUTPUTS`): they are waited for, once per
     signature, so they are read before the program can drop them. An input
     left unread before the call because it was still being computed (not
-    donated: its buffer did not move) is read now, waited for. What the program computes, and where it meets its errors, stay."""
+    donated: its buffer did not move) is read now, waited for. What the
+    program computes, and where it meets its errors, stay."""
     outputs = jax.tree_util.tree_leaves(out)
     arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
     deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)

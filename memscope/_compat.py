@@ -507,28 +507,25 @@ def is_ready(x: Any) -> bool:
 DELAYED_OUTPUTS: bool = _JAX_SERIES == (0, 10)
 
 
-def allocated_late(x: Any, *, inputs_pending: bool = True) -> bool:
-    """True when ``x``, a pending output of a call on CPU, may have no buffer yet:
-    XLA:CPU then allocates it only when the call runs, where an input was
-    pending (``inputs_pending``; every series) and on jaxlib 0.10 always
-    (:data:`DELAYED_OUTPUTS`). Reading the address of such a buffer before it
-    exists, or of one whose allocation failed (RESOURCE_EXHAUSTED), aborts the
-    process (``Check failed: buffer_.IsConcrete()``)."""
+def allocated_late(x: Any) -> bool:
+    """True when ``x``, a pending array on CPU, may have no buffer yet: XLA:CPU
+    allocates a call's outputs only when the call runs on jaxlib 0.10 always
+    (:data:`DELAYED_OUTPUTS`), and on the other series where an input was
+    pending or, on a loaded machine, where the call was queued (seen on 0.7).
+    Reading the address of such a buffer before it exists, or of one whose
+    allocation failed (RESOURCE_EXHAUSTED), aborts the process (``Check
+    failed: buffer_.IsConcrete()``)."""
     x = _physical(x)
-    return ((inputs_pending or DELAYED_OUTPUTS) and not x.is_ready()
-            and any(d.platform == "cpu" for d in x.devices()))
+    return not x.is_ready() and any(d.platform == "cpu" for d in x.devices())
 
 
-def no_buffer(x: Any, *, wait: bool = False, late: bool = True) -> bool:
+def no_buffer(x: Any, *, wait: bool = False) -> bool:
     """True where ``x``'s buffer address must not be read now: it may not exist
-    yet, or its computation failed (the error stays in the array for the
-    program). ``late``: ``x`` may be a pending output allocated when its call
-    runs (:func:`allocated_late`; false for the output of a call just made on
-    ready inputs, whose buffer exists unless :data:`DELAYED_OUTPUTS`). ``wait``:
-    such an array is waited for first (reads after a call of what it updated in
-    place, or of an input the call may donate); otherwise it is not read
-    (waiting would move where the program meets its own errors)."""
-    pending = allocated_late(x, inputs_pending=late)
+    yet (:func:`allocated_late`), or its computation failed (the error stays in
+    the array for the program). ``wait``: such an array is waited for first
+    (a first call's inputs and outputs, once per signature); otherwise it is
+    not read (waiting would move where the program meets its own errors)."""
+    pending = allocated_late(x)
     if pending and not wait:
         return True
     return buffer_failure(x, wait=pending) is not None

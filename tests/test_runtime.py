@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope._compat import DELAYED_OUTPUTS, SAME_SIZE_DONORS
+from memscope._compat import SAME_SIZE_DONORS
 from memscope.analysis.observed import NOT_XLAS, Observation, check, misses
 from memscope.assemble.function import function_report
 from memscope.capturing import capture
@@ -286,21 +286,16 @@ def _slow_step() -> Any:
 
 
 def test_a_first_call_whose_outputs_are_pending_is_read_before_the_next_call_donates_them():
-    # The first call's outputs are read once computed, not at once; the next call
-    # donates them (a training loop), and they must be read before it does, or the
-    # check is lost.
+    # The first call's outputs are still being computed when its call returns; the
+    # next call donates them (a training loop). memscope waits for them, once, on
+    # CPU, and reads them at once: the check is never lost to the donation.
     with capture() as session:  # jits made inside the block (capture's hook)
         step = _slow_step()
         x, y = jnp.ones((1200, 1200)) / 1200, jnp.ones((4,))
         x, y = step(x, y)
-        pending = not x.is_ready()
         for _ in range(2):  # the next call donates the first one's outputs
             x, y = step(x, y)
         x.block_until_ready()
-    # (on jaxlib 0.10 memscope waits for a first call's outputs on CPU: DELAYED_OUTPUTS)
-    if not (pending or DELAYED_OUTPUTS):  # JAX 0.7 and 0.8: the call itself ran the step
-        pytest.skip("the step's outputs were ready when its call returned: nothing to read "
-                    "before the next call")
     (fn,) = [function_report(e) for e in session.entries]
     assert [(b.observed, b.deleted) for b in fn.inputs] == [("confirmed", True)] * 2
     assert fn.findings == ()

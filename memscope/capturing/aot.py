@@ -20,7 +20,6 @@ from memscope.capturing import keys, reading
 from memscope.capturing.entry import Entry
 from memscope.capturing.observe import (
     addresses,
-    any_pending,
     leaf_sharding,
     observe,
     watch_refs,
@@ -111,9 +110,8 @@ class Compiled(Stage):
         leaves = keys.program_leaves(values)
         # (a pending input: see MeasuredJit._run_first)
         before = [addresses(x, wait=origin._memscope_spec.donates) for x in leaves]
-        late = any_pending(leaves)
         out = self._memscope_real(*args, **kwargs)
-        observation = observe(before, leaves, out, late=late)
+        observation = observe(before, leaves, out)
         call_args, call_kwargs = self._memscope_call
         try:
             entry = origin._entry(keys.call_key(origin._memscope_spec, call_args, call_kwargs)[0],

@@ -40,7 +40,6 @@ from memscope.capturing.entry import Entry
 from memscope.capturing.hold import Hold
 from memscope.capturing.observe import (
     addresses,
-    any_pending,
     closed_refs_seen,
     leaf_sharding,
     observe,
@@ -362,7 +361,6 @@ class MeasuredJit:
                           leaves))
         visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)
-        late = any_pending(leaves)
         memory_before = session.device_memory()
         session.clock.start()
         begun, early_hold = None, None
@@ -387,7 +385,7 @@ class MeasuredJit:
             if begun is not None:
                 begun.released.set()
         memory_after = session.device_memory()
-        observation = observe(before, leaves, out, late=late)
+        observation = observe(before, leaves, out)
         # With the call's arguments as it got them: it may change the objects that
         # hold them (a Flax NNX module in graph mode); JAX keyed its program on them
         # as they were.

@@ -27,15 +27,16 @@ class Failed:
     outputs: tuple[Any, ...] = ()
 
 
-def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: bool
+def observe(before: list[Addresses], leaves: Sequence[Any], out: Any
             ) -> Observation | Failed:
     """The call's buffers as integers, or the error its computation ended in
     (its outputs hold it, for the program to meet where it reads them).
 
     On CPU a first call's outputs still being computed may have no buffer yet
-    (``late``: an input was pending at the call; on jaxlib 0.10 always,
-    :data:`memscope._compat.DELAYED_OUTPUTS`): they are waited for, once per
-    signature, so they are read before the program can drop them. An input
+    (:func:`memscope._compat.allocated_late`: XLA:CPU allocates them when the
+    call runs on jaxlib 0.10, and on the others where an input was pending or,
+    under load, the call was queued): they are waited for, once per signature,
+    and read before the program can drop them. An input
     left unread before the call because it was still being computed (not
     donated: its buffer did not move) is read now, waited for. What the
     program computes, and where it meets its errors, stay."""
@@ -43,13 +44,13 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any, *, late: b
     arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
     deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)
     refs = [x if _compat.is_ref(x) else None for x in leaves]
-    wait = any(_compat.allocated_late(y, inputs_pending=late) for y in arrays)
+    wait = any(_compat.allocated_late(y) for y in arrays)
     failure = next((f for y in arrays if (f := _compat.buffer_failure(y, wait=wait))), None)
     if failure is not None:
         return Failed(failure, tuple(arrays))
     before = [addresses(x, wait=True) if seen is None and isinstance(x, jax.Array) else seen
               for seen, x in zip(before, leaves, strict=True)]
-    return Observation(tuple(before), deleted, tuple(addresses(y, late=False) for y in outputs),
+    return Observation(tuple(before), deleted, tuple(addresses(y, wait=True) for y in outputs),
                        refs_after=tuple(None if r is None else addresses(r) for r in refs))
 
 
@@ -73,7 +74,7 @@ def watched_call(entry: Any, call: Callable[[], Any], leaves: Sequence[Any]) -> 
     outputs = [y for y in jax.tree_util.tree_leaves(out)
                if isinstance(y, jax.Array) and not y.is_deleted()]
     if not any(_compat.buffer_failure(y, wait=True) for y in outputs):
-        seen = observe(before, leaves, out, late=False)
+        seen = observe(before, leaves, out)
         if isinstance(seen, Observation):
             entry.observation_again = seen
     return out
@@ -154,20 +155,15 @@ def leaf_sharding(x: Any) -> Any:
     return None
 
 
-def any_pending(leaves: Sequence[Any]) -> bool:
-    return any(isinstance(x, jax.Array) and not x.is_deleted() and not _compat.is_ready(x)
-               for x in leaves)
-
-
-def addresses(x: Any, *, wait: bool = False, late: bool = True) -> Addresses:
+def addresses(x: Any, *, wait: bool = False) -> Addresses:
     """The device address of each addressable shard of ``x`` (of the buffer a
     ``jax.Ref`` holds now, waited for where pending), as integers; ``None``
-    where it has none to read now (``wait``, ``late``: see
+    where it has none to read now (``wait``: see
     :func:`memscope._compat.no_buffer`)."""
     if _compat.is_ref(x):
         return _compat.ref_addresses(x)
     if (not isinstance(x, jax.Array) or x.is_deleted()
-            or _compat.no_buffer(x, wait=wait, late=late)):
+            or _compat.no_buffer(x, wait=wait)):
         return None  # a failed computation's array has no buffer to read (see _compat)
     try:
         return _compat.buffer_addresses(x)

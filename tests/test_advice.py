@@ -327,7 +327,10 @@ def test_an_array_the_caller_passes_again_is_never_advised(tmp_path, capfd):
     table = [b for b in fn.inputs if b.path == "table"]
     assert [(b.candidate, b.passed_again) for b in table] == [(False, 2)]
     assert "passed this very array again at call 2" in (table[0].reason or "")
-    assert fn.advice is not None and fn.advice.setting == 'donate_argnames=("params",)'
+    # The advice never donates the table. Measured after the second call it is
+    # params alone; measured before it (memscope's worker ran first, as on a
+    # loaded machine) it donated the table too and is withdrawn (report-format.md).
+    assert fn.advice is None or fn.advice.setting == 'donate_argnames=("params",)'
     assert all(b.passed_again is None for b in fn.inputs if b.path != "table")
     capfd.readouterr()
     # The truth: the advised setting runs; donating the table too does not.

@@ -499,19 +499,12 @@ def is_ready(x: Any) -> bool:
     return bool(_physical(x).is_ready())
 
 
-#: jaxlib 0.10's XLA:CPU gives every output of a call it runs asynchronously
-#: delayed memory (``PjRtCpuClient::AllocateRawBufferForExecute``), allocated
-#: only when the call runs, whatever its inputs; 0.7 to 0.9, 0.11 and 0.12
-#: allocate at the dispatch where the inputs are ready (checked by running: an
-#: output larger than the machine fails at the call there, later on 0.10).
-DELAYED_OUTPUTS: bool = _JAX_SERIES == (0, 10)
-
-
 def allocated_late(x: Any) -> bool:
     """True when ``x``, a pending array on CPU, may have no buffer yet: XLA:CPU
     allocates a call's outputs only when the call runs on jaxlib 0.10 always
-    (:data:`DELAYED_OUTPUTS`), and on the other series where an input was
-    pending or, on a loaded machine, where the call was queued (seen on 0.7).
+    (``PjRtCpuClient::AllocateRawBufferForExecute`` makes delayed memory), and
+    on the other series where an input was pending or, on a loaded machine,
+    where the call was queued (seen on 0.7).
     Reading the address of such a buffer before it exists, or of one whose
     allocation failed (RESOURCE_EXHAUSTED), aborts the process (``Check
     failed: buffer_.IsConcrete()``)."""

@@ -76,7 +76,7 @@ def growing(samples: Sequence[GroupSample],
         grew = _grew(key, series, producers or {}, functions or {})
         if grew is not None:
             found.append(grew)
-    found.sort(key=lambda g: (not g.steady, -(g.last_count - g.first_count) * g.bytes_each))
+    found.sort(key=lambda g: (not g.steady, -g.gained_bytes))
     return tuple(found[:MAX_GROWING])
 
 

@@ -183,9 +183,7 @@ def _slot_values(value: Any) -> list[tuple[str, Any]]:
     program's: a property of the same name is not called)."""
     found = []
     for cls in type(value).__mro__:
-        for name in cls.__dict__.get("__slots__", ()) if isinstance(
-                cls.__dict__.get("__slots__", ()), (tuple, list)) else ():
-            slot = cls.__dict__.get(name)
+        for name, slot in vars(cls).items():  # a slot is a member descriptor of its class
             if isinstance(slot, types.MemberDescriptorType):
                 with contextlib.suppress(AttributeError):  # an empty slot
                     found.append((name, slot.__get__(value, cls)))

@@ -182,8 +182,7 @@ class RunSampler:
     def at_end(self, call: int) -> None:
         """The last sample, when the program has ended (no call follows)."""
         start = time.perf_counter()
-        sample = self._sample(call + 1, start, (), end=True)
-        sample.end = True
+        self._sample(call + 1, start, (), end=True)
         self.seconds += time.perf_counter() - start
 
     # -- a sample -----------------------------------------------------------------
@@ -249,7 +248,7 @@ class RunSampler:
                            total_bytes=sum(n * each for n, each, _ in counts.values()),
                            line=caller_line() if leaves else None,
                            arguments=tuple(args), groups=self._raw_groups(groups, counts),
-                           unattributed=unsure)
+                           unattributed=unsure, end=end)
         self._keep(sample, self._growth_sample(call, counts, made_by, holders or {}, end))
         return sample
 

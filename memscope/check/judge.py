@@ -274,7 +274,7 @@ def live_growth_verdicts(report: Report, limit: int | None) -> list[FunctionVerd
             f"max_live_growth {format_bytes(limit)} cannot be checked: the report has no "
             "live-array samples",))]
     leaks = [g for g in timeline.growth if g.steady]  # (a one-off rise is no leak)
-    grown = sum((g.last_count - g.first_count) * g.bytes_each for g in leaks)
+    grown = sum(g.gained_bytes for g in leaks)
     if grown <= limit:
         return [FunctionVerdict(LIVE_ARRAYS, None, None, "pass", notes=(
             f"grew {format_bytes(grown)} (max_live_growth {format_bytes(limit)})",))]

@@ -222,9 +222,18 @@ class LiveGrowth:
         return tuple(self.held_by.split(", ")) if self.held_by else ()
 
     @property
+    def gained(self) -> int:
+        """The arrays the group gained from ``first_call`` to ``last_call``."""
+        return self.last_count - self.first_count
+
+    @property
+    def gained_bytes(self) -> int:
+        return self.gained * self.bytes_each
+
+    @property
     def per_call(self) -> float:
         calls = self.last_call - self.first_call
-        return (self.last_count - self.first_count) / calls if calls > 0 else 0.0
+        return self.gained / calls if calls > 0 else 0.0
 
 
 @dataclass(frozen=True)

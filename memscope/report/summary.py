@@ -482,12 +482,12 @@ def growth_text(g: LiveGrowth) -> str:
 def rises_text(rises: Sequence[LiveGrowth]) -> str:
     """One line for the live arrays that rose once or twice but not call after
     call (a new optimizer state, a result kept at the end): what holds them."""
-    gained = sum(g.last_count - g.first_count for g in rises)
-    total = sum((g.last_count - g.first_count) * g.bytes_each for g in rises)
+    gained = sum(g.gained for g in rises)
+    total = sum(g.gained_bytes for g in rises)
     by_holder: Counter[str] = Counter()
     for g in rises:  # (a group several variables hold counts for each)
         for name in [f"`{h}`" for h in g.holders] or ["no variable memscope found"]:
-            by_holder[name] += (g.last_count - g.first_count) * g.bytes_each
+            by_holder[name] += g.gained_bytes
     holders = ", ".join(name for name, _ in by_holder.most_common())
     first, last = min(g.first_call for g in rises), max(g.last_call for g in rises)
     return (f"live arrays rose between calls {first} and {last} at one or two places, not "

@@ -1,5 +1,5 @@
 """Every ``memscope`` a benchmark times runs as a program's first run does: with
-memscope's cache of its variants' compiles (memscope.variants.cache) empty, a new
+memscope's cache of its variants' compiles (memscope.compiled.cache) empty, a new
 one for each run, removed at exit. ``bench_short.py`` times a run again beside it.
 
 And as installed: ``pip install`` compiles a package's modules to bytecode, but an

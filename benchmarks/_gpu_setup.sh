@@ -1,6 +1,6 @@
 # Sourced by the GPU sessions' scripts (gpu_session.sh, gpu_target_session.sh) on
 # the device, in the checkout: OUT made, the wheels the device image lacks
-# (libcst and pyyaml, for `memscope fix`) installed from .whl/ (ignored by git:
+# (libcst, for `memscope fix`; the image has pyyaml) installed from .whl/ (ignored by git:
 # carry it), memscope installed editable (its pytest plugin is found through the
 # entry point; where that install fails, memscope is still imported from here),
 # and what the machine has written to $OUT/env.txt.
@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --find-links .whl --no-deps --no-compile \
-    --no-cache-dir --upgrade --target /tmp/site libcst pyyaml && export PYTHONPATH=/tmp/site
+    --no-cache-dir --upgrade --target /tmp/site libcst && export PYTHONPATH=/tmp/site
 fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 \
   || echo "editable install failed: memscope from PYTHONPATH" >>"$OUT/install.log"

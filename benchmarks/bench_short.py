@@ -8,7 +8,7 @@ CNN, an Equinox MLP, a short transformer LM run) plainly and under ``memscope
 run`` with its default options, interleaved, in one invocation: a first run
 (memscope's cache of its variants' compiles empty, a new one for each run: what
 a program run for the first time costs) and a run again (the cache holding the
-program's variants from a run before it: memscope.variants.cache). Prints, per
+program's variants from a run before it: memscope.compiled.cache). Prints, per
 program, the median wall time of each and the ratios, the XLA compiles memscope
 added in a first run (its advised donations), how long the report waited after
 the program ended, and memscope's analysis time; then a markdown table for

@@ -164,6 +164,36 @@ def _table(runs: list[dict]) -> list[str]:
     return lines
 
 
+#: ``fit``'s programs (as benchmarks/gpu_figures.py fits them on the device)
+FITS = {
+    "transformer_adam": ["--function", "train_step", "--batch", "batch",
+                         str(SAMPLES / "transformer_adam.py"), "--steps", "2", "--width", "512",
+                         "--seq", "256"],
+    "nnx_step": [str(ROOT / "tests" / "programs" / "frameworks" / "nnx_step.py"), "128", "4096"],
+}
+
+
+def fits(model: str) -> dict:
+    """``memscope fit --target gpu:MODEL`` on the CPU (``JAX_PLATFORMS=cpu``): the
+    answer for the model's default budget without the device, to hold against
+    ``fit`` on the device (benchmarks/gpu_figures.py ``fit_transformer``, ``fit_nnx``)."""
+    result = {}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
+    for name, args in FITS.items():
+        started = time.time()
+        done = subprocess.run([sys.executable, "-m", "memscope", "fit", "--format", "json",
+                               "--target", f"gpu:{model}", *args], capture_output=True,
+                              text=True, env=env, cwd=ROOT, timeout=600)
+        if not done.stdout.strip():
+            result[name] = {"exit": done.returncode, "stderr": done.stderr[-2000:]}
+            continue
+        f = json.loads(done.stdout)
+        result[name] = {k: f.get(k) for k in ("budget_bytes", "memory_bytes", "largest",
+                                              "advised_largest", "compiles", "rows")}
+        result[name]["seconds"] = round(time.time() - started, 1)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -189,6 +219,9 @@ def main() -> None:
     if "config" in a.parts:
         result["config"] = config(a.out)
         model = a.model or result["config"].get("model") or model
+        save()
+    if "fit" in a.parts:
+        result["fit"] = fits(model)
         save()
     if "samples" in a.parts:
         result["samples"] = []

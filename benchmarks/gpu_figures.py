@@ -210,40 +210,76 @@ def part_oom(out: Path) -> list[dict]:
     return rows
 
 
+#: the allocator settings ``fit`` and the runs at its answer are tried under:
+#: JAX's default (preallocating 75% of the device) and growing as needed
+ALLOCATORS = {"default": {}, "no_prealloc": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}}
+
+
 def _fit_and_run(fit_args: list[str], run_args: Callable[[int], list[str]],
-                 keys: tuple[str, ...]) -> dict:
-    """``memscope fit`` with the device's own limit, then the program run at the
-    answer and at the next batch up (``run_args(batch)``): does the answer run,
-    and the next size not?"""
-    done = _run([*MEMSCOPE, "fit", "--format", "json", *fit_args], timeout=900)
-    if done.returncode != 0:
-        return {"exit": done.returncode, "stderr": done.stderr[-2000:]}
-    f = json.loads(done.stdout)
-    result = {k: f.get(k) for k in keys}
-    for label, batch in (("answer", f["largest"]), ("next", f["largest"] + 1)):
-        ran = _run([sys.executable, *run_args(batch)])
-        result[f"run_{label}"] = {"batch": batch, "exit": ran.returncode,
-                                  "oom": "RESOURCE_EXHAUSTED" in ran.stderr
-                                  or "Out of memory" in ran.stderr,
-                                  "tail": ran.stderr.strip().splitlines()[-1:]}
+                 keys: tuple[str, ...], allocators: tuple[str, ...] = ("default",)) -> dict:
+    """``memscope fit`` with the device's own limit (its default budget), then the
+    program run at the answer and at the next size up (``run_args(batch)``):
+    does the answer run, and the next size not? Once per allocator setting."""
+    result: dict = {}
+    for allocator in allocators:
+        env = ALLOCATORS[allocator]
+        started = time.time()
+        done = _run([*MEMSCOPE, "fit", "--format", "json", *fit_args], timeout=900, env=env)
+        if done.returncode != 0 or not done.stdout.strip():
+            result[allocator] = {"exit": done.returncode, "stderr": done.stderr[-2000:]}
+            continue
+        f = json.loads(done.stdout)
+        got = {k: f.get(k) for k in keys}
+        got["fit_seconds"] = round(time.time() - started, 1)
+        step = f.get("step") or 1
+        for label, batch in (("answer", f.get("largest")), ("next", (f.get("largest") or 0)
+                                                            + step)):
+            if not batch:
+                continue
+            ran = _run([sys.executable, *run_args(batch)], env=env)
+            got[f"run_{label}"] = {"batch": batch, "exit": ran.returncode,
+                                   "oom": "RESOURCE_EXHAUSTED" in ran.stderr
+                                   or "Out of memory" in ran.stderr,
+                                   "stdout": ran.stdout.strip().splitlines()[-1:],
+                                   "stderr": ran.stderr.strip().splitlines()[-1:]}
+        result[allocator] = got
     return result
+
+
+FIT_KEYS = ("memory_bytes", "budget_bytes", "held_bytes", "held_note", "compile_note",
+            "argument", "step", "largest", "advised_largest", "linear", "note", "compiles", "seconds", "rows")
 
 
 def part_fit() -> dict:
     mlp = str(PROGRAMS / "fit_mlp.py")
     return _fit_and_run([mlp, "--batch", "32"], lambda batch: [mlp, "--batch", str(batch)],
-                        ("memory_bytes", "budget_bytes", "held_bytes", "largest",
-                         "budget_rule", "budget_note"))
+                        FIT_KEYS)
+
+
+#: the transformer sample at a width users train (130 MB an example at batch 8):
+#: the device's limit is met at hundreds, not millions, of examples
+TRANSFORMER = [str(SAMPLES / "transformer_adam.py"), "--steps", "2", "--width", "512",
+               "--seq", "256"]
 
 
 def part_fit_transformer() -> dict:
-    """``fit`` on the transformer sample at the device's own limit: does the search
-    bracket where XLA:GPU starts rematerializing, and does the answer run?"""
-    args = [str(SAMPLES / "transformer_adam.py"), "--steps", "2"]
-    return _fit_and_run(["--function", "train_step", "--batch", "batch", *args],
-                        lambda batch: [*args, "--batch", str(batch)],
-                        ("memory_bytes", "budget_bytes", "held_bytes", "largest",
-                         "advised_largest", "linear", "note", "compiles", "seconds", "rows"))
+    """``fit`` on the transformer sample at the device's own limit, under both
+    allocator settings, and the program run at its answer and one size up."""
+    return _fit_and_run(["--function", "train_step", "--batch", "batch", *TRANSFORMER],
+                        lambda batch: [*TRANSFORMER, "--batch", str(batch)], FIT_KEYS,
+                        tuple(ALLOCATORS))
+
+
+#: a Flax NNX step fed NumPy batches (tests/programs/frameworks), 4096 wide
+NNX = [str(PROGRAMS / "frameworks" / "nnx_step.py")]
+
+
+def part_fit_nnx() -> dict:
+    """``fit`` on a Flax NNX step (``nnx.jit``, ``nnx.Optimizer``, NumPy batches)
+    at the device's own limit, no ``--batch`` given, and the program run at its
+    answer and one size up."""
+    return _fit_and_run([*NNX, "128", "4096"], lambda batch: [*NNX, str(batch), "4096"],
+                        FIT_KEYS)
 
 
 def part_repeat() -> dict:
@@ -275,6 +311,7 @@ def main() -> None:
             else:
                 figures[part] = {"direct": part_direct, "fit": part_fit, "repeat": part_repeat,
                                  "fit_transformer": part_fit_transformer,
+                                 "fit_nnx": part_fit_nnx,
                                  "direct_untuned": lambda: part_direct(autotune=False)}[part]()
         except Exception as e:  # one part's failure must not lose the others
             figures[part] = {"error": f"{type(e).__name__}: {e}"}

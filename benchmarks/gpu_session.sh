@@ -1,41 +1,46 @@
 #!/usr/bin/env bash
-# One GPU session's checks in one call of the device tool (a session has 15
-# minutes of device time, start included): the GPU-marked tests, the figures of
-# benchmarks/gpu_figures.py, and the rest of the suite on 10 workers beside
-# them. It runs under the device image's own JAX and packages (memscope from
-# this checkout), each stage under its own time limit so that the results are
-# copied back even when a stage runs long:
+# One GPU session's checks in one call of the device tool (15 minutes of device
+# time, start included), each stage under its own limit so that what finished
+# comes back:
+#
+#   1. alone on the device: what `memscope run` costs beside python (wall time,
+#      the process's peak_bytes_in_use, compiles in a first run and a run again
+#      on memscope's cache): benchmarks/gpu_cost.py;
+#   2. alone: `fit` at the device's own limit (its default budget) on the
+#      transformer (under JAX's default allocator and with
+#      XLA_PYTHON_CLIENT_PREALLOCATE=false) and on a Flax NNX step, each program
+#      run at the answer and one size up: benchmarks/gpu_figures.py
+#      fit_transformer fit_nnx;
+#   3. side by side: the suite but the real-sized tests (GPU-marked ones too)
+#      on 10 workers, each growing its GPU memory as needed up to 4% of it; and
+#      `fit --target gpu:<this GPU>` on the CPU for the same two programs
+#      (benchmarks/gpu_deviceless.py config fit).
 #
 #     bash benchmarks/gpu_session.sh      # on the device; results in $OUT
 #
-# Set-up (the wheels the image lacks, carried in .whl/): benchmarks/_gpu_setup.sh.
+# Under the device image's own JAX and packages, memscope from this checkout.
+# Set-up (libcst, which the image lacks, carried in .whl/): benchmarks/_gpu_setup.sh.
 set -u
 . benchmarks/_gpu_setup.sh
-export PYTHONWARNINGS="${PYTHONWARNINGS:-}"
-SUITE_S="${SUITE_S:-380}" GPU_TESTS_S="${GPU_TESTS_S:-150}" FIGURES_S="${FIGURES_S:-260}"
+COST_S="${COST_S:-140}" FIT_S="${FIT_S:-200}" SUITE_S="${SUITE_S:-200}"
 
-# The suite but the GPU-marked and real-sized tests, on 10 workers that each
-# grow their GPU memory as needed, up to 4% of it.
-(
-  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.04 \
-    timeout "$SUITE_S" python3 -m pytest -q -n 10 --dist loadfile -p no:cacheprovider \
-    -p no:benchmark -m "not gpu and not real_sized" --timeout 200 -rfE \
-    --junitxml="$OUT/suite.xml" >"$OUT/suite.log" 2>&1
-  echo "suite exit $?" >>"$OUT/suite.log"
-) &
-suite=$!
+timeout "$COST_S" python3 benchmarks/gpu_cost.py "$OUT" >"$OUT/cost.log" 2>&1
+echo "cost exit $?" >>"$OUT/cost.log"
 
-XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "$GPU_TESTS_S" python3 -m pytest -v -p no:cacheprovider \
-  -p no:benchmark -m gpu --timeout 100 -rsfE >"$OUT/gpu-tests.log" 2>&1
-echo "gpu tests exit $?" >>"$OUT/gpu-tests.log"
-
-# Figures with half the GPU (the suite's workers have the rest).
 mkdir -p /tmp/fig
-XLA_PYTHON_CLIENT_MEM_FRACTION=0.5 timeout "$FIGURES_S" \
-  python3 benchmarks/gpu_figures.py /tmp/fig ${FIGURE_PARTS:-direct direct_untuned samples oom repeat} \
-  >"$OUT/figures.log" 2>&1
-echo "figures exit $?" >>"$OUT/figures.log"
-cp /tmp/fig/figures.json "$OUT/" 2>/dev/null
-tar -C /tmp -cJf "$OUT/reports.tar.xz" fig 2>/dev/null
+timeout "$FIT_S" python3 benchmarks/gpu_figures.py /tmp/fig fit_transformer fit_nnx \
+  >"$OUT/fit.log" 2>&1
+echo "fit exit $?" >>"$OUT/fit.log"
+cp /tmp/fig/figures.json "$OUT/fit.json" 2>/dev/null
 
-wait "$suite"
+( timeout "$SUITE_S" python3 benchmarks/gpu_deviceless.py /tmp/dl config fit \
+    >"$OUT/deviceless.log" 2>&1; echo "deviceless exit $?" >>"$OUT/deviceless.log"
+  cp /tmp/dl/deviceless.json "$OUT/" 2>/dev/null ) &
+deviceless=$!
+
+XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=0.04 \
+  timeout -s INT -k 20 "$SUITE_S" python3 -m pytest -q -n 10 --dist loadfile \
+  -p no:cacheprovider -p no:benchmark -m "not real_sized" --timeout 200 -rfEs \
+  --junitxml="$OUT/suite.xml" >"$OUT/suite.log" 2>&1
+echo "suite exit $?" >>"$OUT/suite.log"
+wait "$deviceless"

@@ -869,7 +869,7 @@ COMPILE_SETTINGS = ("use_shardy_partitioner", "exec_time_optimization_effort",
 def compile_fingerprint(lowered: Any, options: dict[str, Any]) -> bytes:
     """Everything a compile of ``lowered`` with XLA debug ``options`` depends on,
     as bytes, for memscope's cache of the compiles it only reads
-    (:mod:`memscope.variants.cache`): the lowered module with its source
+    (:mod:`memscope.compiled.cache`): the lowered module with its source
     locations (MLIR bytecode), the options, the compile-time JAX settings as the
     calling thread sees them (:data:`COMPILE_SETTINGS`), XLA's flags from the
     environment, the JAX and jaxlib versions, and the backend, its version and
@@ -879,8 +879,8 @@ def compile_fingerprint(lowered: Any, options: dict[str, Any]) -> bytes:
     for name in COMPILE_SETTINGS:
         setting = getattr(_config, name, None)
         settings.append((name, repr(getattr(setting, "value", None))))
-    args = getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
-    client = args.get("backend") or jax.devices()[0].client
+    args = _compile_args(lowered)
+    client = _client(lowered)
     devices: list[Any] = []
     for sharding in (*args.get("in_shardings", ()), *args.get("out_shardings", ())):
         for device in getattr(sharding, "_device_assignment", None) or ():
@@ -892,6 +892,26 @@ def compile_fingerprint(lowered: Any, options: dict[str, Any]) -> bytes:
              len(client.devices()), sorted((k, repr(v)) for k, v in options.items()),
              settings, os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", ""))
     return repr(facts).encode() + b"\0" + module
+
+
+def _compile_args(lowered: Any) -> dict[str, Any]:
+    return getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
+
+
+def _client(lowered: Any) -> Any:
+    """The PJRT client ``lowered`` compiles with (the default backend's where it names none)."""
+    return _compile_args(lowered).get("backend") or jax.devices()[0].client
+
+
+def assignment_in_memory_analysis(lowered: Any) -> bool:
+    """Whether ``memory_analysis()`` of a compile of ``lowered`` carries its
+    buffer assignment (:func:`buffer_assignment_bytes`): XLA:CPU's does, on
+    every supported jaxlib; XLA:GPU's PJRT plugin passes the sizes but not the
+    assignment, nor does its serialized executable (seen on an H100 with jaxlib
+    0.10.2 and an H200 with 0.11.2), and XLA:TPU's has none. Where it does not,
+    memscope compiles with XLA's dump and reads the assignment there
+    (:mod:`memscope.compiled.dump`)."""
+    return str(_client(lowered).platform) == "cpu"
 
 
 def memory_stats_fields(stats: Any) -> dict[str, int]:

@@ -352,7 +352,7 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     code = 0 if session.stopped else result.exit_code
     note = accelerator.compile_note if accelerator is not None else None
     if plan:
-        from memscope.variants.cache import CompileCache
+        from memscope.compiled.cache import CompileCache
         from memscope.variants.plan import plan as plan_settings
 
         planned = plan_settings(entry, choice, budget, accelerator=accelerator,

@@ -17,7 +17,7 @@ DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {DEVICES_FLAG}".strip()
 
-# memscope's cache of the variants' compiles across runs (memscope.variants.cache)
+# memscope's cache of the variants' compiles across runs (memscope.compiled.cache)
 # would make what a test compiles depend on what ran before it: off for the suite
 # (and the programs it starts), on in the tests of the cache itself.
 os.environ["MEMSCOPE_CACHE"] = "off"

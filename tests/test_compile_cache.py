@@ -1,4 +1,4 @@
-"""memscope's cache of its variants' compiles across runs (memscope.variants.cache).
+"""memscope's cache of its variants' compiles across runs (memscope.compiled.cache).
 
 A run again reads its donation variants from the cache instead of compiling
 them, and reports exactly what the run that compiled them reported: every
@@ -11,6 +11,7 @@ writes nothing. The rest of the suite runs with the cache off (tests/conftest.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ import pytest
 from memscope import _compat
 from memscope.capturing import capture
 from memscope.capturing import session as session_module
-from memscope.variants.cache import CompileCache, Kept
+from memscope.compiled.cache import CompileCache, Kept
 from memscope.variants.compile import lower_variant
 from tests.test_advice import args, direct_figures, figures, step
 from tests.test_early import arguments as early_arguments
@@ -213,3 +214,44 @@ def test_a_cache_that_fails_never_fails_a_variant(cache_dir, monkeypatch):
     got = figures(variants(session)["advised"].facts.memory)
     assert {k: got[k] for k in direct_figures((0, 1))} == direct_figures((0, 1))
     assert session.overhead().variant_compiles >= 1 and not cached_files(cache_dir)
+
+
+def without_the_assignment(monkeypatch):
+    """XLA:CPU read as XLA:GPU's plugin is: ``memory_analysis()`` and the
+    serialized executable carry no buffer assignment, XLA's dump does."""
+    monkeypatch.setattr(_compat, "buffer_assignment_bytes", lambda stats: None)
+    monkeypatch.setattr(_compat, "serialized_executable_payloads", lambda compiled: ())
+    monkeypatch.setattr(_compat, "assignment_in_memory_analysis", lambda lowered: False)
+
+
+def test_where_memory_analysis_has_no_assignment_one_dumped_compile_each_is_kept(
+        cache_dir, monkeypatch):
+    monkeypatch.setenv("MEMSCOPE_CACHE", "off")
+    plain, plain_compiles = captured(step, args, "full")
+    monkeypatch.delenv("MEMSCOPE_CACHE")
+    without_the_assignment(monkeypatch)
+    (first, first_compiles), (again, again_compiles) = [
+        captured(step, args, "full") for _ in range(2)]
+    made = plain.overhead().variant_compiles
+    # a variant is compiled once (with the dump), the function once more for its dump
+    assert first.overhead().variant_compiles == made >= 1
+    assert (first.overhead().dump_compiles, first.overhead().dump_cache_hits) == (1, 0)
+    assert first_compiles == plain_compiles + 1
+    # ... and a run again compiles neither: the program's own compiles alone
+    assert (again.overhead().variant_compiles, again.overhead().dump_compiles,
+            again.overhead().dump_cache_hits) == (0, 0, 1)
+    assert again_compiles == plain_compiles - made
+    # every fact alike, the function's and each variant's, read from the dump or
+    # not; the dump's assignment holds XLA's heap-simulator trace besides
+    def untraced(facts):
+        assert facts.buffers is not None
+        return dataclasses.replace(facts, buffers=dataclasses.replace(facts.buffers, traces=()))
+
+    (entry,) = plain.entries
+    for run in (first, again):
+        (got,) = run.entries
+        assert got.facts.buffers.traces and untraced(got.facts) == untraced(entry.facts)
+        assert variants(run).keys() == variants(plain).keys()
+        for name, variant in variants(run).items():
+            assert variant.error is None
+            assert untraced(variant.facts) == untraced(variants(plain)[name].facts), name

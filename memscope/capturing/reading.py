@@ -121,7 +121,9 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
                 facts = wrappers.renamed(entry.wrapper, read)
                 session.publish(lambda: setattr(entry, "facts", facts))
                 return facts, None, foreign
-            read = read_handles(handles, shardings=shardings, ref_names=ref_names)
+            read = read_handles(handles, shardings=shardings, ref_names=ref_names,
+                                cache=session.cache)
+            session.count_dump(read.dumped)
             flops = (_compat.flops(handles.compiled)
                      if hold.plan is not None and session.accelerator is None else None)
             foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, ENDED, Hold
 from memscope.capturing.observe import Failed, at_end
 from memscope.capturing.worker import Worker
+from memscope.compiled.cache import CompileCache
 from memscope.compiled.read import (
     describe_sharding,
 )
@@ -42,7 +44,6 @@ from memscope.report import (
     Runtime,
 )
 from memscope.variants import remat
-from memscope.variants.cache import CompileCache
 from memscope.variants.donation import VariantRequest
 
 #: Device-memory samples kept per run (one per top-level call); later calls are
@@ -81,9 +82,8 @@ class Session:
         self.stop_after = stop_after
         #: the accelerator the functions are compiled for too (``--target``), else None
         self.accelerator: Any = None
-        #: the variants' reads kept across runs (:mod:`memscope.variants.cache`)
-        self.cache: CompileCache | None = (CompileCache.from_environment()
-                                           if self.advice != "off" else None)
+        #: the compiles memscope reads kept across runs (:mod:`memscope.compiled.cache`)
+        self.cache: CompileCache | None = CompileCache.from_environment()
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
         self.keep_calls = False
         #: end the target at a repeat: of any signature (``True``), or of the
@@ -111,6 +111,9 @@ class Session:
         self._holds: list[Hold] = []
         self.variant_compiles = 0
         self.variants_reused = 0
+        #: the program's functions compiled again with XLA's dump to read their
+        #: buffer assignment (XLA:GPU), and those whose dump a run kept before
+        self.dumps: Counter[str] = Counter()
         #: signatures given an advised compile, and those refused one (many functions)
         self.advice_given = 0
         self.advice_skipped = 0
@@ -283,6 +286,13 @@ class Session:
             if not self.worker.cancelled:
                 apply()
 
+    def count_dump(self, how: str | None) -> None:
+        """Count how a function's buffer assignment was read from XLA's dump
+        (:attr:`memscope.compiled.read.CompiledFacts.dumped`)."""
+        if how is not None:
+            with self._lock:
+                self.dumps[how] += 1
+
     def count_variants(self, *, compiled: int, reused: int) -> None:
         """Count the variants compiled, and those answered without a compile."""
         with self._lock:
@@ -342,6 +352,8 @@ class Session:
                         advice_skipped=self.advice_skipped,
                         early_compiles=self.early_compiles,
                         early_unused=self.early_unused,
+                        dump_compiles=self.dumps["compiled"],
+                        dump_cache_hits=self.dumps["kept"],
                         target_compiles=getattr(self.accelerator, "compiles", 0),
                         target_compile_seconds=getattr(self.accelerator, "compile_seconds",
                                                        0.0))

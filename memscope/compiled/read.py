@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -23,6 +23,7 @@ from memscope.compiled.buffers import (
     embedded_buffer_assignment,
     read_buffer_assignment,
 )
+from memscope.compiled.cache import CompileCache, Kept
 from memscope.compiled.dump import compile_dumped
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
@@ -49,6 +50,11 @@ class CompiledFacts:
     #: without a buffer assignment, or ``liveness_error`` says why
     liveness: Liveness | None = None
     liveness_error: str | None = None
+    #: how the buffer assignment was read where ``memory_analysis()`` carries
+    #: none (XLA:GPU): ``"compiled"``, from XLA's dump of one more compile of the
+    #: program; ``"kept"``, from memscope's cache of that compile in an earlier
+    #: run; ``None``: not so (``memory_analysis()`` carried it, or it was given)
+    dumped: str | None = field(default=None, compare=False)
 
 
 class CompiledReadError(RuntimeError):
@@ -89,34 +95,40 @@ def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
 
 
 def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = (),
-                 ref_names: Mapping[int, str] | None = None) -> CompiledFacts:
+                 ref_names: Mapping[int, str] | None = None,
+                 cache: CompileCache | None = None) -> CompiledFacts:
     """Read the memory figures and buffer facts of the executable in ``handles``.
 
     ``shardings`` holds each flat dynamic input's ``jax.sharding.Sharding``
     (``None`` for a non-array); ``ref_names`` names, by ``id``, the Refs the
-    function closes over.
+    function closes over; ``cache`` keeps XLA's dump of the program where its
+    buffer assignment is read from one (:func:`read_stages`).
     """
     return read_stages(handles.traced, handles.lowered, handles.compiled,
-                       shardings=shardings, ref_names=ref_names)
+                       shardings=shardings, ref_names=ref_names, cache=cache)
 
 
 def read_stages(traced: Any, lowered: Any, compiled: Any, *,
                 shardings: Sequence[Any] = (),
                 ref_names: Mapping[int, str] | None = None,
-                module: bytes | None = None, assignment: bytes | None = None
-                ) -> CompiledFacts:
+                module: bytes | None = None, assignment: bytes | None = None,
+                cache: CompileCache | None = None) -> CompiledFacts:
     """Read one compiled program from its three stages (``jax.stages``): the
     executable ``compiled``, the ``lowered`` module it came from, and the
     ``traced`` call that names its arguments. ``module`` and ``assignment``
     (serialized) stand in for the executable's own optimized module and buffer
-    assignment where XLA gave them apart (its dump: :mod:`memscope.compiled.targets`)."""
+    assignment where XLA gave them apart (its dump: :mod:`memscope.compiled.targets`).
+    Where neither they nor the executable carry the assignment (XLA:GPU),
+    ``lowered`` is compiled once more with XLA's dump, or the dump is read
+    from ``cache`` where an earlier run kept it."""
     stats = compiled.memory_analysis()
     decoded = parse_module(module if module is not None
                            else _compat.optimized_hlo_module_protos(compiled)[0])
     buffers, error = read_buffers(stats, decoded, compiled, assignment)
     scheduled = decoded  # the module the assignment names (and whose schedule is replayed)
+    dumped = None
     if buffers is None and assignment is None:
-        scheduled, buffers, error = _dumped_buffers(lowered, decoded, error)
+        scheduled, buffers, error, dumped = _dumped_buffers(lowered, decoded, error, cache)
     program = _program(traced, lowered, compiled, shardings, decoded, ref_names)
     memory = by_memory_kind(memory_figures(stats), program)
     if memory.memory_kind_note is not None and buffers is not None:
@@ -125,7 +137,7 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     return CompiledFacts(memory=memory,
                          program=program,
                          buffers=buffers, buffers_error=error, liveness=liveness,
-                         liveness_error=liveness_error)
+                         liveness_error=liveness_error, dumped=dumped)
 
 
 def read_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any], *,
@@ -159,23 +171,37 @@ def read_buffers(stats: Any, module: Any, compiled: Any = None, dumped: bytes | 
         return None, str(e)
 
 
-def _dumped_buffers(lowered: Any, decoded: Any, error: str | None
-                    ) -> tuple[Any, BufferAssignment | None, str | None]:
+def _dumped_buffers(lowered: Any, decoded: Any, error: str | None,
+                    cache: CompileCache | None = None
+                    ) -> tuple[Any, BufferAssignment | None, str | None, str | None]:
     """The buffer assignment from XLA's dump of one more compile of ``lowered``
-    (:mod:`memscope.compiled.dump`), with the module it names; else ``decoded``,
-    ``None`` and why. For XLA:GPU, whose ``memory_analysis()`` and serialized
-    executable carry none."""
+    (:mod:`memscope.compiled.dump`), with the module it names, and how it was
+    read (:attr:`CompiledFacts.dumped`); else ``decoded``, ``None`` and why. For
+    XLA:GPU, whose ``memory_analysis()`` and serialized executable carry none.
+    That compile is JAX's own (XLA's default options, the autotuner on); with a
+    ``cache``, kept there, and read from it in a run again."""
+    key = None if cache is None else cache.key(lowered, {})
+    kept = None if key is None or cache is None else cache.load(key, counted=False)
+    how = "kept"
+    if kept is None:
+        try:
+            built = compile_dumped(lowered)
+        except Exception as e:  # the program itself compiled; a dump that fails is only unknown
+            return decoded, None, f"{error}; compiling it again to dump it failed ({e})", None
+        how = "compiled"
+        if built.module is None or built.assignment is None:
+            return decoded, None, f"{error}, nor XLA's dump of it", how
+        kept = Kept.of(built)
+        if kept is not None and key is not None and cache is not None:
+            cache.store(key, kept)
+        module, assignment = built.module, built.assignment
+    else:
+        module, assignment = kept.module, kept.assignment
+    dumped = parse_module(module)
     try:
-        built = compile_dumped(lowered)
-    except Exception as e:  # the program itself compiled; a dump that fails is only unknown
-        return decoded, None, f"{error}; compiling it again to dump it failed ({e})"
-    if built.module is None or built.assignment is None:
-        return decoded, None, f"{error}, nor XLA's dump of it"
-    dumped = parse_module(built.module)
-    try:
-        return dumped, read_buffer_assignment(built.assignment, dumped), None
+        return dumped, read_buffer_assignment(assignment, dumped), None, how
     except BufferDecodeError as e:
-        return decoded, None, str(e)
+        return decoded, None, str(e), how
 
 
 def read_liveness(module: Any, buffers: BufferAssignment | None

@@ -169,8 +169,13 @@ class Overhead:
     early_compiles: int = 0
     early_unused: int = 0
     #: donation variants read from memscope's cache of an identical compile in an
-    #: earlier run (memscope.variants.cache), not compiled: not in ``variant_compiles``
+    #: earlier run (memscope.compiled.cache), not compiled: not in ``variant_compiles``
     variant_cache_hits: int = 0
+    #: where ``memory_analysis()`` carries no buffer assignment (XLA:GPU): the
+    #: program's functions compiled once more, with XLA's dump, to read it, and
+    #: those whose dump was read from memscope's cache of an earlier run instead
+    dump_compiles: int = 0
+    dump_cache_hits: int = 0
     #: with ``--target``: XLA compiles for the target (the functions', their
     #: variants', checkpoint policies' and fit's sizes, each with XLA's dump of
     #: it) and the seconds they took, in ``analysis_seconds``

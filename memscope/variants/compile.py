@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memscope import _compat
+from memscope.compiled.cache import CompileCache, Fresh, Kept
+from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.read import CompiledFacts, read_stages
-from memscope.variants.cache import CompileCache, Fresh, Kept
 
 
 @dataclass(frozen=True)
@@ -88,20 +89,26 @@ def compile_lowered(v: LoweredVariant, settings: _compat.ConfigSnapshot = (),
                     accelerator: Any = None, cache: CompileCache | None = None) -> Any:
     """The one XLA compile of a lowered variant (outside the GIL), or its exception;
     with a ``cache``, what it kept of an identical compile (a :class:`Kept`)
-    where it has one, else the compile to keep there once read (a :class:`Fresh`)."""
+    where it has one, else the compile to keep there once read (a :class:`Fresh`).
+
+    Where ``memory_analysis()`` carries no buffer assignment (XLA:GPU), the
+    compile is made with XLA's dump, which holds it (a :class:`Built`): one
+    compile, read and kept like any other."""
     try:
         with _compat.applied_config(settings):
             if accelerator is not None:
                 return accelerator.compile(v.lowered)
-            if cache is None:
+            dumped = not _compat.assignment_in_memory_analysis(v.lowered)
+            if cache is None and not dumped:
                 return _compat.compile_to_read(v.lowered)
             options = _compat.options_to_read()
-            key = cache.key(v.lowered, options)
-            kept = None if key is None else cache.load(key)
+            key = None if cache is None else cache.key(v.lowered, options)
+            kept = None if key is None or cache is None else cache.load(key)
             if kept is not None:
                 return kept
-            compiled = _compat.compile_uncached(v.lowered, options)
-            return compiled if key is None else Fresh(compiled, key, cache)
+            compiled = (compile_dumped(v.lowered, options) if dumped
+                        else _compat.compile_uncached(v.lowered, options))
+            return compiled if key is None or cache is None else Fresh(compiled, key, cache)
     except Exception as e:  # reported with the variant; the program is unaffected
         return e
 
@@ -122,8 +129,9 @@ def read_compiled(v: LoweredVariant, compiled: Any, shardings: Sequence[Any] = (
             if kept is not None:
                 compiled.cache.store(compiled.key, kept)
             compiled = compiled.compiled if kept is None else kept
-        if isinstance(compiled, Kept):
-            return read_stages(v.traced, v.lowered, compiled, shardings=shardings,
+        if isinstance(compiled, Kept | Built):
+            executable = compiled.compiled if isinstance(compiled, Built) else compiled
+            return read_stages(v.traced, v.lowered, executable, shardings=shardings,
                                module=compiled.module, assignment=compiled.assignment)
         return read_stages(v.traced, v.lowered, compiled, shardings=shardings)
     except Exception as e:

@@ -21,12 +21,12 @@ from memscope import _compat
 from memscope.analysis import advice
 from memscope.analysis.advice import AdviceLevel
 from memscope.analysis.fates import classify
+from memscope.compiled.cache import CompileCache
 from memscope.compiled.read import CompiledFacts
 from memscope.errors import MemscopeError
 from memscope.report import InputBuffer, VariantName
 from memscope.report.function import MEANINGFUL_SAVING
 from memscope.report.paths import bounded_leaves
-from memscope.variants.cache import CompileCache
 from memscope.variants.compile import (
     LoweredVariant,
     compile_variants,
@@ -126,7 +126,7 @@ class Host(Protocol):
     request: VariantRequest | None
     #: the accelerator the variants are compiled for (``--target``), else None
     accelerator: Any
-    #: the variants' reads kept across runs (:mod:`memscope.variants.cache`), else None
+    #: the variants' reads kept across runs (:mod:`memscope.compiled.cache`), else None
     cache: CompileCache | None
 
     @property

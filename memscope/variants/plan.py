@@ -13,7 +13,7 @@ side by side (one compile per core). The program as written, the baseline, is
 searched in full; the others go from the lowest peak at the captured size, each
 first compiling the best batch found so far: where that does not fit, the
 setting cannot beat it and its search stops (:attr:`memscope.report.PlanRow.below`). On XLA:CPU each compile
-goes through memscope's cache (:mod:`memscope.variants.cache`), so a plan
+goes through memscope's cache (:mod:`memscope.compiled.cache`), so a plan
 asked again compiles nothing it compiled before.
 """
 
@@ -32,13 +32,13 @@ from typing import Any
 import jax
 
 from memscope import _compat
+from memscope.compiled.cache import CompileCache, Kept
 from memscope.compiled.read import compiled_memory, memory_figures
 from memscope.errors import MemscopeError
 from memscope.report.plan import FitPlan, PlanPoint, PlanRow, SettingKind
 from memscope.report.units import format_bytes_apart
 from memscope.variants import remat
 from memscope.variants.batch import BatchChoice, KeptCall, Recorded
-from memscope.variants.cache import CompileCache, Kept
 from memscope.variants.compile import lower_variant
 from memscope.variants.fit import (
     NotCompiled,

@@ -3,6 +3,8 @@ NumPy batches (as a data loader yields them): written the way Flax's own MNIST
 tutorial writes its step. ``make(n)`` gives the step and its arguments at batch
 ``n`` (for the tests' own compiles)."""
 
+import sys
+
 import numpy as np
 import optax
 from flax import nnx
@@ -38,14 +40,15 @@ def batch_of(n, seed=0):
             "label": rng.integers(0, 10, size=(n,)).astype(np.int32)}
 
 
-def make(n):
-    model = MLP(64, 256, 10, rngs=nnx.Rngs(0))
+def make(n, hidden=256):
+    model = MLP(64, hidden, 10, rngs=nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
     return train_step, (model, optimizer, batch_of(n))
 
 
-if __name__ == "__main__":
-    step, (model, optimizer, _) = make(128)
+if __name__ == "__main__":  # python nnx_step.py [BATCH [HIDDEN]]
+    n, hidden = (int(a) for a in (sys.argv[1:] + ["128", "256"][len(sys.argv) - 1:])[:2])
+    step, (model, optimizer, _) = make(n, hidden)
     for i in range(4):
-        loss = step(model, optimizer, batch_of(128, seed=i))
+        loss = step(model, optimizer, batch_of(n, seed=i))
     print("loss", float(loss))

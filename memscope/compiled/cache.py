@@ -10,14 +10,18 @@ with its source locations, XLA's options and flags, the compile-time JAX
 settings, the JAX and jaxlib versions, the backend and its devices; here also
 the host's CPU), and a later run reads them instead of compiling. The pieces
 kept are the ones the figures are read from in either case: a variant's facts
-are read from a :class:`Kept` whether it was compiled now or before.
+are read from a :class:`Kept` whether it was compiled now or before. Where
+``memory_analysis()`` carries no buffer assignment (XLA:GPU), the program's
+own functions are compiled once more with XLA's dump to read it
+(:func:`memscope.compiled.read.read_stages`): that compile is kept too.
 
 Where: ``$MEMSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/memscope``, else
 ``~/.cache/memscope``; ``MEMSCOPE_CACHE=off`` turns it off. At most
 :data:`LIMIT_BYTES` are kept, the least recently used going first. A file that
 cannot be read is a miss (and is removed); a cache that cannot be written is
-left alone. Only executables whose ``memory_analysis()`` carries the buffer
-assignment (XLA:CPU) and whose outputs each sit on one device are kept.
+left alone. Kept: compiles whose buffer assignment memscope has, from
+``memory_analysis()`` (XLA:CPU) or from XLA's dump of the compile (XLA:GPU,
+:mod:`memscope.compiled.dump`), and whose outputs each sit on one device.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Any
 import jax
 
 from memscope import _compat
+from memscope.compiled.dump import Built
 from memscope.version import __version__
 
 #: the cache's size, at most: the least recently used files go first
@@ -76,23 +81,30 @@ class Kept:
 
     @classmethod
     def of(cls, compiled: Any) -> Kept | None:
-        """The pieces of ``compiled`` memscope reads; ``None`` where they do not
-        make the whole read (no buffer assignment in ``memory_analysis()``,
-        several modules, an output on several devices)."""
+        """The pieces of ``compiled`` (an executable, or a :class:`Built`: one
+        with XLA's dump of it) memscope reads; ``None`` where they do not make
+        the whole read (no buffer assignment in ``memory_analysis()`` nor in the
+        dump, several modules, an output on several devices)."""
         try:
-            stats = compiled.memory_analysis()
-            assignment = _compat.buffer_assignment_bytes(stats)
-            modules = _compat.optimized_hlo_module_protos(compiled)
+            built = compiled if isinstance(compiled, Built) else None
+            executable = compiled.compiled if built is not None else compiled
+            stats = executable.memory_analysis()
+            if built is not None:
+                assignment = built.assignment
+                modules = [] if built.module is None else [built.module]
+            else:
+                assignment = _compat.buffer_assignment_bytes(stats)
+                modules = _compat.optimized_hlo_module_protos(executable)
             if assignment is None or len(modules) != 1:
                 return None
             outputs = []
-            for sharding in jax.tree_util.tree_leaves(compiled.output_shardings):
+            for sharding in jax.tree_util.tree_leaves(executable.output_shardings):
                 if not isinstance(sharding, jax.sharding.SingleDeviceSharding):
                     return None
                 device: Any = next(iter(sharding.device_set))
                 outputs.append((str(device.platform), int(device.id), sharding.memory_kind))
             return cls(_compat.memory_stats_fields(stats), assignment, modules[0],
-                       tuple(outputs), _compat.flops(compiled))
+                       tuple(outputs), _compat.flops(executable))
         except Exception:  # read from the executable itself, as without the cache
             return None
 
@@ -113,6 +125,7 @@ class CompileCache:
         self.directory = directory
         self.limit = limit
         self._lock = threading.Lock()
+        #: donation variants read from the cache instead of compiled
         self.hits = 0
         #: bytes in the folder as last counted, plus what this run stored since
         #: (``None``: not counted yet). The folder is counted, and trimmed, on
@@ -147,8 +160,9 @@ class CompileCache:
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.bin"
 
-    def load(self, key: str) -> Kept | None:
-        """The pieces kept under ``key``, or ``None``."""
+    def load(self, key: str, *, counted: bool = True) -> Kept | None:
+        """The pieces kept under ``key``, or ``None``; a hit is counted in
+        :attr:`hits` (a donation variant's) unless not ``counted``."""
         path = self._path(key)
         try:
             data = path.read_bytes()
@@ -161,8 +175,9 @@ class CompileCache:
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # (used: the last to go)
-        with self._lock:
-            self.hits += 1
+        if counted:
+            with self._lock:
+                self.hits += 1
         return kept
 
     def store(self, key: str, kept: Kept) -> None:

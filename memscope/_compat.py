@@ -646,6 +646,18 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     return _traced_with(traced, new_params)
 
 
+def lowered_apart(traced: Any) -> Any:
+    """``traced`` lowered again into a lowering of its own, the same program
+    (:func:`with_donation` with its own donation): a compile of it, with
+    options of memscope's (XLA's dump), is freed with it, where a compile of
+    JAX's own lowering with other options would live in JAX's executable cache
+    as long as the user's function does."""
+    params = traced._params
+    jaxpr = params["jaxpr"]
+    return without_const_args(lower(_traced_with(traced, dict(
+        params, jaxpr=_with_consts(jaxpr, jaxpr.consts)))))
+
+
 def _with_consts(jaxpr: Any, consts: Any) -> Any:
     """A closed jaxpr of its own (the same equations) with ``consts``."""
     return (jaxpr.with_consts(list(consts)) if JAXPR_HOLDS_CONSTS

@@ -137,3 +137,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.end_to_end)
         if item.nodeid.startswith(_PYTHON):
             item.add_marker(pytest.mark.python)
+    _skip_xla_cpu_facts_elsewhere(items)
+
+
+def _skip_xla_cpu_facts_elsewhere(items: list[pytest.Item]) -> None:
+    """Skips the tests marked ``xla_cpu("...")`` where JAX's backend is not the
+    CPU: each holds what XLA:CPU compiles (a fusion, a loop's packing, an exact
+    size, no host offload), which XLA:GPU and XLA:TPU do otherwise; the skip
+    names the fact."""
+    marked = [(item, marker) for item in items
+              if (marker := item.get_closest_marker("xla_cpu")) is not None]
+    if not marked:
+        return
+    import jax  # only where such a test was collected: this starts JAX's backend
+
+    backend = jax.default_backend()
+    if backend == "cpu":
+        return
+    for item, marker in marked:
+        fact = marker.args[0] if marker.args else "what it compiles"
+        item.add_marker(pytest.mark.skip(
+            reason=f"an XLA:CPU fact: {fact} (this backend is {backend})"))

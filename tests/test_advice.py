@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import pytest
 from jax import monitoring
 
+from memscope import _compat
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.capturing import capture
 from memscope.flow import analyze, run_and_report
@@ -28,6 +29,11 @@ from tests.truth import assert_matches_runtime, expected_peak, fates
 from tests.truth import run_and_report as run_truth
 from tests.versions import NO_SAME_SIZE_DONORS
 from tests.versions import SAME_SIZE_DONORS as SINCE_SAME_SIZE_DONORS
+
+#: XLA compiles memscope adds per captured function to read its buffer
+#: assignment: none where ``memory_analysis()`` carries it (XLA:CPU), else one
+#: with XLA's dump (XLA:GPU; memscope.compiled.read.read_stages)
+DUMPED = 0 if _compat.assignment_in_memory_analysis(jax.jit(lambda x: x).lower(1.0)) else 1
 
 NOT_USABLE = "ignore:Some donated buffers were not usable"
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
@@ -147,7 +153,7 @@ def test_variants_are_silent_do_not_retrace_and_compile_once_each():
             jax.jit(traced_step)(*args())
     (entry,) = session.entries
     assert traces == [1]
-    assert len(compiles) == 1 + sum(not v.same_as_written for v in entry.variants) == 3
+    assert len(compiles) - DUMPED == 1 + sum(not v.same_as_written for v in entry.variants) == 3
     donate_all = next(v for v in entry.variants if v.name == "all")
     assert any("not usable" in w for w in donate_all.warnings)
 
@@ -272,7 +278,9 @@ def test_keyword_arguments_are_donated_by_name():
     assert report.variant("advised").memory.alias_bytes == 32
 
 
-def test_variant_lowerings_and_executables_are_not_kept():
+def jax_cache_growth(advise) -> tuple[int, int]:
+    """Entries a captured call of a new function adds to JAX's lowering and
+    compiled-executable caches, once the capture has ended."""
     from jax._src import pjit
     from jax._src.interpreters import pxla
 
@@ -280,22 +288,38 @@ def test_variant_lowerings_and_executables_are_not_kept():
         return (pjit._pjit_lower.cache_info().currsize,
                 pxla._cached_compilation.cache_info().currsize)
 
-    def run(advise):
-        def fresh(*a):  # a new function: its own cache entries
-            return step(*a)
-        before = sizes()
-        with capture(advise=advise) as session:
-            jax.jit(fresh)(*args())
-        import gc
+    def fresh(*a):  # a new function: its own cache entries
+        return step(*a)
+    before = sizes()
+    with capture(advise=advise) as session:
+        jax.jit(fresh)(*args())
+    import gc
 
-        gc.collect()
-        assert session.entries[0].variants or not advise
-        return tuple(after - b for after, b in zip(sizes(), before, strict=True))
+    gc.collect()
+    assert session.entries[0].variants or not advise
+    return tuple(after - b for after, b in zip(sizes(), before, strict=True))
 
-    run(advise=False)  # JAX's own helpers (jnp.ones, ...) fill their caches once
+
+def test_variant_lowerings_and_executables_are_not_kept():
+    jax_cache_growth(advise=False)  # JAX's own helpers (jnp.ones, ...) fill their caches once
     # the program's own lowering and executable are JAX's, kept as without memscope;
     # the two variants compiled for the advice leave nothing behind
-    assert run(advise=True) == run(advise=False) == (1, 1)
+    assert jax_cache_growth(advise=True) == jax_cache_growth(advise=False) == (1, 1)
+
+
+def test_a_function_compiled_again_for_xlas_dump_leaves_nothing_in_jaxs_caches(monkeypatch):
+    """Where memory_analysis() has no buffer assignment (XLA:GPU), memscope compiles
+    each function once more with XLA's dump: that compile goes with its read, not
+    into JAX's executable cache beside the program's own for as long as it lives."""
+    from tests.test_compile_cache import without_the_assignment
+
+    without_the_assignment(monkeypatch)
+    jax_cache_growth(advise=False)
+    with capture(advise=False) as session:
+        jax.jit(lambda *a: step(*a))(*args())
+    (entry,) = session.entries
+    assert entry.facts.dumped == "compiled" and entry.facts.buffers is not None
+    assert jax_cache_growth(advise=True) == jax_cache_growth(advise=False) == (1, 1)
 
 
 PASSED_AGAIN = """

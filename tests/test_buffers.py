@@ -24,7 +24,7 @@ from memscope.compiled.buffers import (
 )
 from memscope.flow import analyze
 from memscope.report import Memory
-from tests.truth import assigned
+from tests.truth import assigned, split_product
 
 
 def forward(x, w):
@@ -117,7 +117,9 @@ def test_the_largest_temporary_is_the_matmul_on_its_line():
     b = analyze(jax.jit(forward), *_forward_args(), advise=False).buffers
     assert b is not None
     top = b.temp_buffers[0]
-    assert (top.op, top.shape, top.bytes) == ("dot_general", "f32[256,1024]", 256 * 1024 * 4)
+    parts = split_product(top.shape, 256, 1024)  # 1 on XLA:CPU
+    assert top.op == "dot_general" and parts is not None, top
+    assert top.bytes == parts * 256 * 1024 * 4
     assert _source_line(top.source).strip().startswith("y = x @ w")
     lines = {line.source: line for line in b.by_source}
     assert "dot_general" in lines[top.source].ops

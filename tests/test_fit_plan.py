@@ -163,7 +163,7 @@ def test_the_winners_code_is_the_step_it_measured(planned):
     assert _peak(jax.jit(step, **options).lower(params, x).compile()) == winner["peak_bytes"]
 
 
-@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's own rows")
+@pytest.mark.xla_cpu("it compiles no host offload, so fit's offload rows say why")
 def test_offload_rows_on_xla_cpu_say_why_and_are_not_searched(planned):
     plan, _ = planned
     for name in ("offload_dot_with_no_batch_dims", "save_and_offload_only_these_names"):

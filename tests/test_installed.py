@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.inner_pytest import only_memscope_plugin
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -52,7 +54,7 @@ def test_memscope_run_pytest_with_warnings_as_errors_from_a_plain_install(
         "def test_double():\n"
         "    assert jax.jit(lambda x: x * 2)(jnp.ones(3)).sum() == 6\n")
     env = {**os.environ, "PYTHONPATH": str(site), "JAX_PLATFORMS": "cpu"}
-    command = ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *only_memscope_plugin()]
     plain = subprocess.run([sys.executable, *command], cwd=project, env=env,
                            capture_output=True, text=True, timeout=300)
     measured = subprocess.run([sys.executable, "-m", "memscope", "run", "-q", *command],

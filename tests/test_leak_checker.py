@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from memscope.capturing.jit import MeasuredJit
+from tests.inner_pytest import only_memscope_plugin
 from tests.test_samples import MEMSCOPE
 
 LEAKS = '''
@@ -105,7 +106,8 @@ def test_the_leak_checker_names_each_leak_as_plainly(tmp_path: Path) -> None:
 
 def test_the_leak_checker_under_memscope_run_dash_m_pytest(tmp_path: Path) -> None:
     (tmp_path / "test_leaks.py").write_text(PYTEST_FILE)
-    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_leaks.py"]
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *only_memscope_plugin(),
+            "test_leaks.py"]
     plain = subprocess.run([sys.executable, *args], capture_output=True, text=True,
                            cwd=tmp_path, timeout=300)
     measured = subprocess.run([MEMSCOPE, "run", "-q", *args], capture_output=True, text=True,

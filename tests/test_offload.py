@@ -71,9 +71,8 @@ def test_each_offloading_policy_equals_a_direct_compile():
     assert r.advice is None or r.advice.policy not in remat.OFFLOAD_POLICIES
 
 
+@pytest.mark.xla_cpu("it compiles no host offload (elsewhere the residual moves)")
 def test_a_written_offload_that_moves_nothing_is_flagged():
-    if jax.default_backend() != "cpu":
-        pytest.skip("XLA:CPU compiles no host offload; elsewhere the residual moves")
     report = _measured(WRITTEN)
     (fn,) = report.functions
     r = fn.remat

@@ -27,7 +27,7 @@ from memscope.render.html import render_html
 from memscope.report import Report, load_report, peak_rule, save_report
 from memscope.report.units import format_bytes
 from tests.test_check_model import report
-from tests.truth import device_held, expected_peak
+from tests.truth import device_held, expected_peak, gemm_workspace
 
 N = 1024
 
@@ -56,11 +56,14 @@ def fn():
 def test_cpu_xla_peak_leaves_out_the_temporaries_and_memscope_does_not(fn):
     stats = _stats()
     m = fn.memory
-    assert m.temp_bytes == stats.temp_size_in_bytes > stats.argument_size_in_bytes
+    assert m.temp_bytes == stats.temp_size_in_bytes
     assert m.xla_peak_bytes == stats.peak_memory_in_bytes
     assert m.peak_bytes == expected_peak(stats) >= m.temp_bytes
     if jax.default_backend() != "cpu":
         pytest.skip("the XLA:CPU rule")
+    # XLA:CPU keeps sin(x), its product and the cosine as temporaries of their own,
+    # which outweigh the arguments (XLA:GPU fuses them into the matmuls)
+    assert m.temp_bytes > stats.argument_size_in_bytes
     # XLA:CPU's own figure adds the allocations of its buffer assignment that no
     # heap-simulator trace covers (it records none on CPU): parameters, outputs and
     # constants, never the temporary block.
@@ -109,17 +112,17 @@ def test_check_budgets_and_diff_use_the_definition(fn):
     stats = _stats()
     now = report(fn)
     assert figure_value(fn, "peak") == expected_peak(stats)
-    # A budget between XLA:CPU's figure and what the program holds fails.
+    # A budget between XLA:CPU's figure and what the program holds fails (where
+    # XLA's figure is memscope's peak, as on XLA:GPU, a budget a byte under it).
     between = (stats.peak_memory_in_bytes + expected_peak(stats)) // 2
-    budget = Config(budgets=(Budget(fn.name, max_peak=between),))
+    budget = Config(budgets=(Budget(fn.name, max_peak=min(between, expected_peak(stats) - 1)),))
     (verdict,) = check(now, None, budget).functions
-    if stats.peak_memory_in_bytes < expected_peak(stats):
-        assert verdict.status == "fail"
+    assert verdict.status == "fail"
     # The problem names what holds the memory: temporaries with op and line.
     (problem,) = verdict.problems
     assert problem.startswith(f"peak {format_bytes(expected_peak(stats))} is over max_peak")
-    assert re.search(r"largest buffers: temporary (sin|cos|dot_general) f32\[1024,1024\] "
-                     r"4\.0 MiB at tests/test_peak\.py:\d+", problem), problem
+    assert re.search(rf"largest buffers: {gemm_workspace()}temporary (sin|cos|dot_general) "
+                     r"f32\[1024,1024\] 4\.0 MiB at tests/test_peak\.py:\d+", problem), problem
     (diff,) = compare_reports(now, now)
     peak = next(f for f in diff.figures if f.name == "peak_bytes")
     assert peak.before == peak.after == expected_peak(stats)
@@ -127,7 +130,10 @@ def test_check_budgets_and_diff_use_the_definition(fn):
 
 def test_the_marker_check_names_the_temporary(fn):
     stats = _stats()
-    (problem,) = limit_problems([fn], stats.peak_memory_in_bytes)
+    # a limit at XLA's own figure (under memscope's peak on XLA:CPU; where it is
+    # memscope's peak, as on XLA:GPU, a byte under it)
+    limit = min(stats.peak_memory_in_bytes, expected_peak(stats) - 1)
+    (problem,) = limit_problems([fn], limit)
     assert f"peak {format_bytes(expected_peak(stats))} exceeds the limit" in problem
     assert "largest buffers: temporary" in problem and "tests/test_peak.py:" in problem
 

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import pytest
 
 from memscope.report.units import format_bytes
-from tests.truth import expected_peak
+from tests.inner_pytest import only_memscope_plugin
+from tests.truth import expected_peak, gemm_workspace
 
 pytest_plugins = ["pytester"]
 
@@ -36,7 +37,7 @@ def run_inner(pytester: pytest.Pytester, body: str, *args: str) -> pytest.RunRes
     pytester.makepyfile(test_inner=JITTED + textwrap.dedent(body))
     # JAX warns of unusable donations; the outer suite turns warnings into errors.
     pytester.makeini("[pytest]\nfilterwarnings =\n    ignore:Some donated buffers\n")
-    return pytester.runpytest("-p", "no:cacheprovider", *args)
+    return pytester.runpytest("-p", "no:cacheprovider", *only_memscope_plugin(), *args)
 
 
 def test_marker_fails_a_test_over_the_limit_naming_function_peak_and_buffers(
@@ -173,7 +174,8 @@ def test_plugin_loads_without_a_flag_and_imports_no_jax(pytester: pytest.Pyteste
             assert "memscope.pytest_plugin" in sys.modules
             assert "jax" not in sys.modules
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *only_memscope_plugin(),
+                                           "--strict-markers")
     result.assert_outcomes(passed=1)
 
 
@@ -196,7 +198,7 @@ def test_a_newer_jax_passes_under_warnings_as_errors_and_is_said_at_the_end(
             memscope.analyze(make_small(), jnp.ones(8))
     """))
     pytester.makeini("[pytest]\nfilterwarnings =\n    error\n")
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:cacheprovider", *only_memscope_plugin())
     result.assert_outcomes(passed=2)
     line = ("memscope: warning: JAX 0.13.0 is newer than the series memscope is verified on "
             "(0.7 to 0.12); its figures are unverified: report differences to memscope's "
@@ -231,5 +233,5 @@ def test_marker_counts_the_temporaries_and_names_them(pytester: pytest.Pytester)
     (line,) = [x for x in result.stdout.lines if x.startswith("limit_device_memory(6.0 MiB)")]
     assert f"peak {format_bytes(expected_peak(stats))} exceeds the limit 6.0 MiB" in line
     # the temporaries, with their op and the line of test_inner.py that made them
-    assert re.search(r"largest buffers: temporary (sin|cos|dot_general) f32\[1024,1024\] "
-                     r"4\.0 MiB at test_inner\.py:14", line), line
+    assert re.search(rf"largest buffers: {gemm_workspace()}temporary (sin|cos|dot_general) "
+                     r"f32\[1024,1024\] 4\.0 MiB at test_inner\.py:14", line), line

@@ -24,8 +24,10 @@ from memscope.report import (
     SourceLine,
     TempBuffer,
 )
+from memscope.report.units import format_bytes
 from tests.test_cli_errors import cli_error, invoke, write
 from tests.test_report import sample_report
+from tests.truth import split_product
 
 
 def breakdown(**changes) -> BufferBreakdown:
@@ -195,8 +197,13 @@ def test_run_buffers_shows_the_matmul_line_and_show_repeats_it(program):
                     "prog.py")
     assert result.exit_code == 0, result.output
     assert "What holds the memory: forward  prog.py:6" in result.stdout
-    assert re.search(r"\| prog\.py:7 +\| dot_general +\| f32\[64,256\] +\| 64\.0 KiB",
-                     result.stdout), result.stdout
+    # the matmul's row: its product f32[64,256], 64.0 KiB, or where XLA:GPU split
+    # the contraction, its partial products (tests.truth.split_product)
+    rows = re.findall(r"\| prog\.py:7 +\| dot_general +\| (f32\[[\d,]+\]) +\| ([\d.]+ \w+) ",
+                      result.stdout)
+    assert any((parts := split_product(shape, 64, 256)) is not None
+               and size == format_bytes(parts * 64 * 256 * 4) for shape, size in rows), (
+        result.stdout)
     assert "equal to XLA's temp figure" in result.stdout
     page = (program / "r.html").read_text(encoding="utf-8")
     assert "prog.py:7" in page and "dot_general" in page

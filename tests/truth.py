@@ -7,6 +7,7 @@ old ``unsafe_buffer_pointer()``; every other input stays alive.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -114,3 +115,25 @@ def assigned(lowered: Any) -> tuple[Any, Any, Any]:
     assert built.module is not None and built.assignment is not None
     module = parse_module(built.module)
     return module, read_buffer_assignment(built.assignment, module), built.compiled.as_text()
+
+
+def split_product(shape: str, rows: int, cols: int) -> int | None:
+    """In how many parts XLA computed a float32 ``[rows, cols]`` matmul whose
+    temporary has ``shape``: 1 where it is the product itself; k where it is
+    ``f32[k,rows,cols]``, the partial products of a contraction XLA:GPU split k
+    ways (split-K) and sums after, which XLA:CPU never does; ``None`` for any
+    other shape."""
+    found = re.fullmatch(rf"f32\[(?:(\d+),)?{rows},{cols}\]", shape)
+    if found is None or (found.group(1) is not None and jax.default_backend() == "cpu"):
+        return None
+    return int(found.group(1) or 1)
+
+
+def gemm_workspace() -> str:
+    """A regex of what XLA:GPU may list before a matmul step's own temporaries
+    among its largest buffers: the workspace of the cuBLAS GEMM it chose
+    (``temporary dot_general s8[33554432] 32.0 MiB at LINE, `` on an H100);
+    XLA:CPU has none, so nothing there."""
+    if jax.default_backend() == "cpu":
+        return ""
+    return r"(?:temporary dot_general s8\[\d+\] [\d.]+ [KMG]iB at \S+:\d+, )?"

@@ -139,3 +139,42 @@ def test_sizes_the_targets_compiler_refuses_do_not_fit(capacity):
         p is None for b, p in answer.rows if b in refused)
     if capacity < 16:  # the captured size itself is refused: halved down to it
         assert "does not compile for the target" in answer.note
+
+
+def _rematerialized(b: int) -> int:
+    """A peak that grows, then stays under the limit while the compiler
+    rematerializes (not monotone: some sizes over it), then goes over."""
+    if b <= 350:
+        return 1000 + 37 * b
+    if b > 450:
+        return 25_000 + b
+    return 20_500 if b % 3 == 2 else 14_000 + (b * 7919) % 900
+
+
+@pytest.mark.parametrize("size", [16, 100, 400])
+def test_a_peak_not_monotone_gives_a_size_that_fits_below_one_that_does_not(size):
+    budget, calls = 20_000, []
+
+    def compile_peak(call, choice, batch, donated):
+        calls.append(batch)
+        return _rematerialized(batch)
+
+    answer = search(None, _choice(size), budget, compile_peak=compile_peak)
+    assert answer.largest is not None and answer.compiles < MAX_COMPILES
+    assert _rematerialized(answer.largest) <= budget < _rematerialized(answer.largest + 1)
+    assert answer.largest in calls and answer.largest + 1 in calls
+
+
+def test_a_size_that_fits_above_one_that_does_not_is_said():
+    """The line from the captured sizes meets the budget at 513, which does not
+    fit (a layout the compiler picks there); 514, compiled with it, fits (it
+    rematerializes): the answer is below 513, and the note says 514 fits."""
+    def peak(b: int) -> int:
+        if b == 513:
+            return 30_000
+        return 1000 + 37 * b if b < 400 else 15_000 if b <= 600 else 40_000
+
+    answer = search(None, _choice(16), 20_000,
+                    compile_peak=lambda call, choice, batch, donated: peak(batch))
+    assert answer.largest == 512 and answer.compiles < MAX_COMPILES
+    assert "not monotone" in answer.note and "batch 514, above 513" in answer.note

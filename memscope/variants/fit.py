@@ -257,11 +257,13 @@ class _Search:
                 and batch not in self.refused)
 
     def bounds(self) -> tuple[int, int | None]:
-        """The largest size compiled that fits (0: none) and the smallest that
-        does not (``None``: none compiled)."""
-        fit = [b for b in self.peaks if self.fits(b)]
-        over = [b for b in self.peaks if not self.fits(b)]
-        return max(fit, default=0), min(over, default=None)
+        """The smallest size compiled that does not fit (``None``: none
+        compiled) and the largest below it that fits (0: none). Below, not
+        overall: where the peak is not monotone in the batch (a compiler that
+        rematerializes near its limit), a size above one that does not fit may fit."""
+        hi = min((b for b in self.peaks if not self.fits(b)), default=None)
+        fit = [b for b in self.peaks if self.fits(b) and (hi is None or b < hi)]
+        return max(fit, default=0), hi
 
 
 @dataclass(frozen=True)
@@ -325,6 +327,12 @@ def search(call: KeptCall, choice: BatchChoice, budget: int | None, *,
     largest = lo if lo and hi == lo + step else None
     note = None if hi is None or hi == lo + step else (
         f"the search stopped after {s.compiles} compiles")
+    beyond = [b for b in s.peaks if hi is not None and b > hi and s.fits(b)]
+    if largest is not None and beyond:
+        note = (f"the peak is not monotone in the batch: batch {max(beyond)}, above "
+                f"{hi}, which does not fit, fits too (a compiler that rematerializes "
+                "near its memory limit, XLA:GPU's, does so); the answer is the largest "
+                "size below the first one found not to fit")
     return _answer(s, fixed, per, largest, note)
 
 

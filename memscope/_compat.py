@@ -24,6 +24,7 @@ program's path, where a failure is that function's ``error`` in the report.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import inspect
@@ -646,16 +647,24 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     return _traced_with(traced, new_params)
 
 
-def lowered_apart(traced: Any) -> Any:
-    """``traced`` lowered again into a lowering of its own, the same program
-    (:func:`with_donation` with its own donation): a compile of it, with
-    options of memscope's (XLA's dump), is freed with it, where a compile of
-    JAX's own lowering with other options would live in JAX's executable cache
-    as long as the user's function does."""
-    params = traced._params
-    jaxpr = params["jaxpr"]
-    return without_const_args(lower(_traced_with(traced, dict(
-        params, jaxpr=_with_consts(jaxpr, jaxpr.consts)))))
+def lowered_apart(lowered: Any) -> Any:
+    """``lowered`` (a ``jax.stages.Lowered``) as a lowering of its own: the same
+    module, parsed again. JAX's executable cache (``pxla._cached_compilation``)
+    holds each compile weakly by its lowering's module, and keys it by the
+    compile's options too, so a compile of JAX's own lowering with options of
+    memscope's (XLA's dump) would stay there as long as the user's function
+    does; a compile of this one is freed with it. It holds none of the arrays
+    the program passes as constant arguments (:func:`without_const_args`).
+    Private: ``Lowered._lowering`` is JAX's ``MeshComputation``, its module
+    ``_hlo`` and its compiled executable ``_executable`` (JAX 0.7 to 0.12)."""
+    lowering = copy.copy(lowered._lowering)
+    module = lowering._hlo
+    with module.context:
+        lowering._hlo = _ir.Module.parse(_mlir.module_to_bytecode(module))
+    lowering._executable = None
+    apart = copy.copy(lowered)
+    apart._lowering = lowering
+    return without_const_args(apart)
 
 
 def _with_consts(jaxpr: Any, consts: Any) -> Any:

@@ -315,10 +315,12 @@ def test_a_function_compiled_again_for_xlas_dump_leaves_nothing_in_jaxs_caches(m
 
     without_the_assignment(monkeypatch)
     jax_cache_growth(advise=False)
+    table = jnp.arange(64.0)  # (a function that closes over an array: the same)
     with capture(advise=False) as session:
         jax.jit(lambda *a: step(*a))(*args())
-    (entry,) = session.entries
-    assert entry.facts.dumped == "compiled" and entry.facts.buffers is not None
+        jax.jit(lambda x: x * table)(jnp.ones(64))
+    for entry in session.entries:
+        assert entry.facts.dumped == "compiled" and entry.facts.buffers is not None
     assert jax_cache_growth(advise=True) == jax_cache_growth(advise=False) == (1, 1)
 
 

@@ -128,8 +128,7 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     scheduled = decoded  # the module the assignment names (and whose schedule is replayed)
     dumped = None
     if buffers is None and assignment is None:
-        scheduled, buffers, error, dumped = _dumped_buffers(traced, lowered, decoded, error,
-                                                            cache)
+        scheduled, buffers, error, dumped = _dumped_buffers(lowered, decoded, error, cache)
     program = _program(traced, lowered, compiled, shardings, decoded, ref_names)
     memory = by_memory_kind(memory_figures(stats), program)
     if memory.memory_kind_note is not None and buffers is not None:
@@ -172,7 +171,7 @@ def read_buffers(stats: Any, module: Any, compiled: Any = None, dumped: bytes | 
         return None, str(e)
 
 
-def _dumped_buffers(traced: Any, lowered: Any, decoded: Any, error: str | None,
+def _dumped_buffers(lowered: Any, decoded: Any, error: str | None,
                     cache: CompileCache | None = None
                     ) -> tuple[Any, BufferAssignment | None, str | None, str | None]:
     """The buffer assignment from XLA's dump of one more compile of ``lowered``
@@ -180,7 +179,7 @@ def _dumped_buffers(traced: Any, lowered: Any, decoded: Any, error: str | None,
     read (:attr:`CompiledFacts.dumped`); else ``decoded``, ``None`` and why. For
     XLA:GPU, whose ``memory_analysis()`` and serialized executable carry none.
     That compile is JAX's own (XLA's default options, the autotuner on), of
-    ``traced`` lowered apart (:func:`memscope._compat.lowered_apart`: JAX's
+    ``lowered`` parsed apart (:func:`memscope._compat.lowered_apart`: JAX's
     caches keep nothing of it); with a ``cache``, kept there, and read from it
     in a run again."""
     key = None if cache is None else cache.key(lowered, {})
@@ -188,7 +187,7 @@ def _dumped_buffers(traced: Any, lowered: Any, decoded: Any, error: str | None,
     how = "kept"
     if kept is None:
         try:
-            built = compile_dumped(_compat.lowered_apart(traced))
+            built = compile_dumped(_compat.lowered_apart(lowered))
         except Exception as e:  # the program itself compiled; a dump that fails is only unknown
             return decoded, None, f"{error}; compiling it again to dump it failed ({e})", None
         how = "compiled"

@@ -133,6 +133,7 @@ _mlir: Any = _private("jax._src.interpreters", "mlir")
 _pxla: Any = _private("jax._src.interpreters", "pxla")
 _pe: Any = _private("jax._src.interpreters", "partial_eval")
 _ir: Any = _private("jax._src.lib.mlir", "ir")
+_xla_client: Any = _private("jax._src.lib", "xla_client")
 _state_types: Any = _private("jax._src.state", "types")
 
 #: What capturing reads on the program's own path (at each ``jax.jit`` made and
@@ -1036,6 +1037,38 @@ def tpu_topology_devices(name: str, chips_per_host: tuple[int, ...] | None = Non
         kwargs = {"chips_per_host_bounds": chips_per_host, "num_slices": 1}
     return list(topologies.get_topology_desc(platform="tpu", topology_name=name,
                                              **kwargs).devices)
+
+
+def pjrt_plugin_loaded(platform: str) -> bool:
+    """Whether this process has loaded the PJRT plugin of ``platform`` (``tpu``,
+    ``cuda``): JAX did, finding it installed, or :func:`load_cuda_plugin` /
+    :func:`load_tpu_plugin` did. Private: ``xla_client.pjrt_plugin_loaded``
+    (jaxlib 0.7 to 0.12)."""
+    try:
+        return bool(_xla_client.pjrt_plugin_loaded(platform))
+    except Exception:
+        return False
+
+
+def load_cuda_plugin(library: str) -> None:
+    """Register JAX's CUDA PJRT plugin, the compiler in ``library`` (its
+    ``xla_cuda_plugin.so``), as the platform ``cuda``, as the plugin's own
+    ``jax_plugins.xla_cuda13.initialize`` does when JAX finds it installed, but
+    by path, without its checks of the CUDA libraries a GPU needs, and for this
+    process only: its topologies (compile-only devices) then come from it. A
+    backend JAX has already started keeps its platforms. Private:
+    ``xla_bridge.register_plugin``, ``xla_client.generate_pjrt_gpu_plugin_options``
+    (JAX 0.7 to 0.12)."""
+    _xla_bridge.register_plugin("cuda", priority=500, library_path=library,
+                                options=_xla_client.generate_pjrt_gpu_plugin_options())
+
+
+def load_tpu_plugin(library: str) -> None:
+    """Load libtpu from ``library`` (its ``libtpu.so``) as the platform ``tpu``,
+    where JAX's TPU topologies look for it (``make_pjrt_tpu_topology``: a plugin
+    loaded already is used). Private: ``xla_client.load_pjrt_plugin_dynamically``
+    (jaxlib 0.7 to 0.12)."""
+    _xla_client.load_pjrt_plugin_dynamically("tpu", library)
 
 
 def gpu_topology_devices(target_config: str, topology: str) -> list[Any]:

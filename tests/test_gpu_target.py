@@ -8,9 +8,9 @@ one that compiled on a real H100 (0.10.2, docs/performance.md), that device's
 own figures. memscope's path traces the program here, on the CPU, and carries
 it over to those devices; both must give XLA:GPU's very figures.
 
-The compiling tests need the CUDA plugin matching the installed JAX and ptxas
-(the ``cuda`` extra: ``pip install -e ".[cuda]"``; CI installs them in an
-environment of their own). Each runs in a subprocess, as JAX must start with the target's devices
+The compiling tests need the CUDA plugin matching the installed JAX and ptxas,
+in memscope's own folder (``memscope install-compiler gpu``; CI installs them
+for a run of their own) or in the Python environment. Each runs in a subprocess, as JAX must start with the target's devices
 (and ``JAX_PLATFORMS=cpu``: the plugin is not to look for a GPU).
 """
 
@@ -27,15 +27,15 @@ from pathlib import Path
 
 import pytest
 
-from memscope.compiled.targets import gpu, parse_target
+from memscope import _compat
+from memscope.compiled.targets import compilers, gpu, parse_target
 from memscope.compiled.targets.base import TargetSetupError
 from memscope.compiled.targets.gpu_devices import MODELS
 from memscope.report.function import MEANINGFUL_SAVING
 
-INSTALLED = gpu._plugin() is not None and gpu.ptxas() is not None
+INSTALLED = gpu.available()
 needs_cuda = pytest.mark.skipif(
-    not INSTALLED, reason=f"the CUDA plugin and ptxas are not installed "
-                          f"({gpu.cuda_install_line()})")
+    not INSTALLED, reason=f"XLA:GPU's compiler is not installed ({gpu.cuda_install_line()})")
 
 #: train_step of sample_programs/transformer_adam.py (8 layers, width 128,
 #: batch 8, seq 64) compiled on a real H100 80GB HBM3 by jax and jaxlib 0.10.2
@@ -111,14 +111,26 @@ def test_the_budget_follows_jaxs_allocator_settings() -> None:
     assert gpu.budget(h100, {"XLA_CLIENT_MEM_FRACTION": "nonsense"})[0] == int(total * 0.75)
 
 
-def test_without_the_plugin_one_line_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_compiler_that_cannot_be_installed_is_one_line_naming_the_install(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No CUDA plugin in the environment and none in memscope's folder: memscope
+    installs its own; where pip fails (here: a package no index has), one line
+    says so and names the command to run."""
     monkeypatch.setattr(gpu, "_plugin", lambda: None)
+    monkeypatch.setattr(compilers, "in_environment", lambda kind: False)
+    monkeypatch.setattr(_compat, "pjrt_plugin_loaded", lambda kind: False)
+    monkeypatch.setenv("MEMSCOPE_COMPILERS_DIR", str(tmp_path))
+    monkeypatch.setattr(compilers, "compiler", lambda kind: compilers.Compiler(
+        "cuda", ("memscope-no-such-package==0.0.1",), tmp_path / "c",
+        tmp_path / "c" / "xla_cuda_plugin.so", True))
     with pytest.raises(TargetSetupError) as raised:
         gpu.gpu_devices(parse_target("gpu:h100:8"))
-    jax_version = importlib.metadata.version("jax")
-    assert str(raised.value) == (
-        "--target gpu:h100:8 needs XLA:GPU's compiler (the CUDA plugin is not installed): "
-        f'pip install "jax[cuda13-local]=={jax_version}" "nvidia-cuda-nvcc>=13"')
+    (line,) = str(raised.value).splitlines()
+    assert line.startswith("memscope could not install XLA:GPU's compiler (JAX's CUDA plugin, "
+                           "with ptxas) (")
+    assert (f'install --target {tmp_path / "c"} --no-deps "memscope-no-such-package==0.0.1"'
+            f' && touch {tmp_path / "c" / ".memscope-complete"}') in line
+    assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c-*"))  # nothing half made
 
 
 def test_a_missing_compiler_is_one_line_and_exit_2(tmp_path: Path) -> None:

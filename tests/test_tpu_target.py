@@ -7,14 +7,14 @@ topology's devices (``jax.experimental.topologies``), ``jax.jit(...).trace(...)
 path carries a program traced on this machine's CPU over to those devices; both
 must give XLA:TPU's very figures.
 
-These tests need libtpu (``pip install "jax[tpu]==<jax>"``); CI installs it on the
-newest JAX series. Each CLI test runs memscope in a subprocess, as JAX must start
+These tests need libtpu, in memscope's own folder (``memscope install-compiler
+tpu``, as the README's test command does; CI's on the newest JAX series) or in
+the Python environment. Each CLI test runs memscope in a subprocess, as JAX must start
 with the target's device count.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -29,20 +29,21 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from memscope.compiled.targets import tpu
+from memscope.compiled.targets import compilers, tpu
 from memscope.report import Memory, hbm_peak_rule
 from memscope.report.units import format_bytes
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("libtpu") is None,
-    reason=f"libtpu is not installed ({tpu.libtpu_install_line()})")
+    not tpu.available(), reason=f"libtpu is not installed ({tpu.libtpu_install_line()})")
 
 TOPOLOGIES = ["v5e:2x2", "v5p:2x2x1"]
 
 
 def _devices(topology: str) -> list:
     # JAX's CPU backend has started in this process (8 devices): the topology
-    # API needs no backend of its own.
+    # API needs no backend of its own, only libtpu loaded (memscope's own, where
+    # it is not installed beside JAX).
+    compilers.load("tpu")
     return tpu._topology(tpu.parse_target(f"tpu:{topology}"))
 
 

@@ -20,8 +20,9 @@ from memscope.version import __version__
 
 #: Each subcommand's module, imported when that subcommand runs (or help lists
 #: them): `memscope run` then pays for none of the others' imports.
-COMMANDS = {name: f"memscope.cli.{name}" for name in ("run", "diff", "check", "merge", "show",
-                                                         "fit", "fix")}
+COMMANDS = {name: f"memscope.cli.{name.replace('-', '_')}"
+            for name in ("run", "diff", "check", "merge", "show", "fit", "fix",
+                         "install-compiler")}
 
 
 def _import(module: str) -> Any:
@@ -49,7 +50,7 @@ class _Group(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
-        command: click.Command = getattr(_import(COMMANDS[name]), name)
+        command: click.Command = getattr(_import(COMMANDS[name]), name.replace("-", "_"))
         return command
 
     def make_context(self, info_name: str | None, args: list[str],

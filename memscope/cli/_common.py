@@ -228,11 +228,12 @@ def accelerator_option(f: F) -> F:
                         help="Also compile every captured function for this accelerator, "
                              "and report its figures per device: a TPU topology (e.g. "
                              "tpu:v5p:2x2x1, tpu:v5e:2x4, tpu:v6e:2x2) with libtpu's "
-                             "compiler (pip install \"jax[tpu]==<your jax>\"), or N NVIDIA "
-                             "GPUs of a model (e.g. gpu:h100, gpu:h100:8, gpu:a100-80gb:4, "
-                             "gpu:b200:8) with XLA:GPU's compiler (pip install "
-                             "\"jax[cuda13-local]==<your jax>\" nvidia-cuda-nvcc). The "
-                             "script runs here, on the CPU, with as many devices as the target; nothing runs on the "
+                             "compiler, or N NVIDIA GPUs of a model (e.g. gpu:h100, "
+                             "gpu:h100:8, gpu:a100-80gb:4, gpu:b200:8) with XLA:GPU's "
+                             "compiler (the first --target installs it into memscope's own "
+                             "folder, where JAX does not load it into your programs: see "
+                             "memscope install-compiler). The script runs here, on the "
+                             "CPU, with as many devices as the target; nothing runs on the "
                              "accelerator.")(f)
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from memscope import _compat
 from memscope.compiled.dump import Built
+from memscope.compiled.targets import compilers
 from memscope.compiled.targets.base import (
     Accelerator,
     TargetSetupError,
@@ -151,12 +152,15 @@ def budget(model: GpuModel, environ: dict[str, str] | None = None) -> tuple[int,
 
 
 def cuda_install_line() -> str:
-    """The ``pip install`` that brings the CUDA plugin matching the installed JAX
-    (JAX's own ``cuda13-local`` extra pins it), and ptxas (Linux)."""
-    return f'pip install "jax[cuda13-local]=={_compat.JAX_VERSION}" "nvidia-cuda-nvcc>=13"'
+    """The command that installs XLA:GPU's compiler for ``--target gpu:`` where
+    JAX does not load it into every program (:mod:`compilers`)."""
+    return "memscope install-compiler gpu"
 
 
 def _plugin() -> str | None:
+    """The CUDA plugin JAX finds in the Python environment (JAX's own
+    ``cuda13-local`` extra), else ``None``: memscope then uses its own
+    (:mod:`compilers`)."""
     for name in PLUGINS:
         try:
             if importlib.util.find_spec(name) is not None:
@@ -166,10 +170,21 @@ def _plugin() -> str | None:
     return None
 
 
+def available() -> bool:
+    """Whether XLA:GPU's compiler is here without installing anything: in the
+    Python environment, with ptxas, or in memscope's own folder."""
+    if _plugin() is not None:
+        return ptxas() is not None
+    return compilers.compiler("cuda").installed and compilers.ptxas() is not None
+
+
 def ptxas() -> str | None:
-    """The ptxas XLA:GPU will run: the ``nvidia-cuda-nvcc`` wheel's (``nvidia/cu13``
-    from CUDA 13, ``nvidia/cuda_nvcc`` before), else one on ``PATH``; ``None``
-    where there is none."""
+    """The ptxas XLA:GPU will run: beside memscope's own CUDA compiler where it
+    is the one used (:mod:`compilers`); else the ``nvidia-cuda-nvcc`` wheel's
+    (``nvidia/cu13`` from CUDA 13, ``nvidia/cuda_nvcc`` before), else one on
+    ``PATH``; ``None`` where there is none."""
+    if _plugin() is None:
+        return compilers.ptxas()
     try:  # NVIDIA's wheels share the namespace package ``nvidia``
         spec = importlib.util.find_spec("nvidia")
         roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
@@ -230,10 +245,20 @@ def _no_cuda_check() -> Iterator[None]:
 
 
 def _check_installed(spec: GpuSpec) -> None:
-    if _plugin() is None or ptxas() is None:
-        missing = "the CUDA plugin" if _plugin() is None else "ptxas"
-        raise TargetSetupError(f"--target {spec.name} needs XLA:GPU's compiler ({missing} "
-                               f"is not installed): {cuda_install_line()}")
+    """XLA:GPU's compiler loaded for ``spec``: JAX's, where JAX finds one in the
+    environment, else memscope's own, installed the first time (:mod:`compilers`).
+
+    Raises:
+        TargetSetupError: it could not be installed or loaded, or has no ptxas.
+    """
+    if _plugin() is None:
+        compilers.load("cuda")
+    if ptxas() is None:
+        where = ("beside the CUDA plugin JAX finds" if _plugin() is not None
+                 else f"in {compilers.compiler('cuda').folder}")
+        raise TargetSetupError(f"--target {spec.name} needs ptxas, XLA:GPU's assembler, "
+                               f"and there is none {where}: pip install "
+                               f'"nvidia-cuda-nvcc>=13"')
 
 
 #: XLA:GPU's error where its Triton GEMM emitter cannot tile a GEMM without autotuning.

@@ -18,7 +18,6 @@ runtime holds for the whole call (:func:`memscope.report.hbm_peak_rule`).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -26,10 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jax
-
 from memscope import _compat
 from memscope.compiled.read import HOST_MEMORY_SPACE, CompiledFacts
+from memscope.compiled.targets import compilers
 from memscope.compiled.targets.base import (
     Accelerator,
     TargetMismatch,
@@ -115,8 +113,9 @@ def parse_target(text: str) -> TargetSpec:
 
 
 def libtpu_install_line() -> str:
-    """The ``pip install`` that brings the libtpu matching the installed JAX."""
-    return f'pip install "jax[tpu]=={jax.__version__}"'
+    """The command that installs libtpu for ``--target tpu:`` where JAX does not
+    load it into every program (:mod:`compilers`)."""
+    return "memscope install-compiler tpu"
 
 
 def open_target(spec: TargetSpec) -> TpuTarget:
@@ -159,10 +158,20 @@ def tpu_devices(spec: TargetSpec) -> TpuTarget:
     return TpuTarget(spec, {d.id: d for d in devices})
 
 
+def available() -> bool:
+    """Whether libtpu is here without installing anything: in the Python
+    environment (JAX loads it there) or in memscope's own folder (:mod:`compilers`)."""
+    return compilers.in_environment("tpu") or compilers.compiler("tpu").installed
+
+
 def _check_installed(spec: TargetSpec) -> None:
-    if importlib.util.find_spec("libtpu") is None:
-        raise TpuSetupError(f"--target {spec.name} needs libtpu, the TPU compiler: "
-                            f"{libtpu_install_line()}")
+    """libtpu loaded for ``spec``: JAX's, where JAX finds it in the environment,
+    else memscope's own, installed the first time (:mod:`compilers`).
+
+    Raises:
+        TargetSetupError: it could not be installed or loaded.
+    """
+    compilers.load("tpu")
 
 
 def _topology(spec: TargetSpec) -> list[Any]:

@@ -36,7 +36,7 @@ def test_the_pins_are_the_ones_jaxs_own_extras_name() -> None:
 def _fake_pip(monkeypatch: pytest.MonkeyPatch, calls: list[Path], *, fails: bool = False
               ) -> None:
     """pip replaced by a command that writes the library where pip would (or fails)."""
-    def command(c: compilers.Compiler, target: Path) -> list[str]:
+    def command(c: compilers.Compiler, target: Path, *, quiet: bool = True) -> list[str]:
         calls.append(target)
         made = target / c.library.relative_to(c.folder)
         return [sys.executable, "-c", "import sys; sys.exit('no index has it')" if fails else
@@ -63,10 +63,15 @@ def test_a_failed_install_leaves_nothing_and_says_how_in_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMSCOPE_COMPILERS_DIR", str(tmp_path))
     c = compilers.compiler("cuda")
-    _fake_pip(monkeypatch, [], fails=True)
+    monkeypatch.setattr(compilers, "install_command", lambda c, target, quiet=True: (
+        [sys.executable, "-c", "import sys; sys.exit('no index has it')"] if quiet else
+        ["pip", "install", "--target", str(target), *c.requirements]))
     with pytest.raises(TargetSetupError) as raised:
         compilers.install(c)
     (line,) = str(raised.value).splitlines()
+    # the command to type by hand: into the folder itself, and not quiet
+    assert line.endswith(f'pip install --target {c.folder} "{c.requirements[0]}" '
+                         f'"{c.requirements[1]}" && touch {c.folder / ".memscope-complete"}')
     assert line.startswith("memscope could not install XLA:GPU's compiler (JAX's CUDA "
                            "plugin, with ptxas) (no index has it); to install it by hand: ")
     assert not c.folder.exists() and list(tmp_path.iterdir()) == []

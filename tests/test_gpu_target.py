@@ -128,7 +128,7 @@ def test_a_compiler_that_cannot_be_installed_is_one_line_naming_the_install(
     (line,) = str(raised.value).splitlines()
     assert line.startswith("memscope could not install XLA:GPU's compiler (JAX's CUDA plugin, "
                            "with ptxas) (")
-    assert (f'install --target {tmp_path / "c"} --no-deps "memscope-no-such-package==0.0.1"'
+    assert (f'--target {tmp_path / "c"} --no-deps "memscope-no-such-package==0.0.1"'
             f' && touch {tmp_path / "c" / ".memscope-complete"}') in line
     assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c-*"))  # nothing half made
 
@@ -235,8 +235,9 @@ def test_the_transformer_on_an_h100_is_xla_gpus_own_compile(tmp_path: Path) -> N
     assert ours == tuple(_python(DIRECT_TRANSFORMER, str(sample)))
     assert step["memory_here"]["temp_bytes"] != step["memory"]["temp_bytes"]  # the CPU's
     versions = _python("""
-        import json, jax, importlib.metadata as md
-        print(json.dumps([jax.__version__, md.version("jax-cuda13-plugin")]))
+        import json, jax
+        from memscope.compiled.targets import compilers
+        print(json.dumps([jax.__version__, compilers.version("cuda")]))
     """)
     if versions == ["0.10.2", "0.10.2"]:
         assert ours == H100_TRANSFORMER_0_10_2

@@ -112,18 +112,39 @@ def compiler(kind: str) -> Compiler:
     raise ValueError(f"no compiler of kind {kind!r}")
 
 
-def install_command(c: Compiler, target: Path) -> list[str]:
+def install_command(c: Compiler, target: Path, *, quiet: bool = True) -> list[str]:
     """The pip command that installs ``c`` into ``target``: this Python's pip,
-    else uv's (an environment uv made has no pip)."""
+    else uv's (an environment uv made has no pip); ``quiet``, as memscope runs
+    it, else as a person would type it."""
     options = ["--target", str(target), *(["--no-deps"] if c.no_deps else []),
                *c.requirements]
     if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip", "install", "--quiet",
-                "--disable-pip-version-check", *options]
+        hush = ["--quiet", "--disable-pip-version-check"] if quiet else []
+        return [sys.executable, "-m", "pip", "install", *hush, *options]
     uv = shutil.which("uv")
     if uv is not None:
-        return [uv, "pip", "install", "--quiet", "--python", sys.executable, *options]
+        return [uv, "pip", "install", *(["--quiet"] if quiet else []),
+                "--python", sys.executable, *options]
     return ["pip", "install", *options]
+
+
+def version(kind: str) -> str | None:
+    """The version of the compiler of ``kind`` memscope would use (libtpu's,
+    ``jax-cuda13-plugin``'s): the one in the environment where JAX finds one,
+    else memscope's own where it is installed; ``None``: neither."""
+    package = {"tpu": "libtpu", "cuda": "jax-cuda13-plugin"}[kind]
+    if in_environment(kind):
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    c = compiler(kind)
+    if not c.installed:
+        return None
+    for found in importlib.metadata.distributions(path=[str(c.folder)]):
+        if found.metadata["Name"].lower().replace("_", "-") == package:
+            return found.version
+    return None
 
 
 def install(c: Compiler) -> Path:
@@ -146,7 +167,7 @@ def install(c: Compiler) -> Path:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             last = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:]
-            by_hand = install_command(c, c.folder)
+            by_hand = install_command(c, c.folder, quiet=False)
             raise TargetSetupError(
                 f"memscope could not install {c.title} "
                 f"({' '.join(last) or f'exit {done.returncode}'}); to install it by "

@@ -116,7 +116,7 @@ def test_a_compiler_that_cannot_be_installed_is_one_line_naming_the_install(
     """No CUDA plugin in the environment and none in memscope's folder: memscope
     installs its own; where pip fails (here: a package no index has), one line
     says so and names the command to run."""
-    monkeypatch.setattr(gpu, "_plugin", lambda: None)
+    monkeypatch.setattr(gpu, "_plugin", lambda: False)
     monkeypatch.setattr(compilers, "in_environment", lambda kind: False)
     monkeypatch.setattr(_compat, "pjrt_plugin_loaded", lambda kind: False)
     monkeypatch.setenv("MEMSCOPE_COMPILERS_DIR", str(tmp_path))

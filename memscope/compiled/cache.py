@@ -51,6 +51,12 @@ LIMIT_BYTES = 256 * 1024 * 1024
 _MAGIC = b"memscope-compile-1\n"
 
 
+def user_cache(name: str) -> Path:
+    """The folder ``name`` in the user's cache: ``$XDG_CACHE_HOME``, else ``~/.cache``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / name
+
+
 @dataclass(frozen=True)
 class Kept:
     """What memscope reads of one executable, taken from it once: it stands in
@@ -140,11 +146,7 @@ class CompileCache:
         if os.environ.get("MEMSCOPE_CACHE", "").lower() in ("off", "0", "no", "false"):
             return None
         where = os.environ.get("MEMSCOPE_CACHE_DIR")
-        if not where:
-            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-                os.path.expanduser("~"), ".cache")
-            where = os.path.join(base, "memscope")
-        return cls(Path(where))
+        return cls(Path(where) if where else user_cache("memscope"))
 
     def key(self, lowered: Any, options: dict[str, Any]) -> str | None:
         """The key of compiling ``lowered`` with ``options`` here (see the module's
@@ -156,6 +158,21 @@ class CompileCache:
         digest = hashlib.sha256(f"{__version__}\0{_host()}\0".encode())
         digest.update(fingerprint)
         return digest.hexdigest()
+
+    def find(self, lowered: Any, options: dict[str, Any], *, counted: bool = True
+             ) -> tuple[str | None, Kept | None]:
+        """The key of compiling ``lowered`` with ``options`` (:meth:`key`), and
+        what is kept under it (:meth:`load`), each ``None`` where there is none."""
+        key = self.key(lowered, options)
+        return key, None if key is None else self.load(key, counted=counted)
+
+    def keep(self, key: str, compiled: Any) -> Kept | None:
+        """Keep the pieces of ``compiled`` memscope reads (:meth:`Kept.of`) under
+        ``key``, and return them; ``None`` where they do not make the whole read."""
+        kept = Kept.of(compiled)
+        if kept is not None:
+            self.store(key, kept)
+        return kept
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.bin"

@@ -23,7 +23,7 @@ from memscope.compiled.buffers import (
     embedded_buffer_assignment,
     read_buffer_assignment,
 )
-from memscope.compiled.cache import CompileCache, Kept
+from memscope.compiled.cache import CompileCache
 from memscope.compiled.dump import compile_dumped
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
@@ -182,8 +182,7 @@ def _dumped_buffers(lowered: Any, decoded: Any, error: str | None,
     ``lowered`` parsed apart (:func:`memscope._compat.lowered_apart`: JAX's
     caches keep nothing of it); with a ``cache``, kept there, and read from it
     in a run again."""
-    key = None if cache is None else cache.key(lowered, {})
-    kept = None if key is None or cache is None else cache.load(key, counted=False)
+    key, kept = (None, None) if cache is None else cache.find(lowered, {}, counted=False)
     how = "kept"
     if kept is None:
         try:
@@ -193,9 +192,8 @@ def _dumped_buffers(lowered: Any, decoded: Any, error: str | None,
         how = "compiled"
         if built.module is None or built.assignment is None:
             return decoded, None, f"{error}, nor XLA's dump of it", how
-        kept = Kept.of(built)
-        if kept is not None and key is not None and cache is not None:
-            cache.store(key, kept)
+        if key is not None and cache is not None:
+            cache.keep(key, built)
         module, assignment = built.module, built.assignment
     else:
         module, assignment = kept.module, kept.assignment

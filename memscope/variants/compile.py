@@ -102,8 +102,7 @@ def compile_lowered(v: LoweredVariant, settings: _compat.ConfigSnapshot = (),
             if cache is None and not dumped:
                 return _compat.compile_to_read(v.lowered)
             options = _compat.options_to_read()
-            key = None if cache is None else cache.key(v.lowered, options)
-            kept = None if key is None or cache is None else cache.load(key)
+            key, kept = (None, None) if cache is None else cache.find(v.lowered, options)
             if kept is not None:
                 return kept
             compiled = (compile_dumped(v.lowered, options) if dumped
@@ -125,9 +124,7 @@ def read_compiled(v: LoweredVariant, compiled: Any, shardings: Sequence[Any] = (
         if accelerator is not None:
             return accelerator.read(v.traced, v.lowered, compiled, shardings=shardings)
         if isinstance(compiled, Fresh):
-            kept = Kept.of(compiled.compiled)
-            if kept is not None:
-                compiled.cache.store(compiled.key, kept)
+            kept = compiled.cache.keep(compiled.key, compiled.compiled)
             compiled = compiled.compiled if kept is None else kept
         if isinstance(compiled, Kept | Built):
             executable = compiled.compiled if isinstance(compiled, Built) else compiled

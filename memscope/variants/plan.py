@@ -135,9 +135,8 @@ class _Compiler:
         options = _compat.options_to_read(sizes=True)
         # The plan's entries only: each kept where its figures read back as the
         # compile's (another's entry may be read otherwise, with host memory kinds).
-        key = (self.cache.key(lowered, {**options, "memscope": "fit --plan"})
-               if self.cache is not None else None)
-        kept = self.cache.load(key) if self.cache is not None and key is not None else None
+        key, kept = ((None, None) if self.cache is None
+                     else self.cache.find(lowered, {**options, "memscope": "fit --plan"}))
         if kept is not None and kept.flops is not None:
             with self._count:
                 self.cached += 1

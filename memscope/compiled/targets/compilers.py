@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memscope import _compat
+from memscope.compiled.cache import user_cache
 from memscope.compiled.targets.base import TargetSetupError, stderr_to_nowhere
 
 #: the file an install writes last: a folder without it is a broken install
@@ -69,10 +70,7 @@ class Compiler:
 def root() -> Path:
     """Where memscope keeps the compilers (see the module's doc)."""
     where = os.environ.get("MEMSCOPE_COMPILERS_DIR")
-    if where:
-        return Path(where)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "memscope-compilers"
+    return Path(where) if where else user_cache("memscope-compilers")
 
 
 def _pin(extra: str, package: str) -> str:
@@ -98,18 +96,21 @@ def _folder_name(requirement: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", requirement.replace("==", "-")).strip("-.")
 
 
+#: each kind's package, and the extra of JAX's that pins its version
+PACKAGES = {"tpu": ("libtpu", "tpu"), "cuda": ("jax-cuda13-plugin", "cuda13-local")}
+
+
 def compiler(kind: str) -> Compiler:
     """The compiler of ``kind`` (``tpu``, ``cuda``) this JAX pins."""
+    if kind not in PACKAGES:
+        raise ValueError(f"no compiler of kind {kind!r}")
+    package, extra = PACKAGES[kind]
+    pin = _pin(extra, package)
+    folder = root() / _folder_name(pin)
     if kind == "tpu":
-        pin = _pin("tpu", "libtpu")
-        folder = root() / _folder_name(pin)
         return Compiler("tpu", (pin,), folder, folder / "libtpu" / "libtpu.so", True)
-    if kind == "cuda":
-        pin = _pin("cuda13-local", "jax-cuda13-plugin")
-        folder = root() / _folder_name(pin)
-        return Compiler("cuda", (pin, "nvidia-cuda-nvcc>=13"), folder,
-                        folder / "jax_plugins" / "xla_cuda13" / "xla_cuda_plugin.so", False)
-    raise ValueError(f"no compiler of kind {kind!r}")
+    return Compiler("cuda", (pin, "nvidia-cuda-nvcc>=13"), folder,
+                    folder / "jax_plugins" / "xla_cuda13" / "xla_cuda_plugin.so", False)
 
 
 def install_command(c: Compiler, target: Path, *, quiet: bool = True) -> list[str]:
@@ -132,7 +133,7 @@ def version(kind: str) -> str | None:
     """The version of the compiler of ``kind`` memscope would use (libtpu's,
     ``jax-cuda13-plugin``'s): the one in the environment where JAX finds one,
     else memscope's own where it is installed; ``None``: neither."""
-    package = {"tpu": "libtpu", "cuda": "jax-cuda13-plugin"}[kind]
+    package = PACKAGES[kind][0]
     if in_environment(kind):
         try:
             return importlib.metadata.version(package)
@@ -214,11 +215,15 @@ def load(kind: str) -> None:
                                f"loaded ({type(e).__name__}: {e})") from None
 
 
+#: the modules JAX loads each compiler from where it is installed beside JAX,
+#: newest first (the CUDA plugins' packages install ``jax_plugins.xla_cudaNN``)
+IN_ENVIRONMENT = {"tpu": ("libtpu",), "cuda": ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")}
+
+
 def in_environment(kind: str) -> bool:
     """Whether JAX finds the compiler of ``kind`` in the Python environment (JAX's
     own ``tpu`` or ``cuda13-local`` extra installed): JAX then loads it itself."""
-    names = {"tpu": ("libtpu",), "cuda": ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")}
-    for name in names[kind]:
+    for name in IN_ENVIRONMENT[kind]:
         try:
             if importlib.util.find_spec(name) is not None:
                 return True

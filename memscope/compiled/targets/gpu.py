@@ -55,8 +55,6 @@ DEFAULT_MEMORY_FRACTION = 0.75
 _BY_NAME: dict[str, GpuModel] = {n: m for m in MODELS for n in (m.name, *m.aliases)}
 _FORMS = ", ".join(m.name for m in MODELS)
 _SPEC = re.compile(r"gpu:([a-z0-9-]+)(?::(?:(\d+)x)?(\d+))?")
-#: the CUDA plugins JAX loads, newest first (the module its package installs)
-PLUGINS = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
 
 
 @dataclass(frozen=True)
@@ -157,25 +155,17 @@ def cuda_install_line() -> str:
     return "memscope install-compiler gpu"
 
 
-def _plugin() -> str | None:
-    """The CUDA plugin JAX finds in the Python environment (JAX's own
-    ``cuda13-local`` extra), else ``None``: memscope then uses its own
-    (:mod:`compilers`)."""
-    for name in PLUGINS:
-        try:
-            if importlib.util.find_spec(name) is not None:
-                return name
-        except ModuleNotFoundError:
-            continue
-    return None
+def _plugin() -> bool:
+    """Whether JAX finds a CUDA plugin in the Python environment (JAX's own
+    ``cuda13-local`` extra); where not, memscope uses its own (:mod:`compilers`)."""
+    return compilers.in_environment("cuda")
 
 
 def available() -> bool:
     """Whether XLA:GPU's compiler is here without installing anything: in the
-    Python environment, with ptxas, or in memscope's own folder."""
-    if _plugin() is not None:
-        return ptxas() is not None
-    return compilers.compiler("cuda").installed and compilers.ptxas() is not None
+    Python environment with ptxas, or in memscope's own folder (whose ptxas is
+    there only where it is installed)."""
+    return ptxas() is not None
 
 
 def ptxas() -> str | None:
@@ -183,7 +173,7 @@ def ptxas() -> str | None:
     is the one used (:mod:`compilers`); else the ``nvidia-cuda-nvcc`` wheel's
     (``nvidia/cu13`` from CUDA 13, ``nvidia/cuda_nvcc`` before), else one on
     ``PATH``; ``None`` where there is none."""
-    if _plugin() is None:
+    if not _plugin():
         return compilers.ptxas()
     try:  # NVIDIA's wheels share the namespace package ``nvidia``
         spec = importlib.util.find_spec("nvidia")
@@ -251,10 +241,10 @@ def _check_installed(spec: GpuSpec) -> None:
     Raises:
         TargetSetupError: it could not be installed or loaded, or has no ptxas.
     """
-    if _plugin() is None:
+    if not _plugin():
         compilers.load("cuda")
     if ptxas() is None:
-        where = ("beside the CUDA plugin JAX finds" if _plugin() is not None
+        where = ("beside the CUDA plugin JAX finds" if _plugin()
                  else f"in {compilers.compiler('cuda').folder}")
         raise TargetSetupError(f"--target {spec.name} needs ptxas, XLA:GPU's assembler, "
                                f"and there is none {where}: pip install "

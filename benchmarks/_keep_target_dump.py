@@ -2,9 +2,14 @@
 session's look at what XLA:GPU compiled without the device):
 
     python benchmarks/_keep_target_dump.py DIR run --target gpu:h200 prog.py
+
+memscope's compile cache is off for the run: a compile it kept from an earlier
+run (the target's compiles are kept too) would be read back, not made, and
+leave no dump.
 """
 
 import contextlib
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -13,6 +18,7 @@ from pathlib import Path
 import memscope.compiled.dump as dump
 
 FOLDER = Path(sys.argv.pop(1))
+os.environ["MEMSCOPE_CACHE"] = "off"  # (every compile made, so dumped: see above)
 
 
 @contextlib.contextmanager

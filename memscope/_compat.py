@@ -27,10 +27,8 @@ import contextlib
 import copy
 import functools
 import importlib
-import inspect
 import os
 import re
-import sys
 import threading
 import types
 import weakref
@@ -843,41 +841,6 @@ def compile_uncached(lowered: Any, options: dict[str, Any] | None = None) -> Any
     return lowered.compile(compiler_options=dict(options or {}))
 
 
-#: XLA:GPU's autotuner off. It runs candidate kernels for each fusion and GEMM
-#: on the device while compiling; at a size that does not fit the device it
-#: fails the compile ("RESOURCE_EXHAUSTED: Failed to get configs"), and each
-#: compile it tunes takes seconds. ``memscope fit`` compiles sizes that need not
-#: fit, so it compiles them without it (on an H200, JAX 0.11.2, the transformer
-#: step's memory_analysis() was the same with the autotuner on and off).
-UNTUNED_GPU: dict[str, Any] = {"xla_gpu_autotune_level": 0}
-
-#: XLA:CPU's code generation without LLVM's optimizations. Every figure memscope
-#: reads (``memory_analysis()``, the buffer assignment, ``cost_analysis()``) is
-#: decided on the optimized HLO, before code is generated; optimizing the
-#: generated code is most of an XLA:CPU compile (DP-SGD's step: 2.5 s -> 1.0 s)
-#: and changes none of them (tests/test_compiled.py holds them byte for byte).
-UNOPTIMIZED_CPU_CODE: dict[str, Any] = {"xla_backend_optimization_level": 0}
-
-
-def compile_to_read(lowered: Any, *, sizes: bool = False) -> Any:
-    """Compile ``lowered``, a program memscope only reads and never runs (a
-    donation variant, a checkpoint policy; ``sizes``: one of ``memscope fit``'s
-    sizes), as cheaply as its figures allow (:func:`options_to_read`). Not kept
-    in JAX's caches."""
-    return compile_uncached(lowered, options_to_read(sizes=sizes))
-
-
-def options_to_read(*, sizes: bool = False) -> dict[str, Any]:
-    """XLA's debug options for :func:`compile_to_read`: on XLA:CPU without
-    optimizing the generated code (:data:`UNOPTIMIZED_CPU_CODE`); ``fit``'s
-    sizes on XLA:GPU without the autotuner (:data:`UNTUNED_GPU`)."""
-    backend = jax.default_backend()
-    options = dict(UNOPTIMIZED_CPU_CODE) if backend == "cpu" else {}
-    if sizes and backend == "gpu":
-        options.update(UNTUNED_GPU)
-    return options
-
-
 #: The JAX settings that JAX's ``get_compile_options`` reads into XLA's build
 #: options (jax/_src/compiler.py), beside the lowered module: a compile of the
 #: same module under other values may differ. A name this JAX lacks reads as absent.
@@ -888,19 +851,22 @@ COMPILE_SETTINGS = ("use_shardy_partitioner", "exec_time_optimization_effort",
                     "default_device")  # (where an uncommitted call runs)
 
 
-def compile_fingerprint(lowered: Any, options: dict[str, Any]) -> bytes:
-    """Everything a compile of ``lowered`` with XLA debug ``options`` depends on,
-    as bytes, for memscope's cache of the compiles it only reads
-    (:mod:`memscope.compiled.cache`): the lowered module with its source
-    locations (MLIR bytecode), the options, the compile-time JAX settings as the
-    calling thread sees them (:data:`COMPILE_SETTINGS`), XLA's flags from the
-    environment, the JAX and jaxlib versions, and the backend, its version and
-    its devices."""
-    module = _mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
-    settings = []
-    for name in COMPILE_SETTINGS:
-        setting = getattr(_config, name, None)
-        settings.append((name, repr(getattr(setting, "value", None))))
+def module_bytecode(lowered: Any) -> bytes:
+    """The lowered module with its source locations, as MLIR bytecode."""
+    return _mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
+
+
+def compile_settings() -> list[tuple[str, str]]:
+    """The compile-time JAX settings (:data:`COMPILE_SETTINGS`) as the calling
+    thread sees them, each as ``repr``."""
+    return [(name, repr(getattr(getattr(_config, name, None), "value", None)))
+            for name in COMPILE_SETTINGS]
+
+
+def compile_placement(lowered: Any) -> tuple[Any, ...]:
+    """Where ``lowered`` compiles for: the backend's platform and version, the
+    number of devices, each device its shardings name (platform, kind, id),
+    and how many devices the backend has."""
     args = _compile_args(lowered)
     client = _client(lowered)
     devices: list[Any] = []
@@ -908,12 +874,8 @@ def compile_fingerprint(lowered: Any, options: dict[str, Any]) -> bytes:
         for device in getattr(sharding, "_device_assignment", None) or ():
             if device not in devices:
                 devices.append(device)
-    facts = (jax.__version__, jaxlib.__version__, client.platform,
-             getattr(client, "platform_version", ""), args.get("num_devices"),
-             tuple((d.platform, d.device_kind, d.id) for d in devices),
-             len(client.devices()), sorted((k, repr(v)) for k, v in options.items()),
-             settings, os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", ""))
-    return repr(facts).encode() + b"\0" + module
+    return (client.platform, getattr(client, "platform_version", ""), args.get("num_devices"),
+            tuple((d.platform, d.device_kind, d.id) for d in devices), len(client.devices()))
 
 
 def _compile_args(lowered: Any) -> dict[str, Any]:
@@ -1824,33 +1786,6 @@ def traced_once(fun: Callable[..., Any], primals: tuple[Any, ...]) -> Callable[.
             out_tree, _core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
 
     return functools.wraps(fun)(replay) if hasattr(fun, "__name__") else replay
-
-
-# --- Python ----------------------------------------------------------------------------
-
-#: Python 3.13 (PEP 667) made a function frame's ``f_locals`` a live view of its
-#: variables; before, it is a dict the frame keeps, filled at each read.
-FRAME_LOCALS_ARE_A_VIEW: bool = sys.version_info >= (3, 13)
-
-
-def frame_locals(frame: types.FrameType) -> list[tuple[str, Any]]:
-    """A frame's local variables, read without leaving a reference behind.
-
-    Before Python 3.13 a function frame's ``f_locals`` is a snapshot dict that
-    the frame keeps, and with it every value it held at the read (an array the
-    program drops later would stay alive until the frame ends): it is emptied
-    once read. That touches nothing else: a tracer's write-back
-    (``PyFrame_LocalsToFast``) copies only the names the dict holds, and the
-    next read fills it again. Module and class frames' ``f_locals`` is their
-    namespace itself, read as is.
-    """
-    if FRAME_LOCALS_ARE_A_VIEW or not frame.f_code.co_flags & inspect.CO_OPTIMIZED:
-        return list(frame.f_locals.items())
-    snapshot = frame.f_locals
-    try:
-        return list(snapshot.items())
-    finally:
-        snapshot.clear()
 
 
 # --- address reads that leave arrays behind ---------------------------------------------

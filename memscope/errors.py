@@ -59,6 +59,37 @@ class MemscopeError(Exception):
             self.exit_code = exit_code
 
 
+def text_of(value: object) -> str:
+    """``str(value)``, or ``<TypeName>`` where its ``__str__`` raises (python then
+    prints nothing useful either)."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def first_line(what: str | BaseException, limit: int | None = None) -> str:
+    """The first line of what ``what`` says (an error's message, or a text); an
+    error that says nothing gives its type's name. Cut to ``limit`` characters,
+    ending in ``...``, where given."""
+    lines = text_of(what).strip().splitlines()
+    line = lines[0] if lines else (type(what).__name__ if isinstance(what, BaseException)
+                                   else "")
+    if limit is not None and len(line) > limit:
+        line = line[:limit - 3] + "..."
+    return line
+
+
+def described(error: BaseException, *, whole: bool = True) -> str:
+    """``TypeName: message``, how memscope records an exception: the whole
+    message, or (``whole=False``) its first line; the type's name alone where
+    the error says nothing."""
+    text = text_of(error).strip()
+    if not whole and text:
+        text = text.splitlines()[0]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 class TargetError(MemscopeError):
     """The script or module to run cannot be started."""
 

@@ -24,7 +24,7 @@ from memscope.analysis.advice import AdviceLevel
 from memscope.capturing.deferred import capture_on_import
 from memscope.errors import EXIT_NOTHING_FITS, EXIT_TERMINATED, EXIT_USAGE, MemscopeError
 from memscope.program.ending import Guard
-from memscope.program.runner import RunResult, Target, run_target
+from memscope.program.runner import RunResult, Script, run_script
 from memscope.report import (
     Environment,
     FitPlan,
@@ -39,22 +39,22 @@ from memscope.version import __version__
 # when a step that needs it runs: the modules that import JAX are imported there.
 if TYPE_CHECKING:
     from memscope.capturing import Session
-    from memscope.compiled.targets import Accelerator
+    from memscope.compiled.targets import Target
     from memscope.variants.donation import VariantRequest
 
 
-def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
+def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
                    request: VariantRequest | None = None,
                    stop_after: int | None = None, guard: Guard | None = None,
                    deliver: Callable[[Report], None] | None = None,
                    remat_flops: float | None = None,
-                   accelerator: Accelerator | None = None
+                   target: Target | None = None
                    ) -> Report:
-    """Run ``target`` as ``__main__`` under :func:`capture` and report what it called.
+    """Run ``script`` as ``__main__`` under :func:`capture` and report what it called.
 
-    ``advise``, ``request``, ``stop_after``, ``remat_flops`` and ``accelerator``
-    are :func:`capture`'s. Never raises
-    for the target: how it ended (and its exit code) is in ``report.run``, and
+    ``advise``, ``request``, ``stop_after``, ``remat_flops`` and ``target`` (a
+    ``--target`` accelerator; ``None``: this machine) are :func:`capture`'s.
+    Never raises for the script: how it ended (and its exit code) is in ``report.run``, and
     whatever was captured before is reported. ``deliver`` (writing the report
     where the user asked) gets the report however the run ends: at its end,
     with SIGINT and SIGTERM held until it returns, or at a SIGTERM during the
@@ -66,38 +66,36 @@ def run_and_report(target: Target, *, advise: bool | AdviceLevel = False,
     """
     if guard is None:
         with Guard() as own:
-            return run_and_report(target, advise=advise, request=request,
+            return run_and_report(script, advise=advise, request=request,
                                   stop_after=stop_after, guard=own, deliver=deliver,
-                                  remat_flops=remat_flops, accelerator=accelerator)
+                                  remat_flops=remat_flops, target=target)
 
     def run_info(result: RunResult) -> RunInfo:
-        return RunInfo(target=target.name, argv=target.args, outcome=result.outcome,
-                       exit_code=result.exit_code, module=target.module,
+        return RunInfo(target=script.name, argv=script.args, outcome=result.outcome,
+                       exit_code=result.exit_code, module=script.module,
                        error=result.error)
 
     unsupported = _versions.support_problem()
     if unsupported is not None and not _versions.unsupported_allowed():
-        raise MemscopeError(unsupported)  # before the target runs
+        raise MemscopeError(unsupported)  # before the script runs
     with capture_on_import(advise=advise, request=request, stop_after=stop_after,
-                           remat_flops=remat_flops, accelerator=accelerator) as pending:
+                           remat_flops=remat_flops, target=target) as pending:
         def terminated() -> None:
             pending.finish()
             report = _report(pending.session, run_info(RunResult(
-                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), accelerator,
-                pending.problem)
+                "interrupted", EXIT_TERMINATED, "terminated by SIGTERM")), pending.problem)
             if deliver is not None:
                 deliver(report)
 
         with guard.terminated_by(terminated):
-            result = run_target(target, on_finish=pending.finish, on_error=pending.explain)
+            result = run_script(script, on_finish=pending.finish, on_error=pending.explain)
     if not guard.owns_the_report():
         raise SystemExit(result.exit_code)
     session = pending.session
     if session is not None and session.stopped:  # even where the target caught it and went on
         result = RunResult("stopped", 0)
     with guard.deferred_signals():
-        report = _report(session, run_info(result), accelerator, pending.problem,
-                         forecast=True)
+        report = _report(session, run_info(result), pending.problem, forecast=True)
         if deliver is not None:
             deliver(report)
     if pending.problem is not None:
@@ -114,13 +112,13 @@ class NotCaptured(MemscopeError):
         self.report = report
 
 
-def _report(session: Session | None, run: RunInfo, accelerator: Accelerator | None,
-            problem: str | None, *, forecast: bool = False) -> Report:
+def _report(session: Session | None, run: RunInfo, problem: str | None, *,
+            forecast: bool = False) -> Report:
     """The report of what ``session`` captured (``forecast``: see
     :func:`session_report`); with no session (the program never imported JAX,
     or JAX could not be captured) one that says so, made without importing JAX."""
     if session is not None:
-        return session_report(session, run, accelerator, forecast=forecast)
+        return session_report(session, run, forecast=forecast)
     environment = Environment(jax=_versions.installed("jax") or "n/a",
                               jaxlib=_versions.installed("jaxlib") or "n/a", backend=None,
                               devices=(), python=sys.version.split()[0],
@@ -129,10 +127,9 @@ def _report(session: Session | None, run: RunInfo, accelerator: Accelerator | No
                   functions=(), notes=() if problem is None else (problem,))
 
 
-def session_report(session: Session, run: RunInfo, accelerator: Accelerator | None = None,
-                   *, forecast: bool = False) -> Report:
+def session_report(session: Session, run: RunInfo, *, forecast: bool = False) -> Report:
     """The report of what ``session`` has captured, for a run that ended as ``run``
-    says; ``accelerator`` is the capture's. With ``forecast``, each call that ran
+    says (its functions compiled for the session's target). With ``forecast``, each call that ran
     out of memory is first compiled at other batch sizes for what would fit
     (:func:`memscope.variants.fit.forecast_failures`): a report made at a
     SIGTERM goes without."""
@@ -146,7 +143,7 @@ def session_report(session: Session, run: RunInfo, accelerator: Accelerator | No
     return build_report(session.entries, run, session.runtime(),
                         uncaptured_pmaps=session.uncaptured_pmaps, ledger=session.ledger,
                         sampler=session.live_sampler,
-                        target=None if accelerator is None else accelerator.info(),
+                        target=session.target.info(),
                         environment=session.environment, forecasts=forecasts)
 
 
@@ -193,11 +190,13 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
     from memscope.assemble.function import function_report
     from memscope.capturing import MeasuredJit, capture
     from memscope.capturing.analyzed import analyzed_wrapper
+    from memscope.compiled.targets.here import HereTarget
 
-    accelerator = _compile_only_target(target) if isinstance(target, str) else target
+    chosen = (target if target is not None and not isinstance(target, str)
+              else _compile_only_target(target) if target else HereTarget())
     wrapper = analyzed_wrapper(jitted)
     if wrapper is not None:
-        if accelerator is not None or _abstract((args, kwargs)):
+        if not chosen.runs_here or _abstract((args, kwargs)):
             raise MemscopeError(
                 f"analyze() of {wrapper.label} runs the call: give it arrays, not "
                 "jax.ShapeDtypeStruct's, and no target (a compile-only analysis reads "
@@ -212,10 +211,10 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
     if fun is None or not _compat.is_jit_object(jitted):
         raise MemscopeError(f"analyze() needs a jax.jit, eqx.filter_jit or nnx.jit object, "
                             f"got {type(jitted).__name__}")
-    if accelerator is not None or _abstract((args, kwargs)):
-        if accelerator is not None:
-            args, kwargs = _placed((args, kwargs), accelerator)
-        with capture(advise=advise, accelerator=accelerator) as session:
+    if not chosen.runs_here or _abstract((args, kwargs)):
+        if not chosen.runs_here:
+            args, kwargs = _placed((args, kwargs), chosen)
+        with capture(advise=advise, target=chosen) as session:
             MeasuredJit(jitted, fun, session).compile_only(args, kwargs)
     else:
         with capture(advise=advise) as session:
@@ -249,12 +248,12 @@ def _abstract(tree: Any) -> bool:
     return any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(tree))
 
 
-def _placed(tree: Any, accelerator: Any) -> Any:
+def _placed(tree: Any, target: Target) -> Any:
     """``tree`` with each ``jax.ShapeDtypeStruct`` that has no sharding on the
     target's first device."""
     import jax
 
-    first = jax.sharding.SingleDeviceSharding(next(iter(accelerator.devices.values())))
+    first = jax.sharding.SingleDeviceSharding(next(iter(target.devices.values())))
 
     def place(x: Any) -> Any:
         if isinstance(x, jax.ShapeDtypeStruct) and not isinstance(x.sharding,
@@ -291,12 +290,13 @@ class FitRun:
         return 0 if self.fits else EXIT_NOTHING_FITS
 
 
-def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = (),
+def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str] = (),
             memory: int | None = None, stop_after: int | None = None,
-            accelerator: Accelerator | None = None, plan: bool = False) -> FitRun:
-    """Run ``target`` until its loop begins (a signature called again) or
-    ``stop_after`` jitted calls, then forecast the chosen function's batch; for
-    ``accelerator`` when given (its compiles, its HBM as the default limit).
+            target: Target | None = None, plan: bool = False) -> FitRun:
+    """Run ``script`` until its loop begins (a signature called again) or
+    ``stop_after`` jitted calls, then forecast the chosen function's batch;
+    compiled for ``target`` (a ``--target`` accelerator: its compiles, its
+    budget as the default limit; ``None``: this machine, its devices' limit).
     With ``plan``, each setting's batch instead (:mod:`memscope.variants.plan`).
 
     Raises:
@@ -310,8 +310,7 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
 
     with capture_on_import(advise="advised", stop_after=stop_after, keep_calls=True,
                            stop_at_repeat=(function or True) if stop_after is None else False,
-                           accelerator=accelerator,
-                           started=started) as pending:
+                           target=target, started=started) as pending:
         def finish() -> None:  # while what the target holds still exists
             if pending.session is not None:
                 held["in_use"] = _in_use(pending.session)
@@ -319,13 +318,14 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
 
         # The target's prints go to stderr: stdout is the forecast (--format json).
         with contextlib.redirect_stdout(sys.stderr):
-            result = run_target(target, on_finish=finish)
+            result = run_script(script, on_finish=finish)
     session = pending.session
     if session is None:
-        raise MemscopeError(pending.problem or f"{target.name} never imported JAX: nothing "
+        raise MemscopeError(pending.problem or f"{script.name} never imported JAX: nothing "
                             "was jitted, so there is nothing to fit")
     import jax
 
+    from memscope.compiled.cache import CompileCache
     from memscope.variants.fit import choose_batch, choose_function, forecast
 
     entry = choose_function(session.entries, function)
@@ -334,8 +334,8 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     in_use = held.get("in_use")
     if memory is not None:
         limit: int | None = memory
-    elif accelerator is not None:
-        limit = accelerator.budget_bytes
+    elif session.target.budget_bytes is not None:
+        limit = session.target.budget_bytes
     else:
         limit = in_use[1] if in_use else None
     if limit is None:
@@ -350,18 +350,17 @@ def run_fit(target: Any, *, function: str | None = None, batch: Sequence[str] = 
     budget = limit - (outside or 0)
     outcome = "stopped" if session.stopped else result.outcome
     code = 0 if session.stopped else result.exit_code
-    note = accelerator.compile_note if accelerator is not None else None
+    note = session.target.compile_note
+    cache = CompileCache.from_environment()
     if plan:
-        from memscope.compiled.cache import CompileCache
         from memscope.variants.plan import plan as plan_settings
 
-        planned = plan_settings(entry, choice, budget, accelerator=accelerator,
-                                cache=CompileCache.from_environment(), memory=limit,
-                                held=outside)
+        planned = plan_settings(entry, choice, budget, target=session.target, cache=cache,
+                                memory=limit, held=outside)
         return FitRun(None, outcome, code, dataclasses.replace(
             planned, held_note=held_note, compile_note=note))
     found = forecast(entry, choice, budget, memory=limit, held=outside,
-                     accelerator=accelerator)
+                     target=session.target, cache=cache)
     return FitRun(dataclasses.replace(found, held_note=held_note, compile_note=note),
                   outcome, code)
 

@@ -41,7 +41,7 @@ from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
 from memscope.capturing import capture
 from memscope.capturing.holders import OutputHistory
 from memscope.capturing.recorder import measure_names
-from memscope.errors import MemscopeError, TargetStopped
+from memscope.errors import MemscopeError, TargetStopped, described
 from memscope.flow import session_report
 from memscope.program import sites
 from memscope.program.runner import RunResult, ended_by
@@ -293,8 +293,7 @@ def _report(session: Any, error: BaseException | None, number: int) -> Report | 
     try:
         return session_report(session, run, forecast=True)
     except Exception as e:  # memscope's failure must not hide the cell's own outcome
-        print(f"memscope: could not report the cell: {type(e).__name__}: {e}",
-              file=sys.stderr)
+        print(f"memscope: could not report the cell: {described(e)}", file=sys.stderr)
         return None
 
 
@@ -312,7 +311,7 @@ def _deliver(report: Report, *, quiet: bool, buffers: bool, output: str | None,
             display({"text/plain": report_text(report, buffers=buffers),
                      "text/html": report_fragment(report)}, raw=True)
     except Exception as e:  # the report is bound; the cell's own outcome still comes
-        print(f"memscope: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"memscope: {described(e)}", file=sys.stderr)
 
 
 def _show_exception(shell: Any, info: ExcInfo, custom: tuple[Any, Any]) -> None:

@@ -24,7 +24,7 @@ from memscope import _compat
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.capturing import capture
 from memscope.flow import analyze, run_and_report
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from tests.truth import assert_matches_runtime, expected_peak, fates
 from tests.truth import run_and_report as run_truth
 from tests.versions import NO_SAME_SIZE_DONORS
@@ -241,13 +241,13 @@ def test_applying_the_printed_advice_makes_candidates_aliased_at_the_predicted_p
     for name in (sample, "_data.py"):
         shutil.copy(SAMPLES / name, tmp_path / name)
     script = tmp_path / sample
-    (before,) = run_and_report(Target(str(script), ("--steps", "2")), advise=True).functions
+    (before,) = run_and_report(Script(str(script), ("--steps", "2")), advise=True).functions
     advice = before.advice
     assert advice is not None and advice.peak_after < advice.peak_before
     candidates = {b.path for b in before.inputs if b.candidate}
     assert candidates
     _apply(script, advice.setting)
-    (after,) = run_and_report(Target(str(script), ("--steps", "2")), advise=True).functions
+    (after,) = run_and_report(Script(str(script), ("--steps", "2")), advise=True).functions
     assert after.setting == advice.setting
     assert {b.path for b in after.inputs if b.fate == "aliased"} == candidates
     assert after.memory.peak_bytes == advice.peak_after
@@ -348,7 +348,7 @@ def test_an_array_the_caller_passes_again_is_never_advised(tmp_path, capfd):
     and advises ``params`` only; JAX's own run of each setting is the truth."""
     script = tmp_path / "prog.py"
     script.write_text(PASSED_AGAIN)
-    report = run_and_report(Target(str(script)), advise="advised")
+    report = run_and_report(Script(str(script)), advise="advised")
     (fn,) = report.functions
     table = [b for b in fn.inputs if b.path == "table"]
     assert [(b.candidate, b.passed_again) for b in table] == [(False, 2)]
@@ -385,7 +385,7 @@ def test_advice_measured_before_the_next_call_is_withdrawn_when_it_would_donate_
         "        jnp.ones((4, 128), jnp.int32))\n"
         "for _ in range(3):\n"
         "    out = batch(data)\n")
-    report = run_and_report(Target(str(script)), advise="full")
+    report = run_and_report(Script(str(script)), advise="full")
     (fn,) = report.functions
     assert [b.passed_again for b in fn.inputs] == [2, 2, 2]
     assert not any(b.candidate for b in fn.inputs)

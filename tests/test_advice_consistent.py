@@ -18,7 +18,7 @@ from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.check.judge import check
 from memscope.flow import analyze, run_and_report
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from memscope.report import FunctionReport, Report
 from tests.test_samples import SAMPLES, _run
 from tests.truth import expected_peak
@@ -102,7 +102,7 @@ def _advised(report: Report) -> Report:
 def test_every_sample_advised_variant_is_usable_and_passes_check(sample):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Some donated buffers were not usable")
-        report = run_and_report(Target(str(SAMPLES / f"{sample}.py"), SAMPLE_ARGS[sample]),
+        report = run_and_report(Script(str(SAMPLES / f"{sample}.py"), SAMPLE_ARGS[sample]),
                                 advise=True)
     assert report.run is not None and report.run.exit_code == 0, report.run
     for fn in report.functions:

@@ -26,7 +26,7 @@ from memscope.check.judge import check
 from memscope.check.records import Budget, Config
 from memscope.cli import cli
 from memscope.flow import run_and_report
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from memscope.render.html import render_html
 from memscope.render.terminal import MAX_BETWEEN, render_report
 from memscope.report import Report, load_report, save_report
@@ -43,7 +43,7 @@ def _run(tmp_path: Path, source: str, *args: str) -> Report:
     # jax.live_arrays() is the whole process's: earlier tests' garbage, freed by
     # the collector in the middle of this run, would make a group seem to fall.
     gc.collect()
-    return run_and_report(Target(str(script), args), advise=False)
+    return run_and_report(Script(str(script), args), advise=False)
 
 
 def _line_of(tmp_path: Path, text: str) -> str:
@@ -333,7 +333,7 @@ def test_a_public_notebook_that_makes_new_state_per_cell_has_no_growth_problem(t
     # The rise between cells is a note naming the variables that hold it.
     gc.collect()
     program = Path(__file__).parent / "programs" / "public" / "optax_gradient_accumulation.py"
-    report = run_and_report(Target(str(program)), advise=False)
+    report = run_and_report(Script(str(program)), advise=False)
     assert report.run.outcome == "completed", report.run.error
     between = summarize(report).between
     assert not [f for f in between if f.severity == "problem"], [f.text for f in between]
@@ -459,7 +459,7 @@ def test_distinct_donated_buffers_are_no_hazard(tmp_path):
 # --- the real-sized sample -----------------------------------------------------------
 
 def test_transformer_adam_has_no_finding_between_calls():
-    report = run_and_report(Target(str(SAMPLES / "transformer_adam.py"), ("--steps", "4")),
+    report = run_and_report(Script(str(SAMPLES / "transformer_adam.py"), ("--steps", "4")),
                             advise=False)
     assert report.run.outcome == "completed"
     (fn,) = report.functions

@@ -26,14 +26,41 @@ from memscope import _compat
 from memscope.capturing import capture
 from memscope.capturing import session as session_module
 from memscope.compiled.cache import CompileCache, Kept
+from memscope.compiled.dump import Built
+from memscope.compiled.shardings import describe_sharding
+from memscope.compiled.targets.here import HereTarget
 from memscope.variants.compile import lower_variant
-from tests.test_advice import args, direct_figures, figures, step
+from tests.test_advice import FIGURES, args, direct_figures, figures, step
 from tests.test_early import arguments as early_arguments
 from tests.test_early import direct as early_direct
 from tests.test_early import update
 from tests.test_worker import count_compiles
+from tests.truth import expected_peak
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
+
+
+def sharded_step(params, x):
+    """A data-parallel step: its outputs (the new parameters) on every device."""
+    def loss(p):
+        return jnp.mean(jnp.tanh(x @ p["w"] + p["b"]) ** 2)
+    grads = jax.grad(loss)(params)
+    return jax.tree.map(lambda a, g: a - 0.1 * g, params, grads)
+
+
+def sharded_args():
+    mesh = jax.make_mesh((8,), ("data",))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    data = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    return (jax.device_put({"w": jnp.ones((256, 256)), "b": jnp.zeros(256)}, replicated),
+            jax.device_put(jnp.ones((64, 256)), data))
+
+
+def sharded_direct(donate):
+    stats = (jax.jit(sharded_step, donate_argnums=donate).lower(*sharded_args()).compile()
+             .memory_analysis())
+    return {**{ours: getattr(stats, theirs) for ours, theirs in FIGURES.items()},
+            "peak_bytes": expected_peak(stats)}
 
 
 @pytest.fixture
@@ -69,7 +96,8 @@ def variants(session):
 @pytest.mark.parametrize("program,arguments,advise,direct,donate", [
     (step, args, "full", direct_figures, (0, 1)),
     (update, early_arguments, "advised", early_direct, (0, 1, 2)),
-], ids=["every variant", "the advised one, begun early"])
+    (sharded_step, sharded_args, "full", sharded_direct, (0,)),
+], ids=["every variant", "the advised one, begun early", "sharded over 8 devices"])
 def test_a_run_again_reads_its_variants_from_the_cache(cache_dir, monkeypatch, program,
                                                        arguments, advise, direct, donate):
     monkeypatch.setattr(session_module, "EARLY_FOR_FIRST", 4)
@@ -94,6 +122,11 @@ def test_a_run_again_reads_its_variants_from_the_cache(cache_dir, monkeypatch, p
     # ... and JAX's own compile of the advised donation gives those figures
     got = figures(after["advised"].facts.memory)
     assert {k: got[k] for k in direct(donate)} == direct(donate)
+    if program is sharded_step:  # outputs on every device, kept and read back as such
+        (entry,) = again.entries
+        outputs = after["advised"].facts.program.outputs
+        assert {o.sharding for o in outputs} == {"P(None,) on data=8", "P(None, None) on data=8"}
+        assert outputs == entry.facts.program.outputs
 
 
 def test_the_key_changes_with_what_the_compile_depends_on(cache_dir, monkeypatch):
@@ -112,7 +145,8 @@ def test_the_key_changes_with_what_the_compile_depends_on(cache_dir, monkeypatch
         if i == len(cases) - 1:
             monkeypatch.setenv("XLA_FLAGS",
                                f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to=/nowhere")
-        keys.append(cache.key(lower_variant(traced, donated).lowered, options))
+        keys.append(cache.key(lower_variant(traced, donated, HereTarget()).lowered,
+                              options))
     assert keys[1] == keys[0]
     assert len(set(keys)) == 4  # another donation, other options, other XLA flags
 
@@ -143,7 +177,7 @@ def test_a_damaged_file_is_a_miss_and_is_replaced(cache_dir):
 
 def test_the_cache_keeps_within_its_limit(cache_dir):
     compiled = jax.jit(lambda x: x * 2).lower(jnp.ones(8)).compile()
-    kept = Kept.of(compiled)
+    kept = Kept.of(Built(compiled, None, None))
     assert kept is not None
     unlimited = CompileCache(cache_dir)
     keys = [f"{i:02x}" + "0" * 62 for i in range(4)]
@@ -194,21 +228,26 @@ def test_memscope_run_again_reports_the_same(tmp_path):
 
 def test_kept_stands_in_for_the_compiled_program():
     compiled = jax.jit(lambda x: (x * 2, x + 1)).lower(jnp.ones(8)).compile()
-    kept = Kept.of(compiled)
+    kept = Kept.of(Built(compiled, None, None))
     assert kept is not None
     stats = compiled.memory_analysis()
     got = kept.memory_analysis()
     for name in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
                  "temp_size_in_bytes"):
         assert getattr(got, name) == getattr(stats, name)
-    assert kept.output_shardings == jax.tree.leaves(compiled.output_shardings)
+    outputs = jax.tree.leaves(compiled.output_shardings)
+    assert [describe_sharding(s) for s in kept.output_shardings] == [
+        describe_sharding(s) for s in outputs] == ["cpu:0", "cpu:0"]
+    assert [s.memory_kind for s in kept.output_shardings] == [s.memory_kind for s in outputs]
+    assert [s.shard_shape((8,)) for s in kept.output_shardings] == [(8,), (8,)]
+    assert kept.cost_analysis()["flops"] == _compat.flops(compiled)
 
 
 def test_a_cache_that_fails_never_fails_a_variant(cache_dir, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a lowering this cache cannot key")
 
-    monkeypatch.setattr(_compat, "compile_fingerprint", broken)
+    monkeypatch.setattr(_compat, "module_bytecode", broken)
     session, _ = captured(step, args, "full")
     assert all(v.error is None for v in variants(session).values())
     got = figures(variants(session)["advised"].facts.memory)

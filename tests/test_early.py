@@ -22,6 +22,7 @@ import pytest
 
 from memscope.capturing import capture
 from memscope.capturing import session as session_module
+from memscope.compiled.targets.here import HereTarget
 from memscope.variants import early
 from tests.test_advice import figures
 from tests.truth import expected_peak
@@ -138,7 +139,8 @@ def test_the_early_compile_begins_once_the_call_has_returned(monkeypatch):
     started = threading.Event()
     monkeypatch.setattr(early, "compile_lowered", lambda *a, **k: started.set())
     variant = early.EarlyVariant((True,))
-    host = SimpleNamespace(worker=SimpleNamespace(cancelled=False), cache=None)
+    host = SimpleNamespace(worker=SimpleNamespace(cancelled=False), cache=None,
+                           target=HereTarget())
     waiting = threading.Thread(target=early._unless_cancelled, args=(host, variant, None, ()))
     waiting.start()
     assert not started.wait(0.3)

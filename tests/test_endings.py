@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from memscope.flow import run_and_report
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from memscope.report import load_report
 from tests.test_samples import MEMSCOPE
 
@@ -121,7 +121,7 @@ def test_signals_while_the_report_is_written_wait_for_it(tmp_path: Path) -> None
         written.append(report)
 
     with pytest.raises(SystemExit) as ended:
-        run_and_report(Target(str(path)), deliver=deliver)
+        run_and_report(Script(str(path)), deliver=deliver)
     assert ended.value.code == 130
     assert len(written) == 1
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

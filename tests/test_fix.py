@@ -25,7 +25,7 @@ from memscope.cli import cli
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_FAILED
 from memscope.fix import plan as fix
 from memscope.flow import run_and_report
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from memscope.render.fix import render_checks, render_problems
 from memscope.report import load_report, save_report
 from memscope.report.units import format_bytes
@@ -110,7 +110,7 @@ def _changed(before: str, after: str) -> list[str]:
 
 def _fix_and_measure(script: Path, *args: str) -> tuple[fix.Plan, object, object]:
     """Capture, plan and write the fix, then capture the edited program afresh."""
-    target = Target(script.name, args)
+    target = Script(script.name, args)
     before = fix.capture(target, stop_after=fix.DEFAULT_STOP_AFTER, advice="advised")
     plan = fix.plan(before)
     assert plan.refusals == () and plan.notes == ()
@@ -220,7 +220,7 @@ def test_cli_write_measures_again_and_keeps_the_edit(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("forgot_to_donate.py", "_data.py"):
         shutil.copy(SAMPLES / name, tmp_path / name)
-    report = fix.capture(Target("forgot_to_donate.py", ("--steps", "3")), stop_after=10,
+    report = fix.capture(Script("forgot_to_donate.py", ("--steps", "3")), stop_after=10,
                          advice="advised")
     [f] = report.functions
     result = _cli(tmp_path, "--write", "forgot_to_donate.py", "--steps", "3")
@@ -281,7 +281,7 @@ def test_refused_when_the_file_changed_since_the_capture(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source, _ = SPELLINGS["assignment"]
     script = _program(tmp_path, source)
-    report = fix.capture(Target("train.py", ()), stop_after=3, advice="advised")
+    report = fix.capture(Script("train.py", ()), stop_after=3, advice="advised")
     script.write_text(source + "# edited meanwhile\n")
     plan = fix.plan(report)
     assert plan.refusals == ("train.py changed since memscope ran it (or could not be "
@@ -342,7 +342,7 @@ def test_equinox_donating_an_argument_the_loop_reads_again_is_never_advised(tmp_
         "    for i in range(3):\n        x = jnp.linspace(0.0, 1.0, 32) + i\n",
         "    x = jnp.linspace(0.0, 1.0, 32)\n    for i in range(3):\n")
     _program(tmp_path, source)
-    report = fix.capture(Target("train.py", ()), stop_after=3, advice="advised")
+    report = fix.capture(Script("train.py", ()), stop_after=3, advice="advised")
     step = next(f for f in report.functions if f.name == "train_step")
     assert [b.passed_again for b in step.inputs if b.path == "x"] == [2]
     assert step.advice is None
@@ -354,7 +354,7 @@ def test_measurement_that_differs_restores_the_files(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source, _ = SPELLINGS["assignment"]
     script = _program(tmp_path, source)
-    target = Target("train.py", ())
+    target = Script("train.py", ())
     report = fix.capture(target, stop_after=3, advice="advised")
     plan = fix.plan(report)
     # The edited program called with another shape: the function it measures
@@ -413,7 +413,7 @@ def test_capture_records_the_jit_site_its_hash_and_the_call_site(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     source, _ = SPELLINGS["assignment"]
     script = _program(tmp_path, source)
-    report = run_and_report(Target(str(script), ()), advise="off")
+    report = run_and_report(Script(str(script), ()), advise="off")
     [f] = report.functions
     lines = source.splitlines()
     assert f.jit_site == f"train.py:{lines.index('train_step = jax.jit(step)') + 1}"

@@ -178,6 +178,45 @@ def test_no_function_is_longer_than_a_screen():
     assert long == []
 
 
+#: The calls that make an XLA compile, and the modules that may make them: one
+#: cached call (memscope.compiled.compile.compile_to_read) for everything memscope
+#: only reads, each target's own compile under it, and the program's own compile
+#: of a compile-only analysis (capturing.jit, as JAX compiles the call) and of the
+#: user's own ahead-of-time compile (capturing.aot's stand-in for ``Lowered.compile``).
+COMPILE_CALLS = {"compile", "_compile", "compile_uncached", "compile_dumped"}
+MAY_COMPILE = {"memscope.compiled.compile", "memscope.compiled.dump", "memscope.compiled.read",
+               "memscope.compiled.targets.base", "memscope.compiled.targets.here",
+               "memscope.compiled.targets.gpu", "memscope._compat", "memscope.capturing.jit",
+               "memscope.capturing.aot"}
+
+
+def _compile_calls(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            # (a bare ``compile(...)`` is Python's own, of source code)
+            name = (func.attr if isinstance(func, ast.Attribute)
+                    else func.id if isinstance(func, ast.Name) and func.id != "compile"
+                    else None)
+            regex = (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                     and func.value.id == "re")
+            if name in COMPILE_CALLS and not regex:
+                found.append(f"{name} at line {node.lineno}")
+    return found
+
+
+def test_everything_memscope_only_reads_compiles_through_the_one_cached_call():
+    stray = {name: calls for name, path in MODULES.items()
+             if name not in MAY_COMPILE and (calls := _compile_calls(path))}
+    assert stray == {}
+
+
+def test_the_compile_rule_sees_a_compile():
+    assert _compile_calls(MODULES["memscope.compiled.compile"])  # target.compile(...)
+    assert not _compile_calls(MODULES["memscope.variants.fit"])
+
+
 def test_a_long_module_says_why():
     long = []
     for name, path in MODULES.items():

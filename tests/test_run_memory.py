@@ -28,7 +28,7 @@ from memscope.check.judge import RUN_PEAK, check
 from memscope.check.records import Config
 from memscope.cli import cli
 from memscope.flow import run_and_report, run_fit
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from memscope.render.terminal import render_report
 from memscope.report import Report, load_report
 
@@ -77,7 +77,7 @@ def _run(tmp_path: Path, source: str, *args: str) -> Report:
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(source))
     gc.collect()  # earlier tests' garbage must not be freed in the middle of this run
-    return run_and_report(Target(str(script), args), advise=False)
+    return run_and_report(Script(str(script), args), advise=False)
 
 
 def _line_of(tmp_path: Path, text: str) -> int:
@@ -358,7 +358,7 @@ def test_fit_takes_what_is_alive_outside_the_function_from_the_sample(tmp_path):
             w, loss = step(w, batch)
     """))
     gc.collect()
-    done = run_fit(Target(str(script), (str(tmp_path / "truth"),)), memory=64 * 2**20,
+    done = run_fit(Script(str(script), (str(tmp_path / "truth"),)), memory=64 * 2**20,
                    batch=("batch",))
     f = done.forecast
     # The run stops at step's second call: what was alive outside its arguments

@@ -25,7 +25,7 @@ from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.capturing import jit as capture_module
 from memscope.flow import run_and_report
-from memscope.program.runner import Target, run_target
+from memscope.program.runner import Script, run_script
 from memscope.report import InputBuffer, OutputBuffer, load_report
 from memscope.report.summary import summarize
 from tests.test_samples import MEMSCOPE, SAMPLES
@@ -67,9 +67,9 @@ def _live_bytes_at_end(script: Path, *, measured: bool) -> int:
 
     if measured:
         with capture(advise=True):
-            run_target(Target(str(script), ("--steps", "2")), on_finish=note)
+            run_script(Script(str(script), ("--steps", "2")), on_finish=note)
     else:
-        run_target(Target(str(script), ("--steps", "2")), on_finish=note)
+        run_script(Script(str(script), ("--steps", "2")), on_finish=note)
     return seen[0]
 
 
@@ -93,7 +93,7 @@ def test_the_invariant_catches_a_memscope_that_keeps_an_array(monkeypatch, capsy
 
 @pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
 def test_aliased_leaves_are_confirmed_and_unused_donors_stay_alive():
-    report = run_and_report(Target(str(SAMPLES / "unusable_donation.py"), ("--steps", "2")))
+    report = run_and_report(Script(str(SAMPLES / "unusable_donation.py"), ("--steps", "2")))
     (fn,) = report.functions
     by_path = {b.path: b for b in fn.inputs}
     aliased = [b for b in fn.inputs if b.fate == "aliased"]
@@ -108,7 +108,7 @@ def test_aliased_leaves_are_confirmed_and_unused_donors_stay_alive():
 
 
 def test_not_donated_leaves_are_not_applicable_and_stay_alive():
-    report = run_and_report(Target(str(SAMPLES / "passthrough_copy.py"), ("--steps", "1")))
+    report = run_and_report(Script(str(SAMPLES / "passthrough_copy.py"), ("--steps", "1")))
     (fn,) = report.functions
     assert {(b.observed, b.deleted) for b in fn.inputs} == {("n/a", False)}
     assert fn.findings == ()
@@ -117,7 +117,7 @@ def test_not_donated_leaves_are_not_applicable_and_stay_alive():
 def test_device_memory_is_unavailable_on_cpu_not_zero():
     if jax.default_backend() != "cpu":
         pytest.skip("the CPU case: test_device_memory_on_a_gpu checks the figures there")
-    report = run_and_report(Target(str(SAMPLES / "donated.py"), ("--steps", "1")))
+    report = run_and_report(Script(str(SAMPLES / "donated.py"), ("--steps", "1")))
     assert report.runtime.device_memory is None
     assert report.runtime.device_memory_note == ("cpu keeps no device memory statistics: "
                                                  "Device.memory_stats() is None")
@@ -257,7 +257,7 @@ def test_a_donated_numpy_buffer_is_checked_again_at_the_next_call(tmp_path, seco
         pytest.skip("jax.device_put shares NumPy memory on CPU only")
     program, truth_file = tmp_path / "zero_copy.py", tmp_path / "truth.json"
     program.write_text(_ZERO_COPY)
-    report = run_and_report(Target(str(program), (str(truth_file), second)))
+    report = run_and_report(Script(str(program), (str(truth_file), second)))
     truth = json.loads(truth_file.read_text())
     assert truth["zero_copy"]
     assert truth["call0"] == {"deleted": [True, True], "in_place": [False, True]}
@@ -325,7 +325,7 @@ def test_a_first_call_on_pending_inputs_is_checked_though_its_outputs_are_droppe
 
 
 def test_observed_fields_survive_json():
-    report = run_and_report(Target(str(SAMPLES / "donated.py"), ("--steps", "1")))
+    report = run_and_report(Script(str(SAMPLES / "donated.py"), ("--steps", "1")))
     again = json.loads(report.to_json())
     assert again["functions"][0]["inputs"][0]["observed"] == "confirmed"
     # one sample per call where the device keeps statistics (GPU), none on CPU

@@ -24,7 +24,7 @@ from memscope.assemble.run import build_report
 from memscope.capturing import capture
 from memscope.errors import ReportFormatError
 from memscope.flow import analyze, run_and_report
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from memscope.report import load_report
 from memscope.report.merge import merge_reports
 from tests.test_cli_errors import cli_error, invoke
@@ -105,7 +105,7 @@ def test_a_donation_sharded_unlike_its_output_is_unusable_and_says_why():
 @pytest.mark.parametrize(("sample", "fate"), [("data_parallel.py", "donor"),
                                               ("model_parallel.py", "aliased")])
 def test_sharded_sample_programs(sample, fate):
-    report = run_and_report(Target(str(SAMPLES / sample), ("--steps", "2")))
+    report = run_and_report(Script(str(SAMPLES / sample), ("--steps", "2")))
     (fn,) = report.functions
     state = [b for b in fn.inputs if b.donated]
     assert len(state) == 8 and {b.fate for b in state} == {fate}
@@ -235,6 +235,6 @@ def test_merge_refuses_what_is_not_one_run(two_processes):
         "give the reports of two or more processes to merge")
     assert cli_error("merge", "-o", str(folder / "x.json"), r0, r0) == (
         f"{r0} and {r0} are both process 0; give one report per process")
-    single = run_and_report(Target(str(SAMPLES / "multi_process.py"), ("--steps", "1")))
+    single = run_and_report(Script(str(SAMPLES / "multi_process.py"), ("--steps", "1")))
     with pytest.raises(ReportFormatError, match="disagree on the process count"):
         merge_reports([(r0, load_report(r0)), ("single.json", single)])

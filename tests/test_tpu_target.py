@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import jax
@@ -29,9 +32,11 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from memscope.compiled.targets import compilers, tpu
+from memscope.compiled.compile import compile_to_read
+from memscope.compiled.targets import TargetMismatch, TargetSetupError, compilers, tpu
 from memscope.report import Memory, hbm_peak_rule
 from memscope.report.units import format_bytes
+from tests.runs_again import run_twice_on_one_cache
 
 pytestmark = pytest.mark.skipif(
     not tpu.available(), reason=f"libtpu is not installed ({tpu.libtpu_install_line()})")
@@ -44,7 +49,7 @@ def _devices(topology: str) -> list:
     # API needs no backend of its own, only libtpu loaded (memscope's own, where
     # it is not installed beside JAX).
     compilers.load("tpu")
-    return tpu._topology(tpu.parse_target(f"tpu:{topology}"))
+    return tpu._topology(tpu.parse_spec(f"tpu:{topology}"))
 
 
 def _step(w, x):
@@ -65,13 +70,15 @@ def _direct(topology: str, fun, shapes, specs, donate=()):
 
 def _ours(topology: str, fun, shapes, specs, donate=()):
     """memscope's: the program traced here, on 4 of the CPU devices, retargeted."""
-    target = tpu.TpuTarget(tpu.parse_target(f"tpu:{topology}"),
+    target = tpu.TpuTarget(tpu.parse_spec(f"tpu:{topology}"),
                            {d.id: d for d in _devices(topology)})
     mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
     args = [jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, spec))
             for s, spec in zip(shapes, specs, strict=True)]
     traced = jax.jit(fun, donate_argnums=donate).trace(*args)
-    return target.facts(traced, [a.sharding for a in args])
+    lowered = target.lower(traced)
+    return target.read(traced, lowered, compile_to_read(target, traced, lowered),
+                       shardings=[a.sharding for a in args])
 
 
 CASES = {
@@ -140,18 +147,18 @@ def test_the_hbm_rule_without_a_buffer_assignment_is_the_sum() -> None:
 
 
 def test_a_mesh_larger_than_the_target_is_named() -> None:
-    target = tpu.TpuTarget(tpu.parse_target("tpu:v5e:2x2"),
+    target = tpu.TpuTarget(tpu.parse_spec("tpu:v5e:2x2"),
                            {d.id: d for d in _devices("v5e:2x2")})
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
-    with pytest.raises(tpu.TargetMismatch, match=r"mesh \(data=4, model=2\) spans 8 "
+    with pytest.raises(TargetMismatch, match=r"mesh \(data=4, model=2\) spans 8 "
                                                  r"devices; tpu:v5e:2x2 has 4"):
         target.sharding(NamedSharding(mesh, P("data")))
 
 
 @pytest.mark.parametrize("text", ["tpu:v9:2x2", "gpu:h100", "tpu:v5p", "v5p:2x2x1"])
 def test_unknown_targets_list_the_known_forms(text: str) -> None:
-    with pytest.raises(tpu.TpuSetupError, match="tpu:v5p:2x2x1"):
-        tpu.parse_target(text)
+    with pytest.raises(TargetSetupError, match="tpu:v5p:2x2x1"):
+        tpu.parse_spec(text)
 
 
 # --- the command, as a user runs it -------------------------------------------------
@@ -177,8 +184,14 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def _memscope(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _memscope(*args: str, cwd: Path, cache: Path | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    """``memscope ARGS`` run in ``cwd``; with memscope's compile cache in
+    ``cache`` where given (the suite runs without it: tests/conftest.py)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if cache is not None:
+        env.pop("MEMSCOPE_CACHE", None)
+        env["MEMSCOPE_CACHE_DIR"] = str(cache)
     return subprocess.run([sys.executable, "-m", "memscope", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -186,8 +199,10 @@ def _memscope(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_run_reports_the_targets_figures_beside_the_hosts(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(PROGRAM)
+    started = time.perf_counter()
     done = _memscope("run", "--target", "tpu:v5p:2x2x1", "-o", "r.json", "train.py",
                      cwd=tmp_path)
+    wall = time.perf_counter() - started
     assert done.returncode == 0, done.stderr
     # The script ran on the CPU with the topology's 4 devices, and libtpu's
     # warnings about TPU environment variables did not reach the terminal.
@@ -199,7 +214,9 @@ def test_run_reports_the_targets_figures_beside_the_hosts(tmp_path: Path) -> Non
     # what the target's compiles cost is in the report: the step's, and its variants'
     overhead = report["runtime"]["overhead"]
     assert overhead["target_compiles"] >= 1 + overhead["variant_compiles"]
-    assert 0 < overhead["target_compile_seconds"] <= overhead["analysis_seconds"]
+    # Each compile's own seconds, summed: the call's own and its advised variant's
+    # run side by side (begun at the call), each within the run.
+    assert 0 < overhead["target_compile_seconds"] <= overhead["target_compiles"] * wall
     (fn,) = report["functions"]
     # Ground truth: JAX's own compile of the same step for the topology, its mesh
     # made as the script makes its own (jax.make_mesh: explicit axes on JAX 0.10).
@@ -228,6 +245,17 @@ def test_run_reports_the_targets_figures_beside_the_hosts(tmp_path: Path) -> Non
     # The advice was measured on the target too: its variant's figures are XLA:TPU's.
     advised = next(v for v in fn["variants"] if v["name"] == "advised")
     assert advised["memory"]["peak_rule"] == "hbm"
+
+
+def test_run_again_reads_the_targets_compiles_from_the_cache(tmp_path: Path) -> None:
+    """The target's compiles (the functions', their variants', the policies') are
+    kept in memscope's compile cache: a run again compiles nothing for the
+    target, and reports the same figures."""
+    (tmp_path / "train.py").write_text(PROGRAM)
+    (fn,) = run_twice_on_one_cache(lambda name: _memscope(
+        "run", "--target", "tpu:v5p:2x2x1", "-o", name, "train.py", cwd=tmp_path,
+        cache=tmp_path / "cache"), tmp_path)
+    assert fn["memory"]["peak_rule"] == "hbm"
 
 
 def test_a_mesh_that_does_not_map_is_said_per_function(tmp_path: Path) -> None:
@@ -288,7 +316,7 @@ def test_fit_for_the_target_is_confirmed_by_direct_compiles(tmp_path: Path) -> N
     def step_fn(w, x):
         return w - 0.01 * jax.grad(loss)(w, x)
 
-    target = tpu.TpuTarget(tpu.parse_target("tpu:v5e:2x2"), {d.id: d for d in devices})
+    target = tpu.TpuTarget(tpu.parse_spec("tpu:v5e:2x2"), {d.id: d for d in devices})
 
     def peak(batch: int) -> int:
         """JAX's own compile for the topology, its peak by the HBM rule."""
@@ -300,3 +328,39 @@ def test_fit_for_the_target_is_confirmed_by_direct_compiles(tmp_path: Path) -> N
         return target.read(traced, lowered, target.compile(lowered)).memory.peak_bytes
 
     assert peak(largest) <= budget < peak(largest + step)
+
+
+def test_the_calls_own_compile_for_the_target_begins_at_the_call(monkeypatch) -> None:
+    """With a target, the call's own program is compiled for it from the call on,
+    in the worker's compile threads beside JAX's compile of the call
+    (memscope.variants.early), not after the call on the worker's thread; the
+    figures are those of the compile made after it."""
+    from memscope.capturing import capture
+    from memscope.capturing import session as session_module
+
+    def facts(early: bool) -> tuple[object, list[str]]:
+        target = tpu.TpuTarget(tpu.parse_spec("tpu:v5e:2x2"),
+                               {d.id: d for d in _devices("v5e:2x2")})
+        threads: list[str] = []
+        real = tpu.TpuTarget._compile
+
+        def recording(self, lowered, options):
+            threads.append(threading.current_thread().name)
+            return real(self, lowered, options)
+
+        with monkeypatch.context() as m:
+            m.setattr(tpu.TpuTarget, "_compile", recording)
+            m.setattr(session_module, "EARLY_TRACES", 16 if early else 0)
+            with capture(advise="advised", target=target) as session:
+                jax.jit(_step)(jnp.ones((1024, 1024)), jnp.ones((4096, 1024)))
+        (entry,) = session.entries
+        assert entry.error is None
+        return entry.facts, threads
+
+    early, early_threads = facts(early=True)
+    late, late_threads = facts(early=False)
+    # The first compile is the call's own: in a compile thread, begun at the call;
+    # else on the worker's own thread, once it reads the call.
+    assert re.fullmatch(r"memscope-worker-compile_\d+", early_threads[0])
+    assert late_threads[0] == "memscope-worker"
+    assert early == late

@@ -28,7 +28,7 @@ from memscope.errors import TargetError
 from memscope.fix.plan import plan
 from memscope.flow import run_and_report
 from memscope.program import sites
-from memscope.program.runner import Target, check_target, user_code
+from memscope.program.runner import Script, check_script, user_code
 
 TRAIN = """\
 import jax
@@ -96,7 +96,7 @@ def _line(path: Path, marker: str) -> int:
 
 
 def test_an_installed_package_run_with_m_is_the_users_code(installed, capfd):
-    report = run_and_report(Target("trainer.train", module=True), advise="advised")
+    report = run_and_report(Script("trainer.train", module=True), advise="advised")
     assert report.run is not None and report.run.exit_code == 0
     step = next(f for f in report.functions if f.name == "step")
     train = installed / "trainer" / "train.py"
@@ -127,7 +127,7 @@ def test_an_installed_package_run_with_m_is_the_users_code(installed, capfd):
 
 
 def test_a_package_named_with_user_package_is_the_users_code_too(installed):
-    report = run_and_report(Target("trainer.train", module=True, packages=("helpers",)),
+    report = run_and_report(Script("trainer.train", module=True, packages=("helpers",)),
                             advise="advised")
     normalize = next(f for f in report.functions if f.name == "<lambda>")
     assert normalize.library is None
@@ -153,7 +153,7 @@ def test_memscope_run_takes_user_package_and_refuses_an_unknown_one(installed, t
 
 
 def test_fix_shows_the_change_for_an_installed_file_and_writes_nothing(installed):
-    report = run_and_report(Target("trainer.train", module=True), advise="advised")
+    report = run_and_report(Script("trainer.train", module=True), advise="advised")
     train = installed / "trainer" / "train.py"
     before = train.read_text()
     found = plan(report)
@@ -176,11 +176,11 @@ def test_which_files_are_the_users(installed, tmp_path):
     # memscope's own files never are.
     assert not sites.UserCode(roots=(sites.OWN_ROOT + os.sep,)).owns(
         os.path.join(sites.OWN_ROOT, "flow.py"))
-    assert user_code(Target("trainer.train", module=True)).roots == (site + "trainer" + os.sep,)
-    assert user_code(Target("trainer.train", module=True, packages=("helpers.sub",))).roots[1:] \
+    assert user_code(Script("trainer.train", module=True)).roots == (site + "trainer" + os.sep,)
+    assert user_code(Script("trainer.train", module=True, packages=("helpers.sub",))).roots[1:] \
         == (site + "helpers" + os.sep + "sub" + os.sep,)
     with pytest.raises(TargetError, match="--user-package nope"):
-        check_target(Target("trainer.train", module=True, packages=("nope",)))
+        check_script(Script("trainer.train", module=True, packages=("nope",)))
 
 
 def test_a_script_s_own_folder_is_the_users_even_when_installed(installed, capfd):
@@ -190,7 +190,7 @@ def test_a_script_s_own_folder_is_the_users_even_when_installed(installed, capfd
         f = jax.jit(lambda x: x + 1)
         y = f(jnp.ones(4))  # CALL
     """))
-    report = run_and_report(Target(str(script)), advise="off")
+    report = run_and_report(Script(str(script)), advise="off")
     (fn,) = report.functions
     assert fn.library is None
     assert fn.call_site == f"{os.path.realpath(script)}:3"

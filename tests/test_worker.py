@@ -24,9 +24,9 @@ import pytest
 from click.testing import CliRunner
 from jax import monitoring
 
-from memscope import _compat
 from memscope.capturing import capture
 from memscope.cli import cli
+from memscope.compiled.targets.here import HereTarget
 from memscope.flow import analyze
 from memscope.report import load_report
 from tests.test_advice import DUMPED, SAMPLES, args, direct_figures, figures, step
@@ -50,16 +50,16 @@ def hold_variant_compiles(monkeypatch
     is set when the first one has begun; the list records the thread of each."""
     release, started = threading.Event(), threading.Event()
     threads: list[str] = []
-    real = _compat.compile_to_read
+    real = HereTarget._compile
 
-    def held(lowered, **options):
+    def held(self, lowered, options):
         niceness = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         threads.append(f"{threading.current_thread().name} nice {niceness}")
         started.set()
         assert release.wait(120), "the test never released the compile"
-        return real(lowered, **options)
+        return real(self, lowered, options)
 
-    monkeypatch.setattr(_compat, "compile_to_read", held)
+    monkeypatch.setattr(HereTarget, "_compile", held)
     return release, started, threads
 
 
@@ -107,9 +107,9 @@ def test_variants_lower_under_the_settings_the_call_ran_with(monkeypatch):
     seen = []
     real = capture_module.lower_variant
 
-    def recording(traced, mask, accelerator=None):
+    def recording(traced, mask, target):
         seen.append((threading.current_thread().name, jax.config.jax_enable_x64))
-        return real(traced, mask, accelerator)
+        return real(traced, mask, target)
 
     monkeypatch.setattr(capture_module, "lower_variant", recording)
 
@@ -240,16 +240,16 @@ def test_real_sized_sample_one_advised_compile_and_memscope_cost_reported():
     # transformer_adam.py: 405 input leaves; the default advice compiles the advised
     # donation once, and "donate all" is not compiled.
     from memscope.flow import run_and_report
-    from memscope.program.runner import Target
+    from memscope.program.runner import Script
 
     def run():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run.report = run_and_report(Target(str(SAMPLES / "transformer_adam.py"),
+            run.report = run_and_report(Script(str(SAMPLES / "transformer_adam.py"),
                                                ("--steps", "1")), advise="advised")
 
     def plain():
-        run_and_report(Target(str(SAMPLES / "transformer_adam.py"), ("--steps", "1")))
+        run_and_report(Script(str(SAMPLES / "transformer_adam.py"), ("--steps", "1")))
 
     plain()  # JAX's own helpers compile once per process
     plain_compiles = count_compiles(plain)  # the step (a new function each run)

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from memscope.errors import first_line
 from memscope.report import XlaBuffer
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -105,7 +106,7 @@ def parse(text: str) -> OutOfMemoryText | None:
     elif (temps := _TPU_TEMPORARIES.search(text)) is not None:
         used, capacity = size_bytes(temps.group(1)), size_bytes(temps.group(3))
         space = temps.group(2).lower()
-    headline = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    headline = first_line(text).rstrip()
     return OutOfMemoryText(headline=headline, requested_bytes=requested,
                            requested_text=rounded, used_bytes=used,
                            capacity_bytes=capacity, memory_space=space,

@@ -19,6 +19,7 @@ from memscope.analysis.live import memory_view
 from memscope.capturing.entry import Entry
 from memscope.compiled.buffers import breakdown
 from memscope.compiled.read import CompiledFacts
+from memscope.errors import first_line
 from memscope.program.sites import display_path
 from memscope.report import (
     Advice,
@@ -110,7 +111,7 @@ def post_mortem(entry: Entry, forecast: Forecast | None = None) -> OutOfMemory |
     if said is not None and requested is None and said.requested_text is not None:
         requested = oom.resolve_rounded(said.requested_text, _allocation_sizes(entry))
     return OutOfMemory(
-        error=said.headline if said is not None else entry.failure.splitlines()[0],
+        error=said.headline if said is not None else first_line(entry.failure),
         failed_in="compile" if entry.failed_in == "compile" else "call",
         requested_bytes=requested,
         requested_text=said.requested_text if said else None,

@@ -24,6 +24,7 @@ from memscope.capturing.entry import Entry
 from memscope.capturing.residency import SAMPLING as RUN_SAMPLING
 from memscope.capturing.residency import RunSampler
 from memscope.capturing.session import ADVICE_FOR_EVERY, ADVICE_MIN_PEAK, describe_environment
+from memscope.errors import described
 from memscope.program.sites import assigned_line, display_path
 from memscope.report import (
     DeletedRead,
@@ -73,7 +74,7 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
                                                                            runtime))
         except Exception as e:  # memscope's own fault: the functions' figures still stand
             failed = (f"memscope could not build the run's device memory over time "
-                      f"({type(e).__name__}: {e}); each function's figures are complete",)
+                      f"({described(e)}); each function's figures are complete",)
     hazards: tuple[DonationHazard, ...] = ()
     deleted = None
     if ledger is not None:

@@ -27,6 +27,7 @@ from memscope.capturing.observe import (
     written_back_seen,
 )
 from memscope.compiled.read import CompiledHandles
+from memscope.errors import described
 from memscope.program import sites
 
 
@@ -119,7 +120,7 @@ class Compiled(Stage):
         except Exception as e:
             entry = Entry(name=origin._memscope_name, source=origin._memscope_source,
                           signature="(?)", spec=origin._memscope_spec,
-                          error=f"could not describe the call: {type(e).__name__}: {e}")
+                          error=f"could not describe the call: {described(e)}")
         entry.watched_refs, _ = watch_refs(leaves, None)
         entry.library = origin._memscope_library
         origin.stamp(entry)
@@ -132,7 +133,7 @@ class Compiled(Stage):
             handles = CompiledHandles(_compat.without_call_arrays(traced), self._memscope_lowered,
                                       self._memscope_real)
         except Exception as e:  # never let the measurement break the program
-            entry.error = f"could not read the compiled program: {type(e).__name__}: {e}"
+            entry.error = f"could not read the compiled program: {described(e)}"
         if handles is not None:
             observation = written_back_seen(observation, handles, values)
         session.observed(entry, observation)

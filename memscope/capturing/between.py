@@ -27,6 +27,7 @@ import jax
 from memscope import _compat
 from memscope.analysis.recompiles import LeafShape, SignatureShape
 from memscope.compiled.read import array_names
+from memscope.errors import described
 from memscope.program import sites
 from memscope.report import DonationHazard, HazardKind
 
@@ -133,7 +134,7 @@ class DonationLedger:
 
     def explain(self, error: BaseException) -> None:
         """If ``error`` is JAX's deleted-array error, find the call that donated it."""
-        text = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        text = described(error, whole=False)
         if not any(marker in text for marker in _DELETED_MARKERS) or not self._recent:
             return
         donors = {leaf_id: (donated, leaf) for donated in self._recent

@@ -19,7 +19,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from memscope.errors import MemscopeError
+from memscope.errors import MemscopeError, described
 from memscope.program.imports import when_imported
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class Pending:
             self.problem = f"{e}; the program ran unmeasured"
         except Exception as e:  # memscope's own fault: the program runs unmeasured
             self.problem = (f"memscope could not set up its capture when the program "
-                            f"imported JAX ({type(e).__name__}: {e}); the program ran "
+                            f"imported JAX ({described(e)}); the program ran "
                             "unmeasured")
 
     def finish(self) -> None:

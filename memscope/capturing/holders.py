@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat
+from memscope import _python
 from memscope.analysis.run_memory import OUTPUT_HISTORY, Holder
 from memscope.program import sites
 
@@ -74,7 +74,7 @@ def user_holders(wanted: set[int], history: OutputHistory | None = None, *,
         # A module's frame: its locals are its namespace (no snapshot to leave behind).
         namespace = here.f_locals if scope == "module" else None
         if namespace is None or id(namespace) not in modules:
-            for name, value in _own(_compat.frame_locals(here), namespace, history):
+            for name, value in _own(_python.frame_locals(here), namespace, history):
                 _name_leaves(value, Holder(name, *where), wanted, found, budget)
         if namespace is None and id(here.f_globals) not in modules:
             for name, value in _own(list(here.f_globals.items()), here.f_globals,

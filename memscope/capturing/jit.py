@@ -48,10 +48,12 @@ from memscope.capturing.observe import (
     written_back_seen,
 )
 from memscope.capturing.session import Session
+from memscope.compiled.compile import compile_to_read
 from memscope.compiled.read import (
     CompiledHandles,
     take_compiled,
 )
+from memscope.compiled.targets.base import pieces
 from memscope.program import sites
 from memscope.program.sites import definition, library, site_text
 from memscope.report import (
@@ -489,19 +491,25 @@ class MeasuredJit:
     def compile_only(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Entry:
         """Record the call ``args``, ``kwargs`` (``jax.ShapeDtypeStruct``'s where
         arrays would be) without running it: traced, lowered and compiled for
-        its arguments' devices (a ``--target``'s, where the session has one),
+        the session's target (its arguments' devices: a ``--target``'s, or this machine's),
         then read, advised and measured as a first call is. Nothing is
         observed (no buffer exists), and the entry counts no call."""
-        session, target = self._memscope_session, self._memscope_session.accelerator
+        session = self._memscope_session
+        target = session.target
         key, values = keys.call_key(self._memscope_spec, args, kwargs)
         leaves = keys.program_leaves(values)
         session.clock.start()
         try:
             with session.recording_warnings() as warned:
                 traced = self._memscope_jitted.trace(*args, **kwargs)
+                # (the arguments are on the target's devices already: memscope.analyze)
                 lowered = _compat.lower(traced)
-                built = None if target is None else target.compile(lowered)
-                compiled = lowered.compile() if built is None else built.compiled
+                if target.runs_here:  # compiled as JAX would for the call
+                    built, compiled = None, lowered.compile()
+                else:
+                    built = compile_to_read(target, traced, lowered, cache=session.cache,
+                                            counted=False)
+                    compiled = pieces(built)[0]
         finally:
             seconds = session.clock.stop()
         handles = CompiledHandles(_compat.without_call_arrays(traced), lowered, compiled, built)
@@ -541,24 +549,29 @@ class MeasuredJit:
         if begun is None:
             return None, None
         variant, hold, job = begun
-        session.count_early()
+        if variant.mask is not None:
+            session.count_early()
         session.defer(job)
         return variant, hold
 
     def _prepare_early(self, leaves: Sequence[Any], args: tuple[Any, ...],
                        kwargs: dict[str, Any]
                        ) -> tuple[early.EarlyVariant, Hold, Callable[[], None]] | None:
-        """The early variant, what it holds and its job; ``None`` where none is begun."""
+        """The early variant, what it holds and its job; ``None`` where none is
+        begun. For a ``--target`` one is begun without a predicted donation too:
+        the call's own program compiled for the target begins with it."""
         session, spec = self._memscope_session, self._memscope_spec
+        own = not session.target.runs_here
         if (self._memscope_library is not None or self._memscope_framework is not None
-                or spec.donates  # (see early.predict)
+                or (spec.donates and not own)  # (see early.predict)
                 or not session.early_allowed() or not early.worth_tracing(leaves)):
             return None
         session.count_early(traced=True)
         traced = self._memscope_jitted.trace(*args, **kwargs)
         arguments = call_arguments(self._memscope_fun, spec, args, kwargs)
-        mask = early.predict(traced, leaves, arguments, self._memscope_style)
-        if mask is None:
+        mask = None if spec.donates else early.predict(traced, leaves, arguments,
+                                                       self._memscope_style)
+        if mask is None and not own:
             return None
         hold = Hold(self._memscope_fun, None, _compat.without_call_arrays(traced))
         session.keep(hold)

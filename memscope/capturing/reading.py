@@ -15,12 +15,10 @@ from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, Hold
 from memscope.capturing.session import Session
 from memscope.capturing.worker import release_free_memory
-from memscope.compiled.read import (
-    CompiledFacts,
-    CompiledHandles,
-    describe_sharding,
-    read_handles,
-)
+from memscope.compiled.compile import compile_to_read, dumped_compile
+from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
+from memscope.compiled.shardings import describe_sharding
+from memscope.errors import described
 from memscope.variants import donations, remat
 from memscope.variants.early import EarlyVariant
 
@@ -76,10 +74,14 @@ def _analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
     with contextlib.suppress(Exception):
         texts = tuple(describe_sharding(s) for s in shardings)
         session.publish(lambda: setattr(entry, "shardings", texts))
-    if early is not None:  # its compile first: the two at once would add their memory
+    if early is not None and session.target.runs_here:
+        # Its compile first: the two at once would add their memory. (For a
+        # --target, the call's own compile is the target's, made below: the
+        # two run side by side, as the program has ended before either would
+        # one after the other: docs/performance.md.)
         early.settle(hurry=lambda: session.worker.draining)
         release_free_memory()
-    read = _read(session, entry, hold, shardings, settings, ref_names)
+    read = _read(session, entry, hold, shardings, settings, ref_names, early)
     if read is None:
         return
     facts, written_flops, foreign = read
@@ -100,8 +102,8 @@ def _analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
 
 
 def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
-          settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None
-          ) -> tuple[Any, float | None, bool] | None:
+          settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None,
+          early: EarlyVariant | None = None) -> tuple[Any, float | None, bool] | None:
     """The compiled program read (renamed in the user's terms), the written
     program's FLOPs (for the checkpoint policies' table) and whether lowering it
     runs lowering rules of the program's own; ``None`` where it could not be read
@@ -114,24 +116,24 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
     try:
         with _compat.applied_config(settings):
             if handles.built is not None:  # compiled for the target already: read as its
-                read = session.accelerator.read(handles.traced, handles.lowered, handles.built,
-                                                shardings=shardings, ref_names=ref_names)
+                read = session.target.read(handles.traced, handles.lowered, handles.built,
+                                           shardings=shardings, ref_names=ref_names)
                 foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
                 del handles
                 facts = wrappers.renamed(entry.wrapper, read)
                 session.publish(lambda: setattr(entry, "facts", facts))
                 return facts, None, foreign
             read = read_handles(handles, shardings=shardings, ref_names=ref_names,
-                                cache=session.cache)
+                                dump=functools.partial(dumped_compile, cache=session.cache))
             session.count_dump(read.dumped)
             flops = (_compat.flops(handles.compiled)
-                     if hold.plan is not None and session.accelerator is None else None)
+                     if hold.plan is not None and session.target.runs_here else None)
             foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
             del handles  # the executable goes once read (end_read, below)
-            if session.accelerator is not None:
+            if not session.target.runs_here:  # the figures are the target's
                 here = read.memory
                 session.publish(lambda: setattr(entry, "memory_here", here))
-                read = _for_target(session, hold, shardings, ref_names)
+                read = _for_target(session, hold, shardings, ref_names, early)
             facts = wrappers.renamed(entry.wrapper, read)
             session.publish(lambda: setattr(entry, "facts", facts))
         return facts, flops, foreign
@@ -139,7 +141,7 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
         message = str(e)
         session.publish(lambda: setattr(entry, "error", message))
     except Exception as e:  # never let the measurement break the program
-        error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        error = f"could not read the compiled program: {described(e)}"
         session.publish(lambda: setattr(entry, "error", error))
     finally:
         hold.end_read()
@@ -147,18 +149,36 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
 
 
 def _for_target(session: Session, hold: Hold, shardings: list[Any],
-                ref_names: dict[int, str] | None) -> CompiledFacts:
-    """The call's program compiled for ``session.accelerator`` and read (XLA:TPU)."""
-    target = session.accelerator
+                ref_names: dict[int, str] | None, early: EarlyVariant | None = None
+                ) -> CompiledFacts:
+    """The call's program compiled for the session's ``--target`` and read
+    (through memscope's cache: a run again compiles nothing it kept): the
+    compile ``early`` began at the call, where it did."""
+    target = session.target
+    begun = early.take_own() if early is not None else None
+    if begun is not None:
+        own, compiled = begun
+        try:
+            if isinstance(compiled, Exception):
+                raise compiled
+            return target.read(own.traced, own.lowered, compiled, shardings=shardings,
+                               ref_names=ref_names)
+        except Exception as e:
+            raise TargetCompileError(f"could not compile it for {target.name}: "
+                                     f"{described(e)}") from None
     with hold.use(), hold.lowering() as traced:
         if traced is None:
             raise TargetCompileError(f"not compiled for {target.name}: "
                                      f"{hold.released or donations.LET_GO}")
         try:
-            return target.facts(traced, shardings, ref_names)
+            lowered = target.lower(traced)
+            compiled = compile_to_read(target, traced, lowered, cache=session.cache,
+                                       counted=False)
+            return target.read(traced, lowered, compiled, shardings=shardings,
+                               ref_names=ref_names)
         except Exception as e:
             raise TargetCompileError(f"could not compile it for {target.name}: "
-                                     f"{type(e).__name__}: {e}") from None
+                                     f"{described(e)}") from None
 
 
 class TargetCompileError(RuntimeError):
@@ -182,7 +202,7 @@ def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[An
                      written_flops, parameters)
         hold.release_plan()  # measured: the function itself goes
     except Exception as e:  # never let the measurement break the program
-        error = f"could not read the compiled program: {type(e).__name__}: {e}"
+        error = f"could not read the compiled program: {described(e)}"
         session.publish(lambda: setattr(entry, "error", error))
     finally:
         if early is not None:

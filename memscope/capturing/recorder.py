@@ -17,6 +17,8 @@ from memscope import _compat, _versions
 from memscope.analysis.advice import AdviceLevel
 from memscope.capturing.jit import MeasuredJit, is_jax_internal
 from memscope.capturing.session import Session
+from memscope.compiled.targets.base import Target
+from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError
 from memscope.variants.donation import VariantRequest
 
@@ -31,7 +33,8 @@ unverified_jax_said = _versions.unverified_said
 def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
             stop_after: int | None = None, keep_calls: bool = False,
             stop_at_repeat: bool | str = False,
-            remat_flops: float | None = None, accelerator: Any = None) -> Iterator[Session]:
+            remat_flops: float | None = None, target: Target | None = None
+            ) -> Iterator[Session]:
     """Record every function jitted inside the block when it is called there.
 
     A jit object made before the block is not recorded (JAX made it without
@@ -55,9 +58,10 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     has begun); given a function's name, at the first such call of that
     function (an evaluation loop before the training loop does not stop it).
     ``keep_calls`` keeps each signature's call in shapes (:class:`KeptCall`),
-    to compile it again (``memscope fit``). ``accelerator``
-    (a :class:`memscope.compiled.targets.Target`) compiles every function, and its
-    variants, for that accelerator too: the functions' figures are then its.
+    to compile it again (``memscope fit``). ``target`` (a
+    :class:`memscope.compiled.targets.Target`; by default this machine) is what
+    every function, and its variants, are compiled for: given an accelerator
+    (``--target``), the functions' figures are its.
 
     Reading the compiled programs and the variants' compiles finish before the
     block exits. Jit objects made inside the block stay usable after it; they
@@ -75,8 +79,8 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     _refuse_what_cannot_run(stop_after)
     with _compat.lowering_warnings() as proxy:
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
-                          remat_flops=remat_flops)
-        session.accelerator = accelerator
+                          remat_flops=remat_flops,
+                          target=target if target is not None else HereTarget())
         with contextlib.suppress(Exception):  # compile times are then n/a
             session.clock.install()
         session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat

@@ -33,6 +33,8 @@ from memscope.compiled.cache import CompileCache
 from memscope.compiled.read import (
     describe_sharding,
 )
+from memscope.compiled.targets.base import Target
+from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError, TargetStopped
 from memscope.report import (
     Device,
@@ -68,7 +70,7 @@ class Session:
     def __init__(self, proxy: Any, *, advise: bool | AdviceLevel = False,
                  request: VariantRequest | None = None,
                  stop_after: int | None = None,
-                 remat_flops: float | None = None) -> None:
+                 remat_flops: float | None = None, target: Target | None = None) -> None:
         self.entries: list[Entry] = []
         self.active = True
         self.advice: AdviceLevel = advice_level(advise)
@@ -80,8 +82,9 @@ class Session:
             raise MemscopeError(f"remat_flops must be at least 0, got {remat_flops}")
         self.request = request
         self.stop_after = stop_after
-        #: the accelerator the functions are compiled for too (``--target``), else None
-        self.accelerator: Any = None
+        #: what the functions are compiled for: this machine, or a ``--target``
+        #: accelerator (compiled for too, its figures the functions')
+        self.target: Target = target if target is not None else HereTarget()
         #: the compiles memscope reads kept across runs (:mod:`memscope.compiled.cache`)
         self.cache: CompileCache | None = CompileCache.from_environment()
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
@@ -302,13 +305,13 @@ class Session:
     def early_allowed(self) -> bool:
         """Whether a first call may be traced before JAX's call, to begin its
         advised variant early (:mod:`memscope.variants.early`): with
-        the advice on and compiled here (no ``--target``), no variant asked for
+        the advice on, no variant asked for
         beside it, among the first :data:`EARLY_TRACES` first calls large
         enough, until :data:`EARLY_FOR_FIRST` have begun one. JAX's call reuses
         that trace; only a call whose trace fails is traced again by JAX (to
         raise its error), so a run of many small tests stops trying early."""
         with self._lock:
-            return (self.advice != "off" and self.accelerator is None and self.request is None
+            return (self.advice != "off" and self.request is None
                     and self.early_compiles < EARLY_FOR_FIRST
                     and self.early_traced < EARLY_TRACES
                     and self.advice_given < ADVICE_FOR_EVERY)
@@ -354,9 +357,7 @@ class Session:
                         early_unused=self.early_unused,
                         dump_compiles=self.dumps["compiled"],
                         dump_cache_hits=self.dumps["kept"],
-                        target_compiles=getattr(self.accelerator, "compiles", 0),
-                        target_compile_seconds=getattr(self.accelerator, "compile_seconds",
-                                                       0.0))
+                        **_target_overhead(self.target))
 
     def observed(self, entry: Entry, seen: Observation | Failed) -> None:
         """Keep what a first call's buffers showed, or the error it ended in."""
@@ -476,3 +477,13 @@ def output_label(entry: Any, index: int) -> str:
     outputs = facts.program.outputs if facts is not None else ()
     path = outputs[index].path if index < len(outputs) else f"output leaf {index}"
     return f"{getattr(entry, 'name', '?')} {path}"
+
+
+def _target_overhead(target: Target) -> dict[str, Any]:
+    """The ``--target`` accelerator's compiles, their seconds and its cache hits
+    (none: compiled here, whose compiles the variants' counts hold)."""
+    if target.runs_here:
+        return {"target_compiles": 0, "target_compile_seconds": 0.0, "target_cache_hits": 0}
+    return {"target_compiles": target.compiles,
+            "target_compile_seconds": target.compile_seconds,
+            "target_cache_hits": target.cache_hits}

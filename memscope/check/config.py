@@ -33,11 +33,13 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from memscope.check.records import FIGURES, Budget, Config, Tolerance, Tolerances
 from memscope.errors import MemscopeError
 from memscope.report.units import parse_percent, parse_size
+
+T = TypeVar("T")
 
 PYPROJECT = "pyproject.toml"
 TOP_KEYS = ("max_increase", "max_increase_bytes", "functions", "max_live_growth",
@@ -162,19 +164,19 @@ def _size(value: Any, where: str) -> int:
     # TOML integers are bytes; strings carry their unit.
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    if not isinstance(value, str):
-        raise MemscopeError(f"{where}: expected a size such as \"2 GiB\", not {value!r}")
-    try:
-        return parse_size(value)
-    except MemscopeError as e:
-        raise MemscopeError(f"{where}: {e}") from None
+    return _parsed(value, where, parse_size, "a size such as \"2 GiB\"")
 
 
 def _percent(value: Any, where: str) -> float:
+    return _parsed(value, where, parse_percent, "a percentage such as \"5%\"")
+
+
+def _parsed(value: Any, where: str, parse: Callable[[str], T], example: str) -> T:
+    """``value``, a string, as ``parse`` reads it; else one line that says ``where``."""
     if not isinstance(value, str):
-        raise MemscopeError(f"{where}: expected a percentage such as \"5%\", not {value!r}")
+        raise MemscopeError(f"{where}: expected {example}, not {value!r}")
     try:
-        return parse_percent(value)
+        return parse(value)
     except MemscopeError as e:
         raise MemscopeError(f"{where}: {e}") from None
 

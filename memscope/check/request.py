@@ -42,7 +42,7 @@ class CheckRequest:
     def make(cls, *, target: str | None, args: tuple[str, ...], as_module: bool,
              report_file: str | None, baseline: str | None, update_baseline: bool,
              config: Config, strict_env: bool, allow_empty: bool, output_format: str,
-             accelerator: str | None, misplaced: str = "") -> CheckRequest:
+             target_spec: str | None, misplaced: str = "") -> CheckRequest:
         """The request the options make.
 
         Raises:
@@ -63,7 +63,7 @@ class CheckRequest:
             raise MemscopeError("nothing to check against: give --baseline FILE.json, or "
                                 "budgets in [tool.memscope.functions.NAME] of pyproject.toml "
                                 "or --config" + misplaced)
-        if accelerator is not None and target is None:
+        if target_spec is not None and target is None:
             raise MemscopeError("--target compiles a SCRIPT's functions: give the SCRIPT")
         assert output_format in ("terminal", "markdown")
         return cls(target=target, args=args, as_module=as_module, report_file=report_file,

@@ -11,13 +11,13 @@ import click
 
 from memscope import _versions
 from memscope.errors import MemscopeError
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from memscope.render.text import visible
 from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, write_whole
 from memscope.report.leaves import LeafFilter, unmatched_pattern
 
 if TYPE_CHECKING:
-    from memscope.compiled.targets import Accelerator
+    from memscope.compiled.targets import Target
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,7 +66,7 @@ def check_writable(path: str, option: str = "--output") -> None:
         raise MemscopeError(f"cannot write the report to {path}: {folder} is not writable")
 
 
-def output_paths(target: Target | None, **given: str | None) -> dict[str, str | None]:
+def output_paths(target: Script | None, **given: str | None) -> dict[str, str | None]:
     """Each output path checked and made absolute before the target runs (which may
     change the working directory); keys are option names (``output``, ``html``).
 
@@ -92,7 +92,7 @@ def output_paths(target: Target | None, **given: str | None) -> dict[str, str | 
     return resolved
 
 
-def _target_file(target: Target | None) -> str | None:
+def _target_file(target: Script | None) -> str | None:
     if target is None:
         return None
     if target.module:
@@ -223,8 +223,8 @@ def html_option(f: F) -> F:
                              "(no network needed to view it).")(f)
 
 
-def accelerator_option(f: F) -> F:
-    return click.option("--target", "accelerator", metavar="tpu:GEN:TOPOLOGY|gpu:MODEL[:N]",
+def target_option(f: F) -> F:
+    return click.option("--target", "target_spec", metavar="tpu:GEN:TOPOLOGY|gpu:MODEL[:N]",
                         help="Also compile every captured function for this accelerator, "
                              "and report its figures per device: a TPU topology (e.g. "
                              "tpu:v5p:2x2x1, tpu:v5e:2x4, tpu:v6e:2x2) with libtpu's "
@@ -237,8 +237,9 @@ def accelerator_option(f: F) -> F:
                              "accelerator.")(f)
 
 
-def open_accelerator(text: str | None) -> Accelerator | None:
-    """The ``--target`` accelerator, set up before the script runs; ``None`` if not given.
+def open_target(text: str | None) -> Target | None:
+    """The ``--target`` accelerator, set up before the script runs; ``None`` if
+    not given (the script's functions are compiled for this machine).
     It starts JAX, on the CPU with the target's devices, before the program runs
     (the one case where memscope imports JAX first: docs/cli.md).
 
@@ -248,9 +249,9 @@ def open_accelerator(text: str | None) -> Accelerator | None:
     """
     if text is None:
         return None
-    from memscope.compiled.targets import open_target, parse_target
+    from memscope.compiled.targets import open_target
 
-    return open_target(parse_target(text))
+    return open_target(text)
 
 
 def trace_option(f: F) -> F:

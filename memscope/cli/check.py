@@ -14,12 +14,12 @@ from memscope.check.judge import target_failure
 from memscope.check.records import CheckResult
 from memscope.check.request import CheckRequest
 from memscope.cli._common import (
-    accelerator_option,
     misplaced_hint,
     module_option,
-    open_accelerator,
+    open_target,
     output_option,
     output_paths,
+    target_option,
     unreadable_line,
     unverified_jax_line,
 )
@@ -31,7 +31,7 @@ from memscope.errors import (
 )
 from memscope.flow import run_and_report
 from memscope.program.ending import Guard
-from memscope.program.runner import Target, check_target
+from memscope.program.runner import Script, check_script
 from memscope.render.check import render_check
 from memscope.render.github import render_check_annotations
 from memscope.render.junit import render_check_junit
@@ -63,7 +63,7 @@ from memscope.report import Report, load_report, save_report
 @click.option("--junit-xml", metavar="FILE.xml", help="Also write JUnit XML, a case per function.")
 @output_option
 @module_option
-@accelerator_option
+@target_option
 @click.argument("target", metavar="[SCRIPT]", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -72,7 +72,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
           max_increase_bytes: tuple[str, ...], strict_env: bool, allow_empty: bool,
           output_format: str, junit_xml: str | None, output: str | None, as_module: bool,
           user_packages: tuple[str, ...],
-          accelerator: str | None, target: str | None, args: tuple[str, ...]) -> None:
+          target_spec: str | None, target: str | None, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or check --report REPORT.json) and compare every jitted
     function with --baseline and the budgets in [tool.memscope].
 
@@ -87,19 +87,19 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
         baseline=baseline, update_baseline=update_baseline,
         config=with_options(load_config(config_file), max_increase, max_increase_bytes),
         strict_env=strict_env, allow_empty=allow_empty, output_format=output_format,
-        accelerator=accelerator,
+        target_spec=target_spec,
         misplaced=misplaced_hint(ctx, args, "memscope check --baseline FILE.json SCRIPT "
                                             "[ARGS]..."))
     base = (_load_baseline(request.baseline)
             if request.compares and request.baseline is not None else None)
-    what = None if target is None else Target(target, tuple(args), module=as_module,
+    what = None if target is None else Script(target, tuple(args), module=as_module,
                                               packages=user_packages)
     if what is not None:
-        check_target(what)
+        check_script(what)
     paths = output_paths(what, output=output, junit_xml=junit_xml,
                          baseline=baseline if update_baseline else None)
     guard = ctx.with_resource(Guard())
-    report = _current_report(request, what, guard, paths["output"], accelerator)
+    report = _current_report(request, what, guard, paths["output"], target_spec)
     _same_target(base, report)
     _gate(ctx, request, report)
     if update_baseline:
@@ -110,8 +110,8 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     ctx.exit(EXIT_REGRESSION if result.failed else 0)
 
 
-def _current_report(request: CheckRequest, what: Target | None, guard: Guard,
-                    output: str | None, accelerator: str | None) -> Report:
+def _current_report(request: CheckRequest, what: Script | None, guard: Guard,
+                    output: str | None, target_spec: str | None) -> Report:
     """The report to judge: the saved one, or the target's run (saved to ``output``
     however it ends)."""
     if what is None:
@@ -125,7 +125,7 @@ def _current_report(request: CheckRequest, what: Target | None, guard: Guard,
         click.echo(warning, err=True)
     return run_and_report(what, guard=guard, deliver=None if output is None
                           else partial(save_report, path=output),
-                          accelerator=open_accelerator(accelerator))
+                          target=open_target(target_spec))
 
 
 def _gate(ctx: click.Context, request: CheckRequest, report: Report) -> None:

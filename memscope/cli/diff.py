@@ -22,7 +22,7 @@ from memscope.cli._common import (
 from memscope.errors import EXIT_USAGE, MemscopeError
 from memscope.flow import run_and_report
 from memscope.program.ending import Guard
-from memscope.program.runner import Target, check_target
+from memscope.program.runner import Script, check_script
 from memscope.render.diff import render_diff
 from memscope.report import FunctionReport, load_report, save_report
 from memscope.variants.donation import VariantRequest, parse_spec
@@ -69,9 +69,9 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
                             "numbers, names, all or none); to compare two reports give "
                             "OLD.json NEW.json" + hint)
     request = VariantRequest(parse_spec(spec), frozenset(functions) or None)
-    what = Target(target, tuple(args), module=as_module,
+    what = Script(target, tuple(args), module=as_module,
                      packages=user_packages)
-    check_target(what)
+    check_script(what)
     saved = output_paths(what, output=output)["output"]
     guard = ctx.with_resource(Guard())
     report = run_and_report(what, request=request, stop_after=stop_after, guard=guard,

@@ -7,13 +7,13 @@ import sys
 import click
 
 from memscope.cli._common import (
-    accelerator_option,
     module_option,
-    open_accelerator,
+    open_target,
     stop_after_option,
+    target_option,
 )
 from memscope.flow import run_fit
-from memscope.program.runner import Target, check_target
+from memscope.program.runner import Script, check_script
 from memscope.render.fit import render_fit_json, render_fit_text
 from memscope.render.plan import (
     render_plan_html,
@@ -39,7 +39,7 @@ from memscope.report.units import parse_size
               help="The budget per device, e.g. 80GiB (default: the device's limit from "
                    "memory_stats(); CPU has none).")
 @stop_after_option
-@accelerator_option
+@target_option
 @click.option("--plan", "plan", is_flag=True,
               help="Find the largest batch for each setting instead: as written, the "
                    "advised donation, each checkpoint policy, the policy made from the "
@@ -53,7 +53,7 @@ from memscope.report.units import parse_size
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], function: str | None, batch: tuple[str, ...],
-        memory: str | None, stop_after: int | None, accelerator: str | None, plan: bool,
+        memory: str | None, stop_after: int | None, target_spec: str | None, plan: bool,
         fmt: str, target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... until its loop begins (a jitted signature called a
     second time, or --stop-after N calls), then compile the chosen function at
@@ -75,12 +75,12 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
     """
     if fmt in ("markdown", "html") and not plan:
         raise click.UsageError(f"--format {fmt} is --plan's: fit alone writes text or json")
-    what = Target(target, tuple(args), module=as_module,
+    what = Script(target, tuple(args), module=as_module,
                   packages=user_packages)
-    check_target(what)
+    check_script(what)
     budget = parse_size(memory) if memory is not None else None
     done = run_fit(what, function=function, batch=batch, memory=budget,
-                   stop_after=stop_after, accelerator=open_accelerator(accelerator), plan=plan)
+                   stop_after=stop_after, target=open_target(target_spec), plan=plan)
     if done.plan is not None:
         render = {"json": lambda p, f: render_plan_json(p, f, outcome=done.outcome),
                   "markdown": render_plan_markdown, "html": render_plan_html,

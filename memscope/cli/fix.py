@@ -9,7 +9,7 @@ import click
 from memscope.cli._common import misplaced_hint, module_option
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
 from memscope.fix import plan as fixing
-from memscope.program.runner import Target, check_target
+from memscope.program.runner import Script, check_script
 from memscope.render.fix import render_checks, render_diff, render_problems
 
 
@@ -42,9 +42,9 @@ def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], wri
     5 an edit was refused (nothing written); 6 the edited program measured
     differently from the advice (files restored unless --keep).
     """
-    what = Target(target, tuple(args), module=as_module,
+    what = Script(target, tuple(args), module=as_module,
                      packages=user_packages)
-    check_target(what)
+    check_script(what)
     try:
         before = fixing.capture(what, stop_after=stop_after, advice="advised")
     except MemscopeError as e:  # memscope's options after SCRIPT went to the script

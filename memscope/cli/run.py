@@ -8,7 +8,6 @@ import click
 
 from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
 from memscope.cli._common import (
-    accelerator_option,
     buffers_option,
     detail_option,
     format_option,
@@ -18,10 +17,11 @@ from memscope.cli._common import (
     misplaced_hint,
     module_option,
     nothing_called,
-    open_accelerator,
+    open_target,
     output_option,
     output_paths,
     stop_after_option,
+    target_option,
     trace_option,
     unmatched_path_line,
     unreadable_line,
@@ -32,7 +32,7 @@ from memscope.cli._common import (
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
 from memscope.flow import run_and_report
 from memscope.program.ending import Guard
-from memscope.program.runner import Target, check_target
+from memscope.program.runner import Script, check_script
 from memscope.report import Report, save_report
 from memscope.report.leaves import LeafFilter
 
@@ -68,7 +68,7 @@ from memscope.report.leaves import LeafFilter
 @buffers_option
 @html_option
 @trace_option
-@accelerator_option
+@target_option
 @leaves_options
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -76,7 +76,7 @@ from memscope.report.leaves import LeafFilter
 def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], output: str | None, quiet: bool,
         advice: AdviceLevel | None, no_advice: bool, remat: bool | None,
         remat_flops: float | None, stop_after: int | None, strict: bool,
-        detail: bool, output_format: str, buffers: bool, html: str | None, trace: str | None, accelerator: str | None,
+        detail: bool, output_format: str, buffers: bool, html: str | None, trace: str | None, target_spec: str | None,
         leaves: bool, path_pattern: str | None,
         fate: str | None,
         target: str, args: tuple[str, ...]) -> None:
@@ -95,13 +95,13 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     compiled program could not be read.
     """
     level, remat_at = advice_options(advice, no_advice, remat, remat_flops)
-    what = Target(target, tuple(args), module=as_module,
+    what = Script(target, tuple(args), module=as_module,
                      packages=user_packages)
-    check_target(what)
+    check_script(what)
     paths = output_paths(what, output=output, html=html, trace=trace)
     guard = ctx.with_resource(Guard())
     which = leaf_filter(leaves, path_pattern, fate)
-    chips = open_accelerator(accelerator)
+    chips = open_target(target_spec)
 
     def deliver(report: Report) -> None:
         if paths["output"] is not None:
@@ -120,7 +120,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
                             deliver=deliver,
                             remat_flops=remat_at,
-                            accelerator=chips)
+                            target=chips)
     assert report.run is not None
     if not report.functions:
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")

@@ -1,27 +1,28 @@
 """memscope's cache of the compiles it only reads, across runs.
 
-A donation variant is compiled only for what memscope reads of it (its
-``memory_analysis()``, its buffer assignment, its optimized module), and on a
-compile-bound program that compile is most of what memscope costs. A program
-run again (a CI job, a notebook cell, an edit elsewhere) lowers the same
-variants again: their reads are kept on disk, keyed by everything the compile
-depends on (:func:`memscope._compat.compile_fingerprint`: the lowered module
-with its source locations, XLA's options and flags, the compile-time JAX
-settings, the JAX and jaxlib versions, the backend and its devices; here also
-the host's CPU), and a later run reads them instead of compiling. The pieces
-kept are the ones the figures are read from in either case: a variant's facts
-are read from a :class:`Kept` whether it was compiled now or before. Where
-``memory_analysis()`` carries no buffer assignment (XLA:GPU), the program's
-own functions are compiled once more with XLA's dump to read it
-(:func:`memscope.compiled.read.read_stages`): that compile is kept too.
+Every compile memscope makes only to read it (a donation variant, a checkpoint
+policy, one of ``fit``'s sizes, a function compiled for a ``--target``, XLA's
+dump of a program whose ``memory_analysis()`` lacks its buffer assignment)
+goes through one call, :func:`memscope.compiled.compile.compile_to_read`, and
+on a compile-bound program those compiles are most of what memscope costs. A
+program run again (a CI job, a notebook cell, an edit elsewhere) lowers the
+same programs again: their reads are kept on disk, keyed by everything the
+compile depends on (:meth:`CompileCache.key`: the lowered module with its
+source locations, XLA's options and flags, the compile-time JAX settings, the
+JAX and jaxlib versions, the backend, its devices and the target's compiler
+and description; here also the host's CPU), and a later run reads them instead
+of compiling. The pieces kept are the ones the figures are read from in either
+case: a compile's facts are read from a :class:`Kept` whether it was compiled
+now or before, and a :class:`Kept` is stored only where its bytes read back as
+itself and its figures as the compile's.
 
 Where: ``$MEMSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/memscope``, else
 ``~/.cache/memscope``; ``MEMSCOPE_CACHE=off`` turns it off. At most
 :data:`LIMIT_BYTES` are kept, the least recently used going first. A file that
 cannot be read is a miss (and is removed); a cache that cannot be written is
-left alone. Kept: compiles whose buffer assignment memscope has, from
+left alone. Kept: every compile whose buffer assignment memscope has, from
 ``memory_analysis()`` (XLA:CPU) or from XLA's dump of the compile (XLA:GPU,
-:mod:`memscope.compiled.dump`), and whose outputs each sit on one device.
+XLA:TPU, :mod:`memscope.compiled.dump`), on one device or sharded over many.
 """
 
 from __future__ import annotations
@@ -36,19 +37,21 @@ import struct
 import tempfile
 import threading
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
+import jaxlib
 
 from memscope import _compat
 from memscope.compiled.dump import Built
+from memscope.compiled.shardings import KeptSharding
 from memscope.version import __version__
 
 #: the cache's size, at most: the least recently used files go first
 LIMIT_BYTES = 256 * 1024 * 1024
-_MAGIC = b"memscope-compile-1\n"
+_MAGIC = b"memscope-compile-2\n"
 
 
 def user_cache(name: str) -> Path:
@@ -60,8 +63,9 @@ def user_cache(name: str) -> Path:
 @dataclass(frozen=True)
 class Kept:
     """What memscope reads of one executable, taken from it once: it stands in
-    for ``jax.stages.Compiled`` where the variants are read
-    (:func:`memscope.compiled.read.read_stages`)."""
+    for ``jax.stages.Compiled`` where a compile is read (``memory_analysis()``,
+    ``cost_analysis()``'s FLOPs, the input and output shardings), with the
+    optimized module and buffer assignment beside it, whatever the target."""
 
     #: ``memory_analysis()``'s figures (:func:`memscope._compat.memory_stats_fields`)
     fields: dict[str, int]
@@ -69,59 +73,81 @@ class Kept:
     assignment: bytes
     #: the optimized module, a serialized ``HloModuleProto``
     module: bytes
-    #: each output's device: platform, id, memory kind
-    outputs: tuple[tuple[str, int, str | None], ...]
-    #: the ``flops`` of XLA's ``cost_analysis()`` (``None``: it gave none, or the
-    #: file was kept before memscope kept them)
+    #: each flat input's sharding (``None``: an input the program dropped)
+    inputs: tuple[KeptSharding | None, ...]
+    #: each flat output's sharding
+    outputs: tuple[KeptSharding, ...]
+    #: the ``flops`` of XLA's ``cost_analysis()`` (``None``: it gave none)
     flops: float | None = None
+    #: XLA options the compile was made with beyond those asked for (a
+    #: target's retry: :attr:`memscope.compiled.dump.Built.options`)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def memory_analysis(self) -> Any:
         return _compat.memory_stats(self.fields, self.assignment)
 
+    def cost_analysis(self) -> dict[str, float]:
+        if self.flops is None:
+            raise NotImplementedError("no FLOPs were counted for this compile")
+        return {"flops": self.flops}
+
     @property
-    def output_shardings(self) -> list[Any]:
-        devices = {(d.platform, d.id): d for d in jax.devices(self.outputs[0][0])} \
-            if self.outputs else {}
-        return [jax.sharding.SingleDeviceSharding(devices[(p, i)], memory_kind=kind)
-                for p, i, kind in self.outputs]
+    def input_shardings(self) -> list[KeptSharding | None]:
+        return list(self.inputs)
+
+    @property
+    def output_shardings(self) -> list[KeptSharding]:
+        return list(self.outputs)
 
     @classmethod
-    def of(cls, compiled: Any) -> Kept | None:
-        """The pieces of ``compiled`` (an executable, or a :class:`Built`: one
-        with XLA's dump of it) memscope reads; ``None`` where they do not make
-        the whole read (no buffer assignment in ``memory_analysis()`` nor in the
-        dump, several modules, an output on several devices)."""
+    def of(cls, built: Built) -> Kept | None:
+        """The pieces of ``built`` (an executable, with XLA's dump of it where
+        there is one) memscope reads; ``None`` where they do not make the whole
+        read (no buffer assignment in ``memory_analysis()`` nor in the dump,
+        several modules)."""
         try:
-            built = compiled if isinstance(compiled, Built) else None
-            executable = compiled.compiled if built is not None else compiled
+            executable = built.compiled
             stats = executable.memory_analysis()
-            if built is not None:
-                assignment = built.assignment
+            if built.assignment is not None:
+                assignment: bytes | None = built.assignment
                 modules = [] if built.module is None else [built.module]
             else:
                 assignment = _compat.buffer_assignment_bytes(stats)
-                modules = _compat.optimized_hlo_module_protos(executable)
+                modules = ([built.module] if built.module is not None
+                           else _compat.optimized_hlo_module_protos(executable))
             if assignment is None or len(modules) != 1:
                 return None
-            outputs = []
-            for sharding in jax.tree_util.tree_leaves(executable.output_shardings):
-                if not isinstance(sharding, jax.sharding.SingleDeviceSharding):
-                    return None
-                device: Any = next(iter(sharding.device_set))
-                outputs.append((str(device.platform), int(device.id), sharding.memory_kind))
             return cls(_compat.memory_stats_fields(stats), assignment, modules[0],
-                       tuple(outputs), _compat.flops(executable))
+                       _kept_inputs(executable), _kept_outputs(executable),
+                       _compat.flops(executable), dict(built.options))
         except Exception:  # read from the executable itself, as without the cache
             return None
 
 
-@dataclass(frozen=True)
-class Fresh:
-    """An executable compiled in this run, to be kept in ``cache`` under ``key`` once read."""
+def _kept_inputs(executable: Any) -> tuple[KeptSharding | None, ...]:
+    shardings = jax.tree_util.tree_leaves(executable.input_shardings,
+                                          is_leaf=lambda x: x is None)
+    shapes = _shapes(lambda: executable.in_avals, len(shardings))
+    return tuple(None if s is None else KeptSharding.of(s, shape)
+                 for s, shape in zip(shardings, shapes, strict=True))
 
-    compiled: Any
-    key: str
-    cache: CompileCache
+
+def _kept_outputs(executable: Any) -> tuple[KeptSharding, ...]:
+    shardings = jax.tree_util.tree_leaves(executable.output_shardings)
+    shapes = _shapes(lambda: executable.out_info, len(shardings))
+    return tuple(KeptSharding.of(s, shape) for s, shape in zip(shardings, shapes, strict=True))
+
+
+def _shapes(read: Any, count: int) -> list[tuple[int, ...] | None]:
+    """The flat leaves' shapes ``read()`` gives (avals, or ``ShapeDtypeStruct``'s),
+    where there are ``count`` of them; else unknown."""
+    try:
+        leaves = jax.tree_util.tree_leaves(read())
+        if len(leaves) == count:
+            return [tuple(int(d) for d in leaf.shape) for leaf in leaves]
+    except Exception:
+        pass
+    return [None] * count
 
 
 class CompileCache:
@@ -148,31 +174,22 @@ class CompileCache:
         where = os.environ.get("MEMSCOPE_CACHE_DIR")
         return cls(Path(where) if where else user_cache("memscope"))
 
-    def key(self, lowered: Any, options: dict[str, Any]) -> str | None:
-        """The key of compiling ``lowered`` with ``options`` here (see the module's
-        doc); ``None`` where it cannot be told (the variant is then compiled, not kept)."""
+    def key(self, lowered: Any, options: dict[str, Any], target: str = "") -> str | None:
+        """The key of compiling ``lowered`` with XLA debug ``options`` for the
+        ``target`` so described (:attr:`memscope.compiled.targets.Target.identity`):
+        everything the compile depends on (see the module's doc); ``None`` where
+        it cannot be told (the compile is then made, not kept)."""
         try:
-            fingerprint = _compat.compile_fingerprint(lowered, options)
+            facts = (_compat.compile_placement(lowered), target,
+                     sorted((k, repr(v)) for k, v in options.items()),
+                     _compat.compile_settings(), jax.__version__, jaxlib.__version__,
+                     os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", ""))
+            module = _compat.module_bytecode(lowered)
         except Exception:
             return None
         digest = hashlib.sha256(f"{__version__}\0{_host()}\0".encode())
-        digest.update(fingerprint)
+        digest.update(repr(facts).encode() + b"\0" + module)
         return digest.hexdigest()
-
-    def find(self, lowered: Any, options: dict[str, Any], *, counted: bool = True
-             ) -> tuple[str | None, Kept | None]:
-        """The key of compiling ``lowered`` with ``options`` (:meth:`key`), and
-        what is kept under it (:meth:`load`), each ``None`` where there is none."""
-        key = self.key(lowered, options)
-        return key, None if key is None else self.load(key, counted=counted)
-
-    def keep(self, key: str, compiled: Any) -> Kept | None:
-        """Keep the pieces of ``compiled`` memscope reads (:meth:`Kept.of`) under
-        ``key``, and return them; ``None`` where they do not make the whole read."""
-        kept = Kept.of(compiled)
-        if kept is not None:
-            self.store(key, kept)
-        return kept
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.bin"
@@ -197,12 +214,15 @@ class CompileCache:
                 self.hits += 1
         return kept
 
-    def store(self, key: str, kept: Kept) -> None:
-        """Keep ``kept`` under ``key``; a cache that cannot be written is left as it is."""
+    def store(self, key: str, kept: Kept) -> bool:
+        """Keep ``kept`` under ``key``, where its bytes read back as ``kept``;
+        whether it was kept (a cache that cannot be written is left as it is)."""
         path = self._path(key)
         written = None
         try:
             data = _encode(kept)
+            if _decode(data) != kept:  # (a figure the encoding would change)
+                return False
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=path.parent, delete=False,
                                              suffix=".tmp") as f:
@@ -212,12 +232,13 @@ class CompileCache:
         except (OSError, TypeError, ValueError):
             if written is not None:
                 _remove(written)
-            return
+            return False
         with self._lock:
             if self._size is None or self._size + len(data) > self.limit:
                 self._size = self._trim()
             else:
                 self._size += len(data)
+        return True
 
     def _trim(self) -> int | None:
         """Remove the least recently used files until the cache is within its
@@ -241,7 +262,9 @@ class CompileCache:
 
 
 def _encode(kept: Kept) -> bytes:
-    header = json.dumps({"fields": kept.fields, "outputs": kept.outputs, "flops": kept.flops,
+    header = json.dumps({"fields": kept.fields, "flops": kept.flops, "options": kept.options,
+                         "inputs": [None if s is None else s.encoded() for s in kept.inputs],
+                         "outputs": [s.encoded() for s in kept.outputs],
                          "module": len(kept.module),
                          "assignment": len(kept.assignment)}).encode()
     return _MAGIC + zlib.compress(struct.pack("<I", len(header)) + header
@@ -260,8 +283,10 @@ def _decode(data: bytes) -> Kept:
     if len(module) != header["module"] or len(assignment) != header["assignment"]:
         raise ValueError("a truncated memscope cache file")
     return Kept({k: int(v) for k, v in header["fields"].items()}, assignment, module,
-                tuple((str(p), int(i), k) for p, i, k in header["outputs"]),
-                None if header.get("flops") is None else float(header["flops"]))
+                tuple(None if s is None else KeptSharding.decoded(s) for s in header["inputs"]),
+                tuple(KeptSharding.decoded(s) for s in header["outputs"]),
+                None if header["flops"] is None else float(header["flops"]),
+                dict(header["options"]))
 
 
 def _remove(path: Path) -> None:

@@ -12,7 +12,7 @@ same lowering, made where the compiled programs are read (memscope's worker).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,9 @@ class Built:
     compiled: Any
     module: bytes | None
     assignment: bytes | None
+    #: XLA options the compile was made with beyond those asked for (a
+    #: target's retry with another option: :mod:`memscope.compiled.targets.gpu`)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def compile_dumped(lowered: Any, options: dict[str, Any] | None = None) -> Built:

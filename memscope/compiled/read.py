@@ -10,7 +10,7 @@ executable JAX runs and never compiles a second time.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +23,11 @@ from memscope.compiled.buffers import (
     embedded_buffer_assignment,
     read_buffer_assignment,
 )
-from memscope.compiled.cache import CompileCache
-from memscope.compiled.dump import compile_dumped
+from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, analyze
 from memscope.compiled.program import WRITTEN_BACK, Leaf, Program
+from memscope.compiled.shardings import describe_sharding
 from memscope.report import (
     HostMemory,
     Memory,
@@ -96,31 +96,32 @@ def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
 
 def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = (),
                  ref_names: Mapping[int, str] | None = None,
-                 cache: CompileCache | None = None) -> CompiledFacts:
+                 dump: Dump | None = None) -> CompiledFacts:
     """Read the memory figures and buffer facts of the executable in ``handles``.
 
     ``shardings`` holds each flat dynamic input's ``jax.sharding.Sharding``
     (``None`` for a non-array); ``ref_names`` names, by ``id``, the Refs the
-    function closes over; ``cache`` keeps XLA's dump of the program where its
-    buffer assignment is read from one (:func:`read_stages`).
+    function closes over; ``dump`` compiles the program with XLA's dump where
+    its buffer assignment is read from one (:func:`read_stages`).
     """
     return read_stages(handles.traced, handles.lowered, handles.compiled,
-                       shardings=shardings, ref_names=ref_names, cache=cache)
+                       shardings=shardings, ref_names=ref_names, dump=dump)
 
 
 def read_stages(traced: Any, lowered: Any, compiled: Any, *,
                 shardings: Sequence[Any] = (),
                 ref_names: Mapping[int, str] | None = None,
                 module: bytes | None = None, assignment: bytes | None = None,
-                cache: CompileCache | None = None) -> CompiledFacts:
+                dump: Dump | None = None) -> CompiledFacts:
     """Read one compiled program from its three stages (``jax.stages``): the
     executable ``compiled``, the ``lowered`` module it came from, and the
     ``traced`` call that names its arguments. ``module`` and ``assignment``
     (serialized) stand in for the executable's own optimized module and buffer
     assignment where XLA gave them apart (its dump: :mod:`memscope.compiled.targets`).
     Where neither they nor the executable carry the assignment (XLA:GPU),
-    ``lowered`` is compiled once more with XLA's dump, or the dump is read
-    from ``cache`` where an earlier run kept it."""
+    ``lowered`` is compiled once more with XLA's dump: by ``dump`` where given
+    (:func:`memscope.compiled.compile.dumped_compile`, through memscope's
+    cache), else here."""
     stats = compiled.memory_analysis()
     decoded = parse_module(module if module is not None
                            else _compat.optimized_hlo_module_protos(compiled)[0])
@@ -128,7 +129,8 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     scheduled = decoded  # the module the assignment names (and whose schedule is replayed)
     dumped = None
     if buffers is None and assignment is None:
-        scheduled, buffers, error, dumped = _dumped_buffers(lowered, decoded, error, cache)
+        scheduled, buffers, error, dumped = _dumped_buffers(lowered, decoded, error,
+                                                            dump or _dumped_here)
     program = _program(traced, lowered, compiled, shardings, decoded, ref_names)
     memory = by_memory_kind(memory_figures(stats), program)
     if memory.memory_kind_note is not None and buffers is not None:
@@ -171,8 +173,18 @@ def read_buffers(stats: Any, module: Any, compiled: Any = None, dumped: bytes | 
         return None, str(e)
 
 
-def _dumped_buffers(lowered: Any, decoded: Any, error: str | None,
-                    cache: CompileCache | None = None
+#: compiles a lowering once more with XLA's dump: the compile (a
+#: :class:`~memscope.compiled.dump.Built`, or what the cache kept of one) and
+#: how it was had, ``"compiled"`` or ``"kept"`` (:attr:`CompiledFacts.dumped`)
+Dump = Callable[[Any], tuple[Any, str]]
+
+
+def _dumped_here(lowered: Any) -> tuple[Built, str]:
+    """One compile of ``lowered`` with XLA's dump, kept nowhere."""
+    return compile_dumped(_compat.lowered_apart(lowered)), "compiled"
+
+
+def _dumped_buffers(lowered: Any, decoded: Any, error: str | None, dump: Dump
                     ) -> tuple[Any, BufferAssignment | None, str | None, str | None]:
     """The buffer assignment from XLA's dump of one more compile of ``lowered``
     (:mod:`memscope.compiled.dump`), with the module it names, and how it was
@@ -180,23 +192,14 @@ def _dumped_buffers(lowered: Any, decoded: Any, error: str | None,
     XLA:GPU, whose ``memory_analysis()`` and serialized executable carry none.
     That compile is JAX's own (XLA's default options, the autotuner on), of
     ``lowered`` parsed apart (:func:`memscope._compat.lowered_apart`: JAX's
-    caches keep nothing of it); with a ``cache``, kept there, and read from it
-    in a run again."""
-    key, kept = (None, None) if cache is None else cache.find(lowered, {}, counted=False)
-    how = "kept"
-    if kept is None:
-        try:
-            built = compile_dumped(_compat.lowered_apart(lowered))
-        except Exception as e:  # the program itself compiled; a dump that fails is only unknown
-            return decoded, None, f"{error}; compiling it again to dump it failed ({e})", None
-        how = "compiled"
-        if built.module is None or built.assignment is None:
-            return decoded, None, f"{error}, nor XLA's dump of it", how
-        if key is not None and cache is not None:
-            cache.keep(key, built)
-        module, assignment = built.module, built.assignment
-    else:
-        module, assignment = kept.module, kept.assignment
+    caches keep nothing of it), made by ``dump``."""
+    try:
+        compiled, how = dump(lowered)
+    except Exception as e:  # the program itself compiled; a dump that fails is only unknown
+        return decoded, None, f"{error}; compiling it again to dump it failed ({e})", None
+    if compiled.module is None or compiled.assignment is None:
+        return decoded, None, f"{error}, nor XLA's dump of it", how
+    module, assignment = compiled.module, compiled.assignment
     dumped = parse_module(module)
     try:
         return dumped, read_buffer_assignment(assignment, dumped), None, how
@@ -247,7 +250,8 @@ def memory_figures(stats: Any) -> Memory:
     )
 
 
-def compiled_memory(traced: Any, lowered: Any, compiled: Any) -> Memory:
+def compiled_memory(traced: Any, lowered: Any, compiled: Any, *,
+                    module: bytes | None = None) -> Memory:
     """The figures of one compiled program whose device figures hold device
     memory only (:func:`by_memory_kind`), for the compiles that read nothing
     else (``fit``, the checkpoint policies). Where no argument or output is in
@@ -261,8 +265,9 @@ def compiled_memory(traced: Any, lowered: Any, compiled: Any) -> Memory:
         return memory
     if not any(is_host_kind(getattr(s, "memory_kind", None)) for s in (*shardings, *outputs)):
         return memory
-    module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
-    return by_memory_kind(memory, _program(traced, lowered, compiled, shardings, module))
+    decoded = parse_module(module if module is not None
+                           else _compat.optimized_hlo_module_protos(compiled)[0])
+    return by_memory_kind(memory, _program(traced, lowered, compiled, shardings, decoded))
 
 
 def by_memory_kind(memory: Memory, program: Program) -> Memory:
@@ -321,22 +326,6 @@ def host_colored(buffers: BufferAssignment, program: Program, module: Any
         for a in buffers.allocations))
 
 
-def describe_sharding(sharding: Any) -> str | None:
-    """``cpu:0`` for one device, ``P('data', None) on data=8`` for a mesh."""
-    if sharding is None:
-        return None
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
-        device: Any = next(iter(sharding.device_set))
-        text = f"{device.platform}:{device.id}"
-    elif isinstance(sharding, jax.sharding.NamedSharding):
-        axes = ",".join(f"{name}={size}" for name, size in sharding.mesh.shape.items())
-        text = f"{_compat.partition_spec_text(sharding.spec)} on {axes}"
-    else:
-        text = f"{type(sharding).__name__} over {len(sharding.device_set)} devices"
-    kind = getattr(sharding, "memory_kind", None)
-    return text if kind in (None, "device") else f"{text} in {kind}"
-
-
 def _shard_shape(sharding: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
     try:
         return tuple(int(d) for d in sharding.shard_shape(shape))
@@ -378,9 +367,9 @@ def _output_shardings(compiled: Any, count: int) -> tuple[Any, ...]:
 
 
 def _device_count(shardings: Sequence[Any]) -> int | None:
-    devices: set[Any] = set()
-    for s in shardings:
-        devices |= set(getattr(s, "device_set", ()))
+    devices: set[int] = set()
+    for s in shardings:  # (by id: a kept sharding's devices are their ids)
+        devices |= {d if isinstance(d, int) else d.id for d in getattr(s, "device_set", ())}
     return len(devices) or None
 
 

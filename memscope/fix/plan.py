@@ -29,7 +29,7 @@ from memscope.errors import EXIT_TARGET_FAILED, MemscopeError
 from memscope.fix.edit import Donate, EditRequest, FixRefused, edit_source, parse_setting
 from memscope.fix.flow import check_call, parameters
 from memscope.program import sites
-from memscope.program.runner import Target
+from memscope.program.runner import Script
 from memscope.report import FunctionReport, Report, load_report
 
 #: ``--stop-after`` when none is given: enough for a training loop's first steps
@@ -105,7 +105,7 @@ class Check:
 # --------------------------------------------------------------- capture --
 
 
-def capture(target: Target, *, stop_after: int, advice: AdviceLevel) -> Report:
+def capture(target: Script, *, stop_after: int, advice: AdviceLevel) -> Report:
     """The report of ``memscope run --stop-after N`` of ``target``, run in a fresh
     process with its output held back (shown only if it fails).
 

@@ -24,7 +24,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_RAISED, TargetError, TargetStopped
+from memscope.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_TARGET_RAISED,
+    TargetError,
+    TargetStopped,
+    described,
+    text_of,
+)
 from memscope.program import sites
 from memscope.report import Outcome
 
@@ -32,8 +39,9 @@ _PYTHON_SUFFIXES = (".py", ".pyw")
 
 
 @dataclass(frozen=True)
-class Target:
-    """What to run: a script path, or a module name when ``module`` is true.
+class Script:
+    """The user's program to run: a script path, or a module name when ``module``
+    is true.
 
     ``packages`` names more packages as the user's code (``--user-package``),
     beside the target's own (see :func:`user_code`)."""
@@ -52,7 +60,7 @@ class RunResult:
     error: str | None = None
 
 
-def check_target(target: Target) -> None:
+def check_script(target: Script) -> None:
     """Fail early, with one line, for a target ``python`` could not start.
 
     Raises:
@@ -87,7 +95,7 @@ def check_target(target: Target) -> None:
         raise TargetError(f"{where}: syntax error: {message}") from None
 
 
-def user_code(target: Target) -> sites.UserCode:
+def user_code(target: Script) -> sites.UserCode:
     """The files that are the user's code in ``target``'s run, wherever they are
     installed: a script's own folder; for ``-m``, the top-level package (or
     module) the target runs from; and each package of ``target.packages``.
@@ -99,7 +107,7 @@ def user_code(target: Target) -> sites.UserCode:
     roots: list[str] = []
     if target.module:
         top = target.name.split(".")[0]  # the whole package the module is in
-        roots.extend(_package_roots(top, Target(target.name, module=True)))
+        roots.extend(_package_roots(top, Script(target.name, module=True)))
     else:
         folder = os.path.abspath(target.name)
         roots.append(os.path.realpath(folder if os.path.isdir(folder)
@@ -113,7 +121,7 @@ def user_code(target: Target) -> sites.UserCode:
     return sites.UserCode(roots=tuple(dict.fromkeys(roots)), packages=target.packages)
 
 
-def _package_roots(name: str, target: Target) -> list[str]:
+def _package_roots(name: str, target: Script) -> list[str]:
     """Where the package (``maxtext``) or module named ``name`` lives, as the
     target's ``sys.path`` finds it: its folders, or its file; a dotted name
     (``maxtext.trainers``) names the folder of that subpackage."""
@@ -133,13 +141,13 @@ def _package_roots(name: str, target: Target) -> list[str]:
 
 def _check_module(name: str) -> None:
     try:
-        with _main_sys_path(Target(name, module=True)):
+        with _main_sys_path(Script(name, module=True)):
             _main_spec(name)
     except (ImportError, ValueError) as e:
         raise TargetError(f"cannot run module {name!r}: {e}") from None
 
 
-def run_target(target: Target, *, on_finish: Callable[[], None] | None = None,
+def run_script(target: Script, *, on_finish: Callable[[], None] | None = None,
                on_error: Callable[[BaseException], None] | None = None) -> RunResult:
     """Run ``target`` as ``__main__`` and say how it ended; never raises for it.
 
@@ -168,7 +176,7 @@ def run_target(target: Target, *, on_finish: Callable[[], None] | None = None,
     return result
 
 
-def _run(target: Target) -> None:
+def _run(target: Script) -> None:
     """Execute the target's code in a fresh ``__main__`` module set up as python 3.11
     does: ``__file__`` absolute, ``__loader__``, ``__spec__`` (``None`` for a script),
     ``__cached__``, and the module itself in ``sys.modules["__main__"]``."""
@@ -263,7 +271,7 @@ def ended_by(e: BaseException) -> RunResult:
         return RunResult("stopped", 0)
     if isinstance(e, KeyboardInterrupt):
         return RunResult("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt")
-    return RunResult("failed", EXIT_TARGET_RAISED, _one_line(e))
+    return RunResult("failed", EXIT_TARGET_RAISED, described(e, whole=False))
 
 
 def exit_status(code: int) -> int:
@@ -281,19 +289,7 @@ def _exit_result(code: object) -> RunResult:
     if isinstance(code, int):  # bools included, as python treats them
         status = exit_status(int(code))
         return RunResult("completed" if status == 0 else "failed", status)
-    return RunResult("failed", 1, f"SystemExit: {_text(code)}")
-
-
-def _text(value: object) -> str:
-    try:
-        return str(value)
-    except Exception:  # a __str__ that raises: python prints nothing useful either
-        return f"<{type(value).__name__}>"
-
-
-def _one_line(e: BaseException) -> str:
-    text = _text(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+    return RunResult("failed", 1, f"SystemExit: {text_of(code)}")
 
 
 def _print_traceback(e: BaseException) -> None:
@@ -311,7 +307,7 @@ def _print_traceback(e: BaseException) -> None:
 
 
 @contextlib.contextmanager
-def _main_sys_path(target: Target) -> Iterator[None]:
+def _main_sys_path(target: Script) -> Iterator[None]:
     """``sys.path[0]`` as python sets it: the script's folder, or the working
     directory for ``-m``."""
     saved = sys.path[:]
@@ -329,7 +325,7 @@ def _main_sys_path(target: Target) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _as_main(target: Target) -> Iterator[None]:
+def _as_main(target: Script) -> Iterator[None]:
     saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
     sys.argv = [target.name, *target.args]  # for -m, argv[0] becomes the file
     try:

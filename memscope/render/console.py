@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memscope.render.text import wrap
+from memscope.render.text import aligned, wrap
 
 #: Width when writing to a pipe or file and COLUMNS is not set.
 PIPE_WIDTH = 120
@@ -69,13 +69,9 @@ class Lines:
 
 
 def columns(out: Lines, header: list[str], rows: list[list[str]], right: set[int]) -> None:
-    """Aligned columns, every cell whole: a list, one line per row, never wrapped."""
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "    " + "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                                  for i, (c, w) in enumerate(zip(cells, widths, strict=True)
-                                                             )).rstrip()
-    out.line(line(header), "dim")
-    for r in rows:
-        out.line(line(r))
+    """Aligned columns (:func:`~memscope.render.text.aligned`), every cell whole: a
+    list, one line per row, never wrapped; the header dim."""
+    first, *lines = aligned(header, rows, right, indent="    ")
+    out.line(first, "dim")
+    for line in lines:
+        out.line(line)

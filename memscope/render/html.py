@@ -22,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from memscope.render import html_leaves, html_live, html_run
+from memscope.errors import first_line
+from memscope.render import html_leaves, html_live, html_page, html_run
 from memscope.render.text import fates_text
 from memscope.render.text import html_text as _t
 from memscope.report import (
@@ -42,15 +43,10 @@ from memscope.report.summary import (
 )
 from memscope.report.units import format_bytes
 
+#: The report's own rules, after the shared ones (:data:`memscope.render.html_page.CSS`).
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;
-max-width:1180px;color:#1d232b;background:#fff;padding:0 16px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:32px 0 4px;
-border-top:2px solid #dde3ea;padding-top:14px}h3{font-size:15px;margin:18px 0 6px}
-.meta,.dim{color:#5b6673}.warn{color:#8a5a00}code{font-size:12.5px}
-table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}
-th,td{border:1px solid #dde3ea;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f3f6f9}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+h2{font-size:18px;margin:32px 0 4px;border-top:2px solid #dde3ea;padding-top:14px}
+h3{font-size:15px;margin:18px 0 6px}.warn{color:#8a5a00}
 .fate-aliased,.fate-reuses_input{color:#16794a}.fate-donor{color:#0f6c85}
 .fate-unusable{color:#b3261e;font-weight:600}.fate-copy_of_input{color:#8a5a00}
 .fate-pruned,.fate-ref_unused{color:#8a96a3}
@@ -97,15 +93,9 @@ class _Page:
 
 def render_html(report: Report, file: IO[str]) -> None:
     """Write ``report`` to ``file`` as a complete HTML document."""
-    title = _title(report)
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{_t(title)}</title>"
-             f"<style>{_CSS}{html_live.CSS}{html_run.CSS}</style></head><body>",
-             *_body(report, _Page()),
-             f"<script>{html_leaves.SCRIPT}{html_live.SCRIPT}{html_run.SCRIPT}</script>"
-             "</body></html>"]
-    file.write("\n".join(parts))
-    file.write("\n")
+    file.write(html_page.document(
+        _title(report), _body(report, _Page()), css=_CSS + html_live.CSS + html_run.CSS,
+        script=html_leaves.SCRIPT + html_live.SCRIPT + html_run.SCRIPT))
 
 
 def report_fragment(report: Report) -> str:
@@ -126,7 +116,8 @@ def function_fragment(fn: FunctionReport) -> str:
 
 
 def _embedded(parts: list[str]) -> str:
-    css = scoped(_CSS + html_live.CSS + html_run.CSS + _FRAGMENT_CSS, f".{FRAGMENT_CLASS}")
+    css = scoped(html_page.CSS + _CSS + html_live.CSS + html_run.CSS + _FRAGMENT_CSS,
+                 f".{FRAGMENT_CLASS}")
     return "\n".join([f'<div class="{FRAGMENT_CLASS}"><style>{css}</style>', *parts, "</div>"])
 
 
@@ -325,8 +316,8 @@ def _groups(s: FunctionSummary) -> list[str]:
 
 
 def _reasons(fn: FunctionReport, s: FunctionSummary) -> list[str]:
-    out = [f'<p class="warn">JAX warned: {_t(w.strip().splitlines()[0])}</p>'
-           for w in fn.warnings if w.strip()]
+    out = [f'<p class="warn">JAX warned: {_t(line)}</p>'
+           for line in map(first_line, fn.warnings) if line]
     if not s.reasons:
         return out
     items = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from memscope.render.html_page import hover_columns
 from memscope.render.text import html_text as _t
 from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
 from memscope.report.units import format_bytes
@@ -100,15 +101,10 @@ def _chart(t: MemoryTimeline, name: str) -> str:
 def _hover_rects(points: Sequence[tuple[int, int]], x: Callable[[int], float],
                  height: int) -> list[str]:
     """One transparent column per point, as wide as its stretch of the chart."""
-    xs = [x(s) for s, _ in points]
-    out = []
-    for i, (step, size) in enumerate(points):
-        left = (xs[i - 1] + xs[i]) / 2 if i else xs[i] - 2
-        right = (xs[i] + xs[i + 1]) / 2 if i + 1 < len(xs) else xs[i] + 2
-        out.append(f'<rect class="pt" x="{left:.1f}" y="0" width="{max(right - left, 1):.1f}" '
-                   f'height="{height - 20}" data-step="{step}" data-bytes="{size}" '
-                   f'data-label="step {step}: {_t(format_bytes(size))}"/>')
-    return out
+    return hover_columns([x(s) for s, _ in points], [
+        f'data-step="{step}" data-bytes="{size}" '
+        f'data-label="step {step}: {_t(format_bytes(size))}"' for step, size in points],
+        height - 20, 2)
 
 
 def _peak_list(live: LiveAtPeak) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 
+from memscope.render.html_page import hover_columns
 from memscope.render.text import html_text as _t
 from memscope.report import HighWater, RunMemory, RunPoint
 from memscope.report.run_text import headline, parts
@@ -110,15 +111,9 @@ def _markers(points: Sequence[RunPoint], x: Callable[[int], float],
 
 def _hover_rects(points: Sequence[RunPoint], x: Callable[[int], float]) -> list[str]:
     """One transparent column per point, as wide as its stretch of the chart."""
-    xs = [x(p.call) for p in points]
-    out = []
-    for i, p in enumerate(points):
-        left = (xs[i - 1] + xs[i]) / 2 if i else xs[i] - 3
-        right = (xs[i] + xs[i + 1]) / 2 if i + 1 < len(xs) else xs[i] + 3
-        out.append(f'<rect class="pt" x="{left:.1f}" y="0" width="{max(right - left, 1):.1f}" '
-                   f'height="{_HEIGHT - 20}" data-call="{p.call}" data-bytes="{p.total_bytes}" '
-                   f'data-label="{_t(_point_text(p))}"/>')
-    return out
+    return hover_columns([x(p.call) for p in points], [
+        f'data-call="{p.call}" data-bytes="{p.total_bytes}" '
+        f'data-label="{_t(_point_text(p))}"' for p in points], _HEIGHT - 20, 3)
 
 
 def _point_text(p: RunPoint) -> str:

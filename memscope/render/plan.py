@@ -11,8 +11,9 @@ import dataclasses
 import json
 from typing import IO
 
+from memscope.render import html_page
+from memscope.render.text import aligned, markdown_cell, markdown_code, markdown_text, visible
 from memscope.render.text import html_text as _t
-from memscope.render.text import markdown_cell, markdown_code, markdown_text, visible
 from memscope.report import FitPlan, PlanRow
 from memscope.report.units import format_bytes, format_bytes_apart
 
@@ -82,12 +83,8 @@ def render_plan_text(p: FitPlan, file: IO[str]) -> None:
              visible(budget_line(p)), *(visible(x) for x in headline(p)),
              f"batch axis: {visible(p.choice_note or p.argument)}; now {p.batch}, "
              f"step {p.step}", ""]
-    grid = [COLUMNS, *(tuple(visible(c) for c in row) for row in table(p))]
-    widths = [max(len(row[i]) for row in grid) for i in range(len(COLUMNS))]
-    for row in grid:
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(row, widths, strict=True))
-                               ).rstrip())
+    lines += aligned(COLUMNS, [[visible(c) for c in row] for row in table(p)],
+                     right=range(1, len(COLUMNS)))
     for extra in (p.batch_note, p.compile_note):
         if extra:
             lines += ["", f"note: {visible(extra)}"]
@@ -124,15 +121,10 @@ def render_plan_markdown(p: FitPlan, file: IO[str]) -> None:
     file.write("\n".join(lines))
 
 
+#: The plan's own rules, after the shared ones (:data:`memscope.render.html_page.CSS`).
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;
-max-width:1180px;color:#1d232b;background:#fff;padding:0 16px}
-h1{font-size:22px;margin:0 0 4px}.meta{color:#5b6673}code{font-size:12.5px}
 .best{background:#eef7f1;border-left:4px solid #16794a;padding:6px 10px;margin:10px 0}
-table{border-collapse:collapse;margin:8px 0 12px;font-size:13px}
-th,td{border:1px solid #dde3ea;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f3f6f9}td.n{text-align:right;font-variant-numeric:tabular-nums;
-white-space:nowrap}tr.winner td{font-weight:600}tr.none td{color:#5b6673}
+table{margin:8px 0 12px}tr.winner td{font-weight:600}tr.none td{color:#5b6673}
 """
 
 
@@ -151,19 +143,17 @@ def render_plan_html(p: FitPlan, file: IO[str]) -> None:
                       for j, c in enumerate(row))
         rows.append(f"<tr class=\"{kind}\" title=\"{_t(r.code or '')}\">{tds}</tr>")
     why = "".join(f"<li><b>{_t(s)}</b>: {_t(n)}</li>" for s, n in notes(p))
-    page = (
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>memscope fit --plan: {_t(p.function)}</title><style>{_CSS}</style></head>"
-        f"<body><h1>memscope fit --plan: {_t(p.function)}</h1>"
+    title = f"memscope fit --plan: {p.function}"
+    body = [
+        f"<h1>{_t(title)}</h1>",
         f"<div class=\"meta\">{_t(p.source or 'n/a')} · {_t(budget_line(p))} · batch axis: "
-        f"{_t(p.choice_note or p.argument)}; now {p.batch}, step {p.step}</div>{best}"
-        "<table id=\"plan\"><thead><tr>"
-        + "".join(f"<th>{_t(c)}</th>" for c in COLUMNS)
-        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        + (f"<h2>Notes</h2><ul>{why}</ul>" if why else "")
-        + "".join(f"<p>{_t(x)}</p>" for x in (p.batch_note, p.compile_note) if x)
-        + f"<p class=\"meta\">{_t(cost_line(p))}</p></body></html>\n")
-    file.write(page)
+        f"{_t(p.choice_note or p.argument)}; now {p.batch}, step {p.step}</div>{best}",
+        "<table id=\"plan\"><thead><tr>" + "".join(f"<th>{_t(c)}</th>" for c in COLUMNS)
+        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>",
+        *([f"<h2>Notes</h2><ul>{why}</ul>"] if why else []),
+        *(f"<p>{_t(x)}</p>" for x in (p.batch_note, p.compile_note) if x),
+        f"<p class=\"meta\">{_t(cost_line(p))}</p>"]
+    file.write(html_page.document(title, body, css=_CSS))
 
 
 def _batch(r: PlanRow) -> str:

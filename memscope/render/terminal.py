@@ -20,6 +20,7 @@ from typing import IO
 from rich.table import Table
 from rich.text import Text
 
+from memscope.errors import first_line
 from memscope.render.console import Lines, make_console
 from memscope.render.oom import post_mortem_lines
 from memscope.render.terminal_leaves import LeafFilter, leaf_detail, remat_section
@@ -434,11 +435,11 @@ def _notes(fn: FunctionReport) -> list[str]:
     notes = []
     warned = [b.path for b in fn.inputs if b.in_warning]
     for text in fn.warnings:
-        lines = text.strip().splitlines()
-        if lines:
+        line = first_line(text)
+        if line:
             that = (f" That is: {visible(bounded_leaves(warned))}."
-                    if warned and "not usable" in lines[0] else "")
-            notes.append(f"JAX warned: {visible(lines[0])}{that}")
+                    if warned and "not usable" in line else "")
+            notes.append(f"JAX warned: {visible(line)}{that}")
     if fn.measured is not None:
         mm = fn.measured
         compiled = format_bytes(fn.memory.peak_bytes if fn.memory else None)

@@ -9,14 +9,15 @@ console never reads markup (``[bold]`` prints as typed); HTML, markdown, JUnit a
 GitHub annotations add their own escaping on top of this one.
 
 No rich here, so the pytest plugin and the command line use it too. Also the
-one-line chart (:func:`sparkline`) the terminal views share.
+one-line chart (:func:`sparkline`) the terminal views share, and the column
+aligner (:func:`aligned`) of every plain-text table.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,17 @@ def source_text(source: str | None) -> str:
     if source is None:
         return "n/a"
     return visible(from_the_package(source))
+
+
+def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int],
+            indent: str = "") -> list[str]:
+    """The header and each row as one line after ``indent``: every cell whole,
+    padded to its column's widest (the ``right`` columns to the right), two
+    spaces apart, no trailing space."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return [indent + "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                               ).rstrip() for r in (header, *rows)]
 
 
 def shorten(text: str, limit: int) -> str:

@@ -178,9 +178,12 @@ class Overhead:
     dump_cache_hits: int = 0
     #: with ``--target``: XLA compiles for the target (the functions', their
     #: variants', checkpoint policies' and fit's sizes, each with XLA's dump of
-    #: it) and the seconds they took, in ``analysis_seconds``
+    #: it) and the seconds they took, each compile's own, summed (two side by
+    #: side count both); and the target's compiles read from memscope's cache
+    #: of an earlier run instead
     target_compiles: int = 0
     target_compile_seconds: float = 0.0
+    target_cache_hits: int = 0
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from memscope.analysis.advice import AdviceLevel
 from memscope.analysis.fates import classify
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.read import CompiledFacts
-from memscope.errors import MemscopeError
+from memscope.compiled.targets.base import Target
+from memscope.errors import MemscopeError, described
 from memscope.report import InputBuffer, VariantName
 from memscope.report.function import MEANINGFUL_SAVING
 from memscope.report.paths import bounded_leaves
@@ -124,8 +125,8 @@ class Host(Protocol):
 
     advice: AdviceLevel
     request: VariantRequest | None
-    #: the accelerator the variants are compiled for (``--target``), else None
-    accelerator: Any
+    #: what the variants are compiled for: this machine, or a ``--target``
+    target: Target
     #: the variants' reads kept across runs (:mod:`memscope.compiled.cache`), else None
     cache: CompileCache | None
 
@@ -175,11 +176,11 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: TracedSource,
                 done.append(ready)
             else:
                 pending.append((ready, lowered))
-    done += _compile(call, pending, shardings, host)
+    done += _compiled(call, pending, shardings, host)
     for ready, begun in started:
         assert begun.lowered is not None
         done.append(_recorded(call, ready, read_compiled(begun.lowered, begun.take(),
-                                                         shardings)))
+                                                         host.target, shardings)))
     by_name = {v.name: v for v in done}
     done += [replace(v, facts=by_name[v.same_as].facts, warnings=by_name[v.same_as].warnings,
                      error=by_name[v.same_as].error)
@@ -192,17 +193,16 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: TracedSource,
     return _consistent_advice(call, facts, done, traced, shardings, host)
 
 
-def _compile(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
+def _compiled(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
              shardings: list[Any], host: Host) -> list[VariantFacts]:
     """Compile the lowered variants: one at a time at the lowest priority while
     the program runs; side by side at the usual priority once it has ended and
     the report waits for them."""
     ended = host.worker.draining
-    results = compile_variants([lowered for _, lowered in pending], shardings=shardings,
-                               workers=None if ended else 1,
+    results = compile_variants([lowered for _, lowered in pending], host.target,
+                               shardings=shardings, workers=None if ended else 1,
                                pool=None if ended else host.worker.compiler,
-                               settings=_compat.config_snapshot(),
-                               accelerator=host.accelerator, cache=host.cache)
+                               settings=_compat.config_snapshot(), cache=host.cache)
     return [_recorded(call, ready, result)
             for (ready, _), result in zip(pending, results, strict=True)]
 
@@ -212,7 +212,7 @@ def _recorded(call: Call, ready: VariantFacts, result: CompiledFacts | Exception
     """The variant with its compile's facts (in the user's terms), or its error."""
     if isinstance(result, Exception):
         return replace(ready, error=f"could not compile with {ready.setting}: "
-                                    f"{type(result).__name__}: {result}"
+                                    f"{described(result)}"
                                     f"{_ref_alias_note(result)}")
     return replace(ready, facts=call.rename(result))
 
@@ -349,7 +349,7 @@ def _consistent_advice(call: Call, facts: CompiledFacts, variants: list[VariantF
     ready, refix_mask = _describe(call, facts, "advised", refix)
     lowered, ready = _lower_variant(ready, refix_mask, traced, host, facts)
     if lowered is not None:
-        (ready,) = _compile(call, [(ready, lowered)], shardings, host)
+        (ready,) = _compiled(call, [(ready, lowered)], shardings, host)
         host.count_variants(compiled=1, reused=0)
     wider = wider_note(refix, rest, arguments, style)
     variants[at] = replace(ready, note=f"{dropped} {wider}" if wider else dropped)
@@ -398,8 +398,8 @@ def _lower_variant(ready: VariantFacts, mask: tuple[bool, ...], traced: TracedSo
         if program is None:
             return None, replace(ready, error=f"not compiled: {LET_GO}")
         try:
-            lowered = lower_variant(program, mask, host.accelerator)
+            lowered = lower_variant(program, mask, host.target)
         except Exception as e:
             return None, replace(ready, error=f"could not lower with {ready.setting}: "
-                                              f"{type(e).__name__}: {e}")
+                                              f"{described(e)}")
     return lowered, replace(ready, warnings=tuple(lowering_warnings))

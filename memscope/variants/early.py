@@ -51,12 +51,17 @@ MIN_EQUATIONS = 100
 
 @dataclass
 class EarlyVariant:
-    """The predicted advised variant of one call: its flat donation ``mask``,
-    and, once the worker has lowered it, the lowering, JAX's warnings for it
-    and the future of its compile (:func:`compile_lowered`'s result)."""
+    """The predicted advised variant of one call: its flat donation ``mask``
+    (``None``: none predicted), and, once the worker has lowered it, the
+    lowering, JAX's warnings for it and the future of its compile
+    (:func:`compile_lowered`'s result). For a ``--target``, also the call's own
+    program compiled for the target (``own``), begun at once: beside JAX's
+    compile of the call, in the worker's low-priority threads."""
 
-    mask: tuple[bool, ...]
+    mask: tuple[bool, ...] | None
     lowered: LoweredVariant | None = None
+    own_lowered: LoweredVariant | None = None
+    own: Future[Any] | None = None
     warnings: tuple[str, ...] = ()
     compile: Future[Any] | None = None
     used: bool = False
@@ -71,7 +76,8 @@ class EarlyVariant:
         """Whether this is the variant of ``mask``, lowered and compiling (the
         worker runs the job that starts it before the call's reading)."""
         self.ready.wait(5)  # set already, unless the worker skipped the job (cancelled)
-        return self.compile is not None and self.lowered is not None and mask == self.mask
+        return (self.compile is not None and self.lowered is not None
+                and self.mask is not None and mask == self.mask)
 
     def settle(self, hurry: Callable[[], bool]) -> None:
         """Wait for the compile begun, if one was, without taking it (what is
@@ -88,14 +94,26 @@ class EarlyVariant:
         assert self.compile is not None
         return self.compile.result()
 
+    def take_own(self) -> tuple[LoweredVariant, Any] | None:
+        """The call's own program lowered for the target and its compile's result
+        (waiting for it), where it was begun early; ``None`` where not."""
+        self.ready.wait(5)
+        if self.own is None or self.own_lowered is None:
+            return None
+        found = self.own_lowered, self.own.result()
+        self.own, self.own_lowered = None, None
+        return found
+
     def drop(self) -> bool:
-        """Let go of an unused compile; whether one was started. One already
-        running is waited for (in the worker thread, which the report waits
-        for): nothing of a capture, its program's constants included, outlives it."""
+        """Let go of an unused compile; whether the variant's was started. One
+        already running is waited for (in the worker thread, which the report
+        waits for): nothing of a capture, its program's constants included,
+        outlives it. So is the call's own compile for the target, if not taken."""
         started = self.compile is not None
-        if self.compile is not None and not self.compile.cancel():  # cancelled: never runs
-            self.compile.result()
-        self.compile, self.lowered = None, None
+        for future in (self.compile, self.own):
+            if future is not None and not future.cancel():  # cancelled: never runs
+                future.result()
+        self.compile, self.lowered, self.own, self.own_lowered = None, None, None, None
         return started
 
 
@@ -163,9 +181,12 @@ def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
             if (traced is None or host.worker.cancelled
                     or _compat.lowers_with_foreign_rules(traced.jaxpr)):
                 return  # (lowering runs the program's own rules: not while it runs)
+            _start_own(early, traced, host, settings)
+            if early.mask is None:
+                return
             with (host.recording_warnings(emit=False) as warnings,
                   _compat.applied_config(settings)):
-                lowered = lower_variant(traced, early.mask)
+                lowered = lower_variant(traced, early.mask, host.target)
         early.lowered, early.warnings = lowered, tuple(warnings)
         early.compile = host.worker.compiler.submit(_unless_cancelled, host, early, lowered,
                                                     settings)
@@ -175,6 +196,26 @@ def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
         early.ready.set()
 
 
+def _start_own(early: EarlyVariant, traced: Any, host: Host,
+               settings: _compat.ConfigSnapshot) -> None:
+    """For a ``--target``: the call's own program lowered for it, its compile
+    begun at once (the reading takes it: :meth:`EarlyVariant.take_own`). An
+    accelerator's compile holds no device memory of the program's, and XLA's
+    compile of the call here and the target's run side by side, the target's
+    at the lowest priority; where this fails, the reading compiles it."""
+    if host.target.runs_here:
+        return
+    try:
+        with host.recording_warnings(emit=False), _compat.applied_config(settings):
+            lowered = host.target.lower(traced)
+        own = LoweredVariant(_compat.reading_view(traced), _compat.without_const_args(lowered))
+        early.own = host.worker.compiler.submit(compile_lowered, own, host.target, settings,
+                                                host.cache, counted=False)
+        early.own_lowered = own
+    except Exception:
+        early.own, early.own_lowered = None, None
+
+
 def _unless_cancelled(host: Host, early: EarlyVariant, lowered: LoweredVariant,
                       settings: _compat.ConfigSnapshot) -> Any:
     """The compile, once JAX's call has returned, unless the report stopped
@@ -182,7 +223,7 @@ def _unless_cancelled(host: Host, early: EarlyVariant, lowered: LoweredVariant,
     early.released.wait()
     if host.worker.cancelled:
         return RuntimeError("not compiled: the run was interrupted")
-    return compile_lowered(lowered, settings, cache=host.cache)
+    return compile_lowered(lowered, host.target, settings, cache=host.cache)
 
 
 def _is_array(x: Any) -> bool:

@@ -23,9 +23,12 @@ from typing import Any, Protocol
 
 import jax
 
-from memscope import _compat, _frameworks
-from memscope.compiled.read import compiled_memory
-from memscope.errors import MemscopeError
+from memscope import _frameworks
+from memscope.compiled.cache import CompileCache
+from memscope.compiled.compile import compile_to_read
+from memscope.compiled.targets.base import Target
+from memscope.compiled.targets.here import HereTarget
+from memscope.errors import MemscopeError, first_line
 from memscope.report import FitRow, Forecast
 from memscope.variants.compile import lower_variant
 from memscope.variants.donation import Argument
@@ -77,20 +80,21 @@ def retrace(call: KeptCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
 
 
 def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
-                 donated: tuple[bool, ...] | None = None, accelerator: Any = None
-                 ) -> int | None:
-    """The function's peak at ``batch`` by memscope's rule: one XLA compile, with
-    the function's own donation or the flat leaves in ``donated``; for the
-    ``accelerator`` (:class:`memscope.compiled.targets.Target`) when given."""
-    return compile_point(call, choice, batch, donated, accelerator)[0]
+                 donated: tuple[bool, ...] | None = None, target: Target | None = None,
+                 cache: CompileCache | None = None) -> int | None:
+    """The function's peak at ``batch`` by memscope's rule: one XLA compile (or
+    one ``cache`` kept), with the function's own donation or the flat leaves in
+    ``donated``; for ``target`` (this machine by default)."""
+    return compile_point(call, choice, batch, donated, target, cache)[0]
 
 
 def compile_point(call: KeptCall, choice: BatchChoice, batch: int,
-                  donated: tuple[bool, ...] | None = None, accelerator: Any = None
-                  ) -> tuple[int | None, float | None]:
+                  donated: tuple[bool, ...] | None = None, target: Target | None = None,
+                  cache: CompileCache | None = None) -> tuple[int | None, float | None]:
     """:func:`compile_peak`'s compile: the peak, and the step's FLOPs from the
     compile's own ``cost_analysis()`` (``None`` where it counts none). What the
     function prints or warns while it is traced again is not the program's."""
+    target = target if target is not None else HereTarget()
     args, kwargs = resized(call, choice, batch)
     with warnings.catch_warnings(), silenced():
         warnings.simplefilter("ignore")
@@ -100,21 +104,16 @@ def compile_point(call: KeptCall, choice: BatchChoice, batch: int,
             raise NotCompiled(batch, "trace", e) from e
         try:
             if donated is not None:
-                variant = lower_variant(traced, donated, accelerator)
+                variant = lower_variant(traced, donated, target)
                 traced, lowered = variant.traced, variant.lowered
-            elif accelerator is not None:
-                lowered = accelerator.lower(traced)
             else:
-                lowered = _compat.lower(traced)
-            if accelerator is not None:
-                built = accelerator.compile(lowered)
-                flops = read_flops(lambda: accelerator.flops(traced, built.compiled))
-                return accelerator.memory(traced, lowered, built).peak_bytes, flops
-            compiled = _compat.compile_to_read(lowered, sizes=True)
+                lowered = target.lower(traced)
+            compiled = compile_to_read(target, traced, lowered, sizes=True, cache=cache,
+                                       counted=False)
         except Exception as e:
             raise over_capacity(batch, e) or NotCompiled(batch, "compile", e) from e
-    peak = compiled_memory(traced, lowered, compiled).peak_bytes
-    return peak, read_flops(lambda: _compat.flops(compiled))
+    flops = read_flops(lambda: target.flops(traced, compiled))
+    return target.memory(traced, lowered, compiled).peak_bytes, flops
 
 
 def read_flops(read: Callable[[], float | None]) -> float | None:
@@ -164,12 +163,7 @@ def over_capacity(batch: int, error: Exception) -> OverCapacity | None:
     found = oom.parse(str(error))
     if found is None or (found.used_bytes is None and found.capacity_bytes is None):
         return None  # (memory ran out, but not the device's: the compile failed)
-    return OverCapacity(batch, found.used_bytes, first_line(found.headline))
-
-
-def first_line(text: str, limit: int = 240) -> str:
-    line = (text.strip().splitlines() or [""])[0]
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return OverCapacity(batch, found.used_bytes, first_line(found.headline, limit=240))
 
 
 class NotCompiled(Exception):
@@ -239,13 +233,13 @@ class _Search:
         #: ``peaks`` are a stand-in above the budget, for the search's lines only
         self.refused: dict[int, str] = {}
         self.compiles = 0
-        self._compile = compile_peak
+        self._peak_of = compile_peak
 
     def peak(self, batch: int) -> int | None:
         if batch not in self.peaks:
             self.compiles += 1
             try:
-                self.peaks[batch] = self._compile(self.call, self.choice, batch, self.donated)
+                self.peaks[batch] = self._peak_of(self.call, self.choice, batch, self.donated)
             except OverCapacity as e:
                 self.refused[batch] = e.headline
                 self.peaks[batch] = max(e.needs or 0, (self.budget or 0) + 1)
@@ -473,10 +467,10 @@ def _local_slope(a: Answer) -> Fraction | None:
 
 def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
              memory: int | None = None, held: int | None = None,
-             accelerator: Any = None) -> Forecast:
+             target: Target | None = None, cache: CompileCache | None = None) -> Forecast:
     """The forecast for ``entry`` as written and with the advised donation (when
-    the capture compiled one), each confirmed by compiling (for ``accelerator``,
-    a :class:`memscope.compiled.targets.Target`, when given).
+    the capture compiled one), each confirmed by compiling for ``target`` (this
+    machine by default), through ``cache`` where given.
 
     Raises:
         MemscopeError: the function does not trace or compile at a size tried
@@ -488,12 +482,12 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     advised = next((v for v in entry.variants if v.name == "advised" and v.facts is not None
                     and not v.same_as_written), None)
     fix = None
-    peak = functools.partial(compile_peak, accelerator=accelerator)
+    peak = functools.partial(compile_peak, target=target, cache=cache)
     flops: dict[int, float | None] = {}
 
     def written_peak(call: KeptCall, choice: BatchChoice, batch: int,
                      donated: tuple[bool, ...] | None = None) -> int | None:
-        found, flops[batch] = compile_point(call, choice, batch, donated, accelerator)
+        found, flops[batch] = compile_point(call, choice, batch, donated, target, cache)
         return found
 
     try:

@@ -19,27 +19,24 @@ asked again compiles nothing it compiled before.
 
 from __future__ import annotations
 
-import os
 import re
-import threading
 import time
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-import jax
-
 from memscope import _compat
-from memscope.compiled.cache import CompileCache, Kept
-from memscope.compiled.read import compiled_memory, memory_figures
+from memscope.compiled.cache import CompileCache
+from memscope.compiled.compile import compile_to_read
+from memscope.compiled.targets.base import Target
+from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError
 from memscope.report.plan import FitPlan, PlanPoint, PlanRow, SettingKind
 from memscope.report.units import format_bytes_apart
 from memscope.variants import remat
 from memscope.variants.batch import BatchChoice, KeptCall, Recorded
-from memscope.variants.compile import lower_variant
+from memscope.variants.compile import lower_variant, side_by_side
 from memscope.variants.fit import (
     NotCompiled,
     OverCapacity,
@@ -81,17 +78,24 @@ class Levers:
 
 class _Compiler:
     """The plan's one compile: a setting at a batch, lowered on the calling
-    thread (tracing again under a policy is the calling thread's), compiled and
-    read (through the cache on XLA:CPU)."""
+    thread (tracing again under a policy is the calling thread's), compiled
+    for the target through memscope's cache, and read."""
 
-    def __init__(self, call: KeptCall, choice: BatchChoice, accelerator: Any,
+    def __init__(self, call: KeptCall, choice: BatchChoice, target: Target,
                  cache: CompileCache | None) -> None:
-        self.call, self.choice, self.accelerator = call, choice, accelerator
-        self.cache = cache if accelerator is None else None
-        self.compiles = 0
-        self.cached = 0
-        self._count = threading.Lock()
+        self.call, self.choice, self.target, self.cache = call, choice, target, cache
+        self._before = (target.compiles, target.cache_hits)
         self.points: dict[tuple[str, int], PlanPoint] = {}
+
+    @property
+    def compiles(self) -> int:
+        """The target's compiles made for the plan."""
+        return self.target.compiles - self._before[0]
+
+    @property
+    def cached(self) -> int:
+        """The plan's compiles read from memscope's cache instead."""
+        return self.target.cache_hits - self._before[1]
 
     def lower(self, setting: Setting, batch: int) -> tuple[Any, Any]:
         args, kwargs = resized(self.call, self.choice, batch)
@@ -102,28 +106,25 @@ class _Compiler:
                     fun = self.call.fun
                     traced, lowered = remat.lower_with_policy(
                         fun, self.call.options or {}, (args, kwargs), setting.policy,
-                        setting.donated, setting.names, self.accelerator)
+                        setting.donated, setting.names, self.target)
                     return _compat.reading_view(traced), _compat.without_const_args(lowered)
                 traced = retrace(self.call, args, kwargs)
                 if setting.donated is not None:
-                    variant = lower_variant(traced, setting.donated, self.accelerator)
+                    variant = lower_variant(traced, setting.donated, self.target)
                     return variant.traced, variant.lowered
-                lowered = (_compat.lower(traced) if self.accelerator is None
-                           else self.accelerator.lower(traced))
+                lowered = self.target.lower(traced)
                 return _compat.reading_view(traced), _compat.without_const_args(lowered)
         except Exception as e:
             raise NotCompiled(batch, "trace", e) from e
 
-    def compile(self, traced: Any, lowered: Any, batch: int) -> PlanPoint:
+    def compiled(self, traced: Any, lowered: Any, batch: int) -> PlanPoint:
         """One compile (or a cached one) of ``lowered``, read; a size the target's
         compiler refuses as too large is a point with no figures (``refused``)."""
         try:
-            if self.accelerator is not None:
-                built = self.accelerator.compile(lowered)
-                memory = self.accelerator.memory(traced, lowered, built)
-                flops = read_flops(lambda: self.accelerator.flops(traced, built.compiled))
-            else:
-                memory, flops = self._compile_here(traced, lowered)
+            compiled = compile_to_read(self.target, traced, lowered, sizes=True,
+                                       cache=self.cache, counted=False)
+            memory = self.target.memory(traced, lowered, compiled)
+            flops = read_flops(lambda: self.target.flops(traced, compiled))
         except Exception as e:
             refused = over_capacity(batch, e)
             if refused is None:
@@ -131,34 +132,12 @@ class _Compiler:
             return PlanPoint(batch, None, refused=refused.headline, needs_bytes=refused.needs)
         return PlanPoint(batch, memory.peak_bytes, memory.host.peak_bytes, flops)
 
-    def _compile_here(self, traced: Any, lowered: Any) -> tuple[Any, float | None]:
-        options = _compat.options_to_read(sizes=True)
-        # The plan's entries only: each kept where its figures read back as the
-        # compile's (another's entry may be read otherwise, with host memory kinds).
-        key, kept = ((None, None) if self.cache is None
-                     else self.cache.find(lowered, {**options, "memscope": "fit --plan"}))
-        if kept is not None and kept.flops is not None:
-            with self._count:
-                self.cached += 1
-            return memory_figures(kept.memory_analysis()), kept.flops
-        compiled = _compat.compile_uncached(lowered, options)
-        with self._count:
-            self.compiles += 1
-        memory = compiled_memory(traced, lowered, compiled)
-        flops = read_flops(lambda: _compat.flops(compiled))
-        if self.cache is not None and key is not None:
-            # Kept only where the figures read from the pieces kept are these.
-            fresh = Kept.of(compiled)
-            if fresh is not None and memory == memory_figures(fresh.memory_analysis()):
-                self.cache.store(key, fresh)
-        return memory, flops
-
     def point(self, setting: Setting, batch: int) -> PlanPoint:
         """``setting`` at ``batch``, compiled once per plan."""
         found = self.points.get((setting.name, batch))
         if found is None:
             traced, lowered = self.lower(setting, batch)
-            found = self.compile(traced, lowered, batch)
+            found = self.compiled(traced, lowered, batch)
             self.points[(setting.name, batch)] = found
         return found
 
@@ -180,18 +159,15 @@ class _Compiler:
                 lowered.append((s, self.lower(s, b0)))
             except NotCompiled as e:
                 done[s.name] = e
-        workers = max(1, min(len(lowered), os.cpu_count() or 1))
 
         def one(item: tuple[Setting, Any]) -> PlanPoint | NotCompiled:
             traced, lowered_ = item[1]
             try:
-                return self.compile(traced, lowered_, b0)
+                return self.compiled(traced, lowered_, b0)
             except NotCompiled as e:
                 return e
 
-        with ThreadPoolExecutor(max_workers=workers,
-                                thread_name_prefix="memscope-plan") as pool:
-            results = list(pool.map(one, lowered))
+        results = side_by_side(one, lowered)
         for (s, _), result in zip(lowered, results, strict=True):
             done[s.name] = result
             if isinstance(result, PlanPoint):
@@ -276,11 +252,10 @@ def combined(best: Setting, lv: Levers) -> Setting:
 
 
 def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
-         accelerator: Any = None, cache: CompileCache | None = None,
+         target: Target | None = None, cache: CompileCache | None = None,
          memory: int | None = None, held: int | None = None) -> FitPlan:
     """Each setting's largest batch under ``budget``, best first (see the
-    module's doc); for ``accelerator`` (a :class:`memscope.compiled.targets.Target`)
-    when given.
+    module's doc); compiled for ``target`` (this machine by default).
 
     Raises:
         MemscopeError: the program as written does not trace or compile at a size
@@ -289,15 +264,15 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     call = entry.call
     assert call is not None
     start = time.perf_counter()
-    compiler = _Compiler(call, choice, accelerator, cache)
-    target_before = accelerator.compiles if accelerator is not None else 0
+    target = target if target is not None else HereTarget()
+    compiler = _Compiler(call, choice, target, cache)
     lv = levers(entry, call, choice)
     todo, rows = settings(lv)
     first = compiler.first_round(todo)
     written = first.get("as written")
     if isinstance(written, NotCompiled):
         raise MemscopeError(not_compiled_line(entry, choice, written))
-    todo = _searchable(todo, first, rows, accelerator)
+    todo = _searchable(todo, first, rows, target)
     try:
         searched = _search_all(compiler, todo, first, budget)
     except NotCompiled as failed:
@@ -314,21 +289,19 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
                    else None)
     top = ordered[0] if ordered and ordered[0].largest is not None else None
     batch_note = _compute_note(searched.get("as written"))
-    compiles = compiler.compiles + (accelerator.compiles - target_before
-                                    if accelerator is not None else 0)
     return FitPlan(
         function=entry.name, source=entry.source, argument=choice.label, axis=choice.axis,
         batch=choice.size, step=choice.step, budget_bytes=budget, rows=tuple(ordered),
         winner=top.setting if top else None,
         winner_code=(top.code or "the program as written") if top else None,
-        compiles=compiles, seconds=time.perf_counter() - start, cached=compiler.cached,
-        target=getattr(accelerator, "name", None),
-        flops_rule=getattr(accelerator, "flops_rule", None), choice_note=choice.note,
+        compiles=compiler.compiles, seconds=time.perf_counter() - start,
+        cached=compiler.cached, target=None if target.runs_here else target.name,
+        flops_rule=target.flops_rule, choice_note=choice.note,
         memory_bytes=memory, held_bytes=held, batch_note=batch_note)
 
 
 def _searchable(todo: list[Setting], first: dict[str, PlanPoint | NotCompiled],
-                rows: list[PlanRow], accelerator: Any) -> list[Setting]:
+                rows: list[PlanRow], target: Target) -> list[Setting]:
     """The settings left to search after the first round; a row in ``rows`` for
     each of the others: it does not compile, or it offloads and moves nothing."""
     left = []
@@ -337,7 +310,7 @@ def _searchable(todo: list[Setting], first: dict[str, PlanPoint | NotCompiled],
         if isinstance(p, NotCompiled):
             rows.append(_failed(s, p))
         elif s.kind == "offload" and p.refused is None and p.host_bytes == 0:
-            rows.append(_moves_nothing(s, p, accelerator))
+            rows.append(_moves_nothing(s, p, target))
         else:
             left.append(s)
     return left
@@ -415,9 +388,9 @@ def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int |
                    below=found.below, note=note, compiles=len(points), points=points)
 
 
-def _moves_nothing(s: Setting, p: PlanPoint, accelerator: Any) -> PlanRow:
+def _moves_nothing(s: Setting, p: PlanPoint, target: Target) -> PlanRow:
     """The row of an offloading policy whose compiled step holds no host memory."""
-    platform = (accelerator.platform if accelerator is not None else jax.default_backend())
+    platform = target.platform
     why = " (XLA:CPU compiles no host offload)" if platform == "cpu" else ""
     return PlanRow(s.name, s.kind, s.code, None, note=(
         f"the step compiled at batch {p.batch} holds no host memory: the policy moves "

@@ -38,7 +38,12 @@ from memscope import _compat, _frameworks
 # (the --remat options, read before JAX is, live with the advice levels)
 from memscope.analysis.advice import DEFAULT_MAX_FLOPS_INCREASE as DEFAULT_MAX_FLOPS_INCREASE
 from memscope.analysis.advice import remat_setting as remat_setting
-from memscope.compiled.read import CompiledFacts, compiled_memory
+from memscope.compiled.cache import CompileCache
+from memscope.compiled.compile import compile_to_read
+from memscope.compiled.read import CompiledFacts
+from memscope.compiled.targets.base import Target
+from memscope.compiled.targets.here import HereTarget
+from memscope.errors import described
 from memscope.program.sites import display_path, is_users, library
 from memscope.report import (
     Differentiation,
@@ -179,11 +184,11 @@ def _without_aux(f: Callable[..., Any]) -> Callable[..., Any]:
 def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
                       call: tuple[tuple[Any, ...], dict[str, Any]], policy: str,
                       donated: tuple[bool, ...] | None = None,
-                      names: Sequence[str] = (), accelerator: Any = None) -> Any:
+                      names: Sequence[str] = (), target: Target | None = None) -> Any:
     """``fun`` traced again with every differentiated function under
     ``jax.checkpoint(policy=jax.checkpoint_policies.<policy>)`` (see
     :func:`policy_object`), and lowered (with the flat donation ``donated``, if
-    given), for ``accelerator`` when given."""
+    given), for ``target`` (this machine by default)."""
     chosen = policy_object(policy, names)
 
     def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool
@@ -195,29 +200,25 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
         traced = _compat.with_donation(traced, donated)
-    return traced, (_compat.lower(traced) if accelerator is None else accelerator.lower(traced))
+    return traced, (target if target is not None else HereTarget()).lower(traced)
 
 
 def measure(traced: Any, lowered: Any, policy: str,
             compile_in: Callable[[Callable[[], Any]], Any],
-            accelerator: Any = None) -> RematVariant:
-    """Compile ``lowered`` (through ``compile_in``, which runs a thunk) and read
-    its peak (device memory) and FLOPs; the executable is dropped once read.
-    ``accelerator``: ``lowered`` is for it (:func:`lower_with_policy`)."""
+            target: Target | None = None, cache: CompileCache | None = None) -> RematVariant:
+    """Compile ``lowered`` (through ``compile_in``, which runs a thunk; through
+    ``cache`` where given) and read its peak (device memory) and FLOPs; the
+    executable is dropped once read. ``lowered`` is for ``target`` (this
+    machine by default: :func:`lower_with_policy`)."""
+    target = target if target is not None else HereTarget()
     try:
-        if accelerator is not None:
-            built = compile_in(lambda: accelerator.compile(lowered))
-            compiled, memory = built.compiled, accelerator.memory(traced, lowered, built)
-        else:
-            compiled = compile_in(lambda: _compat.compile_to_read(lowered))
-            memory = compiled_memory(traced, lowered, compiled)
-        counted = (_compat.flops(compiled) if accelerator is None
-                   else accelerator.flops(traced, compiled))
-        return RematVariant(policy, memory.peak_bytes, counted,
+        compiled = compile_in(lambda: compile_to_read(target, traced, lowered, cache=cache))
+        memory = target.memory(traced, lowered, compiled)
+        return RematVariant(policy, memory.peak_bytes, target.flops(traced, compiled),
                             host_bytes=memory.host.peak_bytes,
                             offloads=policy in OFFLOAD_POLICIES)
     except Exception as e:  # reported with the variant; the program is unaffected
-        return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
+        return RematVariant(policy, None, None, error=described(e))
 
 
 # ----------------------------------------------------- the user's terms --
@@ -435,8 +436,10 @@ class Plan:
     options: dict[str, Any]
     call: tuple[tuple[Any, ...], dict[str, Any]]
     max_flops_increase: float = DEFAULT_MAX_FLOPS_INCREASE
-    #: compile the policies for this accelerator (``--target``), else here
-    accelerator: Any = None
+    #: compile the policies for this target (``--target``; this machine by default)
+    target: Target | None = None
+    #: memscope's cache of the compiles it reads
+    cache: CompileCache | None = None
 
 
 def analyse(plan: Plan, written: RematVariant, *, compile_in: Callable[[Callable[[], Any]], Any],
@@ -500,13 +503,13 @@ def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
         if fun is None:
             raise LookupError("the program let go of the function first")
         traced, lowered = lower_with_policy(fun, plan.options, plan.call, policy,
-                                            donated, names, plan.accelerator)
+                                            donated, names, plan.target)
         del fun
         # Compiled and read only: without the arrays the function closes over.
         traced, lowered = _compat.reading_view(traced), _compat.without_const_args(lowered)
     except Exception as e:
-        return RematVariant(policy, None, None, error=f"{type(e).__name__}: {e}")
-    return measure(traced, lowered, policy, compile_in, plan.accelerator)
+        return RematVariant(policy, None, None, error=described(e))
+    return measure(traced, lowered, policy, compile_in, plan.target, plan.cache)
 
 
 def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any, ...],
@@ -531,18 +534,20 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
     donation variants do."""
     if not _compat.transposes(view.jaxpr):
         return None  # no grad or vjp: nothing to trace again for
-    plan = replace(plan, accelerator=host.accelerator)
+    target = host.target
+    plan = replace(plan, target=target, cache=host.cache)
     flops = written_flops
-    if plan.accelerator is not None:  # the policies' FLOPs are compared with the target's
+    if not target.runs_here:  # the policies' FLOPs are compared with the target's
         try:
             with traced() as program:
                 if program is None:
                     return Remat(differentiations=(), error=LET_GO)
-                lowered = _compat.without_const_args(plan.accelerator.lower(program))
-                flops = plan.accelerator.flops(program,
-                                               plan.accelerator.compile(lowered).compiled)
+                lowered = _compat.without_const_args(target.lower(program))
+                flops = target.flops(program, compile_to_read(
+                    target, _compat.reading_view(program), lowered, cache=host.cache,
+                    counted=False))
         except Exception as e:
-            return Remat(differentiations=(), error=f"{type(e).__name__}: {e}")
+            return Remat(differentiations=(), error=described(e))
     written = RematVariant("as_written", facts.memory.peak_bytes, flops,
                            host_bytes=facts.memory.host.peak_bytes)
     fix = next((v for v in variants if v.name == "advised" and v.facts is not None
@@ -563,11 +568,11 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
             result = analyse(plan, written, compile_in=compile_in, donation=donation,
                              cancelled=lambda: host.worker.cancelled)
     except Exception as e:  # the trace again failed: say so, keep the rest
-        return Remat(differentiations=(), error=f"{type(e).__name__}: {e}")
+        return Remat(differentiations=(), error=described(e))
     if result is not None:
         host.count_variants(compiled=len(result.variants) - 1
                             + (result.advice is not None and result.advice.combined),
                             reused=0)
-        if plan.accelerator is not None and plan.accelerator.flops_rule is not None:
-            result = replace(result, flops_rule=plan.accelerator.flops_rule)
+        if target.flops_rule is not None:
+            result = replace(result, flops_rule=target.flops_rule)
     return result

@@ -1,12 +1,20 @@
-"""What every ``--target`` accelerator has in common: compile-only devices made
-by XLA's compiler for it (through JAX's topology API), the program JAX traced
-here carried over to them device for device, compiled with XLA's dump of its
-buffer assignment, and read like a program compiled here.
+"""What every target the captured programs are compiled for has in common:
+this machine (:mod:`~memscope.compiled.targets.here`) and each ``--target``
+accelerator alike, as JAX's ``jax/experimental/topologies.py`` treats this
+machine's devices and a compile-only topology's as the same kind of thing.
 
-A kind (:mod:`~memscope.compiled.targets.tpu`,
-:mod:`~memscope.compiled.targets.gpu`) adds how its devices are made, what
-its device facts are and where they come from, the peak rule its figures
-follow, and the budget a program has on each device.
+A target lowers a traced program for its devices (:meth:`Target.lower`),
+compiles it with XLA's buffer assignment at hand (:meth:`Target.compile`: from
+``memory_analysis()`` or from XLA's dump of the compile) and reads it
+(:meth:`Target.read`, :meth:`Target.memory`, :meth:`Target.flops`). Every
+compile memscope only reads goes through one cached call on top of these,
+:func:`memscope.compiled.compile.compile_to_read`.
+
+An accelerator kind (:mod:`~memscope.compiled.targets.tpu`,
+:mod:`~memscope.compiled.targets.gpu`) adds how its compile-only devices are
+made (by XLA's compiler for it, through JAX's topology API), what its device
+facts are and where they come from, the peak rule its figures follow, and the
+budget a program has on each device.
 """
 
 from __future__ import annotations
@@ -25,13 +33,15 @@ import jax
 import numpy as np
 
 from memscope import _compat
+from memscope.compiled.cache import Kept
 from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.read import CompiledFacts, read_stages
 from memscope.errors import MemscopeError
 from memscope.report import Memory, TargetInfo
 
-#: an accelerator kind, as open_here returns what it is given to make
-A = TypeVar("A", bound="Accelerator")
+#: a target kind, as open_here returns what it is given to make
+A = TypeVar("A", bound="Target")
+K = TypeVar("K")
 
 
 class TargetSetupError(MemscopeError):
@@ -86,11 +96,20 @@ def open_here(name: str, make: Callable[[], A]) -> A:
     return target
 
 
-def first_line(error: BaseException) -> str:
-    """The first line of what ``error`` says, or its type's name where it says nothing
-    (a compiler's message for a one-line error)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def parse_form(text: str, form: re.Pattern[str], known: Mapping[str, K], forms: str
+               ) -> tuple[re.Match[str], K]:
+    """``text`` matched against a kind's ``form``, and what its first group names
+    among the ``known`` (a TPU generation, a GPU model).
+
+    Raises:
+        TargetSetupError: not of that form, or naming nothing known; ``forms``
+            says what to give.
+    """
+    match = form.fullmatch(text.strip().lower())
+    found = known.get(match.group(1)) if match else None
+    if match is None or found is None:
+        raise TargetSetupError(f"unknown target {text!r}: {forms}")
+    return match, found
 
 
 @contextlib.contextmanager
@@ -109,34 +128,65 @@ def stderr_to_nowhere() -> Iterator[None]:
         os.close(saved)
 
 
-class Accelerator:
-    """An accelerator the captured programs are compiled for, and nothing run on.
+class Target:
+    """Where the captured programs are compiled: this machine, or an
+    accelerator that is not here, compiled for and nothing run on.
 
-    A kind sets :attr:`platform` (the lowering rules: ``tpu``, ``cuda``), makes
-    the devices, and says what the report records (:meth:`info`), the budget
-    a program has on each device (:attr:`budget_bytes`) and the peak rule
-    (:meth:`_memory`).
+    A kind sets :attr:`platform` (the lowering rules: ``cpu``, ``tpu``,
+    ``cuda``), makes the devices, and says what the report records
+    (:meth:`info`), the budget a program has on each device
+    (:attr:`budget_bytes`), the XLA options a compile to read takes
+    (:meth:`options`) and the peak rule (:meth:`_memory`).
     """
 
     platform: str = ""
+    #: whether the programs also run here, on these devices (this machine), or
+    #: are only compiled for them (``--target``)
+    runs_here: bool = False
 
     def __init__(self, name: str, devices: Mapping[int, Any]) -> None:
         self.name = name
-        self.devices = dict(devices)
+        self._devices = dict(devices)
         #: the target's compiles so far (the functions', variants', policies' and
         #: fit's sizes), and the seconds they took with their dumps read
         self.compiles = 0
         self.compile_seconds = 0.0
+        #: compiles read from memscope's cache instead
+        self.cache_hits = 0
         self._count = threading.Lock()
 
-    def info(self) -> TargetInfo:
-        """The target as the report records it."""
+    @property
+    def devices(self) -> dict[int, Any]:
+        """The target's devices, by id."""
+        return self._devices
+
+    @property
+    def identity(self) -> str:
+        """What a compile for the target depends on beyond the lowered program
+        and the backend it names (:meth:`memscope.compiled.cache.CompileCache.key`):
+        the target's name, and its compiler's version where memscope loads it."""
+        return self.name
+
+    def count_hit(self, kept: Kept) -> None:
+        """Count ``kept``, a compile read from the cache instead of made."""
+        with self._count:
+            self.cache_hits += 1
+
+    def info(self) -> TargetInfo | None:
+        """The target as the report records it (``None``: this machine, which the
+        run's own facts describe)."""
         raise NotImplementedError
 
     @property
     def budget_bytes(self) -> int | None:
-        """What a program may hold on one device (``fit``'s default limit)."""
+        """What a program may hold on one device (``fit``'s default limit);
+        ``None`` where the target does not say."""
         raise NotImplementedError
+
+    def options(self, lowered: Any, *, sizes: bool = False) -> dict[str, Any]:
+        """XLA's debug options for a compile memscope only reads (``sizes``: one
+        of ``fit``'s sizes, which need not fit); none by default."""
+        return {}
 
     def mesh(self, shape: tuple[int, ...], axis_names: tuple[str, ...]) -> Any:
         """A ``jax.sharding.Mesh`` of the target's devices, in their order, of
@@ -198,40 +248,37 @@ class Accelerator:
                                  f"{self.name} has {len(self.devices)}") from None
 
     def compile(self, lowered: Any, options: dict[str, Any] | None = None) -> Built:
-        """Compile ``lowered`` (from :meth:`lower`) with the target's XLA (and XLA
-        debug ``options``), keeping XLA's dump of the optimized module with its
-        buffer assignment: a compile-only ``memory_analysis()`` carries none."""
+        """Compile ``lowered`` (from :meth:`lower`) with the target's XLA and XLA
+        debug ``options``, with its buffer assignment at hand: here XLA's dump
+        of the optimized module with its assignment, as a compile-only
+        ``memory_analysis()`` carries none. Counted in :attr:`compiles`."""
         start = time.perf_counter()
         try:
-            return compile_dumped(lowered, options)
+            return self._compile(lowered, options)
         finally:
             with self._count:
                 self.compiles += 1
                 self.compile_seconds += time.perf_counter() - start
 
-    def read(self, traced: Any, lowered: Any, built: Built, *,
+    def _compile(self, lowered: Any, options: dict[str, Any] | None) -> Built:
+        return compile_dumped(lowered, options)
+
+    def read(self, traced: Any, lowered: Any, compiled: Built | Kept, *,
              shardings: Sequence[Any] = (),
              ref_names: Mapping[int, str] | None = None) -> CompiledFacts:
-        """Read ``built`` like a program compiled here, its peak by the target's
-        rule. ``shardings`` are the call's input shardings here; they are
-        carried over."""
-        facts = read_stages(traced, lowered, built.compiled,
+        """Read ``compiled`` (a compile of ``lowered``, or what the cache kept of
+        one), its peak by the target's rule. ``shardings`` are the call's input
+        shardings here; they are carried over to the target's devices."""
+        executable, module, assignment = pieces(compiled)
+        facts = read_stages(traced, lowered, executable,
                             shardings=[None if s is None else self.sharding(s)
                                        for s in shardings],
-                            ref_names=ref_names, module=built.module,
-                            assignment=built.assignment)
+                            ref_names=ref_names, module=module, assignment=assignment)
         return dataclasses.replace(facts, memory=self._memory(facts))
 
-    def memory(self, traced: Any, lowered: Any, built: Built) -> Memory:
-        """The figures of ``built``, its peak by the target's rule (``fit``, remat)."""
-        return self.read(traced, lowered, built).memory
-
-    def facts(self, traced: Any, shardings: Sequence[Any] = (),
-              ref_names: Mapping[int, str] | None = None) -> CompiledFacts:
-        """Lower, compile and read ``traced`` for the target, at once."""
-        lowered = self.lower(traced)
-        return self.read(traced, lowered, self.compile(lowered), shardings=shardings,
-                         ref_names=ref_names)
+    def memory(self, traced: Any, lowered: Any, compiled: Built | Kept) -> Memory:
+        """The figures of ``compiled``, its peak by the target's rule (``fit``, remat)."""
+        return self.read(traced, lowered, compiled).memory
 
     #: what :meth:`flops` counts where the target's compile counts none (else None)
     flops_rule: str | None = None
@@ -242,11 +289,20 @@ class Accelerator:
         (``None``: all alike)."""
         return None
 
-    def flops(self, traced: Any, compiled: Any) -> float | None:
+    def flops(self, traced: Any, compiled: Built | Kept) -> float | None:
         """The FLOPs of ``compiled`` (the target's compile of ``traced``), by XLA's
         cost analysis of it; ``None`` where it gives none."""
-        return _compat.flops(compiled)
+        return _compat.flops(pieces(compiled)[0])
 
     def _memory(self, facts: CompiledFacts) -> Memory:
         """The figures as the target's peak rule reads them (by default, as here)."""
         return facts.memory
+
+
+def pieces(compiled: Built | Kept) -> tuple[Any, bytes | None, bytes | None]:
+    """The executable (or what stands in for it) of a compile or a kept one, and
+    the optimized module and buffer assignment given apart from it (``None``:
+    read from the executable)."""
+    if isinstance(compiled, Kept):
+        return compiled, compiled.module, compiled.assignment
+    return compiled.compiled, compiled.module, compiled.assignment

@@ -26,6 +26,7 @@ environment when the target is set up (:func:`budget`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import re
@@ -36,16 +37,19 @@ from pathlib import Path
 from typing import Any
 
 from memscope import _compat
+from memscope.compiled.cache import Kept
 from memscope.compiled.dump import Built
 from memscope.compiled.targets import compilers
 from memscope.compiled.targets.base import (
-    Accelerator,
+    Target,
     TargetSetupError,
-    first_line,
     open_here,
+    parse_form,
+    pieces,
     stderr_to_nowhere,
 )
 from memscope.compiled.targets.gpu_devices import MODELS, GpuModel
+from memscope.errors import first_line
 from memscope.report import TargetInfo
 
 #: The fraction of a GPU's memory JAX's allocator takes by default (XLA's
@@ -80,17 +84,15 @@ class GpuSpec:
         return f"1x{self.hosts}x{self.devices_per_host}"
 
 
-def parse_gpu(text: str) -> GpuSpec:
+def parse_spec(text: str) -> GpuSpec:
     """Parse ``gpu:MODEL[:N]`` or ``gpu:MODEL:HxN``.
 
     Raises:
         TargetSetupError: not of that form, or a model memscope does not know.
     """
-    match = _SPEC.fullmatch(text.strip().lower())
-    model = _BY_NAME.get(match.group(1)) if match else None
-    if match is None or model is None:
-        raise TargetSetupError(f"unknown target {text!r}: give gpu:MODEL[:N] (N devices, or "
-                               f"HxN: H hosts of N), MODEL one of {_FORMS}")
+    match, model = parse_form(text, _SPEC, _BY_NAME,
+                              f"give gpu:MODEL[:N] (N devices, or HxN: H hosts of N), "
+                              f"MODEL one of {_FORMS}")
     hosts, count = int(match.group(2) or 1), int(match.group(3) or 1)
     if hosts < 1 or count < 1:
         raise TargetSetupError(f"--target {text}: a target has at least one device")
@@ -187,7 +189,7 @@ def ptxas() -> str | None:
     return shutil.which("ptxas")
 
 
-def open_gpu(spec: GpuSpec) -> GpuTarget:
+def open_target(spec: GpuSpec) -> GpuTarget:
     """The target's compile-only devices, from the CUDA plugin, with this
     process's JAX set up to run the program on the CPU with as many devices.
 
@@ -196,10 +198,10 @@ def open_gpu(spec: GpuSpec) -> GpuTarget:
             description or the topology; JAX started already.
     """
     _check_installed(spec)
-    return open_here(spec.name, lambda: gpu_devices(spec))
+    return open_here(spec.name, lambda: make_target(spec))
 
 
-def gpu_devices(spec: GpuSpec) -> GpuTarget:
+def make_target(spec: GpuSpec) -> GpuTarget:
     """The target's compile-only devices, from the CUDA plugin (JAX left as it is).
 
     Raises:
@@ -257,7 +259,7 @@ NO_TILING = "Couldn't find output tile sizes"
 NO_TRITON_GEMM: dict[str, Any] = {"xla_gpu_enable_triton_gemm": False}
 
 
-class GpuTarget(Accelerator):
+class GpuTarget(Target):
     """The NVIDIA GPUs the captured programs are compiled for."""
 
     platform = "cuda"
@@ -278,21 +280,33 @@ class GpuTarget(Accelerator):
     #: compiles made again with XLA's Triton GEMMs off (see :meth:`compile`)
     without_triton = 0
 
-    def compile(self, lowered: Any, options: dict[str, Any] | None = None) -> Built:
+    @property
+    def identity(self) -> str:
+        """The target's name, its device description and the CUDA plugin's version."""
+        return (f"{self.name}\n{target_config(self.spec.model)}\n"
+                f"{compilers.version('cuda')}")
+
+    def _compile(self, lowered: Any, options: dict[str, Any] | None = None) -> Built:
         """The target's compile. Without a GPU to tune on, XLA:GPU's Triton GEMM
         emitter fails to tile some GEMMs ("Couldn't find output tile sizes": the
         bundled transformer's step at batch 16 on gpu:h100, JAX 0.10.2); such a
         compile is made again with :data:`NO_TRITON_GEMM` (cuBLAS's GEMMs, which
         XLA:GPU also builds) and counted in :attr:`compile_note`."""
         try:
-            return super().compile(lowered, options)
+            return super()._compile(lowered, options)
         except Exception as e:
             if NO_TILING not in str(e):
                 raise
-        built = super().compile(lowered, {**(options or {}), **NO_TRITON_GEMM})
+        built = super()._compile(lowered, {**(options or {}), **NO_TRITON_GEMM})
         with self._count:
             self.without_triton += 1
-        return built
+        return dataclasses.replace(built, options={**built.options, **NO_TRITON_GEMM})
+
+    def count_hit(self, kept: Kept) -> None:
+        super().count_hit(kept)
+        if kept.options.get("xla_gpu_enable_triton_gemm") is False:
+            with self._count:
+                self.without_triton += 1
 
     @property
     def compile_note(self) -> str | None:
@@ -303,10 +317,10 @@ class GpuTarget(Accelerator):
                 f"tune on, their tiling failed (\"{NO_TILING}\"), and cuBLAS's GEMMs, "
                 "which XLA:GPU also builds, stand in")
 
-    def flops(self, traced: Any, compiled: Any) -> float | None:
+    def flops(self, traced: Any, compiled: Built | Kept) -> float | None:
         """XLA:GPU's count where it gives one; else the unoptimized program's,
         lowered here (no compile): the same rule for every variant compared."""
-        found = _compat.flops(compiled)
+        found = _compat.flops(pieces(compiled)[0])
         return found if found is not None else _compat.flops(_compat.lower(traced))
 
     def info(self) -> TargetInfo:

@@ -29,13 +29,13 @@ from memscope import _compat
 from memscope.compiled.read import HOST_MEMORY_SPACE, CompiledFacts
 from memscope.compiled.targets import compilers
 from memscope.compiled.targets.base import (
-    Accelerator,
-    TargetMismatch,
+    Target,
     TargetSetupError,
-    first_line,
     open_here,
+    parse_form,
     stderr_to_nowhere,
 )
+from memscope.errors import first_line
 from memscope.report import Memory, TargetInfo, hbm_peak_rule
 
 GiB = 2**30
@@ -72,13 +72,8 @@ _FORMS = ", ".join(f"tpu:{g.name}:{g.example}" for g in GENERATIONS.values())
 _SPEC = re.compile(r"tpu:([a-z0-9]+):(\d+(?:x\d+){1,2})")
 
 
-#: (the family's names, kept for the TPU target's callers)
-TpuSetupError = TargetSetupError
-__all__ = ["TargetMismatch", "TpuSetupError", "TpuTarget", "open_target", "parse_target"]
-
-
 @dataclass(frozen=True)
-class TargetSpec:
+class TpuSpec:
     """``--target tpu:v5p:2x2x1``, parsed."""
 
     generation: Generation
@@ -98,18 +93,15 @@ class TargetSpec:
         return math.prod(self.dims)
 
 
-def parse_target(text: str) -> TargetSpec:
+def parse_spec(text: str) -> TpuSpec:
     """Parse ``tpu:GENERATION:TOPOLOGY``.
 
     Raises:
-        TpuSetupError: not of that form, or a generation memscope does not know.
+        TargetSetupError: not of that form, or a generation memscope does not know.
     """
-    match = _SPEC.fullmatch(text.strip().lower())
-    generation = GENERATIONS.get(match.group(1)) if match else None
-    if match is None or generation is None:
-        raise TpuSetupError(f"unknown target {text!r}: give tpu:GENERATION:TOPOLOGY, "
-                            f"one of the forms {_FORMS}")
-    return TargetSpec(generation, tuple(int(d) for d in match.group(2).split("x")))
+    match, generation = parse_form(text, _SPEC, GENERATIONS,
+                                   f"give tpu:GENERATION:TOPOLOGY, one of the forms {_FORMS}")
+    return TpuSpec(generation, tuple(int(d) for d in match.group(2).split("x")))
 
 
 def libtpu_install_line() -> str:
@@ -118,26 +110,26 @@ def libtpu_install_line() -> str:
     return "memscope install-compiler tpu"
 
 
-def open_target(spec: TargetSpec) -> TpuTarget:
+def open_target(spec: TpuSpec) -> TpuTarget:
     """The target's compile-only devices, from libtpu, with this process's JAX
     set up to run the program on the CPU with as many devices.
 
     Raises:
-        TpuSetupError: libtpu is not installed, or it does not know the topology;
+        TargetSetupError: libtpu is not installed, or it does not know the topology;
             JAX started already.
     """
     _check_installed(spec)
     # JAX_PLATFORMS=cpu keeps JAX from starting libtpu's TPU client on a machine
     # without TPUs (it prints warnings about missing TPU environment variables);
     # the topology API does not need that client.
-    return open_here(spec.name, lambda: tpu_devices(spec))
+    return open_here(spec.name, lambda: make_target(spec))
 
 
-def tpu_devices(spec: TargetSpec) -> TpuTarget:
+def make_target(spec: TpuSpec) -> TpuTarget:
     """The target's compile-only devices, from libtpu (JAX left as it is).
 
     Raises:
-        TpuSetupError: libtpu is not installed, or it does not know the topology.
+        TargetSetupError: libtpu is not installed, or it does not know the topology.
     """
     _check_installed(spec)
     # libtpu locks /tmp/libtpu_lockfile for the one process that may drive the
@@ -148,10 +140,10 @@ def tpu_devices(spec: TargetSpec) -> TpuTarget:
         with stderr_to_nowhere():
             devices = _topology(spec)
     except Exception as e:
-        raise TpuSetupError(f"libtpu does not know the topology {spec.topology} "
+        raise TargetSetupError(f"libtpu does not know the topology {spec.topology} "
                             f"({first_line(e)}); known forms: {_FORMS}") from None
     if devices[0].device_kind != spec.generation.device_kind:
-        raise TpuSetupError(
+        raise TargetSetupError(
             f"libtpu made {devices[0].device_kind} devices of {spec.topology}, where "
             f"memscope expects {spec.generation.device_kind}: this libtpu names its "
             "TPUs otherwise")
@@ -164,7 +156,7 @@ def available() -> bool:
     return compilers.in_environment("tpu") or compilers.compiler("tpu").installed
 
 
-def _check_installed(spec: TargetSpec) -> None:
+def _check_installed(spec: TpuSpec) -> None:
     """libtpu loaded for ``spec``: JAX's, where JAX finds it in the environment,
     else memscope's own, installed the first time (:mod:`compilers`).
 
@@ -174,7 +166,7 @@ def _check_installed(spec: TargetSpec) -> None:
     compilers.load("tpu")
 
 
-def _topology(spec: TargetSpec) -> list[Any]:
+def _topology(spec: TpuSpec) -> list[Any]:
     try:
         return _compat.tpu_topology_devices(spec.topology)
     except Exception as e:
@@ -185,14 +177,19 @@ def _topology(spec: TargetSpec) -> list[Any]:
         return _compat.tpu_topology_devices(spec.topology, bounds)
 
 
-class TpuTarget(Accelerator):
+class TpuTarget(Target):
     """The TPU topology the captured programs are compiled for."""
 
     platform = "tpu"
 
-    def __init__(self, spec: TargetSpec, devices: Mapping[int, Any]) -> None:
+    def __init__(self, spec: TpuSpec, devices: Mapping[int, Any]) -> None:
         super().__init__(spec.name, devices)
         self.spec = spec
+
+    @property
+    def identity(self) -> str:
+        """The target's name and libtpu's version."""
+        return f"{self.name}\n{compilers.version('tpu')}"
 
     @property
     def hbm_bytes(self) -> int:

@@ -15,11 +15,12 @@ from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, Hold
 from memscope.capturing.session import Session
 from memscope.capturing.worker import release_free_memory
-from memscope.compiled.compile import compile_to_read, dumped_compile
+from memscope.compiled.compile import dumped_compile
 from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
 from memscope.errors import described
 from memscope.variants import donations, remat
+from memscope.variants.compile import LoweredVariant, compile_lowered
 from memscope.variants.early import EarlyVariant
 
 
@@ -156,29 +157,25 @@ def _for_target(session: Session, hold: Hold, shardings: list[Any],
     compile ``early`` began at the call, where it did."""
     target = session.target
     begun = early.take_own() if early is not None else None
-    if begun is not None:
-        own, compiled = begun
-        try:
-            if isinstance(compiled, Exception):
-                raise compiled
-            return target.read(own.traced, own.lowered, compiled, shardings=shardings,
-                               ref_names=ref_names)
-        except Exception as e:
-            raise TargetCompileError(f"could not compile it for {target.name}: "
-                                     f"{described(e)}") from None
-    with hold.use(), hold.lowering() as traced:
-        if traced is None:
-            raise TargetCompileError(f"not compiled for {target.name}: "
-                                     f"{hold.released or donations.LET_GO}")
-        try:
-            lowered = target.lower(traced)
-            compiled = compile_to_read(target, traced, lowered, cache=session.cache,
-                                       counted=False)
-            return target.read(traced, lowered, compiled, shardings=shardings,
-                               ref_names=ref_names)
-        except Exception as e:
-            raise TargetCompileError(f"could not compile it for {target.name}: "
-                                     f"{described(e)}") from None
+    try:
+        if begun is not None:
+            own, compiled = begun
+        else:
+            with hold.use(), hold.lowering() as traced:
+                if traced is None:
+                    raise TargetCompileError(f"not compiled for {target.name}: "
+                                             f"{hold.released or donations.LET_GO}")
+                own = LoweredVariant.of(traced, target.lower(traced))
+            compiled = compile_lowered(own, target, cache=session.cache, counted=False)
+        if isinstance(compiled, Exception):
+            raise compiled
+        return target.read(own.traced, own.lowered, compiled, shardings=shardings,
+                           ref_names=ref_names)
+    except TargetCompileError:
+        raise
+    except Exception as e:
+        raise TargetCompileError(f"could not compile it for {target.name}: "
+                                 f"{described(e)}") from None
 
 
 class TargetCompileError(RuntimeError):

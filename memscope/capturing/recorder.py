@@ -18,7 +18,6 @@ from memscope.analysis.advice import AdviceLevel
 from memscope.capturing.jit import MeasuredJit, is_jax_internal
 from memscope.capturing.session import Session
 from memscope.compiled.targets.base import Target
-from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError
 from memscope.variants.donation import VariantRequest
 
@@ -80,7 +79,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     with _compat.lowering_warnings() as proxy:
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
                           remat_flops=remat_flops,
-                          target=target if target is not None else HereTarget())
+                          target=target)
         with contextlib.suppress(Exception):  # compile times are then n/a
             session.clock.install()
         session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat

@@ -27,10 +27,18 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class LoweredVariant:
-    """A donation variant lowered and waiting for its compile (see :func:`compile_variants`)."""
+    """A program lowered and waiting for its compile (see :func:`compile_variants`):
+    a donation variant, or a call's own program lowered for a target."""
 
     traced: Any
     lowered: Any
+
+    @classmethod
+    def of(cls, traced: Any, lowered: Any) -> LoweredVariant:
+        """``traced`` and its ``lowered`` program as kept for the compile and the
+        read: holding none of the program's arrays (the constants it closes
+        over), whose types alone are compiled."""
+        return cls(_compat.reading_view(traced), _compat.without_const_args(lowered))
 
 
 def lower_variant(traced: Any, donated: Sequence[bool], target: Target) -> LoweredVariant:
@@ -42,10 +50,7 @@ def lower_variant(traced: Any, donated: Sequence[bool], target: Target) -> Lower
     the caller decides what to do with them.
     """
     variant = _compat.with_donation(traced, tuple(donated))
-    lowered = target.lower(variant)
-    # What is kept for its compile and read holds none of the program's arrays
-    # (the constants it closes over): only their types are compiled.
-    return LoweredVariant(_compat.reading_view(variant), _compat.without_const_args(lowered))
+    return LoweredVariant.of(variant, target.lower(variant))
 
 
 def compile_variants(variants: Sequence[LoweredVariant], target: Target, *,

@@ -208,7 +208,7 @@ def _start_own(early: EarlyVariant, traced: Any, host: Host,
     try:
         with host.recording_warnings(emit=False), _compat.applied_config(settings):
             lowered = host.target.lower(traced)
-        own = LoweredVariant(_compat.reading_view(traced), _compat.without_const_args(lowered))
+        own = LoweredVariant.of(traced, lowered)
         early.own = host.worker.compiler.submit(compile_lowered, own, host.target, settings,
                                                 host.cache, counted=False)
         early.own_lowered = own

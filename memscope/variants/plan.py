@@ -36,7 +36,7 @@ from memscope.report.plan import FitPlan, PlanPoint, PlanRow, SettingKind
 from memscope.report.units import format_bytes_apart
 from memscope.variants import remat
 from memscope.variants.batch import BatchChoice, KeptCall, Recorded
-from memscope.variants.compile import lower_variant, side_by_side
+from memscope.variants.compile import LoweredVariant, lower_variant, side_by_side
 from memscope.variants.fit import (
     NotCompiled,
     OverCapacity,
@@ -107,13 +107,14 @@ class _Compiler:
                     traced, lowered = remat.lower_with_policy(
                         fun, self.call.options or {}, (args, kwargs), setting.policy,
                         setting.donated, setting.names, self.target)
-                    return _compat.reading_view(traced), _compat.without_const_args(lowered)
+                    kept = LoweredVariant.of(traced, lowered)
+                    return kept.traced, kept.lowered
                 traced = retrace(self.call, args, kwargs)
                 if setting.donated is not None:
                     variant = lower_variant(traced, setting.donated, self.target)
                     return variant.traced, variant.lowered
-                lowered = self.target.lower(traced)
-                return _compat.reading_view(traced), _compat.without_const_args(lowered)
+                kept = LoweredVariant.of(traced, self.target.lower(traced))
+                return kept.traced, kept.lowered
         except Exception as e:
             raise NotCompiled(batch, "trace", e) from e
 

@@ -53,6 +53,7 @@ from memscope.report import (
     Residual,
     ResidualLine,
 )
+from memscope.variants.compile import LoweredVariant
 from memscope.variants.donations import LET_GO, Host, TracedSource, VariantFacts
 
 #: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
@@ -502,14 +503,13 @@ def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
         fun = plan.function()
         if fun is None:
             raise LookupError("the program let go of the function first")
-        traced, lowered = lower_with_policy(fun, plan.options, plan.call, policy,
-                                            donated, names, plan.target)
-        del fun
         # Compiled and read only: without the arrays the function closes over.
-        traced, lowered = _compat.reading_view(traced), _compat.without_const_args(lowered)
+        kept = LoweredVariant.of(*lower_with_policy(fun, plan.options, plan.call, policy,
+                                                    donated, names, plan.target))
+        del fun
     except Exception as e:
         return RematVariant(policy, None, None, error=described(e))
-    return measure(traced, lowered, policy, compile_in, plan.target, plan.cache)
+    return measure(kept.traced, kept.lowered, policy, compile_in, plan.target, plan.cache)
 
 
 def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any, ...],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import sys
@@ -160,11 +161,16 @@ class Target:
         """The target's devices, by id."""
         return self._devices
 
-    @property
+    @functools.cached_property
     def identity(self) -> str:
         """What a compile for the target depends on beyond the lowered program
         and the backend it names (:meth:`memscope.compiled.cache.CompileCache.key`):
-        the target's name, and its compiler's version where memscope loads it."""
+        the target's name, and its compiler's version and device description
+        where memscope loads them (:meth:`_identity`). Read once: every compile's
+        key names it."""
+        return self._identity()
+
+    def _identity(self) -> str:
         return self.name
 
     def count_hit(self, kept: Kept) -> None:

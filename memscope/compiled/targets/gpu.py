@@ -280,8 +280,7 @@ class GpuTarget(Target):
     #: compiles made again with XLA's Triton GEMMs off (see :meth:`compile`)
     without_triton = 0
 
-    @property
-    def identity(self) -> str:
+    def _identity(self) -> str:
         """The target's name, its device description and the CUDA plugin's version."""
         return (f"{self.name}\n{target_config(self.spec.model)}\n"
                 f"{compilers.version('cuda')}")

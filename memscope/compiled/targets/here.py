@@ -50,8 +50,7 @@ class HereTarget(Target):
     def devices(self) -> dict[int, Any]:
         return {d.id: d for d in jax.devices()}
 
-    @property
-    def identity(self) -> str:
+    def _identity(self) -> str:
         # (the key names the backend and its devices already)
         return "dumped" if self.dump else ""
 

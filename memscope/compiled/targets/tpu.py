@@ -186,8 +186,7 @@ class TpuTarget(Target):
         super().__init__(spec.name, devices)
         self.spec = spec
 
-    @property
-    def identity(self) -> str:
+    def _identity(self) -> str:
         """The target's name and libtpu's version."""
         return f"{self.name}\n{compilers.version('tpu')}"
 

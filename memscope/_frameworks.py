@@ -182,10 +182,11 @@ def is_nnx_node_states(x: Any) -> bool:
     return kind is not None and isinstance(x, kind)
 
 
-def nnx_state_paths(tree: Any) -> list[list[str] | None]:
+def nnx_state_paths(tree: Any) -> list[list[tuple[str, tuple[type, ...]]] | None]:
     """Per ``NodeStates`` in ``tree`` (in ``jax.tree.leaves`` order), the user's
-    path of each of its flat leaves (``.layers[0].kernel``); ``None`` where
-    unknown.
+    path of each of its flat leaves (``.layers[0].kernel``) with the types
+    holding it (its node's, its ``Variable``'s: for :func:`type_role`);
+    ``None`` where unknown.
 
     ``nnx.jit`` splits all graph nodes of a call in one split context, so a
     node shared by two arguments is flattened once. Rebuilding the nodes with
@@ -202,20 +203,32 @@ def nnx_state_paths(tree: Any) -> list[list[str] | None]:
              if is_nnx_node_states(x)]
     index_ref = graph.IndexMap()
     ref_index = graph.RefMap()
-    result: list[list[str] | None] = []
+    result: list[list[tuple[str, tuple[type, ...]]] | None] = []
     for states in found:
         try:
             if len(states.states) != 1 or not isinstance(states.states[0], list):
                 # split by filters (StateSharding): the states carry their paths
-                result.append([_path_text(None, path) for s in states.states
-                               for path, _ in s])
+                result.append([(_path_text(None, path), _variable_kinds(v))
+                               for s in states.states for path, v in s])
                 continue
             node = graph.unflatten(states.graphdef, states.states[0], index_ref=index_ref)
             _, flat = graph.flatten(node, with_paths=True, ref_index=ref_index)
-            result.append([_path_text(node, path) for path, _ in flat])
+            result.append([(_path_text(node, path), (type(node), *_variable_kinds(v)))
+                           for path, v in flat])
         except Exception:  # a graph this version of memscope does not know
             result.append(None)
     return result
+
+
+def _variable_kinds(value: Any) -> tuple[type, ...]:
+    """The type of a flat state's leaf: a ``Variable``'s own, or the type a
+    ``VariableState`` says it holds (its ``type``; a ``Variable``'s own
+    ``.type`` is deprecated in Flax 0.12.0 and warns: never read)."""
+    kind = type(value)
+    if kind.__name__ != "VariableState":
+        return (kind,)
+    held = getattr(value, "type", None)
+    return (kind,) + ((held,) if isinstance(held, type) else ())
 
 
 def _path_text(node: Any, path: Sequence[Any]) -> str:
@@ -286,3 +299,68 @@ def retrace_context(fun: Any) -> Any:
             and type(fun).__module__ == _NNX_COMPILATION and hasattr(fun, "ctxtag")):
         return graph.update_context(fun.ctxtag)
     return contextlib.nullcontext()
+
+
+# ------------------------------------------------------------------- roles --
+
+#: Flax NNX's Variable types by what they hold (``flax.nnx.variablelib``, and
+#: ``flax.nnx.training.optimizer``'s ``OptState``/``OptArray``/``OptVariable``).
+_NNX_OPTIMIZER = frozenset({"OptState", "OptArray", "OptVariable", "Optimizer"})
+_NNX_MODEL_STATE = frozenset({"BatchStat", "Cache", "RngState", "RngKey", "RngCount",
+                              "Intermediate", "Perturbation"})
+
+
+def type_role(kinds: Sequence[type]) -> str | None:
+    """The role the framework's own types say a leaf has, from the types
+    between the call's arguments and the leaf (outermost first), or ``None``:
+
+    * a Flax NNX ``Variable`` says it first: ``Param`` is ``parameters``, the
+      optimizer's variables (``OptState``, ``OptArray``, ``OptVariable``)
+      ``optimizer``, batch statistics, caches and RNG state ``model_state``;
+    * then an optax state anywhere (Adam's ``mu`` holds a copy of the model's
+      structure, Equinox modules included), or an ``nnx.Optimizer``: ``optimizer``;
+    * then Equinox: its ``nn.State`` is ``model_state``, a module ``parameters``.
+    """
+    flax = [getattr(k, "__name__", "") for k in kinds
+            if (getattr(k, "__module__", "") or "").startswith("flax")]
+    for name in reversed(flax):
+        if name == "Param":
+            return "parameters"
+        if name in _NNX_OPTIMIZER and name != "Optimizer":
+            return "optimizer"
+        if name in _NNX_MODEL_STATE:
+            return "model_state"
+    if "Optimizer" in flax or any((getattr(k, "__module__", "") or "").startswith("optax")
+                                  for k in kinds):
+        return "optimizer"
+    for kind in reversed(kinds):
+        module = getattr(kind, "__module__", "") or ""
+        if module.startswith("equinox") and getattr(kind, "__name__", "") in ("State",
+                                                                               "StateIndex"):
+            return "model_state"
+    if any(_is_equinox_module(k) for k in kinds):
+        return "parameters"
+    return None
+
+
+def _is_equinox_module(kind: type) -> bool:
+    return any(getattr(c, "__module__", "").startswith("equinox") and c.__name__ == "Module"
+               for c in getattr(kind, "__mro__", ()))
+
+
+def leaf_type_roles(tree: Any) -> tuple[str | None, ...]:
+    """:func:`type_role` of each leaf of ``tree`` (a call's arguments, in
+    shapes: ``Traced.args_info``), in ``jax.tree_util.tree_leaves`` order,
+    read from its treedef's node types (no array is kept or read)."""
+    import jax
+
+    roles: list[str | None] = []
+    stack: list[tuple[Any, tuple[type, ...]]] = [(jax.tree_util.tree_structure(tree), ())]
+    while stack:
+        treedef, kinds = stack.pop()
+        if treedef.num_leaves == 1 and treedef.num_nodes == 1:
+            roles.append(type_role(kinds))
+            continue
+        kind, _ = treedef.node_data()
+        stack.extend((child, (*kinds, kind)) for child in reversed(treedef.children()))
+    return tuple(roles)

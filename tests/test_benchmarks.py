@@ -145,3 +145,13 @@ def test_fit_frameworks_benchmark_forecasts_the_same_step_three_ways():
     assert rows["jax.jit"][-1] == "1.00"
     # the same model written three ways: the same answer
     assert len({row[1] for row in rows.values()}) == 1 and rows["jax.jit"][1] != "None"
+
+
+def test_roles_benchmark_prints_the_analysis_and_the_roles_share():
+    out = _bench("bench_roles.py", "--repeat", "1", "--layers", "1", "--width", "32")
+    lines = out.splitlines()
+    assert re.match(r"^transformer_adam: 1 layers, width 32; \d+ parts at the peak", lines[0])
+    rows = {line[:28].strip(): line[28:].split() for line in lines[2:]}
+    assert list(rows) == ["analysis (analyze)", "roles", "diff of two reports"]
+    assert rows["analysis (analyze)"][1] == "100.00%"
+    assert all(float(row[0]) > 0 for row in rows.values())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memscope.report import load_report
+from memscope.report import ROLE_WORDS, load_report
 from memscope.report.summary import summarize
 from memscope.report.units import format_bytes
 from tests.test_render_buffers import (
@@ -193,3 +193,24 @@ def test_a_few_functions_fit_sixty_lines_with_the_answer_first(tmp_path: Path):
     for f in report.functions:
         assert any(line.startswith(f"{f.name} (") for line in lines), f.name
         assert any(line.startswith(f"| {f.name} ") for line in lines), f.name
+
+
+def test_the_transformers_peak_is_told_by_role_to_the_byte(transformer):
+    folder, stdout, _ = transformer
+    (fn,) = load_report(str(folder / "r.json")).functions
+    live = fn.live_at_peak
+    assert live is not None and fn.memory_timeline is not None
+    assert sum(r.bytes for r in live.roles) == live.bytes == fn.memory_timeline.peak_bytes
+    assert sum(p.bytes for p in live.parts) == live.bytes
+    assert live.role_bytes("unknown") < 0.05 * live.bytes
+    # No donation: the parameters and Adam's state are held twice at the end,
+    # the arguments and the new values the step returns.
+    params = sum(b.bytes for b in fn.inputs if b.path.startswith("params"))
+    opt_state = sum(b.bytes for b in fn.inputs if b.path.startswith("opt_state"))
+    assert live.role_bytes("parameters") in (params, 2 * params)
+    assert live.role_bytes("optimizer") in (opt_state, 2 * opt_state)
+    assert live.role_bytes("activations") > 0
+    line = next(line for line in _report_lines(stdout) if "peak made of:" in line)
+    top = live.roles[0]
+    assert line.strip().startswith(f"peak made of: {ROLE_WORDS[top.role]} "
+                                   f"{100 * top.bytes / live.bytes:.0f}%, ")

@@ -32,7 +32,7 @@ from memscope.compiled.buffers import MAX_LISTED, read_buffer_assignment
 from memscope.compiled.dump import HloProto
 from memscope.compiled.hlo import parse_module
 from memscope.compiled.liveness import LiveRange, _sweep, analyze, flatten, live_ranges
-from memscope.report import Memory
+from memscope.report import InputBuffer, Memory
 from tests.samples import sample_module
 from tests.truth import assigned
 
@@ -97,7 +97,7 @@ def test_hand_built_module_gives_the_exact_curve():
     order, entry_step, spans, scheduled = flatten(module)
     assert [i.name for i in order] == ["p0", "a", "b", "t", "g", "cp", "cx", "k", "c"]
     assert entry_step == [0, 1, 2, 3, 4, 5, 5, 5, 6] and scheduled
-    ranges = live_ranges(module, assignment, order, spans)
+    ranges = live_ranges(module, assignment, order, spans).ranges
     named = {assignment.buffers[b].instruction: r for b, r in ranges.items()}
     assert named == {"p0": (0, 1), "a": (1, 2), "b": (2, 6), "t": (3, 4), "cx": (6, 8),
                      "c": (8, 8)}
@@ -125,7 +125,8 @@ def test_the_peak_view_adds_up_and_says_what_differs():
     assert live is not None
     memory = Memory(argument_bytes=16, output_bytes=50, alias_bytes=0, temp_bytes=430,
                     peak_bytes=496, peak_rule="sum")
-    timeline, at_peak = memory_view(live, assignment, memory, arguments={0: ("x", True)})
+    x = InputBuffer("x", (4,), "float32", 16, True, "donor", parameter=0)
+    timeline, at_peak = memory_view(live, assignment, memory, inputs=[x])
     assert timeline.rule == "schedule" and timeline.points == tuple(enumerate(
         live.entry_bytes))
     assert at_peak.bytes == timeline.peak_bytes == 366
@@ -140,6 +141,11 @@ def test_the_peak_view_adds_up_and_says_what_differs():
     assert timeline.peak_note is not None
     assert "130 B of the temporary block hold no buffer live at the peak" in \
         timeline.peak_note  # 496 - 366 = 430 - 300
+    # The hand-built module has no JAX op names: its temporaries cannot be
+    # told; its argument is not given back (the batch), its output is an output.
+    assert {(r.role, r.bytes) for r in at_peak.roles} == {
+        ("unknown", 300), ("outputs", 50), ("batch", 16)}
+    assert sum(p.bytes for p in at_peak.parts) == at_peak.bytes
 
 
 def test_buffers_sharing_memory_count_once():
@@ -162,7 +168,7 @@ def _never_overlap(module, assignment) -> int:
     """Checks XLA's packing against the schedule: buffers live at once at
     different places of one allocation never overlap. Returns the pairs checked."""
     order, _, spans, _ = flatten(module)
-    ranges = live_ranges(module, assignment, order, spans)
+    ranges = live_ranges(module, assignment, order, spans).ranges
     checked = 0
     for alloc in assignment.of_kind("temporary"):
         slots = sorted((s for s in alloc.slots if s.buffer in ranges),
@@ -296,7 +302,7 @@ def test_the_replay_is_xla_own_live_range(name):
     module, assignment, names, xla_ranges = xla
     order, _, spans, _ = flatten(module)
     assert [i.name for i in order] == names
-    ours = live_ranges(module, assignment, order, spans)
+    ours = live_ranges(module, assignment, order, spans).ranges
     last = len(order) - 1
     theirs, mine = [], []
     for alloc in assignment.allocations:

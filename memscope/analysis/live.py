@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from memscope.analysis import roles
 from memscope.compiled.buffers import (
     MAX_LISTED,
     MAX_TIMELINE_POINTS,
@@ -28,7 +29,17 @@ from memscope.compiled.buffers import (
     source_text,
 )
 from memscope.compiled.liveness import Liveness
-from memscope.report import LiveAtPeak, LiveBuffer, LiveKind, Memory, MemoryTimeline, SourceLine
+from memscope.report import (
+    InputBuffer,
+    LiveAtPeak,
+    LiveBuffer,
+    LiveKind,
+    Memory,
+    MemoryTimeline,
+    OutputBuffer,
+    Role,
+    SourceLine,
+)
 from memscope.report.units import format_bytes
 
 #: per HLO parameter number: the argument leaf's path and whether it was donated
@@ -36,23 +47,47 @@ Arguments = Mapping[int, tuple[str, bool]]
 
 
 def memory_view(liveness: Liveness, assignment: BufferAssignment, memory: Memory | None,
-                display: Callable[[str], str] = str, arguments: Arguments | None = None
+                display: Callable[[str], str] = str, inputs: Sequence[InputBuffer] = (),
+                outputs: Sequence[OutputBuffer] = (),
+                result_outputs: Sequence[int | None] = (),
+                hints: Mapping[str, str] | None = None
                 ) -> tuple[MemoryTimeline, LiveAtPeak]:
     """The report's ``memory_timeline`` and ``live_at_peak`` of one function.
 
-    ``display`` turns a source path into the path shown; ``arguments`` names
-    each HLO parameter's leaf (``None``: unnamed).
+    ``display`` turns a source path into the path shown; ``inputs`` and
+    ``outputs`` are the call's leaves (HLO parameter ``b.parameter``; main
+    result ``j`` is output ``result_outputs[j]``), which name the arguments and
+    tell each buffer's role (:mod:`memscope.analysis.roles`, first by the
+    roles their framework's types say: ``hints``, by input path).
     """
     numbers = [a.parameter for a in liveness.held if a.parameter is not None]
+    arguments: Arguments = {b.parameter: (b.path, b.donated) for b in inputs
+                            if b.parameter is not None}
     # Arguments passed as one tuple share parameter 0: their leaves go unnamed.
-    arguments = arguments or {} if len(numbers) == len(set(numbers)) else {}
-    held = [_held_buffer(a, assignment, display, arguments) for a in liveness.held]
+    if len(numbers) != len(set(numbers)):
+        arguments = {}
+    by_output = roles.paired_results(inputs, outputs)
+    role_of = roles.argument_roles(inputs, outputs, by_output, hints)
+    given_back = {j: role_of[by_output[o]] for j, o in enumerate(result_outputs)
+                  if o is not None and o in by_output}
+    result_paths = {j: outputs[o].path for j, o in enumerate(result_outputs)
+                    if o is not None and o < len(outputs)}
+    held = [_with_role(_held_buffer(a, assignment, display, arguments), a, liveness,
+                       assignment, display, role_of, given_back, result_paths)
+            for a in liveness.held]
     step_of = _entry_steps(liveness)
-    temps = [_temp_buffer(assignment.buffers[r.buffer], r.size, display,
-                          step_of(r.start), step_of(r.end))
-             for r in liveness.live if r.buffer in assignment.buffers]
+    backward_from = roles.backward_start(liveness.step_ops)
+    temps = []
+    for r in liveness.live:
+        if r.buffer in assignment.buffers:
+            temp = _temp_buffer(assignment.buffers[r.buffer], r.size, display,
+                                step_of(r.start), step_of(r.end))
+            temps.append(replace(temp, role=roles.temporary_role(
+                temp, r.start, liveness.readers.get(r.buffer, ()), liveness.step_ops,
+                backward_from)))
     buffers = sorted((b for b in [*held, *temps] if b is not None),
                      key=lambda b: (-b.bytes, b.instruction))
+    by_role, parts = roles.summed(buffers)
     points = downsample(liveness.entry_bytes, MAX_TIMELINE_POINTS)
     timeline = MemoryTimeline(
         rule="schedule", steps=liveness.steps, points=points,
@@ -68,8 +103,35 @@ def memory_view(liveness: Liveness, assignment: BufferAssignment, memory: Memory
         by_source=_by_source([b for b in buffers if b.argument is None
                               and b.kind not in ("parameter", "aliased")]),
         argument_bytes=sum(b.bytes for b in buffers if b.kind in ("parameter", "aliased")),
-        arguments=sum(1 for b in buffers if b.kind in ("parameter", "aliased")))
+        arguments=sum(1 for b in buffers if b.kind in ("parameter", "aliased")),
+        roles=by_role, parts=parts)
     return traced or timeline, live
+
+
+def _with_role(buffer: LiveBuffer | None, alloc: Allocation, liveness: Liveness,
+               assignment: BufferAssignment, display: Callable[[str], str],
+               role_of: Mapping[str, Role], given_back: Mapping[int, Role],
+               result_paths: Mapping[int, str]) -> LiveBuffer | None:
+    """``buffer`` (held for the whole call in ``alloc``) with its role. A
+    result's allocation is named by the result it holds when the call returns
+    (earlier, XLA may keep temporaries in it: a gradient, before the new
+    parameters are written over it)."""
+    if buffer is None:
+        return None
+    if alloc.parameter is not None:
+        return replace(buffer, role=role_of.get(buffer.argument or "", "unknown"))
+    if alloc.kind == "constant":
+        return replace(buffer, role="constants")
+    held = [(liveness.results[s.buffer], assignment.buffers[s.buffer]) for s in alloc.slots
+            if s.buffer in liveness.results and s.buffer in assignment.buffers]
+    if not held:
+        return replace(buffer, role=roles.output_role(buffer, None))
+    result, lb = max(held, key=lambda h: (h[1].size, -h[1].id))
+    named = replace(buffer, shape=lb.shape, dtype=_dtype(lb.shape), instruction=lb.instruction,
+                    opcode=lb.opcode, op=lb.op, op_name=lb.op_name,
+                    source=source_text(lb, display))
+    return replace(named, role=roles.output_role(named, given_back.get(result),
+                                                 result_paths.get(result)))
 
 
 def peak_note(liveness: Liveness, memory: Memory | None, constants: int) -> str:

@@ -24,6 +24,7 @@ from memscope.report import (
     InputBuffer,
     LiveBuffer,
     ResidentGroup,
+    RoleBytes,
     RunMemory,
     RunPoint,
 )
@@ -130,6 +131,8 @@ class CallFacts:
     pruned: frozenset[int]
     buffers: tuple[LiveBuffer, ...]
     call_site: str | None
+    #: the call's live-at-peak bytes by role
+    roles: tuple[RoleBytes, ...] = ()
 
 
 def run_memory(samples: Sequence[RawSample], log: CallLog, facts: Sequence[CallFacts | None],
@@ -322,4 +325,5 @@ def _high_water(best: RunPoint, fn: CallFacts | None, sample: RawSample,
         from_call=best.from_call, groups=tuple(shown), more_groups=len(groups) - len(shown),
         more_group_bytes=sum(g.bytes for g in groups[MAX_GROUPS:]),
         buffers=fn.buffers[:MAX_BUFFERS] if fn is not None else (),
+        call_roles=fn.roles if fn is not None else (),
         allocator_peak_bytes=allocator_peak, allocator_note=note)

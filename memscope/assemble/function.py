@@ -60,7 +60,7 @@ def function_report(entry: Entry, forecast: Forecast | None = None) -> FunctionR
             findings += closed_findings
     memory = entry.facts.memory if entry.facts is not None else None
     variants = tuple(_variant(v) for v in entry.variants)
-    timeline, live, timeline_note = _memory_view(entry, inputs, memory)
+    timeline, live, timeline_note = _memory_view(entry, inputs, outputs, memory)
     return FunctionReport(
         name=entry.name, source=entry.source, calls=entry.calls, signature=entry.signature,
         memory=memory, memory_here=entry.memory_here, inputs=inputs, outputs=outputs,
@@ -82,21 +82,24 @@ def function_report(entry: Entry, forecast: Forecast | None = None) -> FunctionR
         not_observed=entry.not_observed)
 
 
-def _memory_view(entry: Entry, inputs: Sequence[InputBuffer], memory: Memory | None
+def _memory_view(entry: Entry, inputs: Sequence[InputBuffer],
+                 outputs: Sequence[OutputBuffer], memory: Memory | None
                  ) -> tuple[MemoryTimeline | None, LiveAtPeak | None, str | None]:
     """The entry's memory timeline and what is live at its peak; else why not."""
     if entry.facts is None:
         return None, None, entry.error
-    return _facts_view(entry.facts, (*inputs, *closed_over(entry.facts.program)), memory)
+    return _facts_view(entry.facts, (*inputs, *closed_over(entry.facts.program)), outputs,
+                       memory)
 
 
-def _facts_view(facts: CompiledFacts, inputs: Sequence[InputBuffer], memory: Memory | None
+def _facts_view(facts: CompiledFacts, inputs: Sequence[InputBuffer],
+                outputs: Sequence[OutputBuffer], memory: Memory | None
                 ) -> tuple[MemoryTimeline | None, LiveAtPeak | None, str | None]:
     if facts.liveness is None or facts.buffers is None:
         return None, None, facts.liveness_error or facts.buffers_error
-    arguments = {b.parameter: (b.path, b.donated) for b in inputs if b.parameter is not None}
     timeline, live = memory_view(facts.liveness, facts.buffers, memory, display_path,
-                                 arguments)
+                                 inputs, outputs, facts.program.result_outputs,
+                                 facts.program.role_hints())
     return timeline, live, None
 
 
@@ -149,7 +152,7 @@ def _variant(v: VariantFacts) -> Variant:
         return Variant(name=v.name, setting=v.setting, memory=None, error=v.error,
                        same_as=v.same_as)
     inputs, outputs = classify(v.facts.program, v.warnings)
-    timeline, live, _ = _facts_view(v.facts, inputs, v.facts.memory)
+    timeline, live, _ = _facts_view(v.facts, inputs, outputs, v.facts.memory)
     return Variant(name=v.name, setting=v.setting, memory=v.facts.memory, inputs=inputs,
                    outputs=outputs, warnings=v.warnings, same_as_written=v.same_as_written,
                    same_as=v.same_as, memory_timeline=timeline, live_at_peak=live)

@@ -121,7 +121,7 @@ def _call_facts(fn: FunctionReport | None) -> CallFacts | None:
                      argument_bytes=m.argument_bytes if m is not None else None,
                      pruned=pruned_positions(fn.inputs),
                      buffers=live.buffers if live is not None else (),
-                     call_site=fn.call_site)
+                     call_site=fn.call_site, roles=live.roles if live is not None else ())
 
 
 def _holder_text(holder: Holder) -> tuple[str, str | None]:

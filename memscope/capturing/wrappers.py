@@ -56,6 +56,9 @@ class Wrapped:
     signature: str | None = None
     donated_positions: tuple[int, ...] | None = None
     donated_names: tuple[str, ...] | None = None
+    #: per flat input leaf: the role its framework's types say
+    #: (:func:`memscope._frameworks.type_role`); ``None`` where not read
+    input_roles: tuple[str | None, ...] | None = None
 
 
 def describe(kind: Framework, fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -93,18 +96,21 @@ def _equinox(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Wrapped | None:
     leaves: list[list[int]] = [[] for _ in slots]
     arrays = [False] * len(slots)
     input_names: list[str] = []
+    input_roles: list[str | None] = []
     donated: set[int] = set()
     for part in call.parts:
         paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(part.value)[0]]
         values = jax.tree_util.tree_leaves(part.value)
         if len(paths) != len(part.dynamic):
             return None
-        for path, value, dynamic in zip(paths, values, part.dynamic, strict=True):
+        kinds = _type_roles(part.value, len(values))
+        for path, value, dynamic, role in zip(paths, values, part.dynamic, kinds, strict=True):
             slot, name = _equinox_leaf(part.name, path, slots, fun_slot)
             arrays[slot] = arrays[slot] or isinstance(value, jax.Array | np.ndarray)
             if dynamic:
                 leaves[slot].append(len(input_names))
                 input_names.append(name)
+                input_roles.append(role)
                 if part.donated:
                     donated.add(slot)
     arguments = tuple(
@@ -117,6 +123,7 @@ def _equinox(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Wrapped | None:
         # "none" silences nothing yet donates nothing: advise Equinox's plain "all".
         style=FilterJit(warn=call.silenced is False and any(p.donated for p in call.parts)),
         arguments=arguments, input_names=tuple(input_names), output_names=None,
+        input_roles=tuple(input_roles),
         parameters=tuple(n for n in names[:1 + len(call.rest)]),
         signature=_equinox_signature(arguments, input_names, call, args),
         donated_positions=tuple(sorted(arguments[i].position  # type: ignore[misc]
@@ -181,20 +188,25 @@ def _nnx(fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
     """``nnx.jit`` keeps the user's arguments in place: each graph node becomes
     a ``NodeStates`` pytree whose leaves are the node's variables."""
     user = inspect.unwrap(fun)
+    inputs = _nnx_inputs(args, kwargs, arguments)
     return Wrapped(
         framework="nnx", function=user, style=NnxJit(style), arguments=None,
-        input_names=_nnx_inputs(args, kwargs, arguments),
-        output_names=_nnx_outputs(user, out), parameters=None)
+        input_names=None if inputs is None else inputs[0],
+        output_names=_nnx_outputs(user, out), parameters=None,
+        input_roles=None if inputs is None else inputs[1])
 
 
-def _nnx_inputs(args: tuple[Any, ...], kwargs: dict[str, Any],
-                arguments: Sequence[Argument]) -> tuple[str, ...] | None:
+def _nnx_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], arguments: Sequence[Argument]
+                ) -> tuple[tuple[str, ...], tuple[str | None, ...]] | None:
+    """The inputs' names, and the roles their Variable types say."""
     values = [args[a.position] if a.position is not None else kwargs[a.name or ""]
               for a in arguments]
-    names = _names(values, [a.label if a.name is None else a.name for a in arguments])
+    roles: list[str | None] = []
+    names = _names(values, [a.label if a.name is None else a.name for a in arguments],
+                   roles=roles)
     if names is None or len(names) != sum(len(a.leaves) for a in arguments):
         return None
-    return tuple(names)
+    return tuple(names), tuple(roles)
 
 
 def _nnx_outputs(user: Any, out: Any) -> tuple[str, ...] | None:
@@ -209,12 +221,14 @@ def _nnx_outputs(user: Any, out: Any) -> tuple[str, ...] | None:
 
 
 def _names(values: Sequence[Any], prefixes: Sequence[str],
-           suffix: Sequence[str] | None = None) -> list[str] | None:
+           suffix: Sequence[str] | None = None, roles: list[str | None] | None = None
+           ) -> list[str] | None:
     """Every flat leaf of ``values`` (one pytree per prefix, flattened together as
     JAX does), named ``prefix`` + the path within; ``None`` if a graph's paths are
-    unknown."""
+    unknown. ``roles``, where given, gets each leaf's role by its Variable's type."""
     node_paths = iter(_frameworks.nnx_state_paths(list(values)))
     names: list[str] = []
+    found: list[str | None] = []
     for i, value in enumerate(values):
         end = suffix[i] if suffix is not None else ""
         flat, _ = jax.tree_util.tree_flatten_with_path(
@@ -223,13 +237,26 @@ def _names(values: Sequence[Any], prefixes: Sequence[str],
             where = prefixes[i] + jax.tree_util.keystr(path)
             if not _frameworks.is_nnx_node_states(leaf):
                 names.append(where + end)
+                found.append(None)
                 continue
             paths = next(node_paths, None)
             count = len(jax.tree_util.tree_leaves(leaf))
             if paths is None or len(paths) != count:
                 return None
-            names.extend(where + p + end for p in paths)
+            names.extend(where + p + end for p, _ in paths)
+            found.extend(_frameworks.type_role(kinds) for _, kinds in paths)
+    if roles is not None:
+        roles.extend(found)
     return names
+
+
+def _type_roles(tree: Any, count: int) -> list[str | None]:
+    """Each leaf's role by its framework's types (``None`` each where unreadable)."""
+    try:
+        found = list(_frameworks.leaf_type_roles(tree))
+    except Exception:  # a pytree node this JAX cannot describe: no roles from types
+        return [None] * count
+    return found if len(found) == count else [None] * count
 
 
 # ------------------------------------------------------------------ shared --
@@ -259,8 +286,11 @@ def renamed(wrapped: Wrapped | None, facts: CompiledFacts | None) -> CompiledFac
                         for leaf in program.outputs)
     else:
         outputs = _renamed_leaves(program.outputs, wrapped.output_names)
-    return replace(facts, program=replace(
-        program, inputs=_renamed_leaves(program.inputs, wrapped.input_names), outputs=outputs))
+    inputs = _renamed_leaves(program.inputs, wrapped.input_names)
+    roles = (wrapped.input_roles if wrapped.input_roles is not None
+             and len(wrapped.input_roles) == len(inputs) else program.type_roles)
+    return replace(facts, program=replace(program, inputs=inputs, outputs=outputs,
+                                          type_roles=roles))
 
 
 def _renamed_leaves(leaves: Sequence[Any], names: Sequence[str] | None) -> tuple[Any, ...]:

@@ -6,12 +6,15 @@ No JAX and no printing: reports in, frozen :class:`FunctionDiff` records out, fo
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from memscope.check.judge import judge
 from memscope.check.pairing import pair_functions, signature_changes
+from memscope.check.peak import PartChange, peak_changes
 from memscope.check.records import Tolerances
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
 from memscope.report.leaves import parenthesized, short_signature
@@ -75,6 +78,12 @@ class FunctionDiff:
     notes: tuple[str, ...] = ()
     #: the signature abbreviated per argument
     short_signature: str | None = None
+    #: the bytes live at the schedule's peak before and after, and the buffers
+    #: there that changed, largest change first (:func:`memscope.check.peak.peak_changes`;
+    #: ``None``: a report without roles); the changes add up to the difference
+    peak_before: int | None = None
+    peak_after: int | None = None
+    peak_changes: tuple[PartChange, ...] | None = None
 
     @property
     def groups(self) -> tuple[ChangeGroup, ...]:
@@ -97,6 +106,14 @@ def change_groups(leaves: Sequence[LeafChange]) -> tuple[ChangeGroup, ...]:
                  for (kind, arg, before, after), paths in grouped.items())
 
 
+def diffs_json(old: str, new: str, diffs: Sequence[FunctionDiff]) -> str:
+    """``memscope diff OLD.json NEW.json -o FILE``'s JSON: each function's
+    figures, fates and peak changes, as the terminal shows them
+    (docs/report-format.md, "The diff")."""
+    return json.dumps({"schema": "memscope.diff/1", "old": old, "new": new,
+                       "functions": [dataclasses.asdict(d) for d in diffs]}, indent=1) + "\n"
+
+
 def compare_variant(fn: FunctionReport, variant: Variant,
                     tolerances: Tolerances | None = None) -> FunctionDiff:
     """``fn`` as written against ``variant``, both as compiled."""
@@ -105,7 +122,8 @@ def compare_variant(fn: FunctionReport, variant: Variant,
                             fn.setting, variant.setting, error=variant.error,
                             short_signature=short_signature(fn))
     after = FunctionReport(fn.name, fn.source, fn.calls, fn.signature, variant.memory,
-                           variant.inputs, variant.outputs)
+                           variant.inputs, variant.outputs,
+                           live_at_peak=variant.live_at_peak)
     return _diff(fn, after, fn.setting, variant.setting, tolerances)
 
 
@@ -147,11 +165,15 @@ def _diff(before: FunctionReport, after: FunctionReport, before_setting: str | N
     if changed:
         notes.insert(0, f"paired with the old signature {parenthesized(short_signature(before))}; its "
                         f"signature changed: {'; '.join(changed)}")
+    then, now = before.live_at_peak, after.live_at_peak
     return FunctionDiff(after.name, after.source, after.signature,
                         _verdict(figures, leaves, problems),
                         before_setting, after_setting, figures, leaves,
                         problems=tuple(problems), notes=tuple(notes),
-                        short_signature=short_signature(after))
+                        short_signature=short_signature(after),
+                        peak_before=then.bytes if then is not None else None,
+                        peak_after=now.bytes if now is not None else None,
+                        peak_changes=peak_changes(then, now))
 
 
 def _fate(b: InputBuffer | OutputBuffer) -> str:

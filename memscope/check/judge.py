@@ -28,6 +28,7 @@ from memscope.check.pairing import (
     pair_functions,
     signature_changes,
 )
+from memscope.check.peak import grown, peak_changes
 from memscope.check.records import (
     FIGURE_LABELS,
     Budget,
@@ -185,6 +186,8 @@ def judge(then: FunctionReport, now: FunctionReport, tolerances: Tolerances = To
         if tolerances.gated(change.figure):
             if not tolerance.describe():
                 text += " (no growth allowed without --max-increase or --max-increase-bytes)"
+            if change.figure == "peak":
+                text += _grown_at_peak(then, now)
             problems.append(text)
         else:
             notes.append(f"{text}; reported, not gated (--max-increase "
@@ -201,6 +204,17 @@ def judge(then: FunctionReport, now: FunctionReport, tolerances: Tolerances = To
         what = "leaf lost its alias" if len(paths) == 1 else "leaves lost their alias"
         problems.append(f"{len(paths)} {what} ({now_text}): {bounded_leaves(paths)}")
     return problems, notes
+
+
+def _grown_at_peak(then: FunctionReport, now: FunctionReport) -> str:
+    """``; at the peak, +7.5 MiB activations: model.py:7 ...``: the buffers
+    that grew there, largest first; ``""`` where the reports cannot tell."""
+    changes = peak_changes(then.live_at_peak, now.live_at_peak)
+    text = grown(changes or ())
+    if not text or then.live_at_peak is None or now.live_at_peak is None:
+        return ""
+    return (f"; at the peak ({format_bytes(then.live_at_peak.bytes)} -> "
+            f"{format_bytes(now.live_at_peak.bytes)} live), grew: {text}")
 
 
 def gained_unusable(then: Sequence[InputBuffer], now: Sequence[InputBuffer]

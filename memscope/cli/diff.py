@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from memscope.check.compare import FunctionDiff, compare_reports, compare_variant
+from memscope.check.compare import FunctionDiff, compare_reports, compare_variant, diffs_json
 from memscope.check.config import load_config
 from memscope.cli._common import (
     misplaced_hint,
@@ -24,7 +24,7 @@ from memscope.flow import run_and_report
 from memscope.program.ending import Guard
 from memscope.program.runner import Script, check_script
 from memscope.render.diff import render_diff
-from memscope.report import FunctionReport, load_report, save_report
+from memscope.report import FunctionReport, load_report, save_report, write_whole
 from memscope.variants.donation import VariantRequest, parse_spec
 
 
@@ -61,7 +61,7 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
         if len(args) != 1 and any(a.startswith("-") for a in args):
             raise MemscopeError("memscope's options go before the reports, as in memscope "
                                 "diff --only-changed OLD.json NEW.json")
-        _diff_reports(target, args, spec, functions, only_changed, stop_after)
+        _diff_reports(target, args, spec, functions, only_changed, stop_after, output)
         return
     if spec is None:
         hint = misplaced_hint(ctx, args, "memscope diff --donate 0 train.py --lr 3e-4")
@@ -94,7 +94,8 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
 
 
 def _diff_reports(old_path: str, args: Sequence[str], spec: str | None,
-                  functions: Sequence[str], only_changed: bool, stop_after: Any) -> None:
+                  functions: Sequence[str], only_changed: bool, stop_after: Any,
+                  output: str | None) -> None:
     if spec is not None or stop_after is not None:
         raise MemscopeError("--donate and --stop-after apply to a script; two reports are "
                             "compared as they were saved")
@@ -109,6 +110,8 @@ def _diff_reports(old_path: str, args: Sequence[str], spec: str | None,
     if only_changed:
         diffs = [d for d in diffs if d.verdict != "same"]
     render_diff(f"{old_path} -> {args[0]}", diffs, sys.stdout, before="old", after="new")
+    if output is not None:
+        write_whole(output, diffs_json(old_path, args[0], diffs))
 
 
 def _chosen(captured: Sequence[FunctionReport], names: Sequence[str]

@@ -35,7 +35,7 @@ no JAX here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memscope.compiled.buffers import Allocation, BufferAssignment
@@ -98,6 +98,13 @@ class Liveness:
     time_steps: tuple[int, ...] = ()
     time_names: tuple[str, ...] = ()
     temp_allocations: tuple[Allocation, ...] = ()
+    #: per temporary buffer live at the peak: the flattened steps of the
+    #: instructions that read it (seen through forwarding, as its range is)
+    readers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    #: per flattened step: its instruction's JAX op name, else its HLO opcode
+    step_ops: tuple[str, ...] = ()
+    #: per buffer the entry computation returns: the result (root tuple element) it is
+    results: Mapping[int, int] = field(default_factory=dict)
 
 
 class _Node:
@@ -154,9 +161,20 @@ def flatten(module: Any) -> tuple[list[Any], list[int], dict[int, tuple[int, int
     return order, entry_step, spans, scheduled
 
 
+@dataclass
+class _Ranges:
+    """What :func:`live_ranges` finds: each buffer's (first, last) flattened
+    step, the steps that read it, and the entry root's value."""
+
+    ranges: dict[int, tuple[int, int]]
+    reads: dict[int, list[int]]
+    root: _Node | None
+
+
 def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
-                spans: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
-    """Each logical buffer defined in ``order``: its (first, last) flattened step."""
+                spans: Mapping[int, tuple[int, int]]) -> _Ranges:
+    """Each logical buffer defined in ``order``: its (first, last) flattened
+    step, and the steps of the instructions that read it."""
     defined: dict[int, dict[tuple[int, ...], int]] = {}
     for lb in assignment.buffers.values():
         defined.setdefault(lb.instruction_id, {})[lb.shape_index] = lb.id
@@ -164,6 +182,7 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
     ranges: dict[int, list[int]] = {}
     roots = {c.id: c.root_id for c in module.computations if c.id in spans}
     passed, used_at = _calls(module, order, spans)
+    reads: dict[int, list[int]] = {}
     for t, instr in enumerate(order):
         own = defined.get(instr.id, {})
         node, forwarding = _node(instr, own, nodes, roots, passed)
@@ -183,6 +202,7 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
         for operand in instr.operand_ids:
             if operand in nodes:
                 for b in nodes[operand].buffers():
+                    reads.setdefault(b, []).append(t)
                     if b in ranges and ranges[b][1] < when:
                         ranges[b][1] = when
     last = len(order) - 1
@@ -194,7 +214,8 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
         for b in root.buffers() if root is not None else ():
             if b in ranges and ranges[b][1] < end:
                 ranges[b][1] = end
-    return {b: (r[0], r[1]) for b, r in ranges.items()}
+    return _Ranges({b: (r[0], r[1]) for b, r in ranges.items()}, reads,
+                   nodes.get(roots.get(module.entry_computation_id, -1)))
 
 
 def _calls(module: Any, order: Sequence[Any], spans: Mapping[int, tuple[int, int]]
@@ -297,7 +318,8 @@ def analyze(module: Any, assignment: BufferAssignment) -> Liveness | None:
     order, entry_step, spans, scheduled = flatten(module)
     if not order:
         return None
-    ranges = live_ranges(module, assignment, order, spans)
+    found = live_ranges(module, assignment, order, spans)
+    ranges = found.ranges
     device = [a for a in assignment.allocations if a.color == 0]
     held = tuple(a for a in device if a.kind in HELD_KINDS)
     held_bytes = sum(a.size for a in held)
@@ -332,7 +354,20 @@ def analyze(module: Any, assignment: BufferAssignment) -> Liveness | None:
         live=live, live_temp=live_temp, temp_block=sum(a.size for a in temps),
         steps=len(entry_bytes), scheduled=scheduled, unplaced=unplaced,
         time_steps=tuple(entry_step), time_names=tuple(i.name for i in order),
-        temp_allocations=tuple(temps))
+        temp_allocations=tuple(temps),
+        readers={r.buffer: tuple(sorted(set(found.reads.get(r.buffer, ())))) for r in live},
+        step_ops=tuple(i.metadata.op_name or i.opcode for i in order),
+        results=_results(found.root))
+
+
+def _results(root: _Node | None) -> dict[int, int]:
+    """Buffer -> the result (element of the entry's root tuple) holding it; a
+    root that is not a tuple is result 0."""
+    if root is None:
+        return {}
+    if not root.children:
+        return {} if root.own is None else {root.own: 0}
+    return {b: j for j, child in enumerate(root.children) for b in child.buffers()}
 
 
 def _slot(r: LiveRange) -> tuple[int, int, int]:

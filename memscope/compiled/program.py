@@ -81,6 +81,15 @@ class Program:
     #: of the mutable ones), and each one's main argument
     closed_hijax: tuple[Leaf, ...] = ()
     closed_hijax_args: tuple[int, ...] = ()
+    #: per input: the role its framework's own types say (``parameters``,
+    #: ``optimizer``, ``model_state``; :func:`memscope._frameworks.type_role`),
+    #: else None; empty where they could not be read
+    type_roles: tuple[str | None, ...] = ()
+
+    def role_hints(self) -> dict[str, str]:
+        """Input path -> the role its framework's types say (:attr:`type_roles`)."""
+        return {leaf.path: role for leaf, role in zip(self.inputs, self.type_roles,
+                                                      strict=False) if role is not None}
 
     def ref_access(self, i: int) -> str | None:
         """What the program does with input ``i`` if it is a Ref, else None."""

@@ -396,6 +396,8 @@ class _CallLeaves:
     arrays: tuple[int, ...] | None = None
     #: how many values JAX hoisted out of the function (the traced jaxpr's first)
     hoisted: int = 0
+    #: per input: the role its framework's types say (:func:`memscope._frameworks.type_role`)
+    type_roles: tuple[str | None, ...] = ()
 
 
 def _call_leaves(traced: Any, ref_names: Mapping[int, str]) -> _CallLeaves:
@@ -409,7 +411,17 @@ def _call_leaves(traced: Any, ref_names: Mapping[int, str]) -> _CallLeaves:
     return _CallLeaves(
         inputs=tuple(arg_infos), input_names=_named(arg_names, len(arg_infos)),
         donated=tuple(bool(a.donated) for a in arg_infos),
-        outputs=tuple(out_infos), output_names=_named(result_paths, len(out_infos)))
+        outputs=tuple(out_infos), output_names=_named(result_paths, len(out_infos)),
+        type_roles=_type_roles(traced, len(arg_infos)))
+
+
+def _type_roles(traced: Any, count: int) -> tuple[str | None, ...]:
+    """Each input's role by its framework's types; ``()`` where they cannot be read."""
+    try:
+        found = _frameworks.leaf_type_roles(traced.args_info)
+    except Exception:  # a pytree node this JAX cannot describe: no types, no roles
+        return ()
+    return found if len(found) == count else ()
 
 
 def _named(names: tuple[str, ...] | None, count: int) -> tuple[str, ...] | None:
@@ -529,6 +541,7 @@ def _program(traced: Any, lowered: Any, compiled: Any,
         closed_hijax=_leaves([a for a, _, _ in closed_hijax], [n for _, n, _ in closed_hijax],
                              ""),
         closed_hijax_args=tuple(arg for _, _, arg in closed_hijax),
+        type_roles=call.type_roles,
     )
 
 

@@ -43,6 +43,7 @@ def render_diff(title: str, diffs: Sequence[FunctionDiff], file: IO[str], *,
             out.para(f"{after}: {visible(d.after_setting or 'n/a')}", "    ", "  ")
         if d.error:
             out.para(visible(d.error), "  ", "  ", style="red")
+        _peak(out, d)
         for problem in d.problems:
             out.labelled("worse:", "red", visible(problem), "    ")
         for note in d.notes:
@@ -55,6 +56,25 @@ def render_diff(title: str, diffs: Sequence[FunctionDiff], file: IO[str], *,
             out.table(_leaves(d, table_box, before, after))
         elif d.figures:
             out.line("No buffer changes its fate.")
+
+
+#: Changes at the peak listed one by one; the rest are summed.
+MAX_PEAK_ROWS = 5
+
+
+def _peak(out: Lines, d: FunctionDiff) -> None:
+    """What changed among the buffers live at the peak, largest first."""
+    if not d.peak_changes:
+        return
+    change = (d.peak_after or 0) - (d.peak_before or 0)
+    out.para(f"at the peak: {format_bytes(d.peak_before)} -> {format_bytes(d.peak_after)} "
+             f"live ({format_change(change)}), by the buffers that changed:", "    ", "  ")
+    for c in d.peak_changes[:MAX_PEAK_ROWS]:
+        out.para(visible(c.text()), "        ", "    ")
+    rest = d.peak_changes[MAX_PEAK_ROWS:]
+    if rest:
+        out.para(f"and {len(rest)} more ({format_change(sum(c.change for c in rest))})",
+                 "        ", "    ", style="dim")
 
 
 def _figures(d: FunctionDiff, table_box: box.Box, before: str, after: str) -> Table:

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 
 from memscope.render.html_page import hover_columns
 from memscope.render.text import html_text as _t
-from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
+from memscope.report import ROLE_WORDS, FunctionReport, LiveAtPeak, MemoryTimeline
+from memscope.report.roles_text import PARTS_PER_ROLE, part_text, percent
 from memscope.report.units import format_bytes
 
 #: ``hoverCharts(chart, mark, list)``, shared with the run's chart
@@ -42,7 +43,17 @@ function hoverCharts(chartSelector, markSelector, listSelector) {
 hoverCharts('.livechart', '.peak', 'details.peaklist');
 """
 CSS = (".livechart rect.pt{fill:transparent}.livechart rect.pt:hover{fill:#e1575922}"
-       ".livechart .peak{cursor:pointer}.readout{font-variant-numeric:tabular-nums}")
+       ".livechart .peak{cursor:pointer}.readout{font-variant-numeric:tabular-nums}"
+       ".roles .key{display:inline-block;width:10px;height:10px;margin-right:4px}"
+       ".roles ul{list-style:none;padding:0;margin:4px 0}"
+       ".roles li{display:inline-block;margin-right:14px}")
+#: One colour per role (Tableau 10, the charts' palette); "cannot be told" grey.
+ROLE_COLOURS = {"parameters": "#4e79a7", "optimizer": "#f28e2b", "model_state": "#76b7b2",
+                "batch": "#59a14f", "gradients": "#e15759", "activations": "#edc948",
+                "collectives": "#b07aa1", "outputs": "#ff9da7", "constants": "#9c755f",
+                "temporaries": "#bab0ac", "unknown": "#6b6b6b"}
+#: The bar's width in pixels.
+BAR_WIDTH = 760
 _NONE = "this report has no memory timeline (no buffer assignment was read)"
 _RULE = {"schedule": "the compiled schedule over XLA's buffer assignment",
          "heap_trace": "XLA's heap-simulator trace"}
@@ -55,6 +66,7 @@ def live_section(fn: FunctionReport, *, script: bool = True) -> list[str]:
     out = ["<h3>Memory over program order, and what is live at the peak</h3>"]
     if t is None or live is None or not t.points:
         return [*out, f'<p class="dim">n/a: {_t(fn.memory_timeline_note or _NONE)}</p>']
+    out.extend(roles_view(live))
     out.append('<div class="livechart">')
     out.append(_chart(t, fn.name))
     hover = (" Hover the chart for a step; hover or click the peak marker for the "
@@ -68,6 +80,40 @@ def live_section(fn: FunctionReport, *, script: bool = True) -> list[str]:
         if note:
             out.append(f'<p class="dim">{_t(note)}</p>')
     return out
+
+
+def roles_view(live: LiveAtPeak) -> list[str]:
+    """What the peak is made of: one bar, a segment per role as wide as its
+    bytes, a legend, and each role's largest buffers (docs/roles.md)."""
+    if not live.roles or live.bytes <= 0:
+        return []
+    x, rects = 0.0, []
+    for r in live.roles:
+        width = r.bytes / live.bytes * BAR_WIDTH
+        rects.append(
+            f'<rect class="role" data-role="{_t(r.role)}" data-bytes="{r.bytes}" '
+            f'x="{x:.3f}" y="0" width="{width:.3f}" height="22" '
+            f'fill="{ROLE_COLOURS[r.role]}"><title>{_t(ROLE_WORDS[r.role])}: '
+            f"{_t(format_bytes(r.bytes))} ({r.bytes:,} bytes, "
+            f"{_t(percent(r.bytes, live.bytes))})</title></rect>")
+        x += width
+    legend = "".join(
+        f'<li><span class="key" style="background:{ROLE_COLOURS[r.role]}"></span>'
+        f"{_t(ROLE_WORDS[r.role])} {_t(format_bytes(r.bytes))} "
+        f"({_t(percent(r.bytes, live.bytes))})</li>" for r in live.roles)
+    rows = "".join(
+        f"<tr><td>{_t(ROLE_WORDS[r.role])}</td><td>{_t(part_text(p))}</td>"
+        f'<td class="n">{_t(format_bytes(p.bytes))}</td></tr>'
+        for r in live.roles for p in live.parts_of(r.role)[:PARTS_PER_ROLE])
+    return [
+        '<div class="roles"><p><b>The peak by role</b> '
+        f"({_t(format_bytes(live.bytes))} live; how each is decided: docs/roles.md)</p>",
+        f'<svg class="rolebar" role="img" aria-label="the peak by role" width="{BAR_WIDTH}" '
+        f'height="22">{"".join(rects)}</svg>',
+        f"<ul>{legend}</ul>",
+        '<details class="roleparts"><summary>Each role\'s largest buffers</summary>'
+        '<table class="roleparts"><thead><tr><th>role</th><th>where, op</th><th>size</th>'
+        f"</tr></thead><tbody>{rows}</tbody></table></details></div>"]
 
 
 def _chart(t: MemoryTimeline, name: str) -> str:
@@ -112,6 +158,7 @@ def _peak_list(live: LiveAtPeak) -> list[str]:
             if live.more_buffers else "")
     rows = "".join(
         f'<tr data-bytes="{b.bytes}"><td>{_t(b.kind)}</td>'
+        f"<td>{_t(ROLE_WORDS.get(b.role or '', ''))}</td>"
         f"<td>{_t(b.argument or b.source)}</td><td>{_t(b.op)}</td>"
         f"<td><code>{_t(b.shape)}</code></td>"
         f'<td class="n">{_t(format_bytes(b.bytes))}</td>'
@@ -127,7 +174,8 @@ def _peak_list(live: LiveAtPeak) -> list[str]:
         f'<details class="peaklist"><summary>Live at the peak: '
         f"{_t(format_bytes(live.bytes))} in {len(live.buffers) + live.more_buffers} "
         f"buffers{more}</summary>",
-        "<table class=\"live\"><thead><tr><th>kind</th><th>argument or source</th><th>op"
+        "<table class=\"live\"><thead><tr><th>kind</th><th>role</th><th>argument or source</th>"
+        "<th>op"
         "</th><th>shape</th><th>size</th><th>donated</th><th>instruction</th>"
         f"<th>live over steps</th></tr></thead><tbody>{rows}</tbody></table>",
         f"<p>Arguments: {_t(format_bytes(live.argument_bytes))} in {live.arguments}. "

@@ -6,6 +6,7 @@ from rich.text import Text
 
 from memscope.render.text import sparkline, visible
 from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
+from memscope.report.roles_text import role_lines
 from memscope.report.units import format_bytes
 
 #: Source lines (and buffers) at the peak shown in the terminal; JSON and HTML hold more.
@@ -27,6 +28,10 @@ def live_lines(fn: FunctionReport, *, ascii_only: bool) -> list[Text]:
         f" at step {t.peak_step} of {t.steps} ({visible(t.peak_instruction)}), "
         f"from {RULE_TEXT[t.rule]}")]
     lines.append(Text("  " + _kinds(t, live)))
+    if live.roles:
+        lines.append(Text("  By role (docs/roles.md):", style="bold"))
+        lines += [Text("    " + visible(text)) for text in role_lines(live)]
+        lines.append(Text("  By source line:", style="bold"))
     for src in live.by_source[:TOP_LINES]:
         what = KIND_WORDS.get(src.kind or "", "")
         lines.append(Text(f"  {format_bytes(src.bytes):>10}  {visible(src.source or 'n/a')}"

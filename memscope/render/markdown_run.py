@@ -61,6 +61,7 @@ def render_run_markdown(report: Report, file: IO[str]) -> None:
     for text, computed in view.peak_rules:
         lines.append(("\\* " if computed else "") + markdown_text(text) + "  ")
     lines.append("")
+    lines += _roles(summary.functions, view)
     lines += _sections(summary.functions, view)
     if summary.between:
         lines += ["**Between calls**", ""]
@@ -91,6 +92,15 @@ def _figures(functions: tuple[FunctionSummary, ...], view: View) -> list[str]:
         lines.append(f"| and {rest} more function{'s' if rest != 1 else ''} | | | "
                      + " | ".join("" for _ in titles) + " |")
     return [*lines, ""]
+
+
+def _roles(functions: tuple[FunctionSummary, ...], view: View) -> list[str]:
+    """What each shown function's peak is made of, one line each."""
+    shown = [functions[i] for i in view.rows if functions[i].roles_text]
+    if not shown:
+        return []
+    return [f"- **{markdown_text(s.name)}** {markdown_text(s.roles_text or '')}"
+            for s in shown] + [""]
 
 
 def _sections(functions: tuple[FunctionSummary, ...], view: View) -> list[str]:

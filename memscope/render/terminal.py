@@ -154,7 +154,7 @@ def _high_water(out: Lines, report: Report, detail: bool = True) -> None:
     if run is None or run.high_water is None:
         return
     shown = run_text.SHOWN if detail else HIGH_WATER_GROUPS
-    for i, text in enumerate(run_text.high_water_lines(run, shown)):
+    for i, text in enumerate(run_text.high_water_lines(run, shown, roles=detail)):
         if i == 0:
             out.line(visible(text), "bold")
         else:
@@ -197,6 +197,8 @@ def _answer(out: Lines, summary: ReportSummary, shown: Sequence[int], detail: bo
         if s.remat_advice is not None:
             out.labelled("Remat advice:", "bold magenta", f"{visible(s.remat_advice)}.",
                          "    ")
+        if s.roles_text:  # what the peak is made of, after what to change
+            out.para(visible(s.roles_text), "    ", "  ", style="dim")
     rest = [s for i, s in enumerate(summary.functions) if i not in shown]
     if rest:
         kinds = ("with a problem", "with a warning or advice", "with a note",

@@ -10,7 +10,9 @@ Opens in the Perfetto UI and in ``chrome://tracing``. One process, the target:
   call's own peak on top) at each point of the report, estimated points too;
 * a counter track ``resident groups`` with the largest groups at each sampled
   call (bytes on the busiest device);
-* an instant event at the high-water mark, its parts in its arguments.
+* an instant event at the high-water mark, its parts in its arguments;
+* a counter track per function, ``peak by role: <function>``, with the bytes
+  of each role live at its peak (docs/roles.md) over its first call.
 
 Timestamps are microseconds since the capture began. Every value comes from the
 report; nothing is computed here beyond unit conversion.
@@ -48,6 +50,20 @@ def trace_events(report: Report) -> dict[str, Any]:
         events.append({"name": fn.name if fn is not None else "?", "ph": "X",
                        "pid": PID, "tid": CALLS_TID, "ts": _us(span.start),
                        "dur": max(_us(span.end) - _us(span.start), 0), "args": args})
+    first: set[int] = set()
+    for span in run.spans:
+        fn = functions[span.function] if span.function is not None else None
+        if fn is None or span.function in first or fn.live_at_peak is None \
+                or not fn.live_at_peak.roles:
+            continue
+        first.add(span.function)  # type: ignore[arg-type]
+        name = f"peak by role: {fn.name}"
+        roles = {r.role: r.bytes for r in fn.live_at_peak.roles}
+        events.append({"name": name, "ph": "C", "pid": PID, "ts": _us(span.start),
+                       "args": roles})
+        events.append({"name": name, "ph": "C", "pid": PID,
+                       "ts": max(_us(span.end), _us(span.start) + 1),
+                       "args": dict.fromkeys(roles, 0)})
     ends = {span.call: span.end for span in run.spans}
     labels: dict[str, int] = {}
     for point in run.points:

@@ -372,6 +372,57 @@ class LiveBuffer:
     argument: str | None = None
     live_from: int | None = None
     live_to: int | None = None
+    #: what the buffer is (:data:`Role`); ``None`` in reports made before roles
+    role: Role | None = None
+
+
+#: What a buffer live at a peak is, decided by :mod:`memscope.analysis.roles`
+#: from what memscope knows exactly (docs/roles.md): the call's ``parameters``,
+#: ``optimizer`` state, other ``model_state`` (batch statistics, RNG state), the
+#: ``batch`` (arguments that are not state), ``gradients``, ``activations``
+#: saved for the backward pass, ``collectives``' buffers, the results that are
+#: no state (``outputs``), the executable's ``constants``, ``temporaries`` (the
+#: others, by their op), and what ``unknown`` (cannot be told), never guessed.
+Role = Literal["parameters", "optimizer", "model_state", "batch", "gradients",
+               "activations", "collectives", "outputs", "constants", "temporaries",
+               "unknown"]
+ROLES: tuple[Role, ...] = ("parameters", "optimizer", "model_state", "batch", "gradients",
+                           "activations", "collectives", "outputs", "constants",
+                           "temporaries", "unknown")
+#: Each role in words, for the reports.
+ROLE_WORDS: dict[str, str] = {
+    "parameters": "parameters", "optimizer": "optimizer state",
+    "model_state": "model state", "batch": "batch", "gradients": "gradients",
+    "activations": "activations", "collectives": "collectives", "outputs": "outputs",
+    "constants": "constants", "temporaries": "other temporaries",
+    "unknown": "cannot be told"}
+
+
+@dataclass(frozen=True)
+class RoleBytes:
+    """The bytes of one :data:`Role` live at a peak, in ``buffers`` buffers."""
+
+    role: Role
+    bytes: int
+    buffers: int
+
+
+@dataclass(frozen=True)
+class PeakPart:
+    """Buffers live at a peak that share a role, a place and an op.
+
+    ``where`` is the source line (``path:line``) of the instruction that
+    defines them, or for an argument its leaf's path (``params['w']``, with
+    ``op`` ``argument``); ``None``: neither is known. ``shape`` is the largest one's. The parts of
+    :attr:`LiveAtPeak.parts` hold every buffer live at the peak, once.
+    """
+
+    role: Role
+    where: str | None
+    op: str
+    bytes: int
+    buffers: int
+    shape: str = ""
 
 
 @dataclass(frozen=True)
@@ -392,6 +443,19 @@ class LiveAtPeak:
     by_source: tuple[SourceLine, ...] = ()
     argument_bytes: int = 0
     arguments: int = 0
+    #: the bytes by role, largest first; they add up to ``bytes``
+    roles: tuple[RoleBytes, ...] = ()
+    #: every buffer live at the peak by (role, where, op), largest first; they
+    #: add up to ``bytes`` (``memscope diff`` pairs them between two reports)
+    parts: tuple[PeakPart, ...] = ()
+
+    def role_bytes(self, role: str) -> int:
+        """The bytes of ``role`` at the peak (0 where none is live)."""
+        return sum(r.bytes for r in self.roles if r.role == role)
+
+    def parts_of(self, role: str) -> tuple[PeakPart, ...]:
+        """The parts of ``role``, largest first."""
+        return tuple(p for p in self.parts if p.role == role)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from memscope.report.memory import LiveBuffer
+from memscope.report.memory import LiveBuffer, RoleBytes
 
 #: ``output``: a captured call's result; ``outside``: made outside the captured
 #: calls (``jax.device_put``, an operation outside jit, a library's own jit)
@@ -99,6 +99,9 @@ class HighWater:
     more_groups: int = 0
     more_group_bytes: int = 0
     buffers: tuple[LiveBuffer, ...] = ()
+    #: the call's own peak by role: its buffers live at the schedule's peak
+    #: (:attr:`LiveAtPeak.roles`), which add up to that peak
+    call_roles: tuple[RoleBytes, ...] = ()
     #: where the backend keeps allocator statistics (GPU, TPU): the allocator's
     #: own peak over the run (``peak_bytes_in_use``), and what it says beside ours
     allocator_peak_bytes: int | None = None

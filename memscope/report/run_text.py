@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from memscope.report.memory import ROLE_WORDS
 from memscope.report.paths import from_the_package
+from memscope.report.roles_text import LINE_ROLES, percent
 from memscope.report.run_memory import HighWater, ResidentGroup, RunMemory
 from memscope.report.units import format_bytes
 
@@ -38,16 +40,22 @@ def group_text(g: ResidentGroup) -> str:
     return f"{g.label}: {g.arrays} {noun}, {format_bytes(g.bytes)}{held}"
 
 
-def high_water_lines(run: RunMemory, shown: int = SHOWN) -> list[str]:
+def high_water_lines(run: RunMemory, shown: int = SHOWN, roles: bool = True) -> list[str]:
     """The high-water mark: the answer, its parts and how many calls were
     sampled, then what was alive (the call's largest buffers are in the JSON
-    and the HTML report, and under ``--buffers``)."""
+    and the HTML report, and under ``--buffers``); with ``roles``, the call's
+    peak by role."""
     h = run.high_water
     if h is None:
         return []
     host = (f"; {format_bytes(run.host_bytes)} more in host memory, not counted"
             if run.host_bytes else "")
     lines = [f"{headline(h)} ({run.sampled} of {run.calls} calls)", f"  {parts(h)}{host}"]
+    if roles and h.call_roles:
+        total = sum(r.bytes for r in h.call_roles)
+        lines.append(f"  its own peak by role ({format_bytes(total)} live at the schedule's): "
+                     + ", ".join(f"{ROLE_WORDS[r.role]} {percent(r.bytes, total)}"
+                                 for r in h.call_roles[:LINE_ROLES]))
     groups = list(h.groups)
     for g in groups[:shown]:
         lines.append("  alive: " + group_text(g))

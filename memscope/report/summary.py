@@ -44,6 +44,7 @@ from memscope.report.leaves import (
     signature_text,
 )
 from memscope.report.paths import argument_of, bounded_leaves
+from memscope.report.roles_text import roles_line
 from memscope.report.units import format_bytes, format_change
 
 #: A function with at most this many leaves (inputs and outputs) is shown leaf by leaf.
@@ -216,6 +217,8 @@ class FunctionSummary:
     #: with ``--target``: the peak's share of the target's HBM and the peak here
     #: (`` on tpu:v5p:2x2x1, 3.1% of its 95.0 GiB HBM; here (cpu) 12.0 MiB``)
     target_text: str = ""
+    #: what the peak is made of, by role (:func:`memscope.report.roles_text.roles_line`)
+    roles_text: str | None = None
     #: figures the user asked for beyond the advice: other donations measured
     #: (``--advice full``, ``diff``), the backward pass's residuals (``--remat``)
     asked_for: bool = False
@@ -380,10 +383,13 @@ def summarize(report: Report) -> ReportSummary:
     by_name: dict[tuple[str, str | None], list[FunctionReport]] = defaultdict(list)
     for fn in report.functions:
         by_name[fn.name, fn.source].append(fn)
+    largest = max((fn.live_at_peak.bytes for fn in report.functions
+                   if fn.live_at_peak is not None), default=0)
     return ReportSummary(tuple(
         replace(summarize_function(fn, by_name[fn.name, fn.source]
                                    if len(by_name[fn.name, fn.source]) > 1 else ()),
-                target_text=target_text(fn, report.target, report.environment.backend))
+                target_text=target_text(fn, report.target, report.environment.backend),
+                roles_text=roles_line(fn.live_at_peak, largest))
         for fn in report.functions), between=between_findings(report))
 
 

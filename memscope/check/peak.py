@@ -1,0 +1,112 @@
+"""Why a peak moved: the buffers live at two peaks paired, and what appeared,
+grew, shrank or went (pure functions on two reports' :class:`LiveAtPeak`).
+
+The buffers are paired by their parts (:attr:`LiveAtPeak.parts`): role,
+where (the source line that defines them, or an argument leaf's path) and op.
+A source path is compared by what stays the same across machines and
+environments: below ``site-packages/`` for an installed package, else as the
+report shows it (relative to the run's directory where it was under it), so
+two reports made on two environments pair. Every buffer is in one part, so the
+changes add up to the change in the live bytes at the peak, to the byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from memscope.report import ROLE_WORDS, LiveAtPeak, PeakPart
+from memscope.report.roles_text import package_path, shape_text
+from memscope.report.units import format_bytes, format_change
+
+ChangeKind = Literal["appeared", "grew", "shrank", "went"]
+#: Changes named where a line names the largest.
+NAMED = 3
+
+
+@dataclass(frozen=True)
+class PartChange:
+    """One part of the peak before and after (0 bytes: absent)."""
+
+    role: str
+    where: str | None
+    op: str
+    before: int
+    after: int
+    buffers_before: int
+    buffers_after: int
+    shape: str = ""
+
+    @property
+    def change(self) -> int:
+        return self.after - self.before
+
+    @property
+    def kind(self) -> ChangeKind:
+        if not self.before:
+            return "appeared"
+        if not self.after:
+            return "went"
+        return "grew" if self.after > self.before else "shrank"
+
+    def text(self) -> str:
+        """``-7.5 MiB activations: model.py:7 dot_general went (15 buffers, largest
+        f32[512,256])``."""
+        what = (f"{self.where or 'an argument'} (argument)" if self.op == "argument"
+                else f"{package_path(self.where) or 'no source line'} {self.op}")
+        buffers = max(self.buffers_before, self.buffers_after)
+        shape = f"largest {shape_text(self.shape)}" if buffers > 1 else shape_text(self.shape)
+        if self.kind in ("appeared", "went"):
+            how = f"{self.kind} ({buffers} buffer{'s' if buffers != 1 else ''}, {shape})"
+        else:
+            how = (f"{self.kind} {format_bytes(self.before)} -> {format_bytes(self.after)} "
+                   f"({self.buffers_before} -> {self.buffers_after} buffers, {shape})"
+                   if self.buffers_before != self.buffers_after else
+                   f"{self.kind} {format_bytes(self.before)} -> {format_bytes(self.after)} "
+                   f"({shape})")
+        return f"{format_change(self.change)} {ROLE_WORDS.get(self.role, self.role)}: {what} {how}"
+
+
+def _key(part: PeakPart | PartChange) -> tuple[str, str | None, str]:
+    return part.role, package_path(part.where), part.op
+
+
+def peak_changes(then: LiveAtPeak | None, now: LiveAtPeak | None
+                 ) -> tuple[PartChange, ...] | None:
+    """The parts that differ between two peaks, largest change first; they add
+    up to ``now.bytes - then.bytes``. ``None`` where either report has no
+    parts (made before roles, or no peak read)."""
+    if then is None or now is None or (not then.parts and then.bytes) \
+            or (not now.parts and now.bytes):
+        return None
+    found: dict[tuple[str, str | None, str], list] = {}
+    for p in then.parts:
+        entry = found.setdefault(_key(p), [p.where, p.op, 0, 0, 0, 0, p.shape, p.role])
+        entry[2] += p.bytes
+        entry[4] += p.buffers
+    for p in now.parts:
+        entry = found.setdefault(_key(p), [p.where, p.op, 0, 0, 0, 0, p.shape, p.role])
+        entry[0], entry[6] = p.where, p.shape  # named as the newer report names it
+        entry[3] += p.bytes
+        entry[5] += p.buffers
+    changes = [PartChange(role, where, op, before, after, nb, na, shape)
+               for where, op, before, after, nb, na, shape, role in found.values()
+               if before != after]
+    return tuple(sorted(changes, key=lambda c: (-abs(c.change), str(_key(c)))))
+
+
+def explained(changes: Sequence[PartChange], count: int = NAMED) -> str:
+    """The largest ``count`` changes in one line, the rest summed."""
+    shown = list(changes[:count])
+    rest = changes[count:]
+    text = "; ".join(c.text() for c in shown)
+    if rest:
+        text += (f"; and {len(rest)} more ({format_change(sum(c.change for c in rest))})")
+    return text
+
+
+def grown(changes: Sequence[PartChange], count: int = NAMED) -> str:
+    """The largest ``count`` parts that grew or appeared, in one line."""
+    up = [c for c in changes if c.change > 0]
+    return explained(up, count) if up else ""

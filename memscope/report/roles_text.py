@@ -1,0 +1,90 @@
+"""What a peak is made of, in words: the first screen's line per function and
+the section of each role's largest buffers (:mod:`memscope.analysis.roles`
+decides the roles; docs/roles.md says how)."""
+
+from __future__ import annotations
+
+from memscope.report.memory import ROLE_WORDS, LiveAtPeak, PeakPart
+from memscope.report.units import format_bytes
+
+#: A peak below this, or below a quarter of the run's largest, is not worth a
+#: line on the first screen (its section and the JSON report still have it).
+WORTH_READING = 64 * 1024
+WORTH_READING_SHARE = 0.25
+#: Roles named in the first screen's line; the rest are summed ("unknown" is
+#: always named: what memscope cannot tell is never hidden).
+LINE_ROLES = 3
+#: A role's largest parts named in its section.
+PARTS_PER_ROLE = 3
+
+
+def percent(part: int, whole: int) -> str:
+    """``52%``; ``<1%`` for a part too small to show as a whole percent."""
+    if whole <= 0:
+        return "n/a"
+    share = 100 * part / whole
+    return "<1%" if 0 < share < 0.5 else f"{share:.0f}%"
+
+
+def roles_line(live: LiveAtPeak | None, largest: int = 0) -> str | None:
+    """``peak made of: activations 52%, optimizer state 31%, parameters 15%, 4
+    more 2%``; ``None`` without roles or for a peak not worth reading (under
+    :data:`WORTH_READING`, or a quarter of the run's ``largest``)."""
+    if live is None or not live.roles or live.bytes < max(WORTH_READING,
+                                                          WORTH_READING_SHARE * largest):
+        return None
+    named = [r for r in live.roles[:LINE_ROLES]]
+    named += [r for r in live.roles[LINE_ROLES:] if r.role == "unknown"]
+    rest = [r for r in live.roles if r not in named]
+    words = [f"{ROLE_WORDS[r.role]} {percent(r.bytes, live.bytes)}" for r in named]
+    if rest:
+        words.append(f"{len(rest)} more {percent(sum(r.bytes for r in rest), live.bytes)}")
+    return "peak made of: " + ", ".join(words)
+
+
+def package_path(where: str | None) -> str | None:
+    """A source path below ``site-packages/`` from there on
+    (``optax/_src/update.py:42``), as it reads the same on every machine and
+    environment; any other as the report shows it."""
+    if where is None:
+        return None
+    _, found, below = where.rpartition("site-packages/")
+    return below if found else where
+
+
+def part_text(part: PeakPart) -> str:
+    """``sample.py:7 dot_general (3 buffers, f32[128,512])``, or for an
+    argument leaf its path."""
+    if part.op == "argument":
+        return f"{part.where or 'an argument'} (argument)"
+    count = f"{part.buffers} buffers, largest " if part.buffers > 1 else ""
+    return (f"{package_path(part.where) or 'no source line'} {part.op} "
+            f"({count}{shape_text(part.shape)})")
+
+
+def shape_text(shape: str) -> str:
+    """``f32[128,64]``; a tuple's index table as ``a tuple of 15``."""
+    if not shape.startswith("("):
+        return shape
+    depth, elements = 0, 1
+    for c in shape[1:-1]:
+        depth += c in "([{"
+        depth -= c in ")]}"
+        elements += c == "," and depth == 0
+    return f"a tuple of {elements}" if shape != "()" else "an empty tuple"
+
+
+def role_lines(live: LiveAtPeak, parts: int = PARTS_PER_ROLE) -> list[str]:
+    """Per role, largest first: its bytes and share, then its largest parts."""
+    lines = []
+    for r in live.roles:
+        noun = "buffer" if r.buffers == 1 else "buffers"
+        lines.append(f"{ROLE_WORDS[r.role]}: {format_bytes(r.bytes)} "
+                     f"({percent(r.bytes, live.bytes)}, {r.buffers} {noun})")
+        own = live.parts_of(r.role)
+        for p in own[:parts]:
+            lines.append(f"    {format_bytes(p.bytes):>10}  {part_text(p)}")
+        if len(own) > parts:
+            more = own[parts:]
+            lines.append(f"    and {len(more)} more: {format_bytes(sum(p.bytes for p in more))}")
+    return lines

@@ -460,3 +460,10 @@ def test_the_trace_counts_each_role_at_the_peak(mlp_report):
     assert counters[0]["args"] == {r.role: r.bytes for r in fn.live_at_peak.roles}
     assert sum(counters[0]["args"].values()) == fn.live_at_peak.bytes
     assert set(counters[1]["args"].values()) == {0}
+
+
+def test_a_short_leaf_name_says_parameters_only_in_state():
+    inputs = [_in("ps[0]['w']"), _in("ps[0]['b']", (2,)), _in("b", (3,))]
+    outputs = [_out("result[0]['w']"), _out("result[0]['b']", (2,))]
+    assert roles.argument_roles(inputs, outputs) == {
+        "ps[0]['w']": "parameters", "ps[0]['b']": "parameters", "b": "batch"}

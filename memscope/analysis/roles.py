@@ -42,6 +42,9 @@ MODEL_STATE_WORDS = frozenset({"batch_stats", "cache", "rngs", "rng", "rng_state
 PARAMETER_WORDS = frozenset({"params", "param", "parameters", "weights", "weight", "model",
                              "variables", "net", "network", "w", "ws", "theta", "kernel",
                              "bias", "embedding", "embed", "layers"})
+#: Leaf names too short to tell alone (``b`` may be a batch): parameters only in
+#: state the call gives back (a layer's ``{"w": ..., "b": ...}``).
+STATE_PARAMETER_WORDS = frozenset({"b", "scale"})
 #: HLO opcodes and JAX primitives of collectives.
 COLLECTIVES = frozenset({
     "all-gather", "all-gather-start", "all-gather-done", "all-reduce", "all-reduce-start",
@@ -99,7 +102,7 @@ def _by_words(path: str, is_state: bool) -> Role:
         return "optimizer"
     if words & MODEL_STATE_WORDS:
         return "model_state"
-    if words & PARAMETER_WORDS:
+    if words & PARAMETER_WORDS or (is_state and words & STATE_PARAMETER_WORDS):
         return "parameters"
     # State the call gives back whose name says nothing: parameters or the
     # optimizer's, memscope cannot tell; an argument it does not give back is input.

@@ -1,5 +1,7 @@
-"""The HTML chart of memory over program order, the peak marked, and the buffers
-live there: listed when the peak is hovered or clicked.
+"""What is live at a function's peak, in its HTML section: first memory by role
+at the peak (a bar, its legend, each role's largest parts), then the chart of
+memory over program order, the peak marked, and the buffers live there:
+listed when the peak is hovered or clicked.
 
 Every report string is escaped into text or data attributes; :data:`SCRIPT`
 holds no report data, it only reads the attributes of the chart it is given.
@@ -11,8 +13,8 @@ from collections.abc import Callable, Sequence
 
 from memscope.render.html_page import hover_columns
 from memscope.render.text import html_text as _t
-from memscope.report import ROLE_WORDS, FunctionReport, LiveAtPeak, MemoryTimeline
-from memscope.report.roles_text import PARTS_PER_ROLE, part_text, percent
+from memscope.report import ROLE_WORDS, FunctionReport, LiveAtPeak, MemoryTimeline, PeakPart
+from memscope.report.roles_text import PARTS_PER_ROLE, package_path, percent, shape_text
 from memscope.report.units import format_bytes
 
 #: ``hoverCharts(chart, mark, list)``, shared with the run's chart
@@ -46,22 +48,30 @@ CSS = (".livechart rect.pt{fill:transparent}.livechart rect.pt:hover{fill:#e1575
        ".livechart .peak{cursor:pointer}.readout{font-variant-numeric:tabular-nums}"
        ".roles .key{display:inline-block;width:10px;height:10px;margin-right:4px}"
        ".roles ul{list-style:none;padding:0;margin:4px 0}"
-       ".roles li{display:inline-block;margin-right:14px}")
+       ".roles li{display:inline-block;margin-right:14px;cursor:default}"
+       ".rolebar text{font-size:11px;pointer-events:none}"
+       "table.roleparts td{padding:1px 8px}table.roleparts tr.more td{color:#5b6673}")
 #: One colour per role (Tableau 10, the charts' palette); "cannot be told" grey.
 ROLE_COLOURS = {"parameters": "#4e79a7", "optimizer": "#f28e2b", "model_state": "#76b7b2",
                 "batch": "#59a14f", "gradients": "#e15759", "activations": "#edc948",
                 "collectives": "#b07aa1", "outputs": "#ff9da7", "constants": "#9c755f",
                 "temporaries": "#bab0ac", "unknown": "#6b6b6b"}
-#: The bar's width in pixels.
-BAR_WIDTH = 760
+#: The roles whose colour is light enough for dark text on it; white on the rest.
+LIGHT_ROLES = frozenset({"optimizer", "model_state", "activations", "outputs",
+                         "temporaries"})
+#: The bar's width and height in pixels.
+BAR_WIDTH, BAR_HEIGHT = 760, 22
+#: A wide character of a segment's 11px label, so a label drawn fits its segment.
+LABEL_CHAR_PX = 7
 _NONE = "this report has no memory timeline (no buffer assignment was read)"
 _RULE = {"schedule": "the compiled schedule over XLA's buffer assignment",
          "heap_trace": "XLA's heap-simulator trace"}
 
 
 def live_section(fn: FunctionReport, *, script: bool = True) -> list[str]:
-    """The chart, the readout, the peak's buffers (collapsed) and the notes;
-    without ``script`` (:data:`SCRIPT` is not on the page) nothing to hover."""
+    """Memory by role at the peak, the chart, the readout, the peak's buffers
+    (collapsed) and the notes; without ``script`` (:data:`SCRIPT` is not on
+    the page) nothing to hover."""
     t, live = fn.memory_timeline, fn.live_at_peak
     out = ["<h3>Memory over program order, and what is live at the peak</h3>"]
     if t is None or live is None or not t.points:
@@ -83,37 +93,89 @@ def live_section(fn: FunctionReport, *, script: bool = True) -> list[str]:
 
 
 def roles_view(live: LiveAtPeak) -> list[str]:
-    """What the peak is made of: one bar, a segment per role as wide as its
-    bytes, a legend, and each role's largest buffers (docs/roles.md)."""
+    """Memory by role at the peak, to take in at a glance: one bar with a
+    segment per role as wide as its bytes (hover: the exact bytes), a legend,
+    and a table of each role's largest parts (docs/roles.md); nothing where
+    the report has no roles."""
     if not live.roles or live.bytes <= 0:
         return []
-    x, rects = 0.0, []
+    unknown = live.role_bytes("unknown")
+    told = (f"; {_t(format_bytes(unknown))} ({_t(percent(unknown, live.bytes))}) "
+            "<b>cannot be told</b>" if unknown else "")
+    return ['<div class="roles"><p><b>Memory by role at the peak</b>: '
+            f"{_t(format_bytes(live.bytes))} live{told} (how each role is decided: "
+            "docs/roles.md)</p>", _role_bar(live), _role_legend(live), _role_parts(live),
+            "</div>"]
+
+
+def _exact(size: int, whole: int) -> str:
+    return f"{size:,} bytes, {percent(size, whole)}"
+
+
+def _role_bar(live: LiveAtPeak) -> str:
+    """The bar: each segment named inside it where the name fits."""
+    x, rects, labels = 0.0, [], []
     for r in live.roles:
         width = r.bytes / live.bytes * BAR_WIDTH
+        words = ROLE_WORDS[r.role]
         rects.append(
             f'<rect class="role" data-role="{_t(r.role)}" data-bytes="{r.bytes}" '
-            f'x="{x:.3f}" y="0" width="{width:.3f}" height="22" '
-            f'fill="{ROLE_COLOURS[r.role]}"><title>{_t(ROLE_WORDS[r.role])}: '
-            f"{_t(format_bytes(r.bytes))} ({r.bytes:,} bytes, "
-            f"{_t(percent(r.bytes, live.bytes))})</title></rect>")
+            f'x="{x:.3f}" y="0" width="{width:.3f}" height="{BAR_HEIGHT}" '
+            f'fill="{ROLE_COLOURS[r.role]}"><title>{_t(words)}: '
+            f"{_t(format_bytes(r.bytes))} ({_t(_exact(r.bytes, live.bytes))}, "
+            f"{r.buffers} buffer{'s' if r.buffers != 1 else ''})</title></rect>")
+        share = percent(r.bytes, live.bytes)
+        label = next((s for s in (f"{words} {share}", share)
+                      if len(s) * LABEL_CHAR_PX + 8 <= width), None)
+        if label is not None:
+            ink = "#1d232b" if r.role in LIGHT_ROLES else "#fff"
+            labels.append(f'<text x="{x + 4:.1f}" y="{BAR_HEIGHT / 2 + 4:.0f}" '
+                          f'fill="{ink}">{_t(label)}</text>')
         x += width
-    legend = "".join(
-        f'<li><span class="key" style="background:{ROLE_COLOURS[r.role]}"></span>'
-        f"{_t(ROLE_WORDS[r.role])} {_t(format_bytes(r.bytes))} "
-        f"({_t(percent(r.bytes, live.bytes))})</li>" for r in live.roles)
-    rows = "".join(
-        f"<tr><td>{_t(ROLE_WORDS[r.role])}</td><td>{_t(part_text(p))}</td>"
-        f'<td class="n">{_t(format_bytes(p.bytes))}</td></tr>'
-        for r in live.roles for p in live.parts_of(r.role)[:PARTS_PER_ROLE])
-    return [
-        '<div class="roles"><p><b>The peak by role</b> '
-        f"({_t(format_bytes(live.bytes))} live; how each is decided: docs/roles.md)</p>",
-        f'<svg class="rolebar" role="img" aria-label="the peak by role" width="{BAR_WIDTH}" '
-        f'height="22">{"".join(rects)}</svg>',
-        f"<ul>{legend}</ul>",
-        '<details class="roleparts"><summary>Each role\'s largest buffers</summary>'
-        '<table class="roleparts"><thead><tr><th>role</th><th>where, op</th><th>size</th>'
-        f"</tr></thead><tbody>{rows}</tbody></table></details></div>"]
+    return (f'<svg class="rolebar" role="img" aria-label="memory by role at the peak" '
+            f'width="{BAR_WIDTH}" height="{BAR_HEIGHT}">{"".join(rects + labels)}</svg>')
+
+
+def _role_legend(live: LiveAtPeak) -> str:
+    return "<ul>" + "".join(
+        f'<li class="role-{_t(r.role)}" title="{_t(_exact(r.bytes, live.bytes))}">'
+        f'<span class="key" style="background:{ROLE_COLOURS[r.role]}"></span>'
+        f"{_t(ROLE_WORDS[r.role])} <b>{_t(format_bytes(r.bytes))}</b> "
+        f"({_t(percent(r.bytes, live.bytes))})</li>" for r in live.roles) + "</ul>"
+
+
+def _role_parts(live: LiveAtPeak) -> str:
+    """Per role, its :data:`PARTS_PER_ROLE` largest parts (where, op, size),
+    then how many more and their bytes."""
+    rows = []
+    for r in live.roles:
+        own = live.parts_of(r.role)
+        shown, more = own[:PARTS_PER_ROLE], own[PARTS_PER_ROLE:]
+        span = len(shown) + (1 if more else 0)
+        head = (f'<td rowspan="{span}"><span class="key" '
+                f'style="background:{ROLE_COLOURS[r.role]}"></span>'
+                f"{_t(ROLE_WORDS[r.role])}</td>")
+        for i, p in enumerate(shown):
+            count = f"{p.buffers} buffers" if p.buffers > 1 else ""
+            detail = ", ".join(s for s in (shape_text(p.shape), count, f"{p.bytes:,} bytes") if s)
+            rows.append(
+                f'<tr data-role="{_t(r.role)}" data-bytes="{p.bytes}">{head if i == 0 else ""}'
+                f"<td>{_t(_where(p))}</td><td>{_t(p.op)}</td>"
+                f'<td class="n" title="{_t(detail)}">{_t(format_bytes(p.bytes))}</td></tr>')
+        if more:
+            rest = sum(p.bytes for p in more)
+            rows.append(f'<tr class="more"><td colspan="2">and {len(more)} more</td>'
+                        f'<td class="n" title="{rest:,} bytes">{_t(format_bytes(rest))}'
+                        "</td></tr>")
+    return ('<table class="roleparts"><thead><tr><th>role</th><th>where</th><th>op</th>'
+            f"<th>size</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _where(part: PeakPart) -> str:
+    """An argument's leaf path, or the defining source line from the package on."""
+    if part.op == "argument":
+        return part.where or "an argument"
+    return package_path(part.where) or "no source line"
 
 
 def _chart(t: MemoryTimeline, name: str) -> str:

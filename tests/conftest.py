@@ -52,6 +52,10 @@ _REAL_SIZED = ("transformer", "real_sized", "test_benchmarks.py", "test_large_re
 _AGNOSTIC = ("tests/test_fix.py", "tests/test_endings.py", "tests/test_docs_ci.py",
              "tests/test_notebook.py", "tests/test_cli_errors.py", "tests/test_check_cli.py",
              "tests/test_installed.py", "tests/test_render_",
+             # the role bar and the trace's role counters drawn from a report
+             # (the roles themselves: test_roles, on every series)
+             "tests/test_html_roles.py", "tests/test_trace_roles.py",
+             "tests/test_roles.py::test_memscope_diff_explains_two_reports",
              # the runner's endings, `memscope show`, the command line's errors and
              # a run again from the cache, end to end (test_early and
              # test_compile_cache's other tests check the cache on every series)

@@ -36,9 +36,6 @@ from memscope.report import (
 )
 from memscope.report.roles_text import package_path, roles_line
 from tests.test_check_model import report
-from tests.test_render_buffers import browser, needs_driven_browser
-
-__all__ = ["browser"]  # the fixture, used by name
 
 SIZES = (512, 1024, 1024, 256)
 BATCH = 128
@@ -390,7 +387,7 @@ def test_type_roles_put_the_variable_first_then_optax_then_equinox():
     assert type_role([tuple, dict]) is None
 
 
-# --- the HTML report and the Perfetto trace ----------------------------------------
+# --- the Perfetto trace (the HTML role bar: tests/test_html_roles.py) ---------------
 
 
 @pytest.fixture(scope="module")
@@ -399,50 +396,6 @@ def mlp_report():
     opt_state = _OPT.init(params)
     batch = (jnp.ones((BATCH, SIZES[0])), jnp.ones((BATCH, SIZES[-1])))
     return report(analyze(jax.jit(_step), params, opt_state, batch))
-
-
-def _html(rep) -> str:
-    import io
-
-    from memscope.render.html import render_html
-    out = io.StringIO()
-    render_html(rep, out)
-    return out.getvalue()
-
-
-def test_the_html_report_draws_one_segment_per_role(mlp_report):
-    import re
-
-    (fn,) = mlp_report.functions
-    text = _html(mlp_report)
-    segments = re.findall(r'<rect class="role" data-role="(\w+)" data-bytes="(\d+)"', text)
-    assert [(r.role, r.bytes) for r in fn.live_at_peak.roles] == [
-        (role, int(n)) for role, n in segments]
-    assert "optimizer state" in text and "parameters" in text
-
-
-@needs_driven_browser
-def test_the_role_bar_in_a_browser_is_as_wide_as_each_roles_bytes(mlp_report, browser,
-                                                                   tmp_path):
-    from selenium.webdriver.common.by import By
-
-    (fn,) = mlp_report.functions
-    live = fn.live_at_peak
-    page = tmp_path / "report.html"
-    page.write_text(_html(mlp_report), encoding="utf-8")
-    browser.get(page.as_uri())
-    bar = browser.find_element(By.CSS_SELECTOR, "svg.rolebar")
-    browser.execute_script("arguments[0].closest('details.fn').open = true", bar)
-    total = bar.rect["width"]
-    widths = {}
-    for rect in bar.find_elements(By.CSS_SELECTOR, "rect.role"):
-        box = browser.execute_script("return arguments[0].getBoundingClientRect().width", rect)
-        widths[rect.get_attribute("data-role")] = box
-    assert abs(sum(widths.values()) - total) < 1
-    for r in live.roles:
-        assert abs(widths[r.role] - r.bytes / live.bytes * total) < 1.5, r.role
-    legend = browser.find_element(By.CSS_SELECTOR, ".roles ul").text
-    assert "optimizer state" in legend and "batch" in legend
 
 
 def test_the_trace_counts_each_role_at_the_peak(mlp_report):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from memscope.report import ROLE_WORDS, LiveAtPeak, PeakPart
-from memscope.report.roles_text import package_path, shape_text
+from memscope.report.roles_text import package_path, part_where, shape_text
 from memscope.report.units import format_bytes, format_change
 
 ChangeKind = Literal["appeared", "grew", "shrank", "went"]
@@ -53,8 +53,8 @@ class PartChange:
     def text(self) -> str:
         """``-7.5 MiB activations: model.py:7 dot_general went (15 buffers, largest
         f32[512,256])``."""
-        what = (f"{self.where or 'an argument'} (argument)" if self.op == "argument"
-                else f"{package_path(self.where) or 'no source line'} {self.op}")
+        where = part_where(self.where, self.op)
+        what = f"{where} (argument)" if self.op == "argument" else f"{where} {self.op}"
         buffers = max(self.buffers_before, self.buffers_after)
         shape = f"largest {shape_text(self.shape)}" if buffers > 1 else shape_text(self.shape)
         if self.kind in ("appeared", "went"):
@@ -80,20 +80,24 @@ def peak_changes(then: LiveAtPeak | None, now: LiveAtPeak | None
     if then is None or now is None or (not then.parts and then.bytes) \
             or (not now.parts and now.bytes):
         return None
-    found: dict[tuple[str, str | None, str], list] = {}
-    for p in then.parts:
-        entry = found.setdefault(_key(p), [p.where, p.op, 0, 0, 0, 0, p.shape, p.role])
-        entry[2] += p.bytes
-        entry[4] += p.buffers
-    for p in now.parts:
-        entry = found.setdefault(_key(p), [p.where, p.op, 0, 0, 0, 0, p.shape, p.role])
-        entry[0], entry[6] = p.where, p.shape  # named as the newer report names it
-        entry[3] += p.bytes
-        entry[5] += p.buffers
-    changes = [PartChange(role, where, op, before, after, nb, na, shape)
-               for where, op, before, after, nb, na, shape, role in found.values()
-               if before != after]
+    before, after = _grouped(then.parts), _grouped(now.parts)
+    changes = []
+    for key in {**before, **after}:
+        old, new = before.get(key, []), after.get(key, [])
+        named = (new or old)[0]  # named as the newer report names it
+        change = PartChange(named.role, named.where, named.op, sum(p.bytes for p in old),
+                            sum(p.bytes for p in new), sum(p.buffers for p in old),
+                            sum(p.buffers for p in new), named.shape)
+        if change.change:
+            changes.append(change)
     return tuple(sorted(changes, key=lambda c: (-abs(c.change), str(_key(c)))))
+
+
+def _grouped(parts: Sequence[PeakPart]) -> dict[tuple[str, str | None, str], list[PeakPart]]:
+    found: dict[tuple[str, str | None, str], list[PeakPart]] = {}
+    for p in parts:
+        found.setdefault(_key(p), []).append(p)
+    return found
 
 
 def explained(changes: Sequence[PartChange], count: int = NAMED) -> str:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 
 from memscope.render.html_page import hover_columns
 from memscope.render.text import html_text as _t
-from memscope.report import ROLE_WORDS, FunctionReport, LiveAtPeak, MemoryTimeline, PeakPart
-from memscope.report.roles_text import PARTS_PER_ROLE, package_path, percent, shape_text
+from memscope.report import ROLE_WORDS, FunctionReport, LiveAtPeak, MemoryTimeline
+from memscope.report.roles_text import PARTS_PER_ROLE, part_where, percent, shape_text
 from memscope.report.units import format_bytes
 
 #: ``hoverCharts(chart, mark, list)``, shared with the run's chart
@@ -160,7 +160,7 @@ def _role_parts(live: LiveAtPeak) -> str:
             detail = ", ".join(s for s in (shape_text(p.shape), count, f"{p.bytes:,} bytes") if s)
             rows.append(
                 f'<tr data-role="{_t(r.role)}" data-bytes="{p.bytes}">{head if i == 0 else ""}'
-                f"<td>{_t(_where(p))}</td><td>{_t(p.op)}</td>"
+                f"<td>{_t(part_where(p.where, p.op))}</td><td>{_t(p.op)}</td>"
                 f'<td class="n" title="{_t(detail)}">{_t(format_bytes(p.bytes))}</td></tr>')
         if more:
             rest = sum(p.bytes for p in more)
@@ -169,13 +169,6 @@ def _role_parts(live: LiveAtPeak) -> str:
                         "</td></tr>")
     return ('<table class="roleparts"><thead><tr><th>role</th><th>where</th><th>op</th>'
             f"<th>size</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
-
-
-def _where(part: PeakPart) -> str:
-    """An argument's leaf path, or the defining source line from the package on."""
-    if part.op == "argument":
-        return part.where or "an argument"
-    return package_path(part.where) or "no source line"
 
 
 def _chart(t: MemoryTimeline, name: str) -> str:

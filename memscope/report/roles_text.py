@@ -52,14 +52,21 @@ def package_path(where: str | None) -> str | None:
     return below if found else where
 
 
+def part_where(where: str | None, op: str) -> str:
+    """Where a part of a peak is, as every view names it: an argument leaf's
+    path, or the defining source line from the package on."""
+    if op == "argument":
+        return where or "an argument"
+    return package_path(where) or "no source line"
+
+
 def part_text(part: PeakPart) -> str:
     """``sample.py:7 dot_general (3 buffers, f32[128,512])``, or for an
     argument leaf its path."""
     if part.op == "argument":
-        return f"{part.where or 'an argument'} (argument)"
+        return f"{part_where(part.where, part.op)} (argument)"
     count = f"{part.buffers} buffers, largest " if part.buffers > 1 else ""
-    return (f"{package_path(part.where) or 'no source line'} {part.op} "
-            f"({count}{shape_text(part.shape)})")
+    return f"{part_where(part.where, part.op)} {part.op} ({count}{shape_text(part.shape)})"
 
 
 def shape_text(shape: str) -> str:

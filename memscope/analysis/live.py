@@ -126,7 +126,10 @@ def _with_role(buffer: LiveBuffer | None, alloc: Allocation, liveness: Liveness,
             if s.buffer in liveness.results and s.buffer in assignment.buffers]
     if not held:
         return replace(buffer, role=roles.output_role(buffer, None))
-    result, lb = max(held, key=lambda h: (h[1].size, -h[1].id))
+    result, found = max(held, key=lambda h: (h[1].size, -h[1].id))
+    # Named by the instruction that makes the value, not by the fusion XLA put
+    # it in: XLA:TPU fuses the new parameters into the backward pass's dot.
+    lb = found.named_by_value()
     named = replace(buffer, shape=lb.shape, dtype=_dtype(lb.shape), instruction=lb.instruction,
                     opcode=lb.opcode, op=lb.op, op_name=lb.op_name,
                     source=source_text(lb, display))
@@ -160,10 +163,13 @@ def peak_note(liveness: Liveness, memory: Memory | None, constants: int) -> str:
         return (f"schedule peak {ours}, {format_bytes(abs(diff))} "
                 f"{'below' if diff > 0 else 'above'} memscope's peak "
                 f"(rule sum: {format_bytes(memory.peak_bytes)}): " + "; ".join(parts))
+    figure = ("XLA:TPU's HBM allocations, held for the call" if memory.peak_rule == "hbm"
+              else "XLA's peak_memory_in_bytes")
+    held = (f"; {format_bytes(idle)} of the temporary block hold no buffer live at the peak"
+            if memory.peak_rule == "hbm" and idle else "")
     return (f"schedule peak {ours}, {format_bytes(abs(diff))} "
             f"{'below' if diff > 0 else 'above'} memscope's peak (rule "
-            f"{memory.peak_rule}: XLA's peak_memory_in_bytes "
-            f"{format_bytes(memory.peak_bytes)})")
+            f"{memory.peak_rule}: {figure}, {format_bytes(memory.peak_bytes)}){held}")
 
 
 def _entry_steps(liveness: Liveness) -> Callable[[int], int]:

@@ -14,7 +14,7 @@ Pure functions on bytes and decoded protos; no JAX here.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from google.protobuf.message import DecodeError
@@ -82,6 +82,10 @@ class LogicalBuffer:
     #: the defining instruction's id, and the shape index it defines
     instruction_id: int = 0
     shape_index: tuple[int, ...] = ()
+    #: JAX's name and the user's line of the instruction that makes the value
+    #: itself, where XLA fused it into another one that names the fusion
+    #: (:func:`_fused_value`); ``None`` where they are the defining instruction's
+    value: ValueName | None = None
 
     @property
     def op(self) -> str:
@@ -93,6 +97,25 @@ class LogicalBuffer:
         if self.op_name:
             return self.op_name.split(";", 1)[0].rsplit("/", 1)[-1]
         return self.opcode
+
+    def named_by_value(self) -> LogicalBuffer:
+        """This buffer named by the instruction that makes its value (a fusion's
+        root, or the element of its root tuple), not by the fusion's own
+        metadata: XLA:TPU names a fusion by the dot it fused, so the new
+        parameters fused into the backward pass's dot read as that dot."""
+        if self.value is None:
+            return self
+        return replace(self, op_name=self.value.op_name, source_file=self.value.source_file,
+                       source_line=self.value.source_line, value=None)
+
+
+@dataclass(frozen=True)
+class ValueName:
+    """JAX's op name and the user's source line of one HLO instruction."""
+
+    op_name: str
+    source_file: str | None
+    source_line: int | None
 
 
 @dataclass(frozen=True)
@@ -214,6 +237,7 @@ def read_buffer_assignment(serialized: bytes, module: Any) -> BufferAssignment:
         raise BufferDecodeError(f"the buffer assignment does not parse: {e}") from None
     instructions = {instr.id: instr for comp in module.computations
                     for instr in comp.instructions}
+    roots = {comp.id: comp.root_id for comp in module.computations}
     frames = _SourceFrames(module.stack_frame_index)
     buffers: dict[int, LogicalBuffer] = {}
     for lb in proto.logical_buffers:
@@ -227,7 +251,8 @@ def read_buffer_assignment(serialized: bytes, module: Any) -> BufferAssignment:
             id=lb.id, size=lb.size, instruction=instr.name, opcode=instr.opcode,
             shape=_shape_text(_subshape(instr.shape, lb.defined_at.shape_index)),
             op_name=instr.metadata.op_name or None, source_file=file, source_line=line,
-            instruction_id=instr.id, shape_index=tuple(lb.defined_at.shape_index))
+            instruction_id=instr.id, shape_index=tuple(lb.defined_at.shape_index),
+            value=_fused_value(instr, lb.defined_at.shape_index, instructions, roots, frames))
     allocations = tuple(
         Allocation(index=a.index, size=a.size, kind=allocation_kind(a), color=a.color,
                    parameter=a.parameter_number if a.is_entry_computation_parameter
@@ -237,6 +262,31 @@ def read_buffer_assignment(serialized: bytes, module: Any) -> BufferAssignment:
         for a in proto.buffer_allocations)
     traces = tuple(_trace(t, buffers) for t in proto.heap_simulator_traces)
     return BufferAssignment(allocations=allocations, buffers=buffers, traces=traces)
+
+
+def _fused_value(instr: Any, index: Sequence[int], instructions: Mapping[int, Any],
+                 roots: Mapping[int, int], frames: _SourceFrames) -> ValueName | None:
+    """The name of the instruction inside fusion ``instr`` that makes its output
+    at shape ``index``: the fused computation's root, or the element of its root
+    tuple, where JAX named it (``jit(f)/add``) and not as the fusion; else ``None``.
+
+    XLA keeps one instruction's metadata for a whole fusion (XLA:TPU: the dot
+    it fused the rest into), while each fused instruction keeps its own."""
+    if instr.opcode != "fusion" or len(instr.called_computation_ids) != 1:
+        return None
+    node = instructions.get(roots.get(instr.called_computation_ids[0], -1))
+    for i in index:
+        if node is None or node.opcode != "tuple" or not 0 <= i < len(node.operand_ids):
+            return None
+        node = instructions.get(node.operand_ids[i])
+    if node is None:
+        return None
+    name = node.metadata.op_name
+    # XLA's own names (``multiply.5``) have no JAX scope: not the value's maker.
+    if "/" not in name or name == instr.metadata.op_name:
+        return None
+    file, line = frames.source(node.metadata)
+    return ValueName(name, file, line)
 
 
 class _SourceFrames:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -168,8 +169,34 @@ def split_host(memory: Memory, argument: int, output: int, alias: int) -> Memory
             "memory_analysis() counts in its device fields (XLA:CPU does)"))
 
 
-def hbm_peak_rule(memory: Memory, hbm: int | None, on_chip: int | None) -> Memory:
-    """``memory`` (XLA:TPU's figures) with its peak by the HBM rule.
+#: How the peak rule's text names each kind of allocation, in its sum's order.
+_ALLOCATION_WORDS: dict[str, str] = {
+    "parameter": "arguments", "aliased": "donated arguments", "output": "outputs",
+    "temporary": "the temporary block", "constant": "constants",
+    "thread_local": "thread-local"}
+
+
+def _hbm_parts_text(memory: Memory, hbm: int, parts: Mapping[str, int]) -> str:
+    """``peak = arguments 227.5 KiB + outputs ... (XLA:TPU's HBM allocations ...)``,
+    and why the table's temp is not the temporary block."""
+    terms = " + ".join(f"{_ALLOCATION_WORDS.get(kind, kind)} {format_bytes(parts[kind])}"
+                       for kind in _ALLOCATION_WORDS if parts.get(kind))
+    text = (f"peak {format_bytes(hbm)} = {terms}: XLA:TPU's HBM allocations in its buffer "
+            "assignment, held for the call")
+    block = parts.get("temporary", 0)
+    if memory.temp_bytes is not None and memory.temp_bytes != block:
+        # XLA:TPU's temp_size_in_bytes also counts temporaries it places in the
+        # chip's own scratch memory (VMEM), and is 0 for some programs.
+        text += (f"; the temp column is XLA:TPU's temp_size_in_bytes "
+                 f"({format_bytes(memory.temp_bytes)}), not this HBM temporary block")
+    return text
+
+
+def hbm_peak_rule(memory: Memory, hbm: int | None, on_chip: int | None,
+                  parts: Mapping[str, int] | None = None) -> Memory:
+    """``memory`` (XLA:TPU's figures) with its peak by the HBM rule; ``parts``
+    are the HBM bytes by allocation kind (``parameter``, ``temporary``, ...),
+    which the rule's text adds up to the peak.
 
     XLA:TPU's ``peak_memory_in_bytes`` is not that figure: with the libtpu of
     JAX 0.10 it was seen up to the scratch memory the compiler plans on the chip
@@ -194,6 +221,8 @@ def hbm_peak_rule(memory: Memory, hbm: int | None, on_chip: int | None) -> Memor
                             "counts on-chip scratch memory"))
     text = ("peak: XLA:TPU's HBM allocations in its buffer assignment (arguments, outputs, "
             "the temporary block), held for the call")
+    if parts:
+        text = _hbm_parts_text(memory, hbm, parts)
     if xla is not None and xla != hbm:
         text += (f"; XLA's own peak_memory_in_bytes is {format_bytes(xla)}, "
                  f"{format_bytes(abs(xla - hbm))} {'above' if xla > hbm else 'below'} it")

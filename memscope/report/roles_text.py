@@ -4,7 +4,7 @@ decides the roles; docs/roles.md says how)."""
 
 from __future__ import annotations
 
-from memscope.report.memory import ROLE_WORDS, LiveAtPeak, PeakPart
+from memscope.report.memory import ROLE_WORDS, LiveAtPeak, Memory, PeakPart
 from memscope.report.units import format_bytes
 
 #: A peak below this, or below a quarter of the run's largest, is not worth a
@@ -26,7 +26,8 @@ def percent(part: int, whole: int) -> str:
     return "<1%" if 0 < share < 0.5 else f"{share:.0f}%"
 
 
-def roles_line(live: LiveAtPeak | None, largest: int = 0) -> str | None:
+def roles_line(live: LiveAtPeak | None, largest: int = 0, memory: Memory | None = None
+               ) -> str | None:
     """``peak made of: activations 52%, optimizer state 31%, parameters 15%, 4
     more 2%``; ``None`` without roles or for a peak not worth reading (under
     :data:`WORTH_READING`, or a quarter of the run's ``largest``)."""
@@ -39,7 +40,53 @@ def roles_line(live: LiveAtPeak | None, largest: int = 0) -> str | None:
     words = [f"{ROLE_WORDS[r.role]} {percent(r.bytes, live.bytes)}" for r in named]
     if rest:
         words.append(f"{len(rest)} more {percent(sum(r.bytes for r in rest), live.bytes)}")
-    return "peak made of: " + ", ".join(words)
+    return lead(live, memory) + ", ".join(words) + constants_note(live, memory)
+
+
+#: What the executable's constants are, as the first screen says it.
+CONSTANTS = "the arrays the function closes over and its literals, held for the call"
+
+
+def _constants(live: LiveAtPeak) -> int:
+    return sum(r.bytes for r in live.roles if r.role == "constants")
+
+
+def _leaves_out_constants(live: LiveAtPeak, memory: Memory | None) -> bool:
+    """The peak (argument + output - alias + temp) leaves out the constants
+    live at the busiest step, which then exceeds it."""
+    return (memory is not None and memory.peak_rule == "sum" and memory.peak_bytes is not None
+            and live.bytes > memory.peak_bytes and _constants(live) > 0)
+
+
+def lead(live: LiveAtPeak, memory: Memory | None) -> str:
+    """``peak made of: ``, saying of what the shares are where they are not of
+    the peak printed beside them (``memory.peak_bytes``): the bytes live at the
+    schedule's busiest step, and why that differs from the peak. Within half a
+    percent no share would read otherwise, and it is not said."""
+    peak = memory.peak_bytes if memory is not None else None
+    if peak is None or abs(peak - live.bytes) * 200 < peak:
+        return "peak made of: "
+    shares = f"shares of the {format_bytes(live.bytes)} live at its busiest step"
+    diff = format_bytes(abs(peak - live.bytes))
+    if live.bytes < peak:
+        why = ("allocated for the call but holds no buffer live then"
+               if memory is not None and memory.peak_rule in ("sum", "hbm")
+               else "in XLA's own figure only")
+        return f"peak made of ({shares}; the peak's other {diff} is {why}): "
+    if _leaves_out_constants(live, memory):
+        return (f"peak made of ({shares}, with {format_bytes(_constants(live))} of constants "
+                f"the peak leaves out: {CONSTANTS}): ")
+    return f"peak made of ({shares}, {diff} above the peak by the schedule's count): "
+
+
+def constants_note(live: LiveAtPeak, memory: Memory | None = None) -> str:
+    """``; constants: the arrays the function closes over ...`` where the
+    executable's constants are a tenth of the bytes live or more (a closed-over
+    dataset) and :func:`lead` did not say it, else ``""``."""
+    if (not live.bytes or _constants(live) * 10 < live.bytes
+            or _leaves_out_constants(live, memory)):
+        return ""
+    return f"; constants: {CONSTANTS}"
 
 
 def package_path(where: str | None) -> str | None:

@@ -389,7 +389,7 @@ def summarize(report: Report) -> ReportSummary:
         replace(summarize_function(fn, by_name[fn.name, fn.source]
                                    if len(by_name[fn.name, fn.source]) > 1 else ()),
                 target_text=target_text(fn, report.target, report.environment.backend),
-                roles_text=roles_line(fn.live_at_peak, largest))
+                roles_text=roles_line(fn.live_at_peak, largest, fn.memory))
         for fn in report.functions), between=between_findings(report))
 
 

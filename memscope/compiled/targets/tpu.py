@@ -208,8 +208,12 @@ class TpuTarget(Target):
     def _memory(self, facts: CompiledFacts) -> Memory:
         memory, buffers = facts.memory, facts.buffers
         hbm = on_chip = None
+        parts: dict[str, int] = {}
         if buffers is not None:
             hbm = sum(a.size for a in buffers.allocations if a.color == 0)
             on_chip = sum(a.size for a in buffers.allocations
                           if a.color not in (0, HOST_MEMORY_SPACE))
-        return hbm_peak_rule(memory, hbm, on_chip)
+            for a in buffers.allocations:
+                if a.color == 0:
+                    parts[a.kind] = parts.get(a.kind, 0) + a.size
+        return hbm_peak_rule(memory, hbm, on_chip, parts)

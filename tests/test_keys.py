@@ -10,6 +10,7 @@ import copy
 import functools
 import gc
 import pickle
+import sys
 import weakref
 
 import jax
@@ -168,14 +169,33 @@ def test_calls_through_an_ahead_of_time_compiled_object_are_captured():
 
 def test_library_jits_are_marked_and_get_no_advice():
     params = {"w": jnp.ones(4)}
+    update = optax.clip_by_global_norm(1.0).update
+    assert library(update) == "optax"
+    # A jit made by no line of the user's (code compiled as a frozen module's)
+    # of a function optax defines is optax's: reported, with no advice.
+    namespace = {"jax": jax, "update": update}
     with capture(advise=True) as session:
-        clip = jax.jit(optax.clip_by_global_norm(1.0).update)
-        clip(params, optax.EmptyState())
+        exec(compile("clip = jax.jit(update)", "<frozen optax>", "exec"), namespace)
+        namespace["clip"](params, optax.EmptyState())
         jax.jit(lambda p: jax.tree.map(lambda v: v * 2, p))(params)
     library_fn, user_fn = (function_report(e) for e in session.entries)
-    assert library_fn.library == library(optax.clip_by_global_norm(1.0).update) == "optax"
+    assert library_fn.library == "optax" and library_fn.jit_site is None
     assert (library_fn.variants, library_fn.advice) == ((), None)
     assert user_fn.library is None and user_fn.variants
+
+
+def test_a_librarys_function_jitted_at_the_users_line_is_the_users():
+    """The user's own ``jax.jit(...)`` of a function an installed package made
+    (one factory's closure for every call of it): the jit call names it, and
+    the user can edit it, so it gets the advice."""
+    params = {"w": jnp.ones(4)}
+    with capture(advise=True) as session:
+        line = sys._getframe().f_lineno + 1
+        clip = jax.jit(optax.clip_by_global_norm(1.0).update)
+        clip(params, optax.EmptyState())
+    (fn,) = (function_report(e) for e in session.entries)
+    assert fn.library is None and fn.variants
+    assert fn.source == fn.jit_site == f"tests/test_keys.py:{line}"
 
 
 @pytest.mark.parametrize("fun", [tile, functools.partial(tile, k=2)])

@@ -61,9 +61,11 @@ def build_report(entries: Iterable[Entry], run: RunInfo | None,
     (:func:`memscope.variants.fit.forecast_failures`)."""
     entries = list(entries)
     forecasts = forecasts or {}
-    recompiles = explain_recompiles(entries)
+    sources = jit_sources(entries)
+    recompiles = explain_recompiles(entries, sources)
     functions = tuple(dataclasses.replace(function_report(e, forecasts.get(id(e))),
-                                          recompile=recompiles.get(id(e)))
+                                          recompile=recompiles.get(id(e)),
+                                          source=sources.get(id(e), e.source))
                       for e in entries)
     failed: tuple[str, ...] = ()
     if runtime is not None and sampler is not None:
@@ -136,12 +138,30 @@ def _holder_text(holder: Holder) -> tuple[str, str | None]:
                                 else None)
 
 
-def explain_recompiles(entries: Sequence[Entry]) -> dict[int, Recompile]:
+def jit_sources(entries: Sequence[Entry]) -> dict[int, str]:
+    """The ``source`` of each entry (by ``id``) that its ``def`` line does not
+    tell apart: where one definition (a factory's closure, ``make(2.0)`` and
+    ``make(3.0)``; a function jitted with two settings) was jitted at more than
+    one line of the user's, each jit is a function of its own, at its jit line.
+    One jit object called from many places, or one jit line run many times,
+    stays one function."""
+    sites: dict[tuple[str, str | None], set[str]] = {}
+    for e in entries:
+        if e.jit_site is not None:
+            sites.setdefault((e.name, e.source), set()).add(e.jit_site)
+    return {id(e): e.jit_site for e in entries
+            if e.jit_site is not None and len(sites[e.name, e.source]) > 1}
+
+
+def explain_recompiles(entries: Sequence[Entry], sources: Mapping[int, str] | None = None
+                       ) -> dict[int, Recompile]:
     """Per entry (by ``id``) that is not its function's first signature: why it
-    compiled again, against the nearest earlier signature."""
+    compiled again, against the nearest earlier signature of the same function
+    (its name and ``source``; ``sources`` where :func:`jit_sources` moved it)."""
+    sources = sources or {}
     by_function: dict[tuple[str, str | None], list[Entry]] = {}
     for e in entries:
-        by_function.setdefault((e.name, e.source), []).append(e)
+        by_function.setdefault((e.name, sources.get(id(e), e.source)), []).append(e)
     found: dict[int, Recompile] = {}
     for group in by_function.values():
         shapes = [_signature_shape(e) for e in group]

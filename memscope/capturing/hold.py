@@ -14,6 +14,10 @@ per signature, and let go as soon as it can be:
   (:func:`memscope.variants.compile.lower_variant`). Where the program let go of
   them, and of the function (JAX's own caches of a function hold them as long
   as it lives), the variants are not compiled, and the report says so;
+* for a ``--target``: the call's own program lowered for it, which holds none
+  of the arrays, made by the reading or, where the program's code ends
+  first, at its end while they still exist (:meth:`Hold.prepare`); let go
+  once compiled;
 * for the checkpoint policies (``--remat``, ``--advice full``): the remat plan,
   which holds the function itself, to trace it again under each policy; let go
   once they are measured, at most when the capture ends. The default advice
@@ -31,7 +35,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from memscope import _compat
@@ -67,6 +71,10 @@ class Hold:
         self._lowering = 0
         #: why the variants' objects went before they were used (``None``: not yet)
         self.released: str | None = None
+        #: the call's own program lowered for a ``--target`` (see :meth:`prepare`)
+        self._prepare: Callable[[Any], Any] | None = None
+        self._prepared: Any = None
+        self._preparing = threading.Lock()
         self._finalizer: weakref.finalize | None = None
         try:
             self._finalizer = weakref.finalize(owner, self.release, DROPPED)
@@ -112,6 +120,47 @@ class Hold:
             with self._lock:
                 self._lowering -= 1
                 self._lock.notify_all()
+
+    def prepare(self, lower: Callable[[Any], Any]) -> None:
+        """The call's own program is due a compile for a ``--target``: ``lower``
+        makes its lowering (holding none of the program's arrays) from the
+        traced program with them. Made by :meth:`prepared`: by the reading, or
+        at the program's end (:meth:`memscope.capturing.session.Session.finish`)
+        while the arrays the function closes over still exist, if the reading
+        has not come to it yet (the program lets go of them as it ends)."""
+        with self._lock:
+            self._prepare = lower
+
+    def prepared(self, lower: Callable[[Any], Any] | None = None) -> Any:
+        """The lowering :meth:`prepare` asked for (else ``lower``'s), made now if
+        not yet, or the exception it raised; ``None`` where none was asked for,
+        or where the program let go of the function's arrays first."""
+        with self._preparing:
+            with self._lock:
+                asked, done = self._prepare, self._prepared
+            lower = asked or lower
+            if done is not None or lower is None:
+                return done
+            with self.lowering() as traced:
+                if traced is None:
+                    return None
+                try:
+                    made = lower(traced)
+                except Exception as e:  # the reading reports it
+                    made = e
+                del traced
+            with self._lock:
+                if asked is not None and self._prepare is asked:  # (not taken meanwhile)
+                    self._prepared = made
+            return made
+
+    def take_prepared(self, lower: Callable[[Any], Any]) -> Any:
+        """:meth:`prepared` (made by ``lower`` where none was asked for), which
+        then goes from the hold: the compile has it."""
+        made = self.prepared(lower)
+        with self._lock:
+            self._prepare, self._prepared = None, None
+        return made
 
     def view(self) -> Any:
         """The traced program without its arrays (for what reads no value);
@@ -169,6 +218,7 @@ class Hold:
             if self.released is None and self._traced is not None:
                 self.released = why
             self._traced = None
+            self._prepare, self._prepared = None, None
             if wait:
                 while self._reading or self._users:
                     self._lock.wait(0.1)

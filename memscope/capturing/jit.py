@@ -163,11 +163,27 @@ class MeasuredJit:
             lambda: (keys.function_key(fun), keys.value_key(fun),
                      None if self._memscope_framework is not None else library(shown)),
             lambda _: (object(), object(), None))
+        if self._memscope_library is not None and options is not None:
+            self._named_by_jit_call()
         self._memscope_seen: dict[Any, Entry] = {}
         # a library's own jit has no line of the user's to edit, and one made before
         # the capture (options unknown) was made at no line memscope saw
         self._memscope_site = (_site(session) if self._memscope_library is None
                                and options is not None else (None, None))
+
+    def _named_by_jit_call(self) -> None:
+        """A function an installed package defines (Haiku's ``transform(f).apply``,
+        made by one factory for every model) that the user's own line jits: the
+        jit call, not the package's ``def`` line, says which function it is.
+        Named by that line (and by the dotted name it jits, ``model.apply``),
+        and the user's to advise: the jit call is theirs to edit."""
+        caller = best_effort(lambda: sites.jit_caller(_compat.JAX_PACKAGES), _none)
+        if caller is None:  # the package's own jit
+            return
+        self._memscope_library = None
+        self._memscope_source = site_text(caller)
+        self._memscope_name = (best_effort(lambda: sites.jitted_name(caller), _none)
+                               or self._memscope_name)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not set on the wrapper: the jit object's methods.

@@ -18,6 +18,7 @@ from memscope.capturing.worker import release_free_memory
 from memscope.compiled.compile import dumped_compile
 from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
+from memscope.compiled.targets.base import Target
 from memscope.errors import described
 from memscope.variants import donations, remat
 from memscope.variants.compile import LoweredVariant, compile_lowered
@@ -36,12 +37,16 @@ def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
         hold = Hold(fun, reading_handles(handles), handles.traced, plan)
     else:
         hold.attach(reading_handles(handles), plan)
+    settings = _compat.config_snapshot()
+    if handles.built is None and not session.target.runs_here and early is None:
+        # (an early variant lowers it for the target at the call already)
+        hold.prepare(functools.partial(_lower_for_target, session.target, settings))
     session.keep(hold)
     entry.hold = hold
     parameters = (parameter_names(fun) if session.request is not None
                   and (entry.wrapper is None or not entry.wrapper.parameters) else None)
     session.defer(functools.partial(analyse, session, entry, hold, shardings,
-                                    _compat.config_snapshot(), ref_names, early, parameters))
+                                    settings, ref_names, early, parameters))
     return hold
 
 
@@ -161,11 +166,13 @@ def _for_target(session: Session, hold: Hold, shardings: list[Any],
         if begun is not None:
             own, compiled = begun
         else:
-            with hold.use(), hold.lowering() as traced:
-                if traced is None:
-                    raise TargetCompileError(f"not compiled for {target.name}: "
-                                             f"{hold.released or donations.LET_GO}")
-                own = LoweredVariant.of(traced, target.lower(traced))
+            with hold.use():
+                own = hold.take_prepared(functools.partial(_lower_for_target, target, ()))
+            if own is None:
+                raise TargetCompileError(f"not compiled for {target.name}: "
+                                         f"{hold.released or donations.LET_GO}")
+            if isinstance(own, Exception):
+                raise own
             compiled = compile_lowered(own, target, cache=session.cache, counted=False)
         if isinstance(compiled, Exception):
             raise compiled
@@ -176,6 +183,14 @@ def _for_target(session: Session, hold: Hold, shardings: list[Any],
     except Exception as e:
         raise TargetCompileError(f"could not compile it for {target.name}: "
                                  f"{described(e)}") from None
+
+
+def _lower_for_target(target: Target, settings: _compat.ConfigSnapshot, traced: Any
+                      ) -> LoweredVariant:
+    """The call's own program lowered for ``target`` under the call's JAX
+    ``settings`` (``()``: those in force), holding none of its arrays."""
+    with _compat.applied_config(settings):
+        return LoweredVariant.of(traced, target.lower(traced))
 
 
 class TargetCompileError(RuntimeError):

@@ -168,6 +168,7 @@ class Session:
         if self._finished:
             return
         self._finished = True
+        self._prepare_for_target()
         if not _compat.backends_initialized():
             return  # the target used no device; do not start one now
         self.environment = describe_environment()
@@ -177,6 +178,19 @@ class Session:
         # After the live arrays: reading an address makes JAX before 0.10 keep a
         # per-device view of the buffer, which jax.live_arrays() would count.
         self._refs_at_end()
+
+    def _prepare_for_target(self) -> None:
+        """Lower, for the ``--target``, each call's own program the reading has
+        not come to yet, while the arrays its function closes over still exist:
+        as the program ends it lets go of them (its namespace, its functions),
+        and memscope holds them no longer than it does
+        (:meth:`memscope.capturing.hold.Hold.prepare`). The lowerings hold none
+        of them."""
+        with self._lock:
+            holds = list(self._holds)
+        for hold in holds:
+            with contextlib.suppress(Exception):  # the reading then says why not
+                hold.prepared()
 
     def _refs_at_end(self) -> None:
         """Each first call's Refs, read again now that the run has ended."""

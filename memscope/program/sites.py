@@ -227,14 +227,74 @@ def definition(fun: Any) -> tuple[str, str | None]:
     code = getattr(base, "__code__", None)
     if code is None:
         return name, None
-    path, line = code.co_filename, code.co_firstlineno
+    path = code.co_filename
+    return name, f"{display_path(path)}:{_def_line(path, code.co_firstlineno)}"
+
+
+def _def_line(path: str, line: int) -> int:
+    """The ``def`` line of a function whose code starts at ``line`` (its first
+    decorator's, where it has any)."""
     if linecache.getline(path, line).lstrip().startswith("@"):
         for candidate in range(line + 1, line + 50):  # skip decorators to the def line
             text = linecache.getline(path, candidate).lstrip()
             if text.startswith(("def ", "async def ")):
-                line = candidate
-                break
-    return name, f"{display_path(path)}:{line}"
+                return candidate
+    return line
+
+
+def jit_caller(skip: tuple[str, ...]) -> tuple[str, int] | None:
+    """``(path, line)`` of the code calling the jit constructor now, where it is
+    the user's (:func:`is_users`): the first frame outside memscope and the
+    packages ``skip`` (JAX's). ``None`` where that frame is an installed
+    package's (the package's own jit), or code from a string."""
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(MAX_FRAMES):
+        if frame is None or frame.f_code in _STOPS:
+            return None
+        path = frame.f_code.co_filename
+        module = str(frame.f_globals.get("__name__", "")).split(".")[0]
+        if not path.startswith(OWN_FILES) and module not in skip:
+            break
+        frame = frame.f_back
+    else:
+        return None
+    if frame is None or not is_users(path):
+        return None
+    if source_name(path) is not None:  # a notebook's cell
+        return path, frame.f_lineno
+    if path.startswith("<"):
+        return None
+    real = _realpath(path)
+    return (real, frame.f_lineno) if os.path.isfile(real) else None
+
+
+def jitted_name(where: tuple[str, int]) -> str | None:
+    """The function a ``jax.jit(...)`` call at ``where`` jits, as the user spelled
+    it, where it is a dotted name (``model.apply`` in ``jax.jit(model.apply,
+    static_argnums=3)`` or ``partial(jax.jit, ...)(model.apply)``); ``None``
+    otherwise (a decorator, an expression, an unreadable file)."""
+    tree = _syntax(where[0])
+    if tree is None:
+        return None
+    line = where[1]
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args
+             and n.lineno <= line <= (n.end_lineno or n.lineno) and _is_jit(n.func)]
+    if not calls:
+        return None
+    jitted = min(calls, key=lambda n: (n.end_lineno or n.lineno) - n.lineno).args[0]
+    if not isinstance(jitted, ast.Name | ast.Attribute):
+        return None
+    node: ast.AST = jitted
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return ast.unparse(jitted) if isinstance(node, ast.Name) else None
+
+
+def _is_jit(func: ast.AST) -> bool:
+    """``jax.jit``, ``jit``, ``pjit``, or ``functools.partial(jax.jit, ...)``."""
+    if isinstance(func, ast.Call) and func.args and ast.unparse(func.func).endswith("partial"):
+        func = func.args[0]
+    return isinstance(func, ast.Name | ast.Attribute) and ast.unparse(func).endswith("jit")
 
 
 def site_text(where: tuple[str, int]) -> str:

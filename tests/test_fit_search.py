@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from memscope.variants.fit import MAX_COMPILES, BatchChoice, search
+from memscope.variants.fit import MAX_COMPILES, BatchChoice, OverCapacity, search
 
 
 def _choice(size: int, step: int = 1) -> BatchChoice:
@@ -178,3 +178,69 @@ def test_a_size_that_fits_above_one_that_does_not_is_said():
                     compile_peak=lambda call, choice, batch, donated: peak(batch))
     assert answer.largest == 512 and answer.compiles < MAX_COMPILES
     assert "not monotone" in answer.note and "batch 514, above 513" in answer.note
+
+
+def test_where_the_search_stops_the_answer_is_the_largest_size_compiled_that_fits():
+    """A compiler that refuses far above the line's guess and says nothing of by
+    how much: halving from the captured size runs out of compiles. The answer is
+    still the largest size compiled that fits (below the first that does not),
+    said unconfirmed, with the sizes left between."""
+    capacity = 3_000_000_007
+
+    def compile_peak(call, choice, batch, donated):
+        if batch > capacity:
+            raise OverCapacity(batch, None, "RESOURCE_EXHAUSTED: Ran out of memory")
+        return 1000 + batch
+
+    answer = search(None, _choice(16), 1 << 62, compile_peak=compile_peak)
+    assert answer.compiles == MAX_COMPILES and answer.largest is not None
+    rows = dict(answer.rows)
+    assert answer.largest <= capacity < answer.above and answer.above in dict(answer.refused)
+    assert answer.largest == max(b for b, p in rows.items() if p is not None and b < answer.above)
+    assert answer.above > answer.largest + 1 and answer.note == (
+        f"the search stopped after {MAX_COMPILES} compiles: {answer.largest} fits and "
+        f"{answer.above} does not; the {answer.above - answer.largest - 1} sizes between "
+        "were not compiled")
+
+
+def _tpu_refusal(batch: int, need: int, capacity: int, temporaries: int) -> OverCapacity:
+    """XLA:TPU's words for a size over the chip: the temporaries alone over it
+    (printed to two decimals of a GiB), else the need and the excess to three figures."""
+    from memscope.variants.fit import over_capacity
+
+    gib = 1 << 30
+    if temporaries > capacity:
+        text = (f"RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the "
+                f"total memory required for HLO temporaries ({temporaries / gib:.2f}G) exceeds "
+                f"available HBM ({capacity / gib:.2f}G). HLO module: jit_step.")
+    else:
+        text = (f"RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: XLA:TPU compile permanent error. "
+                f"Ran out of memory in memory space hbm. Used {need / gib:.2f}G of "
+                f"{capacity / gib:.2f}G hbm. Exceeded hbm capacity by "
+                f"{(need - capacity) / 1024:.1f}K.")
+    found = over_capacity(batch, RuntimeError(text))
+    assert isinstance(found, OverCapacity)
+    return found
+
+
+@pytest.mark.parametrize("step", [1, 8])
+def test_the_compilers_excess_brackets_a_chip_smaller_than_the_budget(step):
+    """``fit --target tpu:v5e:1x1`` on an MLP: the budget is the chip's 16 GiB, the
+    compiler's capacity less than that, its need growing twice as fast as the
+    peak (its own count), far sizes refused for the temporaries alone. Its words
+    (how far over) find the answer, confirmed at N and N + step, within the
+    search's compiles: halving from the captured size took more than it has."""
+    capacity, per = 16_911_433_728, 1888
+
+    def need(b: int) -> int:
+        return 16_907_660_800 + 2 * per * (b - 8_955_136)
+
+    def compile_peak(call, choice, batch, donated):
+        if need(batch) > capacity:
+            raise _tpu_refusal(batch, need(batch), capacity, need(batch) - 1000 * per)
+        return 314_880 + per * batch
+
+    answer = search(None, _choice(32, step), 16 << 30, compile_peak=compile_peak)
+    truth = _truth(lambda b: 0 if need(b) <= capacity else 1, 0, step)
+    assert (answer.largest, answer.above) == (truth, truth + step)
+    assert answer.compiles < MAX_COMPILES

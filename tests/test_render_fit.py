@@ -40,7 +40,7 @@ def test_fit_text_answers_first():
         "1.001 GiB; budget 1.000 GiB)",
         'With the advised donation (donate_argnames=("params",)): n/a',
         "batch axis: batch, axis 0 (inferred); now 8, step 1",
-        "peak = 20.0 MiB fixed + 10.0 MiB per example (linear at every size compiled)",
+        "peak = 20.0 MiB fixed + 10.0 MiB per example (within 1% at every size compiled)",
         "",
         "     batch          peak  fits       advised  fits",
         "         8   100.000 MiB   yes    90.000 MiB   yes",

@@ -364,3 +364,55 @@ def test_the_calls_own_compile_for_the_target_begins_at_the_call(monkeypatch) ->
     assert re.fullmatch(r"memscope-worker-compile_\d+", early_threads[0])
     assert late_threads[0] == "memscope-worker"
     assert early == late
+
+
+FIT_MLP = textwrap.dedent("""
+    import functools, jax, jax.numpy as jnp
+
+    def loss(params, x, y):
+        h = jax.nn.relu(x @ params["w1"])
+        return -(jax.nn.log_softmax(h @ params["w2"]) * y).sum(-1).mean()
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(params, x, y):
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, jax.grad(loss)(params, x, y))
+
+    params = {"w1": jnp.ones((64, 256)) / 64, "w2": jnp.ones((256, 10)) / 256}
+    for _ in range(2):
+        params = step(params, jnp.ones((32, 64)), jax.nn.one_hot(jnp.arange(32) % 10, 10))
+""")
+
+
+def test_fit_for_a_chip_answers_the_largest_batch_its_compiler_builds(tmp_path: Path) -> None:
+    """With no --memory the budget is the chip's HBM, and XLA:TPU refuses a size
+    over it (RESOURCE_EXHAUSTED) before memscope's peak reaches the budget. The
+    answer is the largest batch the compiler builds: JAX's own compile for the
+    chip builds it, and refuses the next size up."""
+    (tmp_path / "train.py").write_text(FIT_MLP)
+    done = _memscope("fit", "--target", "tpu:v5e:1x1", "--format", "json", "train.py",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    largest, step = found["largest"], found["step"]
+    assert found["confirmed"] and found["compiles"] < 24, found["note"]
+    assert [r["refused"] for r in found["rows"] if r["batch"] in (largest, largest + step)] == [
+        False, True]
+    (device,) = _devices("v5e:1x1")
+    sharding = jax.sharding.SingleDeviceSharding(device)
+
+    def loss(params, x, y):
+        h = jax.nn.relu(x @ params["w1"])
+        return -(jax.nn.log_softmax(h @ params["w2"]) * y).sum(-1).mean()
+
+    def train(params, x, y):
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, jax.grad(loss)(params, x, y))
+
+    def compile_at(batch: int) -> object:
+        f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32, sharding=sharding)  # noqa: E731
+        return jax.jit(train, donate_argnums=0).trace(
+            {"w1": f32(64, 256), "w2": f32(256, 10)}, f32(batch, 64), f32(batch, 10)
+        ).lower(lowering_platforms=("tpu",)).compile()
+
+    assert compile_at(largest) is not None
+    with pytest.raises(Exception, match="RESOURCE_EXHAUSTED"):
+        compile_at(largest + step)

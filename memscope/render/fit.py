@@ -11,6 +11,7 @@ from typing import IO
 
 from memscope.render.text import visible
 from memscope.report import Forecast
+from memscope.report.function import LINE_TOLERANCE
 from memscope.report.units import format_bytes, format_bytes_apart
 
 #: The schema of ``memscope fit --format json``.
@@ -31,14 +32,17 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
                         "input bytes)" if f.largest is not None else ""))
     elif f.largest is not None:
         peaks = {r.batch: r.peak_bytes for r in f.rows}
+        over = f.largest + f.step if f.confirmed else f.above
         # Enough digits that the two sides of the boundary and the budget read apart.
         below, above, limit = format_bytes_apart(
-            [peaks.get(f.largest), peaks.get(f.largest + f.step), f.budget_bytes])
-        if any(r.batch == f.largest + f.step and r.refused for r in f.rows):
+            [peaks.get(f.largest), peaks.get(over) if over else None, f.budget_bytes])
+        if any(r.batch == over and r.refused for r in f.rows):
             above = "too large for the target's compiler"
-        lines.append(f"Largest batch that fits {budget}: {f.largest} (compiled: "
-                     f"{f.largest} -> {below}, {f.largest + f.step} -> {above}; "
-                     f"budget {limit})")
+        lines.append(f"Largest batch that fits {budget}: {f.largest}"
+                     + ("" if f.confirmed else ", the largest compiled (unconfirmed)")
+                     + f" (compiled: {f.largest} -> {below}"
+                     + (f", {over} -> {above}" if over is not None else "")
+                     + f"; budget {limit})")
     else:
         lines.append(f"Largest batch that fits {budget}: none"
                      + (f" ({visible(f.note)})" if f.note else ""))
@@ -47,9 +51,13 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
                      + (str(f.advised_largest) if f.advised_largest is not None else "n/a"))
     lines.append(f"batch axis: {visible(f.choice_note or f.argument)}; now {f.batch}, "
                  f"step {f.step}")
-    lines.append(f"peak = {format_bytes(f.fixed_bytes)} fixed + "
-                 f"{format_bytes(f.per_example_bytes)} per example"
-                 + (" (linear at every size compiled)" if f.linear else ""))
+    if f.linear:
+        lines.append(f"peak = {format_bytes(f.fixed_bytes)} fixed + "
+                     f"{format_bytes(f.per_example_bytes)} per example (within "
+                     f"{LINE_TOLERANCE:.0%} at every size compiled)")
+    else:
+        lines.append(f"peak: not linear in the batch (no line through the sizes compiled "
+                     f"holds within {LINE_TOLERANCE:.0%} at each): read it off the table")
     if f.note and f.largest is not None and f.batch_note is None:
         lines.append(f"note: {visible(f.note)}")
     if f.compile_note:

@@ -231,14 +231,22 @@ class FitRow:
     advised_refused: bool = False
 
 
+#: How far (a share of the compiled peak) a size may lie off the line through
+#: the smallest and largest sizes compiled for ``fit`` to give the line as the peak.
+LINE_TOLERANCE = 0.01
+
+
 @dataclass(frozen=True)
 class Forecast:
     """The largest batch that fits a budget, found by compiling (``memscope fit``).
 
-    ``fixed_bytes`` + ``per_example_bytes`` x batch is the line through the two
-    smallest sizes compiled; ``linear`` says whether every other size compiled
-    lies on it. ``largest`` was compiled and fits; ``largest`` + ``step`` was
-    compiled and does not (``None``: no size fits, or the search could not end).
+    ``fixed_bytes`` + ``per_example_bytes`` x batch is the line through the
+    smallest and largest sizes compiled; ``linear`` says whether every size
+    compiled lies on it, within :data:`LINE_TOLERANCE` of its peak (where not,
+    the line is no model of the peak, and ``fit`` does not print it).
+    ``largest`` is the largest size compiled that fits, below the first that
+    does not (``None``: no size compiled fits); ``largest`` + ``step`` was
+    compiled and does not fit where it is ``confirmed``.
     """
 
     function: str
@@ -272,6 +280,12 @@ class Forecast:
     #: where the step's FLOPs do not grow with the batch resized: why ``largest``
     #: counts input bytes, not examples, and is no answer (``fit`` says so)
     batch_note: str | None = None
+    #: ``largest`` + ``step`` was compiled and does not fit; ``False`` where the
+    #: search stopped first (its compile limit: ``note`` says what is left)
+    confirmed: bool = True
+    #: where not ``confirmed``: the smallest size compiled above ``largest`` that
+    #: does not fit (``None``: no size compiled was too large)
+    above: int | None = None
 
     @property
     def answers(self) -> bool:

@@ -36,6 +36,8 @@ class PlanPoint:
     refused: str | None = None
     #: what the compiler said such a program needs at least (``None``: unsaid)
     needs_bytes: int | None = None
+    #: how far over the device the compiler said it is at least (``None``: unsaid)
+    excess_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Which captured call ``memscope fit`` resizes, and along which axis: the call
 kept in shapes (:class:`KeptCall`), the function chosen, and its batch axis,
 given (``--batch x:0``, ``x:-1``) or found (the leading axis the arguments
-share that no output keeps). The search over sizes is :mod:`memscope.variants.fit`'s.
+share that no output keeps). The search over sizes is :mod:`memscope.variants.search`'s.
 """
 
 from __future__ import annotations

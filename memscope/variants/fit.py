@@ -5,9 +5,7 @@ batch axis is resized, the function is traced, lowered and compiled for those
 shapes (``jax.ShapeDtypeStruct`` arguments with the same shardings: nothing
 runs on a device), and ``memory_analysis()`` gives the peak by memscope's rule
 (:func:`memscope.report.peak_rule`). The answer is found by compiling, never by
-extrapolation alone: the line through two sizes proposes a batch, and the
-batch and the next size up are compiled to confirm it; where the peak is not
-linear in the batch, a bisection of compiles finds it.
+extrapolation alone (the search over sizes: :mod:`memscope.variants.search`).
 """
 
 from __future__ import annotations
@@ -17,9 +15,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import jax
 
@@ -28,27 +24,23 @@ from memscope.compiled.cache import CompileCache
 from memscope.compiled.compile import compile_to_read
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
-from memscope.errors import MemscopeError, first_line
+from memscope.errors import MemscopeError
 from memscope.report import FitRow, Forecast
+from memscope.variants.batch import BatchChoice as BatchChoice  # (fit's public names)
+from memscope.variants.batch import KeptCall as KeptCall
+from memscope.variants.batch import Recorded as Recorded
+from memscope.variants.batch import choose_batch as choose_batch
+from memscope.variants.batch import choose_function as choose_function
+from memscope.variants.batch import data_arguments, leaf_shapes, recorded_peak, spec_name
 from memscope.variants.compile import lower_variant
 from memscope.variants.donation import Argument
 from memscope.variants.remat import silenced
-
-#: Compiles a search may make before it gives up (and says so).
-MAX_COMPILES = 24
-
-
-from memscope.variants.batch import (  # noqa: E402, I001  (re-exported: fit's public names)
-    BatchChoice as BatchChoice,
-    KeptCall as KeptCall,
-    Recorded as Recorded,
-    data_arguments,
-    leaf_shapes,
-    recorded_peak,
-    spec_name,
-    choose_batch as choose_batch,
-    choose_function as choose_function,
-)
+from memscope.variants.search import MAX_COMPILES as MAX_COMPILES
+from memscope.variants.search import Answer as Answer
+from memscope.variants.search import OverCapacity as OverCapacity
+from memscope.variants.search import local_slope
+from memscope.variants.search import over_capacity as over_capacity
+from memscope.variants.search import search as search
 
 
 def resized(call: KeptCall, choice: BatchChoice, batch: int) -> tuple[tuple[Any, ...],
@@ -144,26 +136,88 @@ def compute_note(points: Iterable[tuple[int, float | None]]) -> str | None:
             "--batch, or size the batch in the program's own configuration")
 
 
-class OverCapacity(Exception):
-    """The target's compiler refused ``batch``: the program needs more memory
-    than the device has (XLA:TPU fails such a compile with RESOURCE_EXHAUSTED).
-    ``needs`` is the least it says the program needs (``None``: it does not
-    say); ``headline`` its first line. The size does not fit, whatever the budget."""
-
-    def __init__(self, batch: int, needs: int | None, headline: str) -> None:
-        super().__init__(f"batch {batch}: {headline}")
-        self.batch, self.needs, self.headline = batch, needs, headline
+#: How a step loops over the resized axis (:func:`loops_over_resized`): ``"map"``,
+#: a loop over it that carries nothing from one trip to the next (``lax.map``:
+#: each element computed apart, as examples are); ``"recurrence"``, only loops
+#: that carry state from each trip to the next (an RNN's ``lax.scan`` over time)
+Loop = Literal["map", "recurrence"]
 
 
-def over_capacity(batch: int, error: Exception) -> OverCapacity | None:
-    """``error`` (a compile's) as :class:`OverCapacity` where it says memory ran
-    out, else ``None``."""
-    from memscope.analysis import oom
+def loops_over_resized(call: KeptCall, choice: BatchChoice) -> Loop | None:
+    """How the step loops over the resized axis (``None``: it does not): a
+    ``scan`` (``lax.map``, ``lax.scan``, a ``fori_loop`` of fixed bounds, each an
+    XLA ``while``) whose trip count doubles when the batch does, read exactly
+    from the step traced at the captured size and twice it, loops paired in
+    program order. XLA's ``cost_analysis()`` counts a ``while`` body once,
+    whatever its trip count, so the FLOPs of such a step are no evidence of
+    what it computes on."""
+    b0 = choice.size
+    try:
+        with warnings.catch_warnings(), silenced():
+            warnings.simplefilter("ignore")
+            small, large = [_scans(retrace(call, *resized(call, choice, b)).jaxpr)
+                            for b in (b0, 2 * b0)]
+    except Exception:  # (a size it does not trace at says nothing of loops)
+        return None
+    if len(small) != len(large):
+        return None
+    over = [carries for (m, carries), (n, _) in zip(small, large, strict=True) if n == 2 * m]
+    if not over:
+        return None
+    # (under grad, the backward loop of a lax.map carries the parameters'
+    # gradients: a map is told by its forward loop, which carries nothing)
+    return "recurrence" if all(over) else "map"
 
-    found = oom.parse(str(error))
-    if found is None or (found.used_bytes is None and found.capacity_bytes is None):
-        return None  # (memory ran out, but not the device's: the compile failed)
-    return OverCapacity(batch, found.used_bytes, first_line(found.headline, limit=240))
+
+def axis_note(call: KeptCall, choice: BatchChoice, loop: Loop | None) -> str:
+    """Why the batch axis is the one chosen (:attr:`BatchChoice.note`); where it
+    was inferred and the step loops over it (``loop``: :func:`loops_over_resized`),
+    that too. A loop that carries state from one trip to the next (a recurrence)
+    is often over time (an RNN's), and the examples then lie along another
+    axis, which ``--batch`` names: memscope keeps its rule and says so."""
+    if not choice.inferred or loop is None:
+        return choice.note
+    if loop == "map":
+        return (f"{choice.note}; the step maps over this axis (a loop that carries "
+                "nothing from one element to the next, as lax.map over examples)")
+    shapes = leaf_shapes(call)
+    seconds = {shape[1] for a in choice.arguments for i in a.leaves
+               if (shape := shapes[i]) is not None and len(shape) > 1}
+    other = (" --batch ".join(f"{spec_name(a)}:1" for a in choice.arguments)
+             if len(seconds) == 1 else "ARG:AXIS")
+    return (f"{choice.note}; the step carries state along this axis from one step to "
+            f"the next (a lax.scan with a carry, as an RNN's over time): where it is "
+            f"time, not the examples, give the examples' axis with --batch {other}")
+
+
+def _scans(jaxpr: Any) -> list[tuple[int, bool]]:
+    """Each ``scan`` in ``jaxpr`` and the jaxprs inside its equations (a
+    ``jit``'s, a ``cond``'s branches, a loop's body), in program order: its trip
+    count (a scan inside a scan counts its trips times the outer one's) and
+    whether it carries anything from one trip to the next. A carry is an output
+    of the scan shaped as its body's; a stacked output has the trips' axis
+    before the body's shape (read from the avals, alike on every JAX: JAX 0.12
+    has no ``num_carry`` parameter)."""
+    found: list[tuple[int, bool]] = []
+
+    def walk(j: Any, times: int) -> None:
+        j = getattr(j, "jaxpr", j)  # a ClosedJaxpr's Jaxpr
+        for eqn in getattr(j, "eqns", ()):
+            inner = times
+            if eqn.primitive.name == "scan" and isinstance(eqn.params.get("length"), int):
+                inner = times * eqn.params["length"]
+                body = getattr(eqn.params.get("jaxpr"), "jaxpr", eqn.params.get("jaxpr"))
+                found.append((inner, any(
+                    getattr(v.aval, "shape", None) == getattr(out.aval, "shape", ())
+                    for v, out in zip(getattr(body, "outvars", ()), eqn.outvars,
+                                      strict=False))))
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
+                        walk(sub, inner)
+
+    walk(jaxpr, 1)
+    return found
 
 
 class NotCompiled(Exception):
@@ -222,249 +276,6 @@ def _sharing(entry: Recorded, choice: BatchChoice) -> list[tuple[Argument, int]]
     return found
 
 
-class _Search:
-    """The compiles of one forecast, each size compiled once."""
-
-    def __init__(self, call: KeptCall, choice: BatchChoice, donated: tuple[bool, ...] | None,
-                 budget: int | None, compile_peak: Callable[..., int | None]) -> None:
-        self.call, self.choice, self.donated, self.budget = call, choice, donated, budget
-        self.peaks: dict[int, int | None] = {}
-        #: sizes the target's compiler refused as too large, with its words; their
-        #: ``peaks`` are a stand-in above the budget, for the search's lines only
-        self.refused: dict[int, str] = {}
-        self.compiles = 0
-        self._peak_of = compile_peak
-
-    def peak(self, batch: int) -> int | None:
-        if batch not in self.peaks:
-            self.compiles += 1
-            try:
-                self.peaks[batch] = self._peak_of(self.call, self.choice, batch, self.donated)
-            except OverCapacity as e:
-                self.refused[batch] = e.headline
-                self.peaks[batch] = max(e.needs or 0, (self.budget or 0) + 1)
-        return self.peaks[batch]
-
-    def fits(self, batch: int) -> bool:
-        p = self.peak(batch)
-        return (p is not None and self.budget is not None and p <= self.budget
-                and batch not in self.refused)
-
-    def bounds(self) -> tuple[int, int | None]:
-        """The smallest size compiled that does not fit (``None``: none
-        compiled) and the largest below it that fits (0: none). Below, not
-        overall: where the peak is not monotone in the batch (a compiler that
-        rematerializes near its limit), a size above one that does not fit may fit."""
-        hi = min((b for b in self.peaks if not self.fits(b)), default=None)
-        fit = [b for b in self.peaks if self.fits(b) and (hi is None or b < hi)]
-        return max(fit, default=0), hi
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What one search found (see :class:`memscope.report.Forecast`)."""
-
-    rows: tuple[tuple[int, int | None], ...]
-    fixed: int | None
-    per_example: int | None
-    linear: bool
-    largest: int | None
-    compiles: int
-    note: str | None
-    #: the search stopped at ``beat``: this size was compiled and does not fit
-    below: int | None = None
-    #: sizes the target's compiler refused as too large (by batch: its words);
-    #: their ``rows`` peaks are ``None``
-    refused: tuple[tuple[int, str], ...] = ()
-
-
-def search(call: KeptCall, choice: BatchChoice, budget: int | None, *,
-           donated: tuple[bool, ...] | None = None, known: int | None = None,
-           hint: Fraction | None = None, beat: int | None = None,
-           compile_peak: Callable[..., int | None] = compile_peak) -> Answer:
-    """The largest batch whose peak fits ``budget``, confirmed by compiling it and
-    the next size up. ``known`` is the peak at the captured size, when read already
-    (it then costs no compile); ``hint`` a per-example slope to start from instead
-    of compiling twice the captured size. ``compile_peak`` is the one compile.
-
-    ``beat`` is a batch found for another setting: it is compiled first, and
-    where it does not fit the search stops there (:attr:`Answer.below`, no
-    ``largest``): this setting cannot fit as many. Where it fits and the next
-    size up does not, it is the answer; else the search goes on from there."""
-    s = _Search(call, choice, donated, budget, compile_peak)
-    b0, step = choice.size, choice.step
-    if known is not None:
-        s.peaks[b0] = known
-    p1 = s.peak(b0)
-    if p1 is None:
-        return _answer(s, None, None, None, "memory_analysis() gave no figures")
-    if b0 in s.refused:  # no line to draw: halve down from the captured size
-        lo, hi = _bisect(s, 0, b0, step)
-        largest = lo if lo and hi == lo + step else None
-        return _answer(s, None, None, largest, f"batch {b0} does not compile for the "
-                       f"target: {s.refused[b0]}")
-    if beat is not None and budget is not None:
-        if not s.fits(beat):
-            return _answer(s, None, None, None, f"does not fit at batch {beat}, which "
-                           "another setting fits", below=beat)
-        s.fits(beat + step)
-        hint = _through(s) or hint
-    per = hint if hint is not None else _slope(s, b0, p1)
-    if per is None:
-        return _answer(s, None, None, None, "memory_analysis() gave no figures")
-    fixed = p1 - per * b0
-    if budget is None:
-        return _answer(s, fixed, per, None, "no budget: give --memory SIZE")
-    if per <= 0:
-        return _answer(s, fixed, per, None, "the peak does not grow with the batch")
-    lo, hi = _interpolate(s, b0, p1, per, step)
-    largest = lo if lo and hi == lo + step else None
-    note = None if hi is None or hi == lo + step else (
-        f"the search stopped after {s.compiles} compiles")
-    beyond = [b for b in s.peaks if hi is not None and b > hi and s.fits(b)]
-    if largest is not None and beyond:
-        note = (f"the peak is not monotone in the batch: batch {max(beyond)}, above "
-                f"{hi}, which does not fit, fits too (a compiler that rematerializes "
-                "near its memory limit, XLA:GPU's, does so); the answer is the largest "
-                "size below the first one found not to fit")
-    return _answer(s, fixed, per, largest, note)
-
-
-def _through(s: _Search) -> Fraction | None:
-    """The per-example slope between the smallest and largest sizes compiled,
-    where the peak grows between them."""
-    known = sorted((b, p) for b, p in s.peaks.items() if p is not None)
-    if len(known) < 2 or known[-1][1] <= known[0][1]:
-        return None
-    (b1, p1), (b2, p2) = known[0], known[-1]
-    return Fraction(p2 - p1, b2 - b1)
-
-
-def _slope(s: _Search, b0: int, p0: int) -> Fraction | None:
-    """Bytes per example between the captured size and twice it, or further out
-    where the peak does not grow yet (a batch padded to a multiple)."""
-    b = 2 * b0
-    while True:
-        p = s.peak(b)
-        if p is None:
-            return None
-        if p > p0 or b >= b0 << 10:
-            return Fraction(p - p0, b - b0)
-        b *= 2
-
-
-def _interpolate(s: _Search, b0: int, p0: int, per: Fraction, step: int
-                 ) -> tuple[int, int | None]:
-    """Narrow [lo fits, hi does not] to one step by compiling: each guess is where
-    the line through the nearest sizes compiled meets the budget. The first
-    guess and the next size up are compiled, so a linear peak ends after one
-    guess; later guesses compile one size each.
-
-    A peak padded to tiles, or one that jumps, meets the line on one side only,
-    and plain interpolation creeps up on the answer from that side. Each round
-    an end of the bracket stays put, the line is drawn as if that end were half
-    as far from the budget (the Illinois rule of false position), so the guesses
-    close in from both sides."""
-    assert s.budget is not None
-    budget = s.budget
-    point, slope = (b0, Fraction(p0)), per
-    kept = [0, 0]  # rounds in a row that the bracket's low and high end stayed put
-    first = True
-    while s.compiles < MAX_COMPILES:
-        guess = max(int((budget - point[1]) / slope) + point[0], step) // step * step
-        lo, hi = s.bounds()
-        guess = min(max(guess, lo + step), hi - step) if hi is not None else max(guess,
-                                                                                 lo + step)
-        if hi is not None and guess <= lo:
-            break
-        before = (lo, hi)
-        s.fits(guess)
-        if first:
-            s.fits(guess + step)
-            first = False
-        lo, hi = s.bounds()
-        if hi is not None and hi == lo + step:
-            break
-        if hi is not None and hi in s.refused:  # no figure above: no line, halve
-            return _bisect(s, lo, hi, step)
-        known = sorted((b, p) for b, p in s.peaks.items() if p is not None)
-        below = [(b, p) for b, p in known if b <= lo]
-        above = [(b, p) for b, p in known if hi is not None and b >= hi]
-        near = (below[-1:] + above[:1]) if above else known[-2:]
-        if len(near) < 2 or near[1][0] == near[0][0] or near[1][1] <= near[0][1]:
-            return _bisect(s, lo, hi, step, _reach(s, lo, slope, step))
-        (b1, q1), (b2, q2) = near
-        if not above or before[1] is None:
-            point, slope = (b1, Fraction(q1)), Fraction(q2 - q1, b2 - b1)
-            continue
-        kept = [kept[0] + 1 if lo == before[0] else 0, kept[1] + 1 if hi == before[1] else 0]
-        under = Fraction(q1 - budget, 2 ** kept[0])  # <= 0: b1 fits
-        over = Fraction(q2 - budget, 2 ** kept[1])   # > 0: b2 does not
-        point, slope = (b1, budget + under), (over - under) / (b2 - b1)
-    return s.bounds()
-
-
-def _reach(s: _Search, lo: int, slope: Fraction, step: int) -> int | None:
-    """How far above ``lo`` the line through it meets the budget, in whole steps
-    (at least one); ``None`` where the line says nothing."""
-    peak = s.peaks.get(lo)
-    if not lo or peak is None or s.budget is None or slope <= 0:
-        return None
-    return max(int((s.budget - peak) / slope) // step * step, step)
-
-
-def _bisect(s: _Search, lo: int, hi: int | None, step: int,
-            reach: int | None = None) -> tuple[int, int | None]:
-    """Narrow [lo fits, hi does not] to one step by halving (the peak is not
-    monotone enough to interpolate). With no size known too large it first grows
-    from ``lo``: by ``reach`` (where the line says the budget is met), the
-    stride doubled each time it still fits; without one, to twice ``lo``. A
-    peak flat just under the budget (padded to tiles) is so bracketed in a
-    compile or two, not halved down to from twice its size."""
-    stride = reach if reach is not None else max(lo, step)
-    while hi is None and s.compiles < MAX_COMPILES:  # no size known too large: grow
-        b = lo + stride
-        if s.fits(b):
-            lo, stride = b, 2 * stride
-        else:
-            hi = b
-    while hi is not None and hi - lo > step and s.compiles < MAX_COMPILES:
-        mid = max((lo + hi) // 2 // step * step, lo + step)
-        if s.fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, hi
-
-
-def _answer(s: _Search, fixed: Fraction | None, per: Fraction | None, largest: int | None,
-            note: str | None, below: int | None = None) -> Answer:
-    rows = tuple(sorted((b, None if b in s.refused else p) for b, p in s.peaks.items()))
-    off = [(b, p) for b, p in rows if p is not None and fixed is not None and per is not None
-           and p != fixed + per * b]
-    if off and note is None:
-        b, p = off[0]
-        assert fixed is not None and per is not None
-        note = (f"the peak is not linear in the batch (at {b}: {p} bytes compiled, "
-                f"{round(fixed + per * b)} on the line): the answer was searched by "
-                "compiling")
-    return Answer(rows=rows, fixed=None if fixed is None else round(fixed),
-                  per_example=None if per is None else round(per), linear=not off,
-                  largest=largest, compiles=s.compiles, note=note, below=below,
-                  refused=tuple(sorted(s.refused.items())))
-
-
-def _local_slope(a: Answer) -> Fraction | None:
-    """The per-example slope near the answer: the line through the compiled sizes
-    around it, one on each side where there are."""
-    rows = [(b, p) for b, p in a.rows if p is not None]
-    if a.largest is None or len(rows) < 2:
-        return None
-    below = [r for r in rows if r[0] <= a.largest - a.largest // 4] or rows[:1]
-    (b1, p1), (b2, p2) = below[-1], rows[-1]
-    return Fraction(p2 - p1, b2 - b1) if b2 > b1 and p2 > p1 else None
-
-
 def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
              memory: int | None = None, held: int | None = None,
              target: Target | None = None, cache: CompileCache | None = None) -> Forecast:
@@ -495,7 +306,7 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
                          compile_peak=written_peak)
         if advised is not None and advised.facts is not None:
             fix = search(call, choice, budget, donated=advised.facts.program.donated,
-                         known=advised.facts.memory.peak_bytes, hint=_local_slope(written),
+                         known=advised.facts.memory.peak_bytes, hint=local_slope(written),
                          compile_peak=peak)
     except NotCompiled as failed:
         raise MemscopeError(not_compiled_line(entry, choice, failed)) from None
@@ -506,6 +317,9 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
                         advised_refused=b in advised_too_large) for b, p in written.rows)
     rows += tuple(FitRow(b, None, p, advised_refused=b in advised_too_large)
                   for b, p in (fix.rows if fix else ()) if b not in dict(written.rows))
+    loops = loops_over_resized(call, choice)
+    batch_note = None if loops else compute_note(flops.items())  # (a loop's FLOPs:
+    # its body's, counted once whatever its trips, are no evidence)
     note = written.note
     if (too_large or advised_too_large) and note is None:
         b, words = sorted({**advised_too_large, **too_large}.items())[0]
@@ -520,8 +334,10 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
         advised_setting=advised.setting if advised is not None else None,
         compiles=written.compiles + (fix.compiles if fix else 0),
         seconds=time.perf_counter() - start, note=note, inferred=choice.inferred,
-        choice_note=choice.note, memory_bytes=memory, held_bytes=held,
-        batch_note=compute_note(flops.items()))
+        choice_note=axis_note(call, choice, loops), memory_bytes=memory, held_bytes=held,
+        batch_note=batch_note,
+        confirmed=written.largest is None or written.above == written.largest + choice.step,
+        above=None if written.above == (written.largest or 0) + choice.step else written.above)
 
 
 class Failed(Recorded, Protocol):

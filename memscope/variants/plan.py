@@ -5,7 +5,7 @@ checkpoint policy (:data:`memscope.variants.remat.POLICIES`), the policy made
 from the program's own ``checkpoint_name``\\ s, the offloading policies, and the
 best policy together with the advised donation. For each, the largest batch
 whose peak fits the budget is found by ``fit``'s compiling search
-(:func:`memscope.variants.fit.search`), with the step's FLOPs from the
+(:func:`memscope.variants.search.search`), with the step's FLOPs from the
 compile's own ``cost_analysis()`` and the host memory an offload holds.
 
 What bounds the cost: every setting is first compiled at the captured size,
@@ -40,7 +40,9 @@ from memscope.variants.compile import LoweredVariant, lower_variant, side_by_sid
 from memscope.variants.fit import (
     NotCompiled,
     OverCapacity,
+    axis_note,
     compute_note,
+    loops_over_resized,
     not_compiled_line,
     over_capacity,
     read_flops,
@@ -130,7 +132,8 @@ class _Compiler:
             refused = over_capacity(batch, e)
             if refused is None:
                 raise NotCompiled(batch, "compile", e) from e
-            return PlanPoint(batch, None, refused=refused.headline, needs_bytes=refused.needs)
+            return PlanPoint(batch, None, refused=refused.headline, needs_bytes=refused.needs,
+                             excess_bytes=refused.excess)
         return PlanPoint(batch, memory.peak_bytes, memory.host.peak_bytes, flops)
 
     def point(self, setting: Setting, batch: int) -> PlanPoint:
@@ -146,7 +149,7 @@ class _Compiler:
         """The peak at ``batch`` for fit's search (see :class:`OverCapacity`)."""
         found = self.point(setting, batch)
         if found.refused is not None:
-            raise OverCapacity(batch, found.needs_bytes, found.refused)
+            raise OverCapacity(batch, found.needs_bytes, found.refused, found.excess_bytes)
         return found.peak_bytes
 
     def first_round(self, settings: Sequence[Setting]) -> dict[str, PlanPoint | NotCompiled]:
@@ -289,7 +292,8 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     ordered = rank([*searched.values(), *rows], written if isinstance(written, PlanPoint)
                    else None)
     top = ordered[0] if ordered and ordered[0].largest is not None else None
-    batch_note = _compute_note(searched.get("as written"))
+    loops = loops_over_resized(call, choice)  # (a loop's FLOPs: its body's, counted
+    batch_note = None if loops else _compute_note(searched.get("as written"))  # once)
     return FitPlan(
         function=entry.name, source=entry.source, argument=choice.label, axis=choice.axis,
         batch=choice.size, step=choice.step, budget_bytes=budget, rows=tuple(ordered),
@@ -297,7 +301,7 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
         winner_code=(top.code or "the program as written") if top else None,
         compiles=compiler.compiles, seconds=time.perf_counter() - start,
         cached=compiler.cached, target=None if target.runs_here else target.name,
-        flops_rule=target.flops_rule, choice_note=choice.note,
+        flops_rule=target.flops_rule, choice_note=axis_note(call, choice, loops),
         memory_bytes=memory, held_bytes=held, batch_note=batch_note)
 
 
@@ -370,7 +374,8 @@ def _search_one(compiler: _Compiler, s: Setting, budget: int | None, best: int |
     flops = fit.flops / found.largest if fit and fit.flops is not None and found.largest else None
     # (fit's own note that the peak is not linear in the batch is left out: each
     # row's batch was confirmed by compiling all the same)
-    note = None if found.largest is not None else found.note
+    note = None if found.largest is not None and found.above == found.largest + step else (
+        found.note)
     if over is not None and over.refused is not None:
         note = f"batch {over.batch} does not compile for the target: {over.refused}"
     if found.below is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -17,6 +16,7 @@ from memscope.cli._common import (
     nothing_called,
     output_option,
     output_paths,
+    printing,
     stop_after_option,
 )
 from memscope.errors import EXIT_USAGE, MemscopeError
@@ -109,7 +109,8 @@ def _diff_reports(old_path: str, args: Sequence[str], spec: str | None,
         diffs = [d for d in diffs if d.name in functions]
     if only_changed:
         diffs = [d for d in diffs if d.verdict != "same"]
-    render_diff(f"{old_path} -> {args[0]}", diffs, sys.stdout, before="old", after="new")
+    with printing() as out:
+        render_diff(f"{old_path} -> {args[0]}", diffs, out, before="old", after="new")
     if output is not None:
         write_whole(output, diffs_json(old_path, args[0], diffs))
 

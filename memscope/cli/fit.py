@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from memscope.cli._common import (
     module_option,
     open_target,
+    printing,
     stop_after_option,
     target_option,
 )
@@ -85,9 +84,12 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
         render = {"json": lambda p, f: render_plan_json(p, f, outcome=done.outcome),
                   "markdown": render_plan_markdown, "html": render_plan_html,
                   "text": render_plan_text}[fmt]
-        render(done.plan, sys.stdout)
+        with printing() as out:
+            render(done.plan, out)
     elif done.forecast is not None and fmt == "json":
-        render_fit_json(done.forecast, sys.stdout, outcome=done.outcome)
+        with printing() as out:
+            render_fit_json(done.forecast, out, outcome=done.outcome)
     elif done.forecast is not None:
-        render_fit_text(done.forecast, sys.stdout)
+        with printing() as out:
+            render_fit_text(done.forecast, out)
     ctx.exit(done.status)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from memscope.cli._common import misplaced_hint, module_option
+from memscope.cli._common import misplaced_hint, module_option, printing
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
 from memscope.fix import plan as fixing
 from memscope.program.runner import Script, check_script
@@ -53,14 +53,16 @@ def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], wri
     plan = fixing.plan(before, functions or None)
     render_problems(plan, sys.stderr)
     if plan.refusals:
-        render_diff(plan, sys.stdout)
+        with printing() as out:
+            render_diff(plan, out)
         click.echo("memscope fix: nothing written (an edit was refused)", err=True)
         ctx.exit(EXIT_FIX_REFUSED)
     if not plan.changes:
         click.echo("memscope fix: nothing to fix: no function has advice to write", err=True)
         ctx.exit(0)
     if not write:
-        render_diff(plan, sys.stdout)
+        with printing() as out:
+            render_diff(plan, out)
         ctx.exit(0)
     fixing.apply(plan.changes)
     try:
@@ -69,9 +71,12 @@ def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], wri
         fixing.restore(plan.changes)
         raise
     checks = fixing.verify(plan.functions, after)
-    render_checks(checks, sys.stdout)
+    with printing() as out:
+        render_checks(checks, out)
+        if all(c.as_advised for c in checks):
+            click.echo(f"memscope fix: wrote {', '.join(c.path for c in plan.changes)}",
+                       file=out)
     if all(c.as_advised for c in checks):
-        click.echo(f"memscope fix: wrote {', '.join(c.path for c in plan.changes)}")
         ctx.exit(0)
     if keep:
         click.echo("memscope fix: the measurement differs from the advice; kept the edits "

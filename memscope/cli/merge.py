@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from memscope.cli._common import check_writable
+from memscope.cli._common import check_writable, printing
 from memscope.render.text import visible
 from memscope.report import load_report, save_report
 from memscope.report.merge import merge_reports
@@ -22,5 +22,7 @@ def merge(output: str, reports: tuple[str, ...]) -> None:
     merged = merge_reports([(path, load_report(path)) for path in reports])
     save_report(merged, output)
     processes = len(merged.merged_from)
-    click.echo(f"memscope: merged {processes} processes, {len(merged.functions)} "
-               f"function{'s' if len(merged.functions) != 1 else ''}, into {visible(output)}")
+    with printing() as out:
+        click.echo(f"memscope: merged {processes} processes, {len(merged.functions)} "
+                   f"function{'s' if len(merged.functions) != 1 else ''}, into "
+                   f"{visible(output)}", file=out)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from memscope.cli._common import (
@@ -14,6 +12,7 @@ from memscope.cli._common import (
     html_option,
     leaf_filter,
     leaves_options,
+    printing,
     trace_option,
     unmatched_path_line,
     write_html,
@@ -47,12 +46,13 @@ def show(detail: bool, output_format: str, buffers: bool, html: str | None,
         write_html(report, html)
     if trace is not None:
         write_trace(report, trace)
-    if output_format == "markdown":
-        render_run_markdown(report, sys.stdout)
-    else:
-        render_report(report, sys.stdout, leaves=which, detail=detail)
-        if buffers:
-            render_buffers(report, sys.stdout)
+    with printing() as out:
+        if output_format == "markdown":
+            render_run_markdown(report, out)
+        else:
+            render_report(report, out, leaves=which, detail=detail)
+            if buffers:
+                render_buffers(report, out)
     unmatched = unmatched_path_line(report, which)
     if unmatched is not None:
         click.echo(unmatched, err=True)

@@ -101,12 +101,12 @@ class Guard:
     def write(self, render: Callable[[TextIO], None]) -> None:
         """Print with ``render`` on memscope's stdout; a reader that went away
         (``memscope run ... | head -1``) is not an error of the run."""
-        out = _PipeSafe(self.stdout)
+        out = PipeSafe(self.stdout)
         render(out)  # type: ignore[arg-type]
         out.flush()
 
 
-class _PipeSafe:
+class PipeSafe:
     """A text stream that stops writing, silently, once its reader has gone.
 
     Python's own advice for a broken pipe: point the descriptor at devnull, so

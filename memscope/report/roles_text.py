@@ -34,12 +34,18 @@ def roles_line(live: LiveAtPeak | None, largest: int = 0, memory: Memory | None 
     if live is None or not live.roles or live.bytes < max(WORTH_READING,
                                                           WORTH_READING_SHARE * largest):
         return None
-    named = [r for r in live.roles[:LINE_ROLES]]
-    named += [r for r in live.roles[LINE_ROLES:] if r.role == "unknown"]
-    rest = [r for r in live.roles if r not in named]
+    # Largest first, and no role named before a larger one left in "N more":
+    # "cannot be told", always said, is said within the group it falls in.
+    named, rest = live.roles[:LINE_ROLES], live.roles[LINE_ROLES:]
     words = [f"{ROLE_WORDS[r.role]} {percent(r.bytes, live.bytes)}" for r in named]
     if rest:
-        words.append(f"{len(rest)} more {percent(sum(r.bytes for r in rest), live.bytes)}")
+        unknown = [r for r in rest if r.role == "unknown"]
+        among = (f" ({ROLE_WORDS['unknown']} {percent(unknown[0].bytes, live.bytes)} of it)"
+                 if unknown and len(rest) > 1 else "")
+        words.append(f"{ROLE_WORDS[rest[0].role]} {percent(rest[0].bytes, live.bytes)}"
+                     if len(rest) == 1 else
+                     f"{len(rest)} more {percent(sum(r.bytes for r in rest), live.bytes)}"
+                     + among)
     return lead(live, memory) + ", ".join(words) + constants_note(live, memory)
 
 

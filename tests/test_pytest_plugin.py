@@ -54,8 +54,9 @@ def test_marker_fails_a_test_over_the_limit_naming_function_peak_and_buffers(
     result.assert_outcomes(passed=1, failed=1)
     # the failure is the one line, without a traceback
     assert ("limit_device_memory(1.0 MiB): outer (test_inner.py:6, signature x: float32[1024]): "
-            "peak 4.0 MiB exceeds the limit 1.0 MiB; largest buffers: result 4.0 MiB "
-            "(output, new), x 4.0 KiB (input, not_donated)") in result.stdout.lines
+            "peak 4.0 MiB exceeds the limit 1.0 MiB; at its peak: outputs 4.0 MiB (100%), "
+            "batch 4.0 KiB (<1%); largest parts: test_inner.py:7 mul (f32[1024,1024]) 4.0 MiB, "
+            "x (argument) 4.0 KiB") in result.stdout.lines
     result.stdout.fnmatch_lines(["FAILED test_inner.py::test_over*"])
     assert "Traceback" not in result.stdout.str()
 
@@ -233,5 +234,7 @@ def test_marker_counts_the_temporaries_and_names_them(pytester: pytest.Pytester)
     (line,) = [x for x in result.stdout.lines if x.startswith("limit_device_memory(6.0 MiB)")]
     assert f"peak {format_bytes(expected_peak(stats))} exceeds the limit 6.0 MiB" in line
     # the temporaries, with their op and the line of test_inner.py that made them
-    assert re.search(rf"largest buffers: {gemm_workspace()}temporary (sin|cos|dot_general) "
-                     r"f32\[1024,1024\] 4\.0 MiB at test_inner\.py:14", line), line
+    # what makes the peak: its roles, then its largest parts with their lines
+    assert re.search(r"; at its peak: other temporaries [\d.]+ MiB \(\d+%\), .*; largest parts: "
+                     r".*test_inner\.py:14 (sin|cos|dot_general) \(f32\[1024,1024\]\) "
+                     r"4\.0 MiB", line), line

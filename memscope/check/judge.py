@@ -44,7 +44,9 @@ from memscope.check.records import (
 )
 from memscope.report import Environment, FunctionReport, InputBuffer, Report, run_text
 from memscope.report.leaves import parenthesized, short_signature
+from memscope.report.memory import ROLE_WORDS
 from memscope.report.paths import MAX_LISTED, bounded, bounded_leaves
+from memscope.report.roles_text import part_text, percent
 from memscope.report.summary import growth_text, recompile_text
 from memscope.report.units import format_bytes, format_change
 
@@ -247,8 +249,8 @@ def budget_problems(fn: FunctionReport, budget: Budget) -> list[str]:
         elif peak > budget.max_peak:
             problems.append(f"peak {format_bytes(peak)} is over max_peak "
                             f"{format_bytes(budget.max_peak)} (by "
-                            f"{format_bytes(peak - budget.max_peak)}); largest buffers: "
-                            f"{largest_buffers(fn)}")
+                            f"{format_bytes(peak - budget.max_peak)}); "
+                            f"{what_holds_the_peak(fn)}")
     if budget.forbid_unusable_donation:
         unusable = [b for b in fn.inputs if b.fate == "unusable"]
         if unusable:
@@ -367,11 +369,29 @@ def limit_problems(functions: Sequence[FunctionReport], limit: int, *,
                             f"{format_bytes(limit)} limit cannot be checked")
         elif peak > limit:
             problems.append(f"{where}: peak {format_bytes(peak)} exceeds the limit "
-                            f"{format_bytes(limit)}; largest buffers: {largest_buffers(fn)}")
+                            f"{format_bytes(limit)}; {what_holds_the_peak(fn)}")
         unusable = [b for b in fn.inputs if b.fate == "unusable"]
         if forbid_unusable_donation and unusable:
             problems.append(f"{where}: unusable donation: " + leaves_text(unusable))
     return problems
+
+
+def what_holds_the_peak(fn: FunctionReport, count: int = 3) -> str:
+    """What makes ``fn``'s peak, as a failed budget or limit says it: its largest
+    roles and its largest parts (``at its peak: activations 8.0 MiB (67%), ...;
+    largest parts: train.py:12 sin (f32[1024,1024]) 4.0 MiB, ...``), where the
+    report has the buffers live at the peak by role; else its largest buffers."""
+    live = fn.live_at_peak
+    if live is None or not live.roles or not live.parts:
+        return f"largest buffers: {largest_buffers(fn, count)}"
+    roles = ", ".join(f"{ROLE_WORDS[r.role]} {format_bytes(r.bytes)} "
+                      f"({percent(r.bytes, live.bytes)})" for r in live.roles[:count])
+    hidden = live.roles[count:]
+    if hidden:
+        roles += (f", {len(hidden)} more "
+                  f"{format_bytes(sum(r.bytes for r in hidden))}")
+    parts = ", ".join(f"{part_text(p)} {format_bytes(p.bytes)}" for p in live.parts[:count])
+    return f"at its peak: {roles}; largest parts: {parts}"
 
 
 def largest_buffers(fn: FunctionReport, count: int = 3) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from memscope.analysis.advice import AdviceLevel
+from memscope.compiled.program import WRITTEN_BACK
 from memscope.errors import EXIT_TARGET_FAILED, MemscopeError
 from memscope.fix.edit import Donate, EditRequest, FixRefused, edit_source, parse_setting
 from memscope.fix.flow import check_call, parameters
@@ -241,8 +242,22 @@ def _flow(f: FunctionReport, item: Advised) -> tuple[str | None, str | None]:
         source_text = _read(_site(f.source)[0])
         params = parameters(source_text, _site(f.source)[1]) if source_text else None
     callees = [f.name, *_assigned(_site(item.jit_site))]
-    verdict = check_call(text, line, callees, f.advice.add, params, where=f.call_site)
+    # An argument the framework writes back into the same objects (nnx.jit: the
+    # model's and optimizer's Variables get the new arrays) stays valid after the
+    # call: passing it again, or reading it, reads the new state.
+    donated = [label for label in f.advice.add if not _written_back(f, label)]
+    verdict = check_call(text, line, callees, donated, params, where=f.call_site)
     return verdict.read, verdict.unchecked
+
+
+def _written_back(f: FunctionReport, label: str) -> bool:
+    """Whether every leaf of argument ``label`` is written back into its object
+    by the call (an output ``<leaf path> (written back)``)."""
+    back = {o.path.removesuffix(WRITTEN_BACK) for o in f.outputs
+            if o.path.endswith(WRITTEN_BACK)}
+    leaves = [b.path for b in f.inputs
+              if b.path == label or b.path.startswith((f"{label}.", f"{label}["))]
+    return bool(leaves) and all(path in back for path in leaves)
 
 
 def _assigned(site: tuple[str, int]) -> list[str]:

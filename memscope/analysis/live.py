@@ -80,7 +80,11 @@ def memory_view(liveness: Liveness, assignment: BufferAssignment, memory: Memory
     temps = []
     for r in liveness.live:
         if r.buffer in assignment.buffers:
-            temp = _temp_buffer(assignment.buffers[r.buffer], r.size, display,
+            # A loop's state defined where JAX names nothing (the body's
+            # parameter) is named by the loop, at the user's scan line.
+            named = liveness.loop_values.get(r.buffer, r.buffer)
+            temp = _temp_buffer(assignment.buffers.get(named, assignment.buffers[r.buffer]),
+                                r.size, display,
                                 step_of(r.start), step_of(r.end))
             temps.append(replace(temp, role=roles.temporary_role(
                 temp, r.start, liveness.readers.get(r.buffer, ()), liveness.step_ops,

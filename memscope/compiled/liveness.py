@@ -99,12 +99,18 @@ class Liveness:
     time_names: tuple[str, ...] = ()
     temp_allocations: tuple[Allocation, ...] = ()
     #: per temporary buffer live at the peak: the flattened steps of the
-    #: instructions that read it (seen through forwarding, as its range is)
+    #: instructions that read it (seen through forwarding, as its range is,
+    #: and through loops: what reads a loop's result reads the state its body
+    #: fills, one buffer in XLA's aliasing)
     readers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     #: per flattened step: its instruction's JAX op name, else its HLO opcode
     step_ops: tuple[str, ...] = ()
     #: per buffer the entry computation returns: the result (root tuple element) it is
     results: Mapping[int, int] = field(default_factory=dict)
+    #: per temporary buffer live at the peak that holds a loop's state and was
+    #: defined by an instruction JAX did not name (the body's parameter, XLA's
+    #: copy of the initial state): the loop's own buffer, which names it
+    loop_values: Mapping[int, int] = field(default_factory=dict)
 
 
 class _Node:
@@ -169,6 +175,8 @@ class _Ranges:
     ranges: dict[int, tuple[int, int]]
     reads: dict[int, list[int]]
     root: _Node | None
+    #: per buffer a loop carries (:func:`_loop_state`): the loop's own buffer
+    loops: dict[int, int] = field(default_factory=dict)
 
 
 def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
@@ -215,7 +223,51 @@ def live_ranges(module: Any, assignment: BufferAssignment, order: Sequence[Any],
             if b in ranges and ranges[b][1] < end:
                 ranges[b][1] = end
     return _Ranges({b: (r[0], r[1]) for b, r in ranges.items()}, reads,
-                   nodes.get(roots.get(module.entry_computation_id, -1)))
+                   nodes.get(roots.get(module.entry_computation_id, -1)),
+                   _loop_state(module, order, spans, assignment, defined, nodes))
+
+
+def _loop_state(module: Any, order: Sequence[Any], spans: Mapping[int, tuple[int, int]],
+                assignment: BufferAssignment, defined: Mapping[int, Mapping[tuple[int, ...], int]],
+                nodes: Mapping[int, _Node]) -> dict[int, int]:
+    """Per buffer that holds a ``while`` loop's state, the loop's own buffer at
+    the same tuple index: its body's and condition's parameter, what its body's
+    root holds there, and its initial value where XLA placed that in the same
+    memory (the copy it inserts). XLA's alias analysis makes them one buffer
+    (``HloBuffer``): the state the body fills is the value the loop returns, so
+    what reads the loop's result reads it too (a forward loop's stacked
+    residuals, read by the backward loop)."""
+    params = {(c.id, i.parameter_number): i.id for c in module.computations
+              for i in c.instructions if i.opcode == "parameter"}
+    roots = {c.id: c.root_id for c in module.computations}
+    slot = {s.buffer: (a.index, s.offset, s.size) for a in assignment.allocations
+            for s in a.slots}
+    state: dict[int, int] = {}
+    for instr in order:
+        called = list(instr.called_computation_ids)
+        if instr.opcode != "while" or not called or any(c not in spans for c in called):
+            continue
+        body_root = nodes.get(roots.get(called[0], -1))
+        initial = nodes.get(instr.operand_ids[0]) if instr.operand_ids else None
+        for index, loop in sorted(defined.get(instr.id, {}).items()):
+            held = [defined.get(params.get((c, 0), -1), {}).get(index) for c in called]
+            held.append(_at(body_root, index))
+            first = _at(initial, index)
+            if first is not None and slot.get(first) == slot.get(loop):
+                held.append(first)
+            for b in held:
+                if b is not None and b != loop:
+                    state.setdefault(b, loop)
+    return state
+
+
+def _at(node: _Node | None, index: tuple[int, ...]) -> int | None:
+    """The buffer ``node``'s value holds at shape ``index``."""
+    for i in index:
+        if node is None or i >= len(node.children):
+            return None
+        node = node.children[i]
+    return None if node is None else node.own
 
 
 def _calls(module: Any, order: Sequence[Any], spans: Mapping[int, tuple[int, int]]
@@ -355,9 +407,39 @@ def analyze(module: Any, assignment: BufferAssignment) -> Liveness | None:
         steps=len(entry_bytes), scheduled=scheduled, unplaced=unplaced,
         time_steps=tuple(entry_step), time_names=tuple(i.name for i in order),
         temp_allocations=tuple(temps),
-        readers={r.buffer: tuple(sorted(set(found.reads.get(r.buffer, ())))) for r in live},
-        step_ops=tuple(i.metadata.op_name or i.opcode for i in order),
-        results=_results(found.root))
+        readers=_readers(live, found), step_ops=tuple(i.metadata.op_name or i.opcode for i in order),
+        results=_results(found.root), loop_values=_loop_values(live, found, assignment))
+
+
+def _readers(live: Iterable[LiveRange], found: _Ranges) -> dict[int, tuple[int, ...]]:
+    """The steps that read each of ``live``'s buffers, or the loop state it is
+    one buffer with (:func:`_loop_state`, through nested loops too)."""
+    together: dict[int, set[int]] = {}  # outermost loop's buffer -> the buffers one with it
+    for b in found.loops:
+        top = _outermost(b, found.loops)
+        together.setdefault(top, {top}).add(b)
+    return {r.buffer: tuple(sorted({t for b in together.get(_outermost(r.buffer, found.loops),
+                                                             {r.buffer})
+                                    for t in found.reads.get(b, ())}))
+            for r in live}
+
+
+def _outermost(b: int, loops: Mapping[int, int]) -> int:
+    """The buffer of the outermost loop whose state ``b`` is (``b`` if none)."""
+    seen = {b}
+    while b in loops and loops[b] not in seen:
+        b = loops[b]
+        seen.add(b)
+    return b
+
+
+def _loop_values(live: Iterable[LiveRange], found: _Ranges, assignment: BufferAssignment
+                 ) -> dict[int, int]:
+    """Per live buffer that holds a loop's state and has no JAX op name: the
+    nearest loop's own buffer."""
+    return {r.buffer: found.loops[r.buffer] for r in live
+            if r.buffer in found.loops and r.buffer in assignment.buffers
+            and not assignment.buffers[r.buffer].op_name}
 
 
 def _results(root: _Node | None) -> dict[int, int]:

@@ -5,6 +5,7 @@ its exit code is the one it has without the pipe (issue 66)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 from tests.samples import SAMPLES
 
 pytestmark = pytest.mark.end_to_end
+
+PRINTS = Path(__file__).resolve().parent / "programs" / "prints_lines.py"
 
 
 def _piped(args: list[str], cwd: Path) -> tuple[int, str, str]:
@@ -62,3 +65,68 @@ def test_run_into_a_closed_pipe_writes_its_report(tmp_path: Path) -> None:
     assert code == 0, err
     assert line  # the program's first line, as python would print it
     assert json.loads((tmp_path / "r.json").read_text())["functions"]
+
+
+def test_a_program_printing_into_a_closed_pipe_meets_it_as_under_python(
+        tmp_path: Path) -> None:
+    # 50000 lines: more than a pipe holds, so the program's own print meets the
+    # closed pipe; that is the program's ending, as python gives it, and the
+    # report is still written.
+    python = subprocess.Popen([sys.executable, str(PRINTS)], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = subprocess.run(["head", "-1"], stdin=python.stdout, capture_output=True,
+                          text=True, check=True)
+    assert python.stdout is not None
+    python.stdout.close()
+    _, python_err = python.communicate(timeout=300)
+    code, line, err = _piped(["run", "-o", "r.json", str(PRINTS)], tmp_path)
+    assert line == head.stdout == "line 0: 2.0\n"
+    assert code == python.returncode != 0, err
+    assert python_err.decode().splitlines()[-1] in err.splitlines()  # BrokenPipeError
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["run"]["outcome"] == "failed"
+    assert report["run"]["error"].startswith("BrokenPipeError")
+    assert [f["name"] for f in report["functions"]] == ["<lambda>"]
+
+
+def _closed(args: list[str], cwd: Path) -> tuple[int, str]:
+    """``memscope ARGS`` with a stdout whose reader is gone before it starts (a
+    reader that leaves at once): its exit code and its stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "memscope", *args], cwd=cwd,
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    return done.returncode, done.stderr
+
+
+#: Every command that prints, with the file it writes ({out}): show, diff, a
+#: failing check with its JUnit XML, the help and the version.
+COMMANDS = {
+    "show": ["show", "--detail", "--leaves", "a.json"],
+    "show-markdown": ["show", "--format", "markdown", "a.json"],
+    "diff": ["diff", "-o", "{out}", "a.json", "b.json"],
+    "check": ["check", "--baseline", "b.json", "--report", "a.json", "--junit-xml", "{out}"],
+    "help": ["--help"],
+    "version": ["--version"],
+    "show-help": ["show", "--help"],
+}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_reader_gone_before_the_first_line_changes_nothing(report: Path, name: str) -> None:
+    def args(out: str) -> list[str]:
+        return [a.replace("{out}", out) for a in COMMANDS[name]]
+
+    plain = subprocess.run([sys.executable, "-m", "memscope", *args(f"{name}-plain")],
+                           cwd=report.parent, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, timeout=300)
+    code, err = _closed(args(f"{name}-closed"), report.parent)
+    # the exit code and stderr it has without the pipe (check's is 1: a failure)
+    assert (code, err) == (plain.returncode, plain.stderr)
+    if "{out}" in COMMANDS[name]:
+        written = (report.parent / f"{name}-closed").read_text()
+        assert written == (report.parent / f"{name}-plain").read_text().replace(
+            f"{name}-plain", f"{name}-closed")

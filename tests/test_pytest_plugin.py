@@ -13,7 +13,7 @@ import pytest
 
 from memscope.report.units import format_bytes
 from tests.inner_pytest import only_memscope_plugin
-from tests.truth import expected_peak, gemm_workspace
+from tests.truth import expected_peak
 
 pytest_plugins = ["pytester"]
 
@@ -52,11 +52,16 @@ def test_marker_fails_a_test_over_the_limit_naming_function_peak_and_buffers(
             outer(jnp.ones(1024))
     """)
     result.assert_outcomes(passed=1, failed=1)
-    # the failure is the one line, without a traceback
+    stats = jax.jit(lambda x: jnp.outer(x, x)).lower(jnp.ones(1024)).compile() \
+        .memory_analysis()
+    out, arg = format_bytes(stats.output_size_in_bytes), format_bytes(stats.argument_size_in_bytes)
+    # the failure is the one line, without a traceback: what makes the peak, as
+    # the first screen's roles line says it with each role's bytes (the result
+    # and the argument: JAX's own output and argument sizes), then its largest parts
     assert ("limit_device_memory(1.0 MiB): outer (test_inner.py:6, signature x: float32[1024]): "
-            "peak 4.0 MiB exceeds the limit 1.0 MiB; at its peak: outputs 4.0 MiB (100%), "
-            "batch 4.0 KiB (<1%); largest parts: test_inner.py:7 mul (f32[1024,1024]) 4.0 MiB, "
-            "x (argument) 4.0 KiB") in result.stdout.lines
+            f"peak {format_bytes(expected_peak(stats))} exceeds the limit 1.0 MiB; peak made of: "
+            f"outputs {out} (100%), batch {arg} (<1%); largest parts: test_inner.py:7 mul "
+            f"(f32[1024,1024]) {out}, x (argument) {arg}") in result.stdout.lines
     result.stdout.fnmatch_lines(["FAILED test_inner.py::test_over*"])
     assert "Traceback" not in result.stdout.str()
 
@@ -233,8 +238,8 @@ def test_marker_counts_the_temporaries_and_names_them(pytester: pytest.Pytester)
         assert stats.peak_memory_in_bytes < 6 * 2**20 < expected_peak(stats)
     (line,) = [x for x in result.stdout.lines if x.startswith("limit_device_memory(6.0 MiB)")]
     assert f"peak {format_bytes(expected_peak(stats))} exceeds the limit 6.0 MiB" in line
-    # the temporaries, with their op and the line of test_inner.py that made them
-    # what makes the peak: its roles, then its largest parts with their lines
-    assert re.search(r"; at its peak: other temporaries [\d.]+ MiB \(\d+%\), .*; largest parts: "
-                     r".*test_inner\.py:14 (sin|cos|dot_general) \(f32\[1024,1024\]\) "
+    # what makes the peak: its roles (the temporaries first), then its largest
+    # parts: the temporaries, with their op and the line of test_inner.py that made them
+    assert re.search(r"; peak made of: other temporaries [\d.]+ MiB \(\d+%\), .*; largest "
+                     r"parts: .*test_inner\.py:14 (sin|cos|dot_general) \(f32\[1024,1024\]\) "
                      r"4\.0 MiB", line), line

@@ -44,9 +44,8 @@ from memscope.check.records import (
 )
 from memscope.report import Environment, FunctionReport, InputBuffer, Report, run_text
 from memscope.report.leaves import parenthesized, short_signature
-from memscope.report.memory import ROLE_WORDS
 from memscope.report.paths import MAX_LISTED, bounded, bounded_leaves
-from memscope.report.roles_text import part_text, percent
+from memscope.report.roles_text import made_of, part_text
 from memscope.report.summary import growth_text, recompile_text
 from memscope.report.units import format_bytes, format_change
 
@@ -377,21 +376,16 @@ def limit_problems(functions: Sequence[FunctionReport], limit: int, *,
 
 
 def what_holds_the_peak(fn: FunctionReport, count: int = 3) -> str:
-    """What makes ``fn``'s peak, as a failed budget or limit says it: its largest
-    roles and its largest parts (``at its peak: activations 8.0 MiB (67%), ...;
-    largest parts: train.py:12 sin (f32[1024,1024]) 4.0 MiB, ...``), where the
-    report has the buffers live at the peak by role; else its largest buffers."""
+    """What makes ``fn``'s peak, as a failed budget or limit says it: the first
+    screen's roles line with each role's bytes, then its largest parts (``peak
+    made of: activations 8.0 MiB (67%), ...; largest parts: train.py:12 sin
+    (f32[1024,1024]) 4.0 MiB, ...``), where the report has the buffers live at
+    the peak by role; else its largest buffers."""
     live = fn.live_at_peak
     if live is None or not live.roles or not live.parts:
         return f"largest buffers: {largest_buffers(fn, count)}"
-    roles = ", ".join(f"{ROLE_WORDS[r.role]} {format_bytes(r.bytes)} "
-                      f"({percent(r.bytes, live.bytes)})" for r in live.roles[:count])
-    hidden = live.roles[count:]
-    if hidden:
-        roles += (f", {len(hidden)} more "
-                  f"{format_bytes(sum(r.bytes for r in hidden))}")
     parts = ", ".join(f"{part_text(p)} {format_bytes(p.bytes)}" for p in live.parts[:count])
-    return f"at its peak: {roles}; largest parts: {parts}"
+    return f"{made_of(live, fn.memory, sized=True)}; largest parts: {parts}"
 
 
 def largest_buffers(fn: FunctionReport, count: int = 3) -> str:

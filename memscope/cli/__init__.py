@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from memscope.cli._pipes import PipeSafeHelp, version_option
 from memscope.errors import EXIT_USAGE, MemscopeError
 from memscope.render.text import visible
 from memscope.version import __version__
@@ -43,7 +44,7 @@ def _import(module: str) -> Any:
             gc.enable()
 
 
-class _Group(click.Group):
+class _Group(PipeSafeHelp, click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
@@ -113,7 +114,7 @@ def _one_line(error: click.ClickException, path: str) -> click.ClickException:
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="memscope")
+@version_option(__version__)
 def cli() -> None:
     """Where did my accelerator memory go, and is donation doing what I think?
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import sys
-from collections.abc import Callable, Iterator
-from typing import IO, TYPE_CHECKING, Any, TextIO, TypeVar, cast
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from memscope import _versions
 from memscope.errors import MemscopeError
-from memscope.program.ending import PipeSafe
 from memscope.program.runner import Script
 from memscope.render.text import visible
 from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, write_whole
@@ -23,19 +20,6 @@ if TYPE_CHECKING:
     from memscope.compiled.targets import Target
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@contextlib.contextmanager
-def printing() -> Iterator[TextIO]:
-    """memscope's stdout for what a command prints: a reader that goes away
-    (``memscope show r.json | head -1``) ends the printing, not the command, so
-    the files it writes are written and its exit code is its own. The program's
-    own ``sys.stdout`` is never replaced."""
-    out = PipeSafe(sys.stdout)
-    try:
-        yield cast(TextIO, out)
-    finally:
-        out.flush()
 
 
 def module_option(f: F) -> F:

@@ -23,6 +23,7 @@ from memscope.cli._common import (
     unreadable_line,
     unverified_jax_line,
 )
+from memscope.cli._pipes import PipeSafeHelp
 from memscope.errors import (
     EXIT_REGRESSION,
     EXIT_TARGET_FAILED,
@@ -40,7 +41,7 @@ from memscope.render.text import visible
 from memscope.report import Report, load_report, save_report
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
+@click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
 @click.option("--baseline", metavar="FILE.json",
               help="A report saved by run -o or --update-baseline, to compare with.")
 @click.option("--update-baseline", is_flag=True,

@@ -16,9 +16,9 @@ from memscope.cli._common import (
     nothing_called,
     output_option,
     output_paths,
-    printing,
     stop_after_option,
 )
+from memscope.cli._pipes import PipeSafeHelp, printing
 from memscope.errors import EXIT_USAGE, MemscopeError
 from memscope.flow import run_and_report
 from memscope.program.ending import Guard
@@ -28,7 +28,7 @@ from memscope.report import FunctionReport, load_report, save_report, write_whol
 from memscope.variants.donation import VariantRequest, parse_spec
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
+@click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
 @click.option("--donate", "spec", metavar="SPEC",
               help="The donation to compare with the one written: argument numbers "
                    "(0 or 0,2), argument names (opt_state), all, or none.")

@@ -7,10 +7,10 @@ import click
 from memscope.cli._common import (
     module_option,
     open_target,
-    printing,
     stop_after_option,
     target_option,
 )
+from memscope.cli._pipes import PipeSafeHelp, printing
 from memscope.flow import run_fit
 from memscope.program.runner import Script, check_script
 from memscope.render.fit import render_fit_json, render_fit_text
@@ -25,7 +25,7 @@ from memscope.report.units import parse_size
 #: ``memscope fit`` exits 1 when no batch size fits the budget.
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
+@click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
 @module_option
 @click.option("--function", metavar="NAME",
               help="The jitted function to forecast (default: the largest peak).")

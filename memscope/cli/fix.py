@@ -6,14 +6,15 @@ import sys
 
 import click
 
-from memscope.cli._common import misplaced_hint, module_option, printing
+from memscope.cli._common import misplaced_hint, module_option
+from memscope.cli._pipes import PipeSafeHelp, printing
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
 from memscope.fix import plan as fixing
 from memscope.program.runner import Script, check_script
 from memscope.render.fix import render_checks, render_diff, render_problems
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
+@click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
 @module_option
 @click.option("--write", is_flag=True,
               help="Apply the edits to the files, then run the script again under "

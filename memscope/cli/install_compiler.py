@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 
+from memscope.cli._pipes import PipeSafeHelp, printing
+
 #: the command's names for :mod:`memscope.compiled.targets.compilers`' kinds
 KINDS = {"tpu": "tpu", "gpu": "cuda"}
 
 
-@click.command(name="install-compiler")
+@click.command(cls=PipeSafeHelp, name="install-compiler")
 @click.argument("kinds", metavar="tpu|gpu...", nargs=-1, required=True,
                 type=click.Choice(list(KINDS)))
 def install_compiler(kinds: tuple[str, ...]) -> None:
@@ -20,13 +22,16 @@ def install_compiler(kinds: tuple[str, ...]) -> None:
     """
     from memscope.compiled.targets import compilers
 
-    for kind in kinds:
-        kept = compilers.compiler(KINDS[kind])
-        if compilers.in_environment(kept.kind):
-            click.echo(f"memscope: {kept.title} is installed in this Python environment, "
-                       "where JAX loads it itself; memscope uses that one")
-        elif kept.installed:
-            click.echo(f"memscope: {kept.title} is installed: {kept.folder}")
-        else:
-            compilers.install(kept)
-            click.echo(f"memscope: installed {kept.title}: {kept.folder}")
+    # A reader gone after the first kind's line does not stop the second's install.
+    with printing() as out:
+        for kind in kinds:
+            kept = compilers.compiler(KINDS[kind])
+            if compilers.in_environment(kept.kind):
+                click.echo(f"memscope: {kept.title} is installed in this Python "
+                           "environment, where JAX loads it itself; memscope uses that one",
+                           file=out)
+            elif kept.installed:
+                click.echo(f"memscope: {kept.title} is installed: {kept.folder}", file=out)
+            else:
+                compilers.install(kept)
+                click.echo(f"memscope: installed {kept.title}: {kept.folder}", file=out)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
-from memscope.cli._common import check_writable, printing
+from memscope.cli._common import check_writable
+from memscope.cli._pipes import PipeSafeHelp, printing
 from memscope.render.text import visible
 from memscope.report import load_report, save_report
 from memscope.report.merge import merge_reports
 
 
-@click.command()
+@click.command(cls=PipeSafeHelp)
 @click.option("-o", "--output", metavar="FILE.json", required=True,
               help="Where to write the merged report.")
 @click.argument("reports", metavar="REPORT.json...", nargs=-1, required=True)

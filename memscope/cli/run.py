@@ -29,6 +29,7 @@ from memscope.cli._common import (
     write_html,
     write_trace,
 )
+from memscope.cli._pipes import PipeSafeHelp
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
 from memscope.flow import run_and_report
 from memscope.program.ending import Guard
@@ -37,7 +38,7 @@ from memscope.report import Report, save_report
 from memscope.report.leaves import LeafFilter
 
 
-@click.command(context_settings={"allow_interspersed_args": False})
+@click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
 @module_option
 @output_option
 @click.option("-q", "--quiet", is_flag=True, help="Do not print the report.")

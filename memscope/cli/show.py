@@ -12,19 +12,19 @@ from memscope.cli._common import (
     html_option,
     leaf_filter,
     leaves_options,
-    printing,
     trace_option,
     unmatched_path_line,
     write_html,
     write_trace,
 )
+from memscope.cli._pipes import PipeSafeHelp, printing
 from memscope.render.buffers import render_buffers
 from memscope.render.markdown_run import render_run_markdown
 from memscope.render.terminal import render_report
 from memscope.report import load_report
 
 
-@click.command()
+@click.command(cls=PipeSafeHelp)
 @detail_option
 @format_option
 @buffers_option

@@ -34,18 +34,29 @@ def roles_line(live: LiveAtPeak | None, largest: int = 0, memory: Memory | None 
     if live is None or not live.roles or live.bytes < max(WORTH_READING,
                                                           WORTH_READING_SHARE * largest):
         return None
+    return made_of(live, memory)
+
+
+def made_of(live: LiveAtPeak, memory: Memory | None = None, *, sized: bool = False) -> str:
+    """:func:`roles_line`'s words for any peak with roles; ``sized`` gives each
+    share its bytes too (``activations 8.0 MiB (52%)``), as a failed limit says
+    it (:func:`memscope.check.judge.what_holds_the_peak`)."""
+
+    def share(part: int) -> str:
+        return (f"{format_bytes(part)} ({percent(part, live.bytes)})" if sized
+                else percent(part, live.bytes))
+
     # Largest first, and no role named before a larger one left in "N more":
     # "cannot be told", always said, is said within the group it falls in.
     named, rest = live.roles[:LINE_ROLES], live.roles[LINE_ROLES:]
-    words = [f"{ROLE_WORDS[r.role]} {percent(r.bytes, live.bytes)}" for r in named]
+    words = [f"{ROLE_WORDS[r.role]} {share(r.bytes)}" for r in named]
     if rest:
         unknown = [r for r in rest if r.role == "unknown"]
-        among = (f" ({ROLE_WORDS['unknown']} {percent(unknown[0].bytes, live.bytes)} of it)"
+        among = (f" ({ROLE_WORDS['unknown']} {share(unknown[0].bytes)} of it)"
                  if unknown and len(rest) > 1 else "")
-        words.append(f"{ROLE_WORDS[rest[0].role]} {percent(rest[0].bytes, live.bytes)}"
+        words.append(f"{ROLE_WORDS[rest[0].role]} {share(rest[0].bytes)}"
                      if len(rest) == 1 else
-                     f"{len(rest)} more {percent(sum(r.bytes for r in rest), live.bytes)}"
-                     + among)
+                     f"{len(rest)} more {share(sum(r.bytes for r in rest))}" + among)
     return lead(live, memory) + ", ".join(words) + constants_note(live, memory)
 
 

@@ -60,11 +60,12 @@ def test_diff_into_a_closed_pipe_still_writes_its_json(report: Path) -> None:
 
 
 def test_run_into_a_closed_pipe_writes_its_report(tmp_path: Path) -> None:
-    code, line, err = _piped(["run", "-o", "r.json", str(SAMPLES / "forgot_to_donate.py")],
-                             tmp_path)
+    code, line, err = _piped(["run", "-o", "r.json", "--html", "r.html",
+                              str(SAMPLES / "forgot_to_donate.py")], tmp_path)
     assert code == 0, err
     assert line  # the program's first line, as python would print it
     assert json.loads((tmp_path / "r.json").read_text())["functions"]
+    assert (tmp_path / "r.html").read_text().rstrip().endswith("</html>")
 
 
 def test_a_program_printing_into_a_closed_pipe_meets_it_as_under_python(
@@ -102,13 +103,17 @@ def _closed(args: list[str], cwd: Path) -> tuple[int, str]:
     return done.returncode, done.stderr
 
 
-#: Every command that prints, with the file it writes ({out}): show, diff, a
-#: failing check with its JUnit XML, the help and the version.
+#: Every command that prints, with the file it writes ({out}): show (with its
+#: HTML page), diff, a failing check with its JUnit XML, fit, fix's advised
+#: edit, the help and the version.
 COMMANDS = {
     "show": ["show", "--detail", "--leaves", "a.json"],
     "show-markdown": ["show", "--format", "markdown", "a.json"],
+    "show-html": ["show", "--html", "{out}", "a.json"],
     "diff": ["diff", "-o", "{out}", "a.json", "b.json"],
     "check": ["check", "--baseline", "b.json", "--report", "a.json", "--junit-xml", "{out}"],
+    "fit": ["fit", "--memory", "64MiB", str(SAMPLES / "forgot_to_donate.py")],
+    "fix": ["fix", str(SAMPLES / "forgot_to_donate.py")],
     "help": ["--help"],
     "version": ["--version"],
     "show-help": ["show", "--help"],

@@ -48,12 +48,14 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
                    stop_after: int | None = None, guard: Guard | None = None,
                    deliver: Callable[[Report], None] | None = None,
                    remat_flops: float | None = None,
-                   target: Target | None = None
+                   target: Target | None = None,
+                   stop_at_function: str | None = None
                    ) -> Report:
     """Run ``script`` as ``__main__`` under :func:`capture` and report what it called.
 
-    ``advise``, ``request``, ``stop_after``, ``remat_flops`` and ``target`` (a
-    ``--target`` accelerator; ``None``: this machine) are :func:`capture`'s.
+    ``advise``, ``request``, ``stop_after``, ``remat_flops``, ``target`` (a
+    ``--target`` accelerator; ``None``: this machine) and ``stop_at_function``
+    are :func:`capture`'s.
     Never raises for the script: how it ended (and its exit code) is in ``report.run``, and
     whatever was captured before is reported. ``deliver`` (writing the report
     where the user asked) gets the report however the run ends: at its end,
@@ -68,7 +70,8 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
         with Guard() as own:
             return run_and_report(script, advise=advise, request=request,
                                   stop_after=stop_after, guard=own, deliver=deliver,
-                                  remat_flops=remat_flops, target=target)
+                                  remat_flops=remat_flops, target=target,
+                                  stop_at_function=stop_at_function)
 
     def run_info(result: RunResult) -> RunInfo:
         return RunInfo(target=script.name, argv=script.args, outcome=result.outcome,
@@ -79,7 +82,8 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
     if unsupported is not None and not _versions.unsupported_allowed():
         raise MemscopeError(unsupported)  # before the script runs
     with capture_on_import(advise=advise, request=request, stop_after=stop_after,
-                           remat_flops=remat_flops, target=target) as pending:
+                           remat_flops=remat_flops, target=target,
+                           stop_at_function=stop_at_function) as pending:
         def terminated() -> None:
             pending.finish()
             report = _report(pending.session, run_info(RunResult(

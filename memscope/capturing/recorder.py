@@ -31,7 +31,7 @@ unverified_jax_said = _versions.unverified_said
 @contextlib.contextmanager
 def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
             stop_after: int | None = None, keep_calls: bool = False,
-            stop_at_repeat: bool | str = False,
+            stop_at_repeat: bool | str = False, stop_at_function: str | None = None,
             remat_flops: float | None = None, target: Target | None = None
             ) -> Iterator[Session]:
     """Record every function jitted inside the block when it is called there.
@@ -56,6 +56,8 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     ``stop_at_repeat`` at the first call of a signature called before (a loop
     has begun); given a function's name, at the first such call of that
     function (an evaluation loop before the training loop does not stop it).
+    ``stop_at_function`` ends it once the function of that name has run (and
+    been compiled: ``memscope bisect --function``).
     ``keep_calls`` keeps each signature's call in shapes (:class:`KeptCall`),
     to compile it again (``memscope fit``). ``target`` (a
     :class:`memscope.compiled.targets.Target`; by default this machine) is what
@@ -83,6 +85,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
         with contextlib.suppress(Exception):  # compile times are then n/a
             session.clock.install()
         session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat
+        session.stop_at_function = stop_at_function
 
         def uncaptured_pmap() -> None:
             session.uncaptured_pmaps += 1

@@ -92,6 +92,9 @@ class Session:
         #: end the target at a repeat: of any signature (``True``), or of the
         #: named function's only (a name: ``memscope fit --function NAME``)
         self.stop_at_repeat: bool | str = False
+        #: end the target once the function of this name has run its first call
+        #: (``memscope bisect --function NAME``: what it needs is compiled then)
+        self.stop_at_function: str | None = None
         self._stop_hit = False
         self.calls = 0
         self._proxy = proxy
@@ -410,7 +413,8 @@ class Session:
     def count_call(self, *, repeat: bool = False, name: str | None = None) -> None:
         """Count one top-level jitted call (of the function ``name``); end the
         target once ``stop_after`` ran (or at a ``repeat``: a signature called
-        before, with ``stop_at_repeat``, of the function it names if a name).
+        before, with ``stop_at_repeat``, of the function it names if a name; or
+        once the function ``stop_at_function`` names has run).
 
         Raises:
             TargetStopped: this call was number ``stop_after``.
@@ -420,7 +424,8 @@ class Session:
             self.calls += 1
             stop = ((self.stop_after is not None and self.calls == self.stop_after)
                     or (repeat and wanted is not False
-                        and (wanted is True or wanted == name)))
+                        and (wanted is True or wanted == name))
+                    or (name is not None and name == self.stop_at_function))
         if stop:
             self._stop_hit = True
             self.active = False  # nothing more to record, even if the target goes on

@@ -23,7 +23,7 @@ from memscope.version import __version__
 #: them): `memscope run` then pays for none of the others' imports.
 COMMANDS = {name: f"memscope.cli.{name.replace('-', '_')}"
             for name in ("run", "diff", "check", "merge", "show", "fit", "fix",
-                         "install-compiler")}
+                         "bisect", "install-compiler")}
 
 
 def _import(module: str) -> Any:

@@ -1,0 +1,371 @@
+"""A bisect from end to end: the releases, an environment and a run for each
+release the search tries, the moves explained by the two reports on either
+side, and the XLA pass that made each (where disabling one brings it back).
+
+Records only: :mod:`memscope.render.bisect` prints them, ``-o`` writes
+:func:`as_json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memscope import _versions
+from memscope.bisect import environments, packages, releases
+from memscope.bisect.environments import Environment, NotInstalled
+from memscope.bisect.search import DEFAULT_MIN_CHANGE, FIGURES, Move, Search, Tried, moved, search
+from memscope.check.compare import FunctionDiff, compare_reports
+from memscope.errors import MemscopeError
+from memscope.program.runner import Script
+from memscope.report import FunctionReport, Report, load_report
+
+#: the packages whose releases change what XLA compiles: a move there is asked
+#: of XLA's passes
+_COMPILERS = ("jax", "libtpu")
+#: the most times the passes' run is started again after a pass whose absence
+#: crashed XLA
+_PASS_RESTARTS = 4
+
+
+@dataclass(frozen=True)
+class Request:
+    script: Script
+    #: what is bisected: ``jax`` (with ``jaxlib`` at the same version), or a
+    #: framework with the user's JAX fixed
+    package: str
+    range: releases.Range
+    function: str | None = None
+    target_spec: str | None = None
+    min_change: float = DEFAULT_MIN_CHANGE
+    passes: bool = True
+
+
+@dataclass
+class PassFinding:
+    """Which XLA pass, disabled in the newer release, brings the figures back:
+    ``passes`` (none: it cannot be told), how many were ``tried`` of the
+    ``candidates`` (the passes that changed the function's program there),
+    those whose absence crashed XLA or failed its compile."""
+
+    passes: list[str] = field(default_factory=list)
+    tried: int = 0
+    candidates: int = 0
+    crashed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    note: str | None = None
+
+
+@dataclass
+class Explained:
+    """A move, with the diff of the two reports on either side of it."""
+
+    move: Move
+    name: str
+    source: str | None
+    diff: FunctionDiff | None
+    passes: PassFinding | None = None
+
+
+@dataclass
+class Result:
+    request: Request
+    releases: list[str]
+    found: Search
+    explained: list[Explained]
+    environments_built: int
+    environments_reused: int
+    seconds: float
+    user_jax: str | None
+    #: where the program was run from, and the folder the runs' reports and logs are in
+    work: str
+
+    @property
+    def tried(self) -> list[Tried]:
+        return self.found.order
+
+
+def function_key(fn: FunctionReport, seen: dict[str, int]) -> str:
+    """One function of a report, the same in every release's: its name and
+    source line, and which of its signatures (``#2``) where it has several."""
+    base = f"{fn.name} ({fn.source})" if fn.source else fn.name
+    seen[base] = seen.get(base, 0) + 1
+    return base if seen[base] == 1 else f"{base} #{seen[base]}"
+
+
+def report_figures(report: Report) -> dict[str, dict[str, int | None]]:
+    seen: dict[str, int] = {}
+    out = {}
+    for fn in report.functions:
+        if fn.memory is None:
+            continue
+        out[function_key(fn, seen)] = {f: getattr(fn.memory, f, None) for f in FIGURES}
+    return out
+
+
+def _label(package: str, release: str) -> str:
+    return f"{'JAX' if package == 'jax' else package} {release}"
+
+
+class Runner:
+    """Tries releases for :func:`~memscope.bisect.search.search`: the
+    environment (built or found), the program run there, its report read."""
+
+    def __init__(self, request: Request, work: Path, progress: Callable[[str], None],
+                 expected: int) -> None:
+        self.request = request
+        self.work = work
+        self.progress = progress
+        self.expected = expected
+        self.carried = packages.carried(request.script.name, request.script.module,
+                                        () if request.package == "jax" else (request.package,))
+        if request.package != "jax":
+            self.carried = packages.Carried(
+                {n: v for n, v in self.carried.versions.items() if n != request.package},
+                self.carried.need_jax - {request.package})
+        self.jaxlib_versions: list[str] = []
+        self.environments: dict[str, Environment] = {}
+        self.built = 0
+        self.reused = 0
+        self.tried_so_far: list[str] = []
+
+    def pins(self, release: str) -> list[tuple[str, str]]:
+        if self.request.package == "jax":
+            jaxlib = releases.companion(release, self.jaxlib_versions) or release
+            return [("jax", release), ("jaxlib", jaxlib)]
+        fixed = [(n, v) for n in ("jax", "jaxlib") if (v := _versions.installed(n))]
+        return [(self.request.package, release), *fixed]
+
+    def say(self, release: str, what: str) -> None:
+        done = len(self.tried_so_far)
+        self.progress(f"{_label(self.request.package, release)} ({done + 1} of about "
+                      f"{max(self.expected, done + 1)}): {what}")
+
+    def environment(self, release: str) -> Environment:
+        env = environments.ensure(self.pins(release), self.carried,
+                                  progress=lambda line: self.say(release, line))
+        self.environments[release] = env
+        if env.reused:
+            self.reused += 1
+        else:
+            self.built += 1
+        return env
+
+    def child(self, env: Environment, request: dict[str, Any], name: str) -> tuple[int, str]:
+        """Run the child in ``env``; its exit code and the last line of its output."""
+        spec = self.work / f"{name}.request.json"
+        spec.write_text(json.dumps(request))
+        log = self.work / f"{name}.log"
+        child_env = dict(os.environ)
+        child_env["VIRTUAL_ENV"] = str(env.path)
+        child_env["PATH"] = f"{env.path / 'bin'}{os.pathsep}{child_env.get('PATH', '')}"
+        with open(log, "w") as out:
+            done = subprocess.run([env.executable, "-m", "memscope.bisect.child", str(spec)],
+                                  stdout=out, stderr=subprocess.STDOUT, env=child_env,
+                                  check=False)
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        return done.returncode, (lines[-1].strip() if lines else "")
+
+    def base_request(self) -> dict[str, Any]:
+        s = self.request.script
+        return {"target": s.name, "args": list(s.args), "module": s.module,
+                "user_packages": list(s.packages), "function": self.request.function,
+                "target_spec": self.request.target_spec}
+
+    def attempt(self, release: str) -> Tried:
+        try:
+            env = self.environment(release)
+        except NotInstalled as e:
+            self.progress(f"{_label(self.request.package, release)}: {e}")
+            return Tried(release, "not_installed", error=str(e))
+        self.say(release, "running the program under memscope")
+        self.tried_so_far.append(release)
+        report_path = self.work / f"{release}.report.json"
+        report_path.unlink(missing_ok=True)
+        code, last = self.child(env, {**self.base_request(), "kind": "try",
+                                      "report": str(report_path)}, release)
+        extra: dict[str, object] = {"report": str(report_path), "log": str(self.work / f"{release}.log"),
+                                    "python": env.python_version, "reused": env.reused,
+                                    "changed": env.changed, "installed": {
+                                        n: env.installed.get(n) for n, _ in self.pins(release)}}
+        if not report_path.is_file():
+            return Tried(release, "failed", error=last or f"memscope exited with {code}",
+                         extra=extra)
+        report = load_report(str(report_path))
+        figures = report_figures(report)
+        wanted = self.request.function
+        if wanted is not None:
+            figures = {k: v for k, v in figures.items() if k.split(" (")[0] == wanted}
+        if not figures:
+            error = (report.run.error if report.run is not None and report.run.error
+                     else (f"{wanted} was not called" if wanted else
+                           "the program called no jitted function"))
+            return Tried(release, "failed", error=error, extra=extra)
+        return Tried(release, "ran", figures, extra=extra)
+
+    def passes(self, move: Move, name: str) -> PassFinding:
+        """Disable each pass that changed ``name``'s program in the newer release,
+        one at a time, and keep those that bring its figures back."""
+        env = self.environments[move.release]
+        out = self.work / f"{move.release}.{name}.passes.jsonl"
+        out.unlink(missing_ok=True)
+        finding = PassFinding()
+        request = {**self.base_request(), "kind": "passes", "function": name,
+                   "out": str(out), "discover": True, "passes": []}
+        self.progress(f"{_label(self.request.package, move.release)}: reading which XLA passes "
+                      f"changed {name}'s program")
+        self.child(env, request, f"{move.release}.passes")
+        records = _records(out)
+        discovered = next((r["discovered"] for r in records if "discovered" in r), None)
+        if discovered is None:
+            finding.note = "XLA's passes could not be listed: " + next(
+                (r["error"] for r in records if "error" in r), "its dump could not be read")
+            return finding
+        finding.candidates = len(discovered)
+        left = list(discovered)
+        for _ in range(_PASS_RESTARTS + 1):
+            if not left:
+                break
+            self.progress(f"{_label(self.request.package, move.release)}: compiling {name} "
+                          f"with each of {len(left)} XLA passes disabled")
+            start = len(_records(out))
+            self.child(env, {**request, "discover": False, "passes": left}, f"{move.release}.passes")
+            new = _records(out)[start:]
+            ended = {r["pass"] for r in new if "pass" in r}
+            started = [r["started"] for r in new if "started" in r]
+            crashed = [p for p in started if p not in ended]
+            finding.crashed += crashed
+            for r in new:
+                if "pass" not in r:
+                    continue
+                finding.tried += 1
+                if "error" in r:
+                    finding.failed.append(r["pass"])
+                elif all(not moved(move.before.get(f), r["memory"].get(f),
+                                   self.request.min_change) for f in FIGURES):
+                    finding.passes.append(r["pass"])
+            done = ended | set(crashed)
+            left = [p for p in left if p not in done]
+            if not crashed:
+                break
+        return finding
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _explain(move: Move, tried: dict[str, Tried]) -> tuple[str, str | None, FunctionDiff | None]:
+    """The function's name and source, and the diff of its two reports."""
+    name = move.function.split(" (")[0]
+    source = move.function.split(" (", 1)[1].rstrip(")").split(")")[0] if " (" in move.function else None
+    try:
+        before = load_report(str(tried[move.previous].extra["report"]))
+        after = load_report(str(tried[move.release].extra["report"]))
+    except (KeyError, MemscopeError, OSError):
+        return name, source, None
+    for d in compare_reports(before, after):
+        if d.name == name and (source is None or d.source == source):
+            return name, source, dataclasses.replace(d, before_setting=None, after_setting=None,
+                                                     problems=(), notes=())
+    return name, source, None
+
+
+def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None,
+           work: Path | None = None) -> Result:
+    """Bisect ``request.package``'s releases in ``request.range`` for the program.
+
+    Raises:
+        MemscopeError: the index has no release in the range, or uv is missing.
+    """
+    start = time.monotonic()
+    environments.uv()  # before anything: a missing uv is one line
+    progress(f"reading the releases of {request.package} in {request.range} from the package index")
+    listed = releases.index_versions(request.package)
+    chosen = request.range.select(listed)
+    if not chosen:
+        raise MemscopeError(f"the package index has no release of {request.package} in "
+                            f"{request.range} (its releases: {', '.join(listed[-8:])}, ...)")
+    folder = Path(work) if work is not None else Path(tempfile.mkdtemp(prefix="memscope-bisect-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    expected = min(len(chosen), 2 + math.ceil(math.log2(max(len(chosen) - 1, 1))))
+    runner = Runner(request, folder, progress, expected)
+    if request.package == "jax":
+        runner.jaxlib_versions = releases.index_versions("jaxlib")
+    found = search(chosen, runner.attempt, min_change=request.min_change)
+    explained = []
+    for move in found.moves:
+        name, source, diff = _explain(move, found.tried)
+        item = Explained(move, name, source, diff)
+        if request.passes and request.package in _COMPILERS and not move.untried:
+            item.passes = runner.passes(move, name)
+        explained.append(item)
+    return Result(request, chosen, found, explained, runner.built, runner.reused,
+                  time.monotonic() - start, _versions.installed("jax"), str(folder))
+
+
+def as_json(result: Result) -> str:
+    """``memscope bisect -o``'s JSON (docs/report-format.md, "The bisect")."""
+    def function_rows(t: Tried) -> list[dict[str, Any]]:
+        return [{"function": k, **v} for k, v in t.functions.items()]
+
+    req = result.request
+    data = {
+        "schema": "memscope.bisect/1",
+        "package": req.package,
+        "range": str(req.range),
+        "program": {"target": req.script.name, "argv": list(req.script.args),
+                    "module": req.script.module},
+        "function": req.function,
+        "target": req.target_spec,
+        "min_change": req.min_change,
+        "releases": result.releases,
+        "tried": [{"release": t.release, "status": t.status, "error": t.error,
+                   "python": t.extra.get("python"), "installed": t.extra.get("installed"),
+                   "environment_reused": t.extra.get("reused"),
+                   "changed_packages": [{"name": n, "yours": y, "here": h}
+                                        for n, y, h in t.extra.get("changed", ())],  # type: ignore[attr-defined]
+                   "functions": function_rows(t)} for t in result.tried],
+        "runs_on": list(result.found.runs_on) if result.found.runs_on else None,
+        "first_moved": [_move_json(e) for e in result.explained],
+        "environments_built": result.environments_built,
+        "environments_reused": result.environments_reused,
+        "seconds": round(result.seconds, 1),
+    }
+    return json.dumps(data, indent=1) + "\n"
+
+
+def _move_json(e: Explained) -> dict[str, Any]:
+    m = e.move
+    changes = []
+    if e.diff is not None and e.diff.peak_changes:
+        changes = [{"role": c.role, "where": c.where, "op": c.op, "kind": c.kind,
+                    "bytes": c.change, "before": c.before, "after": c.after}
+                   for c in e.diff.peak_changes]
+    passes = None
+    if e.passes is not None:
+        passes = {"found": e.passes.passes, "tried": e.passes.tried,
+                  "candidates": e.passes.candidates, "crashed": e.passes.crashed,
+                  "failed": e.passes.failed, "note": e.passes.note}
+    return {"function": e.name, "source": e.source, "key": m.function, "release": m.release,
+            "previous": m.previous, "untried_between": list(m.untried),
+            "before": m.before, "after": m.after,
+            "changes": changes, "peak_before": e.diff.peak_before if e.diff else None,
+            "peak_after": e.diff.peak_after if e.diff else None, "passes": passes}

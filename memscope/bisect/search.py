@@ -1,0 +1,188 @@
+"""Which releases to try, and where each function's figures moved: pure, no
+environments and no JAX (:func:`search` is given a way to try a release).
+
+The two ends first, then halving: a stretch whose two ends have the same
+figures (within the threshold) for every function is taken as unmoved; one
+whose ends differ is halved until two neighbouring releases tried differ,
+which is a move, said for each function whose figures differ there. So one
+move among n releases costs about log2(n) + 2 tries, and every move whose
+stretch shows it is found (a function that moves twice is said twice); a move
+and its reversal within one unmoved-looking stretch are not seen (the tried
+table shows what was compared).
+
+A release that cannot be installed is left out and its neighbour tried; a
+program that fails on the oldest releases (an API it uses came later)
+narrows the range to the first release it runs on, found by halving too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from memscope.bisect.releases import key
+
+#: the memory figures compared (a report function's ``memory`` fields)
+FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
+#: a figure moved when it changed by more than this fraction of the larger of
+#: its two values (``--min-change``)
+DEFAULT_MIN_CHANGE = 0.01
+
+Figures = dict[str, int | None]
+Status = Literal["ran", "not_installed", "failed"]
+
+
+@dataclass
+class Tried:
+    """One release tried: ``ran`` (its functions' figures, by function key),
+    ``not_installed`` or ``failed`` (the program failed there; ``error`` says
+    how, in one line)."""
+
+    release: str
+    status: Status
+    functions: dict[str, Figures] = field(default_factory=dict)
+    error: str | None = None
+    #: anything the caller keeps with it (the report's path, the environment)
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Move:
+    """``function``'s figures moved between ``previous`` and ``release`` (the
+    releases between them, if any, could not be tried: ``untried``)."""
+
+    function: str
+    previous: str
+    release: str
+    before: Figures
+    after: Figures
+    untried: tuple[str, ...] = ()
+
+
+@dataclass
+class Search:
+    releases: list[str]
+    tried: dict[str, Tried] = field(default_factory=dict)
+    moves: list[Move] = field(default_factory=list)
+    #: the range the program runs on, where it fails at one end or both (a
+    #: release it fails on: ``failing`` the older, ``failing_newer`` the newer)
+    runs_on: tuple[str, str] | None = None
+    failing: Tried | None = None
+    failing_newer: Tried | None = None
+
+    @property
+    def order(self) -> list[Tried]:
+        return [self.tried[r] for r in sorted(self.tried, key=key)]
+
+
+def moved(before: int | None, after: int | None, min_change: float) -> bool:
+    """A figure moved: appeared, went, or changed by more than ``min_change``
+    of the larger of the two."""
+    if before is None or after is None:
+        return (before is None) != (after is None)
+    return abs(after - before) > min_change * max(abs(before), abs(after))
+
+
+def differing(a: Tried, b: Tried, min_change: float) -> list[str]:
+    """The functions whose figures differ between two releases that ran (one
+    present in only one of them included), in ``b``'s order then ``a``'s."""
+    names = list(b.functions) + [n for n in a.functions if n not in b.functions]
+    out = []
+    for name in names:
+        x, y = a.functions.get(name), b.functions.get(name)
+        if x is None or y is None or any(moved(x.get(f), y.get(f), min_change)
+                                         for f in FIGURES):
+            out.append(name)
+    return out
+
+
+def search(releases: Sequence[str], attempt: Callable[[str], Tried], *,
+           min_change: float = DEFAULT_MIN_CHANGE) -> Search:
+    """Find every move among ``releases`` (oldest first), trying each release
+    with ``attempt`` at most once."""
+    found = Search(list(releases))
+
+    def get(i: int) -> Tried:
+        r = releases[i]
+        if r not in found.tried:
+            found.tried[r] = attempt(r)
+        return found.tried[r]
+
+    n = len(releases)
+    if n == 0:
+        return found
+
+    def status(i: int) -> Status:
+        return get(i).status
+
+    def edge(good: int, bad: int) -> int:
+        """The release that runs nearest ``bad`` (which fails), from ``good``, by halving."""
+        step = 1 if bad > good else -1
+        while abs(bad - good) > 1:
+            j = (good + bad) // 2
+            while j != bad and status(j) == "not_installed":
+                j += step
+            if j == bad:
+                break
+            if status(j) == "ran":
+                good = j
+            else:
+                bad = j
+        return good
+
+    lo, hi = 0, n - 1
+    while lo < hi and status(lo) == "not_installed":
+        lo += 1
+    while hi > lo and status(hi) == "not_installed":
+        hi -= 1
+    if status(lo) == "not_installed":
+        return found
+    if status(lo) == "failed" or status(hi) == "failed":
+        if status(lo) == "failed" and status(hi) == "failed":
+            middle = next((i for i in sorted(range(lo + 1, hi), key=lambda i: abs(i - (lo + hi) / 2))
+                           if status(i) != "not_installed"), None)
+            if middle is None or status(middle) != "ran":
+                found.failing = get(lo)
+                return found
+            good_low = good_high = middle
+        else:
+            good_low = good_high = hi if status(lo) == "failed" else lo
+        if status(lo) == "failed":
+            found.failing = get(lo)
+            lo = edge(good_low, lo)
+        if status(hi) == "failed":
+            found.failing_newer = get(hi)
+            hi = edge(good_high, hi)
+        found.runs_on = (releases[lo], releases[hi])
+
+    def usable(i: int) -> bool:
+        return get(i).status == "ran"
+
+    def walk(a: int, b: int) -> None:
+        if not differing(get(a), get(b), min_change):
+            return
+        inner = [i for i in range(a + 1, b) if releases[i] not in found.tried
+                 or found.tried[releases[i]].status == "ran"]
+        if not inner:
+            untried = tuple(releases[i] for i in range(a + 1, b))
+            for name in differing(get(a), get(b), min_change):
+                found.moves.append(Move(name, releases[a], releases[b],
+                                        get(a).functions.get(name, {}),
+                                        get(b).functions.get(name, {}), untried))
+            return
+        mid = (a + b) // 2
+        # the release nearest the middle that runs
+        for i in sorted(range(a + 1, b), key=lambda i: (abs(i - mid), i)):
+            if usable(i):
+                walk(a, i)
+                walk(i, b)
+                return
+        untried = tuple(releases[i] for i in range(a + 1, b))
+        for name in differing(get(a), get(b), min_change):
+            found.moves.append(Move(name, releases[a], releases[b],
+                                    get(a).functions.get(name, {}),
+                                    get(b).functions.get(name, {}), untried))
+
+    walk(lo, hi)
+    return found

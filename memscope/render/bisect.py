@@ -1,0 +1,158 @@
+"""The terminal view of ``memscope bisect``: the answer first (which release
+moved which function's figures, and the XLA pass), each move explained as
+``memscope diff`` explains two reports, then every release tried."""
+
+from __future__ import annotations
+
+from typing import IO
+
+from rich.table import Table
+
+from memscope.bisect.run import Explained, Result
+from memscope.bisect.search import Tried, moved
+from memscope.render.console import Lines, make_console
+from memscope.render.diff import render_diff
+from memscope.render.text import visible
+from memscope.report.units import format_bytes, format_change
+
+_NAMES = {"peak_bytes": "peak", "temp_bytes": "temporaries", "argument_bytes": "arguments",
+          "output_bytes": "outputs", "alias_bytes": "aliased"}
+_ORDER = ("peak_bytes", "temp_bytes", "argument_bytes", "output_bytes", "alias_bytes")
+
+
+def label(package: str, release: str) -> str:
+    return f"{'JAX' if package == 'jax' else package} {release}"
+
+
+def answer(e: Explained, package: str, min_change: float) -> str:
+    """``train_step's peak moved between JAX 0.10.1 and 0.10.2: peak +5.0 MiB
+    (+7.2%), temporaries +5.0 MiB (+8.9%)``."""
+    m = e.move
+    parts = []
+    for f in _ORDER:
+        b, a = m.before.get(f), m.after.get(f)
+        if moved(b, a, min_change):
+            if b is None or a is None:
+                parts.append(f"{_NAMES[f]} {format_bytes(b)} -> {format_bytes(a)}")
+            else:
+                pct = 100.0 * (a - b) / b if b else None
+                parts.append(f"{_NAMES[f]} {format_change(a - b, pct)}")
+    what = "peak" if moved(m.before.get("peak_bytes"), m.after.get("peak_bytes"), min_change) \
+        else "figures"
+    if not m.before or not m.after:
+        what = "function"
+        parts = ["compiled on one side only" if m.before or m.after else "not compiled"]
+    between = f"between {label(package, m.previous)} and {m.release}"
+    if m.untried:
+        between += f" (not tried between them: {', '.join(m.untried)})"
+    return f"{e.name}'s {what} moved {between}: {'; '.join(parts) or 'within the threshold'}"
+
+
+def pass_line(e: Explained, package: str) -> str | None:
+    p = e.passes
+    if p is None:
+        return None
+    newer = label(package, e.move.release)
+    if p.passes:
+        names = ", ".join(p.passes)
+        return (f"XLA pass: with {names} disabled, {e.name} compiled on {newer} has "
+                f"{e.move.previous}'s figures again (each of {p.tried} passes that changed "
+                "its program there disabled in turn)")
+    if p.note:
+        return f"XLA pass: cannot be told: {p.note}"
+    extra = ""
+    if p.crashed or p.failed:
+        extra = f"; {len(p.crashed) + len(p.failed)} could not be compiled without"
+    return (f"XLA pass: cannot be told: disabling none of the {p.tried} passes that changed "
+            f"{e.name}'s program on {newer}, one at a time, brings its figures back to "
+            f"{e.move.previous}'s{extra}")
+
+
+def _tried_table(result: Result, lines: Lines) -> Table:
+    table = Table(box=lines.box)
+    package = result.request.package
+    table.add_column("release", no_wrap=True)
+    table.add_column("python", no_wrap=True)
+    table.add_column("environment", no_wrap=True)
+    functions: list[str] = []
+    for t in result.tried:
+        functions += [k for k in t.functions if k not in functions]
+    single = len({k.split(" (")[0] for k in functions}) == len(functions)
+    for k in functions:
+        short = k.split(" (")[0] if single else k
+        table.add_column(f"{short} peak", justify="right", no_wrap=True)
+        table.add_column("temp", justify="right", no_wrap=True)
+    moves = {(e.move.release, e.move.function) for e in result.explained}
+    for t in result.tried:
+        row = [label(package, t.release), str(t.extra.get("python") or ""), _env_text(t)]
+        for k in functions:
+            f = t.functions.get(k)
+            mark = " *" if (t.release, k) in moves else ""
+            row += ([format_bytes(f.get("peak_bytes")) + mark, format_bytes(f.get("temp_bytes"))]
+                    if f else [_status_text(t), ""])
+        table.add_row(*row)
+    return table
+
+
+def _env_text(t: Tried) -> str:
+    if t.status == "not_installed":
+        return "not installable"
+    return "reused" if t.extra.get("reused") else "built"
+
+
+def _status_text(t: Tried) -> str:
+    return {"ran": "not called", "not_installed": "-", "failed": "program failed"}[t.status]
+
+
+def render_bisect(result: Result, file: IO[str], *, width: int | None = None,
+                  plain: bool | None = None) -> None:
+    lines = Lines(make_console(file, width=width, plain=plain))
+    req = result.request
+    package = req.package
+    found = result.found
+    ran = [t for t in result.tried if t.status == "ran"]
+    if not ran:
+        why = found.failing.error if found.failing is not None else None
+        bad = [t for t in result.tried if t.error]
+        if why is None and bad:
+            why = bad[-1].error
+        lines.para(visible(f"memscope bisect: no release of {package} in {req.range} ran the "
+                           f"program: {why or 'none could be installed'}"), "  ", "", style="bold")
+    elif not result.explained:
+        ends = f"{ran[0].release} and {ran[-1].release}" if len(ran) > 1 else ran[0].release
+        lines.para(visible(f"No function's figures moved between {label(package, ends)} (by more "
+                           f"than {req.min_change:.1%}; a move and its reversal between two "
+                           "releases compared would not show)"), "  ", "", style="bold")
+    for e in result.explained:
+        lines.para(visible(answer(e, package, req.min_change)), "  ", "", style="bold")
+        line = pass_line(e, package)
+        if line:
+            lines.para(visible(line), "    ", "  ")
+    for t, which in ((found.failing, "older"), (found.failing_newer, "newer")):
+        if t is not None and found.runs_on is not None:
+            lines.para(visible(
+                f"range narrowed to {found.runs_on[0]}..{found.runs_on[1]}: the program fails "
+                f"on {label(package, t.release)} and the {which} releases tried "
+                f"({t.error or 'no error line'})"), "  ", "", style="yellow")
+    for t in result.tried:
+        if t.status == "not_installed":
+            lines.para(visible(f"skipped {label(package, t.release)}: {t.error}"), "  ", "",
+                       style="yellow")
+    changed = {(n, y, h) for t in ran for n, y, h in t.extra.get("changed", ())}  # type: ignore[attr-defined]
+    if changed:
+        text = ", ".join(f"{n} {y} -> {h or 'not installed'}" for n, y, h in sorted(changed))
+        lines.para(visible(f"your packages at other versions in some environments (theirs did "
+                           f"not resolve beside the release): {text}"), "  ", "", style="dim")
+    for e in result.explained:
+        if e.diff is None:
+            continue
+        lines.line()
+        render_diff(f"{label(package, e.move.previous)} -> {e.move.release}", [e.diff],
+                    lines.console.file, before=label(package, e.move.previous),
+                    after=label(package, e.move.release), width=width, plain=plain)
+    lines.line()
+    lines.table(_tried_table(result, lines))
+    lines.para(f"Tried {len(result.tried)} of {len(result.releases)} releases of {package} "
+               f"in {req.range}; environments: {result.environments_built} built, "
+               f"{result.environments_reused} reused; {result.seconds:.0f} s. "
+               f"Each run's report and log: {result.work}", "  ", "", style="dim")

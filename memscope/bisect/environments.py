@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,8 +129,9 @@ def _run(command: list[str], log: list[str]) -> tuple[bool, str]:
 def _why(lines: list[str]) -> str:
     """The line of uv's output that says why (its first ``because``, else the last)."""
     for line in lines:
-        if "because" in line or "No solution" in line:
-            return line.lstrip("×╰─▶ ").strip()
+        if "because" in line.lower():
+            # uv's tree drawing: a cross, a corner, a line and an arrow
+            return line.lstrip("\u00d7\u2570\u2500\u25b6 ").strip()
     return lines[-1] if lines else "uv failed"
 
 
@@ -211,7 +211,3 @@ def ensure(pins: Sequence[tuple[str, str]], carried: Carried, *,
                            seconds=time.monotonic() - start, log=tuple(log))
     shutil.rmtree(path, ignore_errors=True)
     raise NotInstalled(f"{wanted} could not be installed: {why}")
-
-
-def python_of_here() -> str:
-    return ".".join(str(x) for x in sys.version_info[:3])

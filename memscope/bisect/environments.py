@@ -185,7 +185,8 @@ def ensure(pins: Sequence[tuple[str, str]], carried: Carried, *,
     start = time.monotonic()
     log: list[str] = []
     why = "no Python 3.11 or later found on this machine"
-    wanted = " ".join(f"{n} {v}" for n, v in pins if n != "jaxlib")
+    wanted = f"{pins[0][0]} {pins[0][1]}" + "".join(
+        f" (beside {n} {v})" for n, v in pins[1:] if n != "jaxlib")
     for python in pythons if pythons is not None else in_preference():
         progress(f"building an environment for {wanted} with Python {python.series}")
         mark.unlink(missing_ok=True)

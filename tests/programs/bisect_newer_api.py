@@ -3,9 +3,8 @@
 import, so memscope bisect narrows a range that starts there."""
 
 import jax
-from jax.lax import stack  # new in JAX 0.10.1
-
 from bisect_transformer import batch, init, train_step
+from jax.lax import stack  # new in JAX 0.10.1
 
 
 def main():

@@ -222,3 +222,38 @@ def test_bad_input_is_one_line_and_exit_2(args, says, environments):
     run = _memscope(*args, "tests/programs/bisect_transformer.py", environments=environments)
     assert run.returncode == 2, run
     assert says in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_check_against_a_baseline_of_another_jax_names_the_release_that_moved_it(
+        bisected, environments, tmp_path):
+    # memscope's own environments for the two releases (built by the bisect above):
+    # the baseline taken on JAX 0.10.1, the check run on 0.10.2
+    older, newer = (next(environments.glob(f"jax-{r}-*")) for r in ("0.10.1", "0.10.2"))
+    baseline = tmp_path / "baseline.json"
+    env = {**os.environ, "COLUMNS": "120", "MEMSCOPE_ENVIRONMENTS_DIR": str(environments),
+           "PATH": f"{newer / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    made = subprocess.run([str(older / "bin" / "python"), "-m", "memscope", "run", "-q",
+                           "-o", str(baseline), "tests/programs/bisect_transformer.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(baseline.read_text())["environment"]["jax"] == "0.10.1"
+
+    def check(*more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(newer / "bin" / "python"), "-m", "memscope", "check",
+                               "--baseline", str(baseline), *more,
+                               "tests/programs/bisect_transformer.py"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+    plain = check()
+    assert plain.returncode == 1, plain.stdout
+    assert "jax 0.10.1 -> 0.10.2" in plain.stdout
+    assert "memscope check --bisect names the JAX release" in plain.stdout
+    assert "--bisect:" not in plain.stdout
+
+    bisected_check = check("--bisect")
+    assert bisected_check.returncode == 1, bisected_check.stdout  # still a regression
+    said = bisected_check.stdout[bisected_check.stdout.index("--bisect: "):]
+    assert said.startswith("--bisect: train_step's peak moved between JAX 0.10.1 and 0.10.2: "
+                           "peak +"), said
+    assert "with dot-library-rewriter disabled" in said
+    assert "building an environment" not in bisected_check.stderr  # both were kept

@@ -21,7 +21,7 @@ from pathlib import Path
 #: never carried: what is bisected, memscope itself (linked from the running
 #: installation), and JAX's plugins (memscope installs XLA's compilers itself)
 _NOT_CARRIED = re.compile(r"^(jax|jaxlib|memscope|libtpu.*|jax[-_]cuda.*|jax[-_]rocm.*|"
-                          r"jax[-_]plugin.*|pip|setuptools|wheel|uv)$")
+                          r"jax[-_]plugin.*|pip|setuptools|wheel)$")
 #: how many of the program's own files are read for their imports
 _FILES = 200
 

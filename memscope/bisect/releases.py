@@ -65,25 +65,33 @@ class Range:
 def index_versions(distribution: str, python: str | None = None) -> list[str]:
     """Every final release of ``distribution`` the package index has, oldest
     first, whatever Python it needs (pip's ``index versions``, run by
-    ``python``, by default this one).
+    ``python``, by default this one, else the first Python here that has pip:
+    an environment uv made has none).
 
     Raises:
         MemscopeError: pip could not read the index (no network, no such
             package), in one line.
     """
-    command = [python or sys.executable, "-m", "pip", "index", "versions", distribution,
-               "--ignore-requires-python", "--disable-pip-version-check"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise MemscopeError(f"the package index could not be read for {distribution}: {e}") from e
-    for line in done.stdout.splitlines():
-        if line.startswith("Available versions:"):
-            found = [v.strip() for v in line.split(":", 1)[1].split(",")]
-            return sorted((v for v in found if is_release(v)), key=key)
-    why = (done.stderr.strip().splitlines() or ["no versions listed"])[-1]
-    if "No module named pip" in done.stderr:
-        why = f"{command[0]} has no pip to read the package index with"
+    from memscope.bisect.pythons import pythons
+
+    why = "no Python here has pip to read the package index with"
+    for candidate in [python or sys.executable, *(p.path for p in pythons())]:
+        command = [candidate, "-m", "pip", "index", "versions", distribution,
+                   "--ignore-requires-python", "--disable-pip-version-check"]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = str(e)
+            continue
+        if "No module named pip" in done.stderr:
+            continue
+        for line in done.stdout.splitlines():
+            if line.startswith("Available versions:"):
+                found = [v.strip() for v in line.split(":", 1)[1].split(",")]
+                return sorted((v for v in found if is_release(v)), key=key)
+        why = (done.stderr.strip().splitlines() or ["no versions listed"])[-1]
+        break
     raise MemscopeError(f"the package index lists no release of {distribution}: {why}")
 
 

@@ -235,8 +235,10 @@ class Runner:
         for _ in range(_PASS_RESTARTS + 1):
             if not left:
                 break
+            again = (f" (XLA crashed without {finding.crashed[-1]}; the {len(left)} left)"
+                     if finding.crashed else f" ({len(left)} passes)")
             self.progress(f"{_label(self.request.package, move.release)}: compiling {name} "
-                          f"with each of {len(left)} XLA passes disabled")
+                          f"with each XLA pass that changed it disabled in turn{again}")
             start = len(_records(out))
             self.child(env, {**request, "discover": False, "passes": left}, f"{move.release}.passes")
             new = _records(out)[start:]

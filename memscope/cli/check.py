@@ -62,6 +62,10 @@ from memscope.report import Report, load_report, save_report
 @click.option("--format", "output_format", type=click.Choice(["terminal", "markdown"]),
               default="terminal", show_default=True, help="How to print the result.")
 @click.option("--junit-xml", metavar="FILE.xml", help="Also write JUnit XML, a case per function.")
+@click.option("--bisect", "bisect_jax", is_flag=True,
+              help="Where the check fails and the baseline was taken with another JAX: "
+                   "bisect the JAX releases between the two (as memscope bisect does) and "
+                   "name the first release that moved each function that failed.")
 @output_option
 @module_option
 @target_option
@@ -71,7 +75,8 @@ from memscope.report import Report, load_report, save_report
 def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
           report_file: str | None, config_file: str | None, max_increase: tuple[str, ...],
           max_increase_bytes: tuple[str, ...], strict_env: bool, allow_empty: bool,
-          output_format: str, junit_xml: str | None, output: str | None, as_module: bool,
+          output_format: str, junit_xml: str | None, bisect_jax: bool, output: str | None,
+          as_module: bool,
           user_packages: tuple[str, ...],
           target_spec: str | None, target: str | None, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or check --report REPORT.json) and compare every jitted
@@ -108,7 +113,27 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     result = check_report(report, base, request.config, strict_env=strict_env,
                           baseline_source=baseline, allow_empty=allow_empty)
     _deliver(result, request, guard, paths["junit_xml"])
+    if bisect_jax and result.failed and base is not None:
+        _bisect(result, base, report, what, target_spec, guard)
     ctx.exit(EXIT_REGRESSION if result.failed else 0)
+
+
+def _bisect(result: CheckResult, base: Report, report: Report, what: Script | None,
+            target_spec: str | None, guard: Guard) -> None:
+    """``--bisect``: the first JAX release that moved each function that failed."""
+    from memscope.bisect import baseline
+    from memscope.bisect.run import bisect
+
+    failing = {f.name for f in result.functions if f.failed}
+    asked, why = baseline.request(base, report, failing, what, target_spec)
+    if asked is None:
+        said = [why or ""]
+    else:
+        def progress(line: str) -> None:
+            click.echo(f"memscope bisect: {line}", err=True)
+
+        said = baseline.lines(bisect(asked, progress=progress), failing)
+    guard.write(lambda out: print("\n".join(visible(line) for line in said), file=out))
 
 
 def _current_report(request: CheckRequest, what: Script | None, guard: Guard,

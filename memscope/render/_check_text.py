@@ -21,7 +21,11 @@ def environment_note(result: CheckResult) -> str:
     head = ("FAIL (--strict-env): the environment differs from the baseline's"
             if result.environment_failed else
             "The environment differs from the baseline's, so the figures may not be comparable")
-    return f"{head}: {differences(result.environment)}"
+    text = f"{head}: {differences(result.environment)}"
+    if result.failed and any(d.field == "jax" for d in result.environment):
+        text += ("; memscope check --bisect names the JAX release between the two that moved "
+                 "what failed")
+    return text
 
 
 def differences(diffs: tuple[EnvDifference, ...]) -> str:

@@ -53,19 +53,17 @@ def pass_line(e: Explained, package: str) -> str | None:
     if p is None:
         return None
     newer = label(package, e.move.release)
+    tried = (f"of the {p.candidates} passes that changed its program there, {p.tried} "
+             "compiled with each disabled in turn")
     if p.passes:
         names = ", ".join(p.passes)
         return (f"XLA pass: with {names} disabled, {e.name} compiled on {newer} has "
-                f"{e.move.previous}'s figures again (each of {p.tried} passes that changed "
-                "its program there disabled in turn)")
+                f"{e.move.previous}'s figures again ({tried})")
     if p.note:
         return f"XLA pass: cannot be told: {p.note}"
-    extra = ""
-    if p.crashed or p.failed:
-        extra = f"; {len(p.crashed) + len(p.failed)} could not be compiled without"
-    return (f"XLA pass: cannot be told: disabling none of the {p.tried} passes that changed "
-            f"{e.name}'s program on {newer}, one at a time, brings its figures back to "
-            f"{e.move.previous}'s{extra}")
+    return (f"XLA pass: cannot be told: with none of the passes that changed {e.name}'s "
+            f"program on {newer} disabled do its figures come back to {e.move.previous}'s "
+            f"({tried})")
 
 
 def _tried_table(result: Result, lines: Lines) -> Table:

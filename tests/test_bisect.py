@@ -255,5 +255,5 @@ def test_check_against_a_baseline_of_another_jax_names_the_release_that_moved_it
     said = bisected_check.stdout[bisected_check.stdout.index("--bisect: "):]
     assert said.startswith("--bisect: train_step's peak moved between JAX 0.10.1 and 0.10.2: "
                            "peak +"), said
-    assert "with dot-library-rewriter disabled" in said
+    assert "memscope bisect --jax 0.10.1..0.10.2 explains each move" in said
     assert "building an environment" not in bisected_check.stderr  # both were kept

@@ -257,3 +257,21 @@ def test_check_against_a_baseline_of_another_jax_names_the_release_that_moved_it
                            "peak +"), said
     assert "memscope bisect --jax 0.10.1..0.10.2 explains each move" in said
     assert "building an environment" not in bisected_check.stderr  # both were kept
+
+
+def test_a_release_no_python_here_installs_is_one_line(tmp_path, monkeypatch):
+    # JAX 0.11 installs on Python 3.12 and later only: offered 3.11 alone, uv says why
+    from memscope.bisect import environments, packages, pythons
+
+    old = [p for p in pythons.pythons() if p.version[:2] == (3, 11)]
+    if not old:
+        pytest.skip("no Python 3.11 on this machine")
+    monkeypatch.setenv("MEMSCOPE_ENVIRONMENTS_DIR", str(tmp_path))
+    with pytest.raises(environments.NotInstalled) as caught:
+        environments.ensure([("jax", "0.11.0"), ("jaxlib", "0.11.0")],
+                            packages.Carried({}, frozenset()), pythons=old)
+    line = str(caught.value)
+    assert line.startswith("jax 0.11.0 could not be installed: Because the current Python "
+                           "version (3.11"), line
+    assert "\n" not in line
+    assert not any(tmp_path.glob("jax-0.11.0-*"))  # nothing half-built is kept

@@ -98,6 +98,30 @@ def test_a_program_failing_on_the_older_releases_narrows_the_range():
     assert [(m.previous, m.release) for m in found.moves] == [("0.10.1", "0.10.2")]
 
 
+def test_a_program_failing_on_the_newer_releases_narrows_the_range():
+    # an API the program uses was removed in 0.10.1
+    program = Program(temps({"0.9.1": 12_000}), fails=("0.10.1", "0.10.2"))
+    found = search(RELEASES, program)
+    assert found.runs_on == ("0.9.0", "0.10.0")
+    assert found.failing is None
+    assert found.failing_newer is not None and found.failing_newer.release == "0.10.2"
+    assert [(m.previous, m.release) for m in found.moves] == [("0.9.0.1", "0.9.1")]
+
+
+def test_a_program_failing_at_both_ends_is_bisected_where_it_runs():
+    program = Program(temps({"0.9.2": 12_000}), fails=("0.9.0", "0.10.2"))
+    found = search(RELEASES, program)
+    assert found.runs_on == ("0.9.0.1", "0.10.1")
+    assert [(m.previous, m.release) for m in found.moves] == [("0.9.1", "0.9.2")]
+
+
+def test_a_program_failing_everywhere_tried_has_no_range():
+    program = Program(temps({}), fails=tuple(RELEASES))
+    found = search(RELEASES, program)
+    assert found.moves == [] and found.runs_on is None
+    assert found.failing is not None and len(program.tried) <= 3
+
+
 def test_a_release_that_does_not_install_is_stepped_over():
     program = Program(temps({"0.10.1": 12_000}), not_installed=("0.10.0", "0.10.2"))
     found = search(RELEASES, program)

@@ -27,6 +27,7 @@ from typing import Any
 
 from memscope.capturing.deferred import capture_on_import
 from memscope.cli._common import open_target
+from memscope.errors import MemscopeError
 from memscope.flow import run_and_report
 from memscope.program.runner import Script, run_script
 from memscope.report import save_report
@@ -115,9 +116,13 @@ def run_passes(request: dict[str, Any]) -> int:
 
 def main(argv: list[str]) -> int:
     request = json.loads(Path(argv[0]).read_text())
-    if request["kind"] == "passes":
-        return run_passes(request)
-    return run_try(request)
+    try:
+        if request["kind"] == "passes":
+            return run_passes(request)
+        return run_try(request)
+    except MemscopeError as e:  # one line, the last of the log: the bisect says it
+        print(f"memscope: error: {e}", file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":

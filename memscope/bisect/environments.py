@@ -16,6 +16,7 @@ it there and builds nothing.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -131,7 +132,7 @@ def _why(lines: list[str]) -> str:
     for line in lines:
         if "because" in line.lower():
             # uv's tree drawing: a cross, a corner, a line and an arrow
-            return line.lstrip("\u00d7\u2570\u2500\u25b6 ").strip()
+            return line.lstrip("\u00d7\u2570\u2500\u25b6 ").strip().removeprefix("cause: ")
     return lines[-1] if lines else "uv failed"
 
 
@@ -167,9 +168,19 @@ def ensure(pins: Sequence[tuple[str, str]], carried: Carried, *,
         NotInstalled: no Python here installs the release with the program's
             packages; the line says uv's reason.
     """
+    path = folder() / f"{_name(pins)}-{_key(pins, carried)}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One bisect at a time builds (or reads) an environment: another waits.
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure(path, pins, carried, progress, pythons)
+
+
+def _ensure(path: Path, pins: Sequence[tuple[str, str]], carried: Carried,
+            progress: Callable[[str], None], pythons: Sequence[Python] | None
+            ) -> Environment:
     import time
 
-    path = folder() / f"{_name(pins)}-{_key(pins, carried)}"
     mark = path / _MARK
     if mark.is_file():
         try:

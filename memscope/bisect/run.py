@@ -23,7 +23,15 @@ from typing import Any
 from memscope import _versions
 from memscope.bisect import environments, packages, releases
 from memscope.bisect.environments import Environment, NotInstalled
-from memscope.bisect.search import DEFAULT_MIN_CHANGE, FIGURES, Move, Search, Tried, moved, search
+from memscope.bisect.search import (
+    DEFAULT_MIN_CHANGE,
+    FIGURES,
+    Move,
+    Search,
+    Tried,
+    moved,
+    search,
+)
 from memscope.check.compare import FunctionDiff, compare_reports
 from memscope.errors import MemscopeError
 from memscope.program.runner import Script
@@ -86,8 +94,12 @@ class Result:
     environments_reused: int
     seconds: float
     user_jax: str | None
-    #: where the program was run from, and the folder the runs' reports and logs are in
+    #: the folder the runs' reports and logs are in
     work: str
+    #: releases in the range left out: memscope does not run on them
+    unsupported: list[str] = field(default_factory=list)
+    #: Ctrl-C ended the bisect: what was tried before is all there is
+    interrupted: bool = False
 
     @property
     def tried(self) -> list[Tried]:
@@ -305,22 +317,39 @@ def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None
     if not chosen:
         raise MemscopeError(f"the package index has no release of {request.package} in "
                             f"{request.range} (its releases: {', '.join(listed[-8:])}, ...)")
+    unsupported: list[str] = []
+    if request.package == "jax":
+        unsupported = [r for r in chosen if _versions.support_problem(r, r) is not None]
+        chosen = [r for r in chosen if r not in unsupported]
+        if unsupported:
+            progress(f"left out JAX {', '.join(unsupported)}: memscope runs on JAX "
+                     f"{_versions.SUPPORTED_SERIES[0][0]}.{_versions.SUPPORTED_SERIES[0][1]} "
+                     "and later")
+        if not chosen:
+            raise MemscopeError(f"memscope runs on JAX 0.7 and later: no release in "
+                                f"{request.range} to bisect")
     folder = Path(work) if work is not None else Path(tempfile.mkdtemp(prefix="memscope-bisect-"))
     folder.mkdir(parents=True, exist_ok=True)
     expected = min(len(chosen), 2 + math.ceil(math.log2(max(len(chosen) - 1, 1))))
     runner = Runner(request, folder, progress, expected)
     if request.package == "jax":
         runner.jaxlib_versions = releases.index_versions("jaxlib")
-    found = search(chosen, runner.attempt, min_change=request.min_change)
-    explained = []
-    for move in found.moves:
-        name, source, diff = _explain(move, found.tried)
-        item = Explained(move, name, source, diff)
-        if request.passes and request.package in _COMPILERS and not move.untried:
-            item.passes = runner.passes(move, name)
-        explained.append(item)
+    found = Search(list(chosen))
+    explained: list[Explained] = []
+    interrupted = False
+    try:
+        search(chosen, runner.attempt, min_change=request.min_change, into=found)
+        for move in found.moves:
+            name, source, diff = _explain(move, found.tried)
+            item = Explained(move, name, source, diff)
+            explained.append(item)
+            if request.passes and request.package in _COMPILERS and not move.untried:
+                item.passes = runner.passes(move, name)
+    except KeyboardInterrupt:
+        interrupted = True
     return Result(request, chosen, found, explained, runner.built, runner.reused,
-                  time.monotonic() - start, _versions.installed("jax"), str(folder))
+                  time.monotonic() - start, _versions.installed("jax"), str(folder),
+                  unsupported, interrupted)
 
 
 def as_json(result: Result) -> str:
@@ -339,6 +368,8 @@ def as_json(result: Result) -> str:
         "target": req.target_spec,
         "min_change": req.min_change,
         "releases": result.releases,
+        "unsupported": result.unsupported,
+        "interrupted": result.interrupted,
         "tried": [{"release": t.release, "status": t.status, "error": t.error,
                    "python": t.extra.get("python"), "installed": t.extra.get("installed"),
                    "environment_reused": t.extra.get("reused"),

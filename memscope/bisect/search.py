@@ -98,91 +98,96 @@ def differing(a: Tried, b: Tried, min_change: float) -> list[str]:
 
 
 def search(releases: Sequence[str], attempt: Callable[[str], Tried], *,
-           min_change: float = DEFAULT_MIN_CHANGE) -> Search:
+           min_change: float = DEFAULT_MIN_CHANGE, into: Search | None = None) -> Search:
     """Find every move among ``releases`` (oldest first), trying each release
-    with ``attempt`` at most once."""
-    found = Search(list(releases))
+    with ``attempt`` at most once; recorded in ``into`` as it goes (what was
+    tried before an interruption stays there)."""
+    found = into if into is not None else Search(list(releases))
+    if releases:
+        _Walk(list(releases), attempt, min_change, found).run()
+    return found
 
-    def get(i: int) -> Tried:
-        r = releases[i]
-        if r not in found.tried:
-            found.tried[r] = attempt(r)
-        return found.tried[r]
 
-    n = len(releases)
-    if n == 0:
-        return found
+class _Walk:
+    def __init__(self, releases: list[str], attempt: Callable[[str], Tried],
+                 min_change: float, found: Search) -> None:
+        self.releases, self.attempt, self.min_change, self.found = (
+            releases, attempt, min_change, found)
 
-    def status(i: int) -> Status:
-        return get(i).status
+    def get(self, i: int) -> Tried:
+        r = self.releases[i]
+        if r not in self.found.tried:
+            self.found.tried[r] = self.attempt(r)
+        return self.found.tried[r]
 
-    def edge(good: int, bad: int) -> int:
+    def status(self, i: int) -> Status:
+        return self.get(i).status
+
+    def run(self) -> None:
+        ends = self.ends()
+        if ends is not None:
+            self.walk(*ends)
+
+    def ends(self) -> tuple[int, int] | None:
+        """The oldest and newest releases that run the program, the range
+        narrowed where it fails at an end; ``None`` where none runs."""
+        status, found = self.status, self.found
+        lo, hi = 0, len(self.releases) - 1
+        while lo < hi and status(lo) == "not_installed":
+            lo += 1
+        while hi > lo and status(hi) == "not_installed":
+            hi -= 1
+        if status(lo) == "not_installed":
+            return None
+        if status(lo) != "failed" and status(hi) != "failed":
+            return lo, hi
+        if status(lo) == "failed" and status(hi) == "failed":
+            middle = next((i for i in sorted(range(lo + 1, hi),
+                                             key=lambda i: abs(i - (lo + hi) / 2))
+                           if status(i) != "not_installed"), None)
+            if middle is None or status(middle) != "ran":
+                found.failing = self.get(lo)
+                return None
+            good = middle
+        else:
+            good = hi if status(lo) == "failed" else lo
+        if status(lo) == "failed":
+            found.failing = self.get(lo)
+            lo = self.edge(good, lo)
+        if status(hi) == "failed":
+            found.failing_newer = self.get(hi)
+            hi = self.edge(good, hi)
+        found.runs_on = (self.releases[lo], self.releases[hi])
+        return lo, hi
+
+    def edge(self, good: int, bad: int) -> int:
         """The release that runs nearest ``bad`` (which fails), from ``good``, by halving."""
         step = 1 if bad > good else -1
         while abs(bad - good) > 1:
             j = (good + bad) // 2
-            while j != bad and status(j) == "not_installed":
+            while j != bad and self.status(j) == "not_installed":
                 j += step
             if j == bad:
                 break
-            if status(j) == "ran":
+            if self.status(j) == "ran":
                 good = j
             else:
                 bad = j
         return good
 
-    lo, hi = 0, n - 1
-    while lo < hi and status(lo) == "not_installed":
-        lo += 1
-    while hi > lo and status(hi) == "not_installed":
-        hi -= 1
-    if status(lo) == "not_installed":
-        return found
-    if status(lo) == "failed" or status(hi) == "failed":
-        if status(lo) == "failed" and status(hi) == "failed":
-            middle = next((i for i in sorted(range(lo + 1, hi), key=lambda i: abs(i - (lo + hi) / 2))
-                           if status(i) != "not_installed"), None)
-            if middle is None or status(middle) != "ran":
-                found.failing = get(lo)
-                return found
-            good_low = good_high = middle
-        else:
-            good_low = good_high = hi if status(lo) == "failed" else lo
-        if status(lo) == "failed":
-            found.failing = get(lo)
-            lo = edge(good_low, lo)
-        if status(hi) == "failed":
-            found.failing_newer = get(hi)
-            hi = edge(good_high, hi)
-        found.runs_on = (releases[lo], releases[hi])
-
-    def usable(i: int) -> bool:
-        return get(i).status == "ran"
-
-    def walk(a: int, b: int) -> None:
-        if not differing(get(a), get(b), min_change):
-            return
-        inner = [i for i in range(a + 1, b) if releases[i] not in found.tried
-                 or found.tried[releases[i]].status == "ran"]
-        if not inner:
-            untried = tuple(releases[i] for i in range(a + 1, b))
-            for name in differing(get(a), get(b), min_change):
-                found.moves.append(Move(name, releases[a], releases[b],
-                                        get(a).functions.get(name, {}),
-                                        get(b).functions.get(name, {}), untried))
+    def walk(self, a: int, b: int) -> None:
+        """The moves between the releases ``a`` and ``b`` (both ran)."""
+        if not differing(self.get(a), self.get(b), self.min_change):
             return
         mid = (a + b) // 2
         # the release nearest the middle that runs
         for i in sorted(range(a + 1, b), key=lambda i: (abs(i - mid), i)):
-            if usable(i):
-                walk(a, i)
-                walk(i, b)
+            if self.status(i) == "ran":
+                self.walk(a, i)
+                self.walk(i, b)
                 return
-        untried = tuple(releases[i] for i in range(a + 1, b))
-        for name in differing(get(a), get(b), min_change):
-            found.moves.append(Move(name, releases[a], releases[b],
-                                    get(a).functions.get(name, {}),
-                                    get(b).functions.get(name, {}), untried))
-
-    walk(lo, hi)
-    return found
+        untried = tuple(self.releases[a + 1:b])
+        for name in differing(self.get(a), self.get(b), self.min_change):
+            self.found.moves.append(Move(name, self.releases[a], self.releases[b],
+                                         self.get(a).functions.get(name, {}),
+                                         self.get(b).functions.get(name, {}), untried))

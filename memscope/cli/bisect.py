@@ -7,7 +7,7 @@ import click
 
 from memscope.cli._common import check_writable, module_option, target_option
 from memscope.cli._pipes import PipeSafeHelp, printing
-from memscope.errors import EXIT_TARGET_FAILED, MemscopeError
+from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_FAILED, MemscopeError
 from memscope.program.runner import Script, check_script
 from memscope.report import write_whole
 from memscope.report.units import parse_percent
@@ -51,7 +51,8 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     of the peak moved (as memscope diff explains two reports), and which XLA
     pass, disabled on the newer release, brings them back (where one does).
     Progress goes to stderr. Exit codes: 0 answered (a move or none), 2 usage
-    or input error, 3 the program ran on no release tried.
+    or input error, 3 the program ran on no release tried, 130 interrupted
+    (what was tried is printed and written).
     """
     from memscope.bisect.releases import Range
     from memscope.bisect.run import Request, as_json
@@ -80,5 +81,7 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
         write_whole(output, as_json(result))
     with printing() as out:
         render_bisect(result, out)
+    if result.interrupted:
+        raise SystemExit(EXIT_INTERRUPTED)
     if not any(t.status == "ran" for t in result.tried):
         raise SystemExit(EXIT_TARGET_FAILED)

@@ -53,8 +53,16 @@ def pass_line(e: Explained, package: str) -> str | None:
     if p is None:
         return None
     newer = label(package, e.move.release)
-    tried = (f"of the {p.candidates} passes that changed its program there, {p.tried} "
-             "compiled with each disabled in turn")
+    compiled = p.tried - len(p.failed)
+    tried = (f"the {p.candidates} passes that changed its program there disabled in turn: "
+             f"{compiled} compiled")
+    if p.failed:
+        tried += f", {len(p.failed)} failed to compile"
+    if p.crashed:
+        tried += f", {len(p.crashed)} crashed XLA"
+    untried = p.candidates - p.tried - len(p.crashed)
+    if untried > 0:
+        tried += f", {untried} not tried"
     if p.passes:
         names = ", ".join(p.passes)
         return (f"XLA pass: with {names} disabled, {e.name} compiled on {newer} has "
@@ -79,7 +87,8 @@ def _tried_table(result: Result, lines: Lines) -> Table:
     for k in functions:
         short = k.split(" (")[0] if single else k
         table.add_column(f"{short} peak", justify="right", no_wrap=True)
-        table.add_column("temp", justify="right", no_wrap=True)
+        table.add_column(f"{short} temp" if len(functions) == 1 else "temp", justify="right",
+                         no_wrap=True)
     moves = {(e.move.release, e.move.function) for e in result.explained}
     for t in result.tried:
         row = [label(package, t.release), str(t.extra.get("python") or ""), _env_text(t)]
@@ -132,6 +141,12 @@ def render_bisect(result: Result, file: IO[str], *, width: int | None = None,
                 f"range narrowed to {found.runs_on[0]}..{found.runs_on[1]}: the program fails "
                 f"on {label(package, t.release)} and the {which} releases tried "
                 f"({t.error or 'no error line'})"), "  ", "", style="yellow")
+    if result.interrupted:
+        lines.para("Interrupted: only what was tried before is below.", "  ", "",
+                   style="yellow")
+    if result.unsupported:
+        lines.para(visible(f"left out {label(package, ', '.join(result.unsupported))}: memscope "
+                           "runs on JAX 0.7 and later"), "  ", "", style="yellow")
     for t in result.tried:
         if t.status == "not_installed":
             lines.para(visible(f"skipped {label(package, t.release)}: {t.error}"), "  ", "",

@@ -22,6 +22,7 @@ whether it found the same pair. No figure here is asserted by the test suite.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -74,7 +75,7 @@ def by_hand(releases: list[str], folder: Path) -> dict:
                               env={**os.environ, "JAX_PLATFORMS": "cpu"})
         temps[release] = int(done.stdout.split()[-1])
     wall = time.monotonic() - started
-    moves = [(a, b) for a, b in zip(releases, releases[1:], strict=False) if temps[a] != temps[b]]
+    moves = [(a, b) for a, b in itertools.pairwise(releases) if temps[a] != temps[b]]
     return {"wall_s": wall, "built": len(releases), "reused": 0, "tried": len(releases),
             "releases": len(releases), "moves": moves}
 

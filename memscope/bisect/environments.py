@@ -95,7 +95,8 @@ def _uv_env() -> dict[str, str]:
 
 
 def _key(pins: Sequence[tuple[str, str]], carried: Carried) -> str:
-    text = json.dumps({"pins": sorted(pins), "carried": carried.versions}, sort_keys=True)
+    text = json.dumps({"pins": sorted(pins), "carried": carried.versions,
+                       "local": carried.local}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -208,6 +209,14 @@ def _ensure(path: Path, pins: Sequence[tuple[str, str]], carried: Carried,
         for requirements in _tiers(pins, carried):
             made, why = _run([*uv(), "pip", "install", "-q", "-p", executable, *requirements], log)
             if made:
+                break
+        if not made:
+            continue
+        for name, (where, editable) in carried.local.items():
+            made, why = _run([*uv(), "pip", "install", "-q", "-p", executable, "--no-deps",
+                              *(["-e"] if editable else []), where], log)
+            if not made:
+                why = f"your {name}, from {where}: {why}"
                 break
         if not made:
             continue

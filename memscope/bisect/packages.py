@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import json
 import os
 import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 #: never carried: what is bisected, memscope itself (linked from the running
 #: installation), and JAX's plugins (memscope installs XLA's compilers itself)
@@ -35,6 +37,11 @@ class Carried:
 
     versions: dict[str, str]
     need_jax: frozenset[str]
+    #: the user's packages installed from a folder, not from the index (a
+    #: project installed with ``pip install -e .``): name -> (the folder, whether
+    #: editable); installed the same way beside each release, without their
+    #: dependencies (those are among ``versions``)
+    local: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
 
 def _normal(name: str) -> str:
@@ -112,6 +119,23 @@ def _requires(distribution: str) -> list[str]:
     return names
 
 
+def _local(distribution: str) -> tuple[str, bool] | None:
+    """Where ``distribution`` was installed from, if a folder (``direct_url.json``,
+    PEP 610), and whether editable; ``None`` for one from an index."""
+    for found in importlib.metadata.distributions(name=distribution):
+        text = found.read_text("direct_url.json")
+        if not text:
+            continue
+        try:
+            facts = json.loads(text)
+        except ValueError:
+            continue
+        url = facts.get("url", "")
+        if "dir_info" in facts and url.startswith("file://"):
+            return unquote(urlparse(url).path), bool(facts["dir_info"].get("editable"))
+    return None
+
+
 def _installed(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -129,16 +153,21 @@ def carried(target: str, module: bool, also: Iterable[str] = ()) -> Carried:
     roots.update(_requires("memscope"))
     roots.update(_normal(a) for a in also)
     versions: dict[str, str] = {}
+    local: dict[str, tuple[str, bool]] = {}
     requires: dict[str, list[str]] = {}
     queue = sorted(roots)
     while queue:
         name = queue.pop()
-        if name in versions or name in requires or _NOT_CARRIED.match(name):
+        if name in requires or _NOT_CARRIED.match(name):
             continue
         version = _installed(name)
         if version is None:
             continue
-        versions[name] = version
+        where = _local(name)
+        if where is not None:
+            local[name] = where
+        else:
+            versions[name] = version
         requires[name] = _requires(name)
         queue += requires[name]
     need = {n for n, r in requires.items() if {"jax", "jaxlib"} & set(r)}
@@ -147,4 +176,5 @@ def carried(target: str, module: bool, also: Iterable[str] = ()) -> Carried:
         more = {n for n, r in requires.items() if n not in need and need & set(r)}
         grew = bool(more)
         need |= more
-    return Carried(dict(sorted(versions.items())), frozenset(need))
+    return Carried(dict(sorted(versions.items())), frozenset(need & set(versions)),
+                   dict(sorted(local.items())))

@@ -89,8 +89,8 @@ def test_the_move_is_named_with_both_releases_and_held_to_their_own_compiles(bis
     [move] = found["first_moved"]
     assert (move["function"], move["previous"], move["release"]) == (
         "train_step", "0.10.1", "0.10.2")
-    assert move["before"] == _truth("0.10.1", folder)
-    assert move["after"] == _truth("0.10.2", folder)
+    assert {f: move["before"][f] for f in FIGURES} == _truth("0.10.1", folder)
+    assert {f: move["after"][f] for f in FIGURES} == _truth("0.10.2", folder)
     assert move["after"]["temp_bytes"] > move["before"]["temp_bytes"]
     # each release tried gives the figures of its own compile, JAX and jaxlib at it
     for tried in found["tried"]:
@@ -98,8 +98,8 @@ def test_the_move_is_named_with_both_releases_and_held_to_their_own_compiles(bis
         assert tried["installed"] == {"jax": tried["release"], "jaxlib": tried["release"]}
         [fn] = tried["functions"]
         assert fn["function"].startswith("train_step (")
-        assert {f: fn[f] for f in FIGURES} == (move["before"] if tried["release"] == "0.10.1"
-                                               else move["after"])
+        side = move["before"] if tried["release"] == "0.10.1" else move["after"]
+        assert {f: fn[f] for f in (*FIGURES, "peak_rule")} == side
 
 
 def test_the_move_is_explained_by_the_programs_source_lines(bisected):
@@ -138,7 +138,8 @@ def test_the_json_fields(bisected):
     [move] = found["first_moved"]
     assert set(move) >= {"function", "release", "previous", "before", "after", "changes"}
     for side in ("before", "after"):
-        assert set(move[side]) == set(FIGURES)
+        assert set(move[side]) == {*FIGURES, "peak_rule"}
+        assert move[side]["peak_rule"] in ("xla", "sum")  # which rule gave the peak
     assert set(move["changes"][0]) >= {"role", "where", "bytes"}
 
 

@@ -2,8 +2,8 @@
 release the search tries, the moves explained by the two reports on either
 side, and the XLA pass that made each (where disabling one brings it back).
 
-Records only: :mod:`memscope.render.bisect` prints them, ``-o`` writes
-:func:`as_json`.
+Records only: :mod:`memscope.render.bisect` prints them, and writes them as
+JSON for ``-o``.
 """
 
 from __future__ import annotations
@@ -114,13 +114,15 @@ def function_key(fn: FunctionReport, seen: dict[str, int]) -> str:
     return base if seen[base] == 1 else f"{base} #{seen[base]}"
 
 
-def report_figures(report: Report) -> dict[str, dict[str, int | None]]:
+def report_figures(report: Report) -> dict[str, dict[str, Any]]:
     seen: dict[str, int] = {}
     out = {}
     for fn in report.functions:
         if fn.memory is None:
             continue
-        out[function_key(fn, seen)] = {f: getattr(fn.memory, f, None) for f in FIGURES}
+        figures: dict[str, Any] = {f: getattr(fn.memory, f, None) for f in FIGURES}
+        figures["peak_rule"] = getattr(fn.memory, "peak_rule", None)
+        out[function_key(fn, seen)] = figures
     return out
 
 
@@ -350,55 +352,3 @@ def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None
     return Result(request, chosen, found, explained, runner.built, runner.reused,
                   time.monotonic() - start, _versions.installed("jax"), str(folder),
                   unsupported, interrupted)
-
-
-def as_json(result: Result) -> str:
-    """``memscope bisect -o``'s JSON (docs/report-format.md, "The bisect")."""
-    def function_rows(t: Tried) -> list[dict[str, Any]]:
-        return [{"function": k, **v} for k, v in t.functions.items()]
-
-    req = result.request
-    data = {
-        "schema": "memscope.bisect/1",
-        "package": req.package,
-        "range": str(req.range),
-        "program": {"target": req.script.name, "argv": list(req.script.args),
-                    "module": req.script.module},
-        "function": req.function,
-        "target": req.target_spec,
-        "min_change": req.min_change,
-        "releases": result.releases,
-        "unsupported": result.unsupported,
-        "interrupted": result.interrupted,
-        "tried": [{"release": t.release, "status": t.status, "error": t.error,
-                   "python": t.extra.get("python"), "installed": t.extra.get("installed"),
-                   "environment_reused": t.extra.get("reused"),
-                   "changed_packages": [{"name": n, "yours": y, "here": h}
-                                        for n, y, h in t.extra.get("changed", ())],  # type: ignore[attr-defined]
-                   "functions": function_rows(t)} for t in result.tried],
-        "runs_on": list(result.found.runs_on) if result.found.runs_on else None,
-        "first_moved": [_move_json(e) for e in result.explained],
-        "environments_built": result.environments_built,
-        "environments_reused": result.environments_reused,
-        "seconds": round(result.seconds, 1),
-    }
-    return json.dumps(data, indent=1) + "\n"
-
-
-def _move_json(e: Explained) -> dict[str, Any]:
-    m = e.move
-    changes = []
-    if e.diff is not None and e.diff.peak_changes:
-        changes = [{"role": c.role, "where": c.where, "op": c.op, "kind": c.kind,
-                    "bytes": c.change, "before": c.before, "after": c.after}
-                   for c in e.diff.peak_changes]
-    passes = None
-    if e.passes is not None:
-        passes = {"found": e.passes.passes, "tried": e.passes.tried,
-                  "candidates": e.passes.candidates, "crashed": e.passes.crashed,
-                  "failed": e.passes.failed, "note": e.passes.note}
-    return {"function": e.name, "source": e.source, "key": m.function, "release": m.release,
-            "previous": m.previous, "untried_between": list(m.untried),
-            "before": m.before, "after": m.after,
-            "changes": changes, "peak_before": e.diff.peak_before if e.diff else None,
-            "peak_after": e.diff.peak_after if e.diff else None, "passes": passes}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from memscope.bisect.releases import key
 
@@ -29,7 +29,8 @@ FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_
 #: its two values (``--min-change``)
 DEFAULT_MIN_CHANGE = 0.01
 
-Figures = dict[str, int | None]
+#: a function's figures on a release (FIGURES, and the rule of its peak: ``peak_rule``)
+Figures = dict[str, Any]
 Status = Literal["ran", "not_installed", "failed"]
 
 

@@ -55,9 +55,9 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     (what was tried is printed and written).
     """
     from memscope.bisect.releases import Range
-    from memscope.bisect.run import Request, as_json
+    from memscope.bisect.run import Request
     from memscope.bisect.run import bisect as run_bisect
-    from memscope.render.bisect import render_bisect
+    from memscope.render.bisect import render_bisect, render_bisect_json
 
     if (jax_range is None) == (package is None):
         raise click.UsageError("give the releases to bisect: --jax FROM..TO, or "
@@ -78,7 +78,7 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
 
     result = run_bisect(request, progress=progress)
     if output is not None:
-        write_whole(output, as_json(result))
+        write_whole(output, render_bisect_json(result))
     with printing() as out:
         render_bisect(result, out)
     if result.interrupted:

@@ -4,7 +4,8 @@ moved which function's figures, and the XLA pass), each move explained as
 
 from __future__ import annotations
 
-from typing import IO
+import json
+from typing import IO, Any
 
 from rich.table import Table
 
@@ -151,11 +152,14 @@ def render_bisect(result: Result, file: IO[str], *, width: int | None = None,
         if t.status == "not_installed":
             lines.para(visible(f"skipped {label(package, t.release)}: {t.error}"), "  ", "",
                        style="yellow")
-    changed = {(n, y, h) for t in ran for n, y, h in t.extra.get("changed", ())}  # type: ignore[attr-defined]
+    changed: dict[tuple[str, str], list[str]] = {}
+    for t in ran:
+        for n, y, h in t.extra.get("changed", ()):  # type: ignore[attr-defined]
+            changed.setdefault((n, y), []).append(f"{h or 'not installed'} with {t.release}")
     if changed:
-        text = ", ".join(f"{n} {y} -> {h or 'not installed'}" for n, y, h in sorted(changed))
-        lines.para(visible(f"your packages at other versions in some environments (theirs did "
-                           f"not resolve beside the release): {text}"), "  ", "", style="dim")
+        text = "; ".join(f"{n} {y}: {', '.join(where)}" for (n, y), where in sorted(changed.items()))
+        lines.para(visible(f"your packages at other versions where yours did not resolve beside "
+                           f"the release: {text}"), "  ", "", style="dim")
     for e in result.explained:
         if e.diff is None:
             continue
@@ -169,3 +173,55 @@ def render_bisect(result: Result, file: IO[str], *, width: int | None = None,
                f"in {req.range}; environments: {result.environments_built} built, "
                f"{result.environments_reused} reused; {result.seconds:.0f} s. "
                f"Each run's report and log: {result.work}", "  ", "", style="dim")
+
+
+def render_bisect_json(result: Result) -> str:
+    """``memscope bisect -o``'s JSON (docs/report-format.md, "The bisect")."""
+    def function_rows(t: Tried) -> list[dict[str, Any]]:
+        return [{"function": k, **v} for k, v in t.functions.items()]
+
+    req = result.request
+    data = {
+        "schema": "memscope.bisect/1",
+        "package": req.package,
+        "range": str(req.range),
+        "program": {"target": req.script.name, "argv": list(req.script.args),
+                    "module": req.script.module},
+        "function": req.function,
+        "target": req.target_spec,
+        "min_change": req.min_change,
+        "releases": result.releases,
+        "unsupported": result.unsupported,
+        "interrupted": result.interrupted,
+        "tried": [{"release": t.release, "status": t.status, "error": t.error,
+                   "python": t.extra.get("python"), "installed": t.extra.get("installed"),
+                   "environment_reused": t.extra.get("reused"),
+                   "changed_packages": [{"name": n, "yours": y, "here": h}
+                                        for n, y, h in t.extra.get("changed", ())],  # type: ignore[attr-defined]
+                   "functions": function_rows(t)} for t in result.tried],
+        "runs_on": list(result.found.runs_on) if result.found.runs_on else None,
+        "first_moved": [_move_json(e) for e in result.explained],
+        "environments_built": result.environments_built,
+        "environments_reused": result.environments_reused,
+        "seconds": round(result.seconds, 1),
+    }
+    return json.dumps(data, indent=1) + "\n"
+
+
+def _move_json(e: Explained) -> dict[str, Any]:
+    m = e.move
+    changes = []
+    if e.diff is not None and e.diff.peak_changes:
+        changes = [{"role": c.role, "where": c.where, "op": c.op, "kind": c.kind,
+                    "bytes": c.change, "before": c.before, "after": c.after}
+                   for c in e.diff.peak_changes]
+    passes = None
+    if e.passes is not None:
+        passes = {"found": e.passes.passes, "tried": e.passes.tried,
+                  "candidates": e.passes.candidates, "crashed": e.passes.crashed,
+                  "failed": e.passes.failed, "note": e.passes.note}
+    return {"function": e.name, "source": e.source, "key": m.function, "release": m.release,
+            "previous": m.previous, "untried_between": list(m.untried),
+            "before": m.before, "after": m.after,
+            "changes": changes, "peak_before": e.diff.peak_before if e.diff else None,
+            "peak_after": e.diff.peak_after if e.diff else None, "passes": passes}

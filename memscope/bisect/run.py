@@ -60,12 +60,17 @@ class Request:
 
 @dataclass
 class PassFinding:
-    """Which XLA pass, disabled in the newer release, brings the figures back:
-    ``passes`` (none: it cannot be told), how many were ``tried`` of the
+    """Which XLA pass, disabled in the newer release, brings the figures back
+    exactly (byte for byte, all five): ``passes`` (none: it cannot be told;
+    ``near`` those that bring them only within the threshold, which a pass
+    that changes much can do by chance), how many were ``tried`` of the
     ``candidates`` (the passes that changed the function's program there),
     those whose absence crashed XLA or failed its compile."""
 
     passes: list[str] = field(default_factory=list)
+    #: passes whose absence brings the figures within the threshold of the
+    #: older release's, not to them: (pass, its figures)
+    near: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     tried: int = 0
     candidates: int = 0
     crashed: list[str] = field(default_factory=list)
@@ -239,11 +244,18 @@ class Runner:
                       f"changed {name}'s program")
         self.child(env, request, f"{move.release}.passes")
         records = _records(out)
-        discovered = next((r["discovered"] for r in records if "discovered" in r), None)
-        if discovered is None:
+        listed = next((r for r in records if "discovered" in r), None)
+        if listed is None:
             finding.note = "XLA's passes could not be listed: " + next(
                 (r["error"] for r in records if "error" in r), "its dump could not be read")
             return finding
+        if any(moved(move.after.get(f), listed["memory"].get(f), self.request.min_change)
+               for f in FIGURES):
+            # compiled again from the call in shapes, it is not the program that ran
+            finding.note = (f"{name} compiled again on {move.release} (with XLA's dump) does "
+                            "not give its run's figures, so no pass can be compared")
+            return finding
+        discovered = listed["discovered"]
         finding.candidates = len(discovered)
         left = list(discovered)
         for _ in range(_PASS_RESTARTS + 1):
@@ -266,9 +278,11 @@ class Runner:
                 finding.tried += 1
                 if "error" in r:
                     finding.failed.append(r["pass"])
+                elif all(move.before.get(f) == r["memory"].get(f) for f in FIGURES):
+                    finding.passes.append(r["pass"])
                 elif all(not moved(move.before.get(f), r["memory"].get(f),
                                    self.request.min_change) for f in FIGURES):
-                    finding.passes.append(r["pass"])
+                    finding.near.append((r["pass"], r["memory"]))
             done = ended | set(crashed)
             left = [p for p in left if p not in done]
             if not crashed:
@@ -345,7 +359,8 @@ def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None
             name, source, diff = _explain(move, found.tried)
             item = Explained(move, name, source, diff)
             explained.append(item)
-            if request.passes and request.package in _COMPILERS and not move.untried:
+            if (request.passes and request.package in _COMPILERS and not move.untried
+                    and move.before and move.after):
                 item.passes = runner.passes(move, name)
     except KeyboardInterrupt:
         interrupted = True

@@ -67,12 +67,17 @@ def pass_line(e: Explained, package: str) -> str | None:
     if p.passes:
         names = ", ".join(p.passes)
         return (f"XLA pass: with {names} disabled, {e.name} compiled on {newer} has "
-                f"{e.move.previous}'s figures again ({tried})")
+                f"{e.move.previous}'s figures again, byte for byte ({tried})")
     if p.note:
         return f"XLA pass: cannot be told: {p.note}"
+    near = ""
+    if p.near:
+        near = "; within the threshold but not exactly, with " + ", ".join(
+            f"{name} disabled (peak {format_bytes(figures.get('peak_bytes'))}, temporaries "
+            f"{format_bytes(figures.get('temp_bytes'))})" for name, figures in p.near[:3])
     return (f"XLA pass: cannot be told: with none of the passes that changed {e.name}'s "
             f"program on {newer} disabled do its figures come back to {e.move.previous}'s "
-            f"({tried})")
+            f"({tried}){near}")
 
 
 def _tried_table(result: Result, lines: Lines) -> Table:
@@ -217,7 +222,9 @@ def _move_json(e: Explained) -> dict[str, Any]:
                    for c in e.diff.peak_changes]
     passes = None
     if e.passes is not None:
-        passes = {"found": e.passes.passes, "tried": e.passes.tried,
+        passes = {"found": e.passes.passes,
+                  "near": [{"pass": n, **f} for n, f in e.passes.near],
+                  "tried": e.passes.tried,
                   "candidates": e.passes.candidates, "crashed": e.passes.crashed,
                   "failed": e.passes.failed, "note": e.passes.note}
     return {"function": e.name, "source": e.source, "key": m.function, "release": m.release,

@@ -57,7 +57,8 @@ def test_terminal_table_at_80_columns() -> None:
 TERMINAL = [
     "memscope check against baseline base.json, budgets from pyproject.toml",
     "The environment differs from the baseline's, so the figures may not be",
-    "  comparable: jax 0.10.1 -> 0.10.2",
+    "  comparable: jax 0.10.1 -> 0.10.2; memscope check --bisect names the JAX",
+    "  release between the two that moved what failed",
     "Peak bytes per device",
     "+------------------------------------------------------------------------------+",
     "| function               | baseline |     now |              change | verdict  |",
@@ -107,7 +108,7 @@ MARKDOWN = (
     "\n"
     "Checked against baseline `base.json`, budgets from `pyproject.toml`.\n"
     "\n"
-    "> **The environment differs from the baseline's, so the figures may not be comparable: jax 0.10.1 -> 0.10.2**\n"
+    "> **The environment differs from the baseline's, so the figures may not be comparable: jax 0.10.1 -> 0.10.2; memscope check --bisect names the JAX release between the two that moved what failed**\n"
     "\n"
     "| function | signature | peak baseline | peak now | change | verdict |\n"
     "|---|---|---:|---:|---:|---|\n"
@@ -195,7 +196,7 @@ def test_github_annotations() -> None:
 
 
 ANNOTATIONS = (
-    "::warning title=memscope check::The environment differs from the baseline's, so the figures may not be comparable: jax 0.10.1 -> 0.10.2\n"
+    "::warning title=memscope check::The environment differs from the baseline's, so the figures may not be comparable: jax 0.10.1 -> 0.10.2; memscope check --bisect names the JAX release between the two that moved what failed\n"
     "::error file=train.py,line=18,title=memscope check%3A train_step::train_step (float32[128,32], lr=0.01): peak grew by +128.0 KiB (+12.5%25) to 1.1 MiB, over the limit of 1.1 MiB (baseline 1.0 MiB + 5%25)%0A1 leaf lost its alias (now not_donated): momentum['w']\n"
     "::error title=memscope check%3A loss_fn::loss_fn: has a budget in pyproject.toml but was never called\n"
 )

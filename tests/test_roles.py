@@ -263,6 +263,29 @@ def test_installed_packages_pair_across_environments():
     assert peak_changes(LiveAtPeak(bytes=10), now) is None  # a report made before roles
 
 
+def test_a_buffer_that_lost_its_source_line_is_no_change():
+    # JAX 0.9.1 named this broadcast by flax's line; a later XLA dropped the
+    # metadata: the same buffer, not one that went and one that appeared
+    line = "/a/site-packages/flax/nnx/nn/linear.py:1319"
+    then = LiveAtPeak(bytes=3072, parts=(
+        PeakPart("temporaries", line, "broadcast_in_dim", 2048, 1, "f32[8,64]"),
+        PeakPart("temporaries", "model.py:3", "mul", 1024, 2, "f32[4,64]")))
+    now = LiveAtPeak(bytes=3328, parts=(
+        PeakPart("temporaries", None, "broadcast_in_dim", 2048, 1, "f32[8,64]"),
+        PeakPart("temporaries", "model.py:3", "mul", 1280, 2, "f32[5,64]"),
+        PeakPart("unknown", None, "copy", 0, 0, "f32[2]")))
+    changes = peak_changes(then, now)
+    assert [(c.op, c.change) for c in changes] == [("mul", 256)]
+    assert sum(c.change for c in changes) == now.bytes - then.bytes
+    assert changes[0].text() == ("+256 B other temporaries: model.py:3 mul grew 1.0 KiB -> "
+                                 "1.2 KiB (largest f32[5,64])")
+    unnamed = peak_changes(LiveAtPeak(bytes=0, parts=(PeakPart("unknown", None, "copy", 0, 0),)),
+                           LiveAtPeak(bytes=512, parts=(
+                               PeakPart("unknown", None, "copy", 512, 2, "bf16[4,64]"),)))
+    assert unnamed[0].text() == ("+512 B role cannot be told: copy (no source line) appeared "
+                                 "(2 buffers, largest bf16[4,64])")
+
+
 # --- the frameworks users write, and the command line -----------------------------
 
 

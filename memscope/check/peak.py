@@ -18,7 +18,7 @@ from typing import Literal
 
 from memscope.report import ROLE_WORDS, LiveAtPeak, PeakPart
 from memscope.report.roles_text import package_path, part_where, shape_text
-from memscope.report.units import format_bytes, format_change
+from memscope.report.units import format_bytes_apart, format_change
 
 ChangeKind = Literal["appeared", "grew", "shrank", "went"]
 #: Changes named where a line names the largest.
@@ -54,18 +54,27 @@ class PartChange:
         """``-7.5 MiB activations: model.py:7 dot_general went (15 buffers, largest
         f32[512,256])``."""
         where = part_where(self.where, self.op)
-        what = f"{where} (argument)" if self.op == "argument" else f"{where} {self.op}"
+        if self.op == "argument":
+            what = f"{where} (argument)"
+        elif self.where is None:
+            what = f"{self.op} (no source line)"
+        else:
+            what = f"{where} {self.op}"
         buffers = max(self.buffers_before, self.buffers_after)
         shape = f"largest {shape_text(self.shape)}" if buffers > 1 else shape_text(self.shape)
         if self.kind in ("appeared", "went"):
             how = f"{self.kind} ({buffers} buffer{'s' if buffers != 1 else ''}, {shape})"
         else:
-            how = (f"{self.kind} {format_bytes(self.before)} -> {format_bytes(self.after)} "
+            # apart: a change of a few bytes never reads as 1.9 MiB -> 1.9 MiB
+            then, now = format_bytes_apart([self.before, self.after])
+            how = (f"{self.kind} {then} -> {now} "
                    f"({self.buffers_before} -> {self.buffers_after} buffers, {shape})"
                    if self.buffers_before != self.buffers_after else
-                   f"{self.kind} {format_bytes(self.before)} -> {format_bytes(self.after)} "
-                   f"({shape})")
-        return f"{format_change(self.change)} {ROLE_WORDS.get(self.role, self.role)}: {what} {how}"
+                   f"{self.kind} {then} -> {now} ({shape})")
+        role = ROLE_WORDS.get(self.role, self.role)
+        if self.role == "unknown":
+            role = "role cannot be told"
+        return f"{format_change(self.change)} {role}: {what} {how}"
 
 
 def _key(part: PeakPart | PartChange) -> tuple[str, str | None, str]:
@@ -90,7 +99,31 @@ def peak_changes(then: LiveAtPeak | None, now: LiveAtPeak | None
                             sum(p.buffers for p in new), named.shape)
         if change.change:
             changes.append(change)
-    return tuple(sorted(changes, key=lambda c: (-abs(c.change), str(_key(c)))))
+    return tuple(sorted(_same_buffer_unnamed(changes),
+                        key=lambda c: (-abs(c.change), str(_key(c)))))
+
+
+def _same_buffer_unnamed(changes: list[PartChange]) -> list[PartChange]:
+    """``changes`` less the pairs that are one buffer whose source line one
+    report has and the other not (XLA dropped or gained its metadata between
+    two releases): a part that went at a line and one that appeared with no
+    line, of the same role, op, shape and bytes, are no change."""
+    def twin(c: PartChange) -> tuple[str, str, str, int]:
+        return c.role, c.op, c.shape, abs(c.change)
+
+    went = {}
+    for c in changes:
+        if c.kind == "went":
+            went.setdefault(twin(c), []).append(c)
+    dropped: set[int] = set()
+    for c in changes:
+        if c.kind != "appeared":
+            continue
+        for other in went.get(twin(c), []):
+            if id(other) not in dropped and (c.where is None) != (other.where is None):
+                dropped.update((id(c), id(other)))
+                break
+    return [c for c in changes if id(c) not in dropped]
 
 
 def _grouped(parts: Sequence[PeakPart]) -> dict[tuple[str, str | None, str], list[PeakPart]]:

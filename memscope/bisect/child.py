@@ -9,7 +9,7 @@ Two kinds of request (JSON):
 - passes: the program run until ``function`` has run, then that function
   compiled again as JAX compiles it, once with XLA's dump of every pass
   (``discover``: the passes that changed its program, in the order they ran)
-  and once with each pass in ``passes`` disabled
+  and once with each pass in ``passes`` (or each discovered) disabled
   (``xla_disable_hlo_passes``), a JSON line each in ``out``, written as it
   goes: a pass whose absence crashes XLA is the one started and not ended.
 
@@ -98,11 +98,15 @@ def run_passes(request: dict[str, Any]) -> int:
             memory = target.memory(traced, lowered, compiled)
             return {f: getattr(memory, f, None) for f in FIGURES}
 
+        passes = request.get("passes", ())
         if request.get("discover"):
             with tempfile.TemporaryDirectory(prefix="memscope-passes-") as folder:
                 as_written = figures({"xla_dump_to": folder, "xla_dump_hlo_pass_re": ".*"})
-                _line(out, {"discovered": dumped_passes(folder), "memory": as_written})
-        for name_of_pass in request.get("passes", ()):
+                discovered = dumped_passes(folder)
+                _line(out, {"discovered": discovered, "memory": as_written})
+            if passes == "discovered":
+                passes = discovered
+        for name_of_pass in passes:
             _line(out, {"started": name_of_pass})
             try:
                 found = figures({"xla_disable_hlo_passes": name_of_pass})

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -156,6 +157,11 @@ class Runner:
         self.built = 0
         self.reused = 0
         self.tried_so_far: list[str] = []
+        #: memscope's package as this bisect began, copied: an edit of an
+        #: editable installation during a bisect does not change its runs
+        self.snapshot = work / "memscope-code"
+        shutil.copytree(Path(__file__).resolve().parent.parent, self.snapshot / "memscope",
+                        ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
 
     def pins(self, release: str) -> list[tuple[str, str]]:
         if self.request.package == "jax":
@@ -185,6 +191,9 @@ class Runner:
         spec.write_text(json.dumps(request))
         log = self.work / f"{name}.log"
         child_env = dict(os.environ)
+        # this bisect's copy of memscope first: the same code in every release's run
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            [str(self.snapshot), *filter(None, [child_env.get("PYTHONPATH")])])
         child_env["VIRTUAL_ENV"] = str(env.path)
         child_env["PATH"] = f"{env.path / 'bin'}{os.pathsep}{child_env.get('PATH', '')}"
         with open(log, "w") as out:
@@ -239,9 +248,9 @@ class Runner:
         out.unlink(missing_ok=True)
         finding = PassFinding()
         request = {**self.base_request(), "kind": "passes", "function": name,
-                   "out": str(out), "discover": True, "passes": []}
+                   "out": str(out), "discover": True, "passes": "discovered"}
         self.progress(f"{_label(self.request.package, move.release)}: reading which XLA passes "
-                      f"changed {name}'s program")
+                      f"changed {name}'s program, and compiling it with each disabled in turn")
         self.child(env, request, f"{move.release}.passes")
         records = _records(out)
         listed = next((r for r in records if "discovered" in r), None)
@@ -258,15 +267,17 @@ class Runner:
         discovered = listed["discovered"]
         finding.candidates = len(discovered)
         left = list(discovered)
-        for _ in range(_PASS_RESTARTS + 1):
+        start = records.index(listed) + 1
+        for restart in range(_PASS_RESTARTS + 1):
             if not left:
                 break
-            again = (f" (XLA crashed without {finding.crashed[-1]}; the {len(left)} left)"
-                     if finding.crashed else f" ({len(left)} passes)")
-            self.progress(f"{_label(self.request.package, move.release)}: compiling {name} "
-                          f"with each XLA pass that changed it disabled in turn{again}")
-            start = len(_records(out))
-            self.child(env, {**request, "discover": False, "passes": left}, f"{move.release}.passes")
+            if restart:
+                self.progress(f"{_label(self.request.package, move.release)}: XLA crashed "
+                              f"without {finding.crashed[-1]}; compiling {name} again with "
+                              f"each of the {len(left)} passes left disabled in turn")
+                start = len(_records(out))
+                self.child(env, {**request, "discover": False, "passes": left},
+                           f"{move.release}.passes")
             new = _records(out)[start:]
             ended = {r["pass"] for r in new if "pass" in r}
             started = [r["started"] for r in new if "started" in r]

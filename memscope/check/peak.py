@@ -111,7 +111,7 @@ def _same_buffer_unnamed(changes: list[PartChange]) -> list[PartChange]:
     def twin(c: PartChange) -> tuple[str, str, str, int]:
         return c.role, c.op, c.shape, abs(c.change)
 
-    went = {}
+    went: dict[tuple[str, str, str, int], list[PartChange]] = {}
     for c in changes:
         if c.kind == "went":
             went.setdefault(twin(c), []).append(c)

@@ -88,6 +88,11 @@ class Explained:
     source: str | None
     diff: FunctionDiff | None
     passes: PassFinding | None = None
+    #: the temporaries XLA allocates per source line (their sizes added over
+    #: the call, whatever their lifetimes) whose sums changed: (line, bytes
+    #: before, bytes after, ops), largest change first
+    temporaries: list[tuple[str | None, int, int, tuple[str, ...]]] = field(
+        default_factory=list)
 
 
 @dataclass
@@ -313,20 +318,50 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _explain(move: Move, tried: dict[str, Tried]) -> tuple[str, str | None, FunctionDiff | None]:
-    """The function's name and source, and the diff of its two reports."""
+def _explain(move: Move, tried: dict[str, Tried]) -> Explained:
+    """The move with the diff of the function's two reports, and its
+    temporaries per source line before and after."""
     name = move.function.split(" (")[0]
     source = move.function.split(" (", 1)[1].rstrip(")").split(")")[0] if " (" in move.function else None
+    found = Explained(move, name, source, None)
     try:
         before = load_report(str(tried[move.previous].extra["report"]))
         after = load_report(str(tried[move.release].extra["report"]))
     except (KeyError, MemscopeError, OSError):
-        return name, source, None
+        return found
     for d in compare_reports(before, after):
         if d.name == name and (source is None or d.source == source):
-            return name, source, dataclasses.replace(d, before_setting=None, after_setting=None,
-                                                     problems=(), notes=())
-    return name, source, None
+            found.diff = dataclasses.replace(d, before_setting=None, after_setting=None,
+                                             problems=(), notes=())
+            break
+    then, now = (next((f for f in r.functions if f.name == name
+                       and (source is None or f.source == source)), None)
+                 for r in (before, after))
+    if then is not None and now is not None:
+        found.temporaries = _temporaries_moved(then, now)
+    return found
+
+
+def _temporaries_moved(then: FunctionReport, now: FunctionReport
+                       ) -> list[tuple[str | None, int, int, tuple[str, ...]]]:
+    """The source lines whose temporaries' sizes, added, differ between the two
+    (``buffers.by_source``; a line absent from a list kept whole is 0 there,
+    one absent from a list cut at its largest entries is left out)."""
+    if then.buffers is None or now.buffers is None:
+        return []
+    whole = [len(b.by_source) < 50 for b in (then.buffers, now.buffers)]
+    old = {line.source: line for line in then.buffers.by_source}
+    new = {line.source: line for line in now.buffers.by_source}
+    out = []
+    for key in [*new, *[k for k in old if k not in new]]:
+        if (key not in old and not whole[0]) or (key not in new and not whole[1]):
+            continue
+        a, b = old.get(key), new.get(key)
+        x, y = (a.bytes if a else 0), (b.bytes if b else 0)
+        named = b if b is not None else a
+        if x != y and named is not None:
+            out.append((key, x, y, named.ops))
+    return sorted(out, key=lambda t: -abs(t[2] - t[1]))
 
 
 def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None,
@@ -367,12 +402,11 @@ def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None
     try:
         search(chosen, runner.attempt, min_change=request.min_change, into=found)
         for move in found.moves:
-            name, source, diff = _explain(move, found.tried)
-            item = Explained(move, name, source, diff)
+            item = _explain(move, found.tried)
             explained.append(item)
             if (request.passes and request.package in _COMPILERS and not move.untried
                     and move.before and move.after):
-                item.passes = runner.passes(move, name)
+                item.passes = runner.passes(move, item.name)
     except KeyboardInterrupt:
         interrupted = True
     return Result(request, chosen, found, explained, runner.built, runner.reused,

@@ -14,6 +14,7 @@ from memscope.bisect.search import Tried, moved
 from memscope.render.console import Lines, make_console
 from memscope.render.diff import render_diff
 from memscope.render.text import visible
+from memscope.report.roles_text import package_path
 from memscope.report.units import format_bytes, format_change
 
 _NAMES = {"peak_bytes": "peak", "temp_bytes": "temporaries", "argument_bytes": "arguments",
@@ -123,10 +124,22 @@ def _unexplained(e: Explained) -> str | None:
     live, peak = d.peak_after - d.peak_before, a - b
     if abs(peak - live) <= max(1024, 0.1 * abs(peak)):
         return None
-    return (f"note: the buffers live at the schedule's peak moved by {format_change(live)} of "
+    text = (f"note: the buffers live at the schedule's peak moved by {format_change(live)} of "
             f"the peak's {format_change(peak)}: the rest is in the temporary block, which XLA "
             "allocates whole for the call and sizes by how it packs every temporary, not by "
             "what is live at one step (docs/report-format.md, live_at_peak)")
+    if e.temporaries:
+        text += ("; the temporaries it packs, by source line (sizes added over the call), "
+                 "that changed: " + "; ".join(
+                     f"{format_change(b - a)} {package_path(where) or 'no source line'} "
+                     f"{'/'.join(ops[:2])} ({format_bytes(a)} -> {format_bytes(b)})"
+                     for where, a, b, ops in e.temporaries[:4]))
+    rest = peak - live
+    sizes = sum(b - a for _, a, b, _ in e.temporaries)
+    if abs(sizes) < abs(rest) / 2:
+        text += (f"; their sizes changed by {format_change(sizes)} in all: the block moved by "
+                 "how XLA packs the temporaries (their order and lifetimes), not by what they are")
+    return text
 
 
 def _env_text(t: Tried) -> str:
@@ -257,4 +270,6 @@ def _move_json(e: Explained) -> dict[str, Any]:
             "previous": m.previous, "untried_between": list(m.untried),
             "before": m.before, "after": m.after,
             "changes": changes, "peak_before": e.diff.peak_before if e.diff else None,
+            "temporaries_by_source": [{"where": w, "before": a, "after": b, "ops": list(o)}
+                                      for w, a, b, o in e.temporaries],
             "peak_after": e.diff.peak_after if e.diff else None, "passes": passes}

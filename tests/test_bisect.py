@@ -141,6 +141,10 @@ def test_the_json_fields(bisected):
         assert set(move[side]) == {*FIGURES, "peak_rule"}
         assert move[side]["peak_rule"] in ("xla", "sum")  # which rule gave the peak
     assert set(move["changes"][0]) >= {"role", "where", "bytes"}
+    # the temporaries per source line that changed, each at one of the program's lines
+    assert move["temporaries_by_source"], move
+    assert all(t["where"] is None or "bisect_transformer.py:" in t["where"]
+               for t in move["temporaries_by_source"])
 
 
 def test_a_run_again_builds_no_environment(bisected, environments, tmp_path):

@@ -166,8 +166,11 @@ def render_bisect(result: Result, file: IO[str], *, width: int | None = None,
             why = bad[-1].error
         lines.para(visible(f"memscope bisect: no release of {package} in {req.range} ran the "
                            f"program: {why or 'none could be installed'}"), "  ", "", style="bold")
+    elif len(ran) == 1:
+        lines.para(visible(f"Only {label(package, ran[0].release)} ran the program: nothing to "
+                           "compare its figures with"), "  ", "", style="bold")
     elif not result.explained:
-        ends = f"{ran[0].release} and {ran[-1].release}" if len(ran) > 1 else ran[0].release
+        ends = f"{ran[0].release} and {ran[-1].release}"
         lines.para(visible(f"No function's figures moved between {label(package, ends)} (by more "
                            f"than {req.min_change:.1%}; a move and its reversal between two "
                            "releases compared would not show)"), "  ", "", style="bold")

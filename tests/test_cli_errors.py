@@ -316,8 +316,8 @@ SUBCOMMANDS = sorted(COMMANDS)
 
 
 def test_every_subcommand_has_help_text() -> None:
-    assert SUBCOMMANDS == ["check", "diff", "fit", "fix", "install-compiler", "merge", "run",
-                           "show"]
+    assert SUBCOMMANDS == ["bisect", "check", "diff", "fit", "fix", "install-compiler", "merge",
+                           "run", "show"]
     for name in SUBCOMMANDS:
         command = cli.get_command(click.Context(cli), name)
         assert command is not None and command.help and command.help.strip(), name

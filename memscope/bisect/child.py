@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from memscope.capturing.deferred import capture_on_import
+from memscope.check.compare import FIGURES
 from memscope.cli._common import open_target
 from memscope.errors import MemscopeError
 from memscope.flow import run_and_report
@@ -33,7 +34,6 @@ from memscope.program.runner import Script, run_script
 from memscope.report import save_report
 
 _PASS_FILE = re.compile(r"\.(\d{4})\.[^.]+\.after_([^.]+)\.before_")
-FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
 
 
 def _script(request: dict[str, Any]) -> Script:

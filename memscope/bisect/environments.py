@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memscope.bisect.packages import Carried
+from memscope.bisect.packages import Carried, normal_name
 from memscope.bisect.pythons import Python, in_preference
 from memscope.compiled.cache import user_cache
 from memscope.errors import MemscopeError
@@ -141,13 +141,9 @@ def _freeze(python: str) -> dict[str, str]:
     done = subprocess.run([*uv(), "pip", "list", "-p", python, "--format", "json"],
                           capture_output=True, text=True, env=_uv_env(), check=False)
     try:
-        return {_normal(p["name"]): p["version"] for p in json.loads(done.stdout)}
+        return {normal_name(p["name"]): p["version"] for p in json.loads(done.stdout)}
     except (ValueError, KeyError, TypeError):
         return {}
-
-
-def _normal(name: str) -> str:
-    return name.replace("_", "-").replace(".", "-").lower()
 
 
 def _tiers(pins: Sequence[tuple[str, str]], carried: Carried) -> list[list[str]]:

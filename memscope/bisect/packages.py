@@ -44,7 +44,8 @@ class Carried:
     local: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
 
-def _normal(name: str) -> str:
+def normal_name(name: str) -> str:
+    """A distribution's name as the index compares names (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -115,7 +116,7 @@ def _requires(distribution: str) -> list[str]:
             continue
         match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
         if match:
-            names.append(_normal(match[1]))
+            names.append(normal_name(match[1]))
     return names
 
 
@@ -149,9 +150,9 @@ def carried(target: str, module: bool, also: Iterable[str] = ()) -> Carried:
     and ``also``, with everything they require, each at the version installed
     here (those not installed left out)."""
     by_module = importlib.metadata.packages_distributions()
-    roots = {_normal(d) for top in imported_modules(target, module) for d in by_module.get(top, ())}
+    roots = {normal_name(d) for top in imported_modules(target, module) for d in by_module.get(top, ())}
     roots.update(_requires("memscope"))
-    roots.update(_normal(a) for a in also)
+    roots.update(normal_name(a) for a in also)
     versions: dict[str, str] = {}
     local: dict[str, tuple[str, bool]] = {}
     requires: dict[str, list[str]] = {}

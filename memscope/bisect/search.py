@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from memscope.bisect.releases import key
+from memscope.check.compare import FIGURES
 
-#: the memory figures compared (a report function's ``memory`` fields)
-FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
 #: a figure moved when it changed by more than this fraction of the larger of
 #: its two values (``--min-change``)
 DEFAULT_MIN_CHANGE = 0.01

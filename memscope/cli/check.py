@@ -123,6 +123,7 @@ def _bisect(result: CheckResult, base: Report, report: Report, what: Script | No
     """``--bisect``: the first JAX release that moved each function that failed."""
     from memscope.bisect import baseline
     from memscope.bisect.run import bisect
+    from memscope.render.bisect import check_lines
 
     failing = {f.name for f in result.functions if f.failed}
     asked, why = baseline.request(base, report, failing, what, target_spec)
@@ -132,7 +133,7 @@ def _bisect(result: CheckResult, base: Report, report: Report, what: Script | No
         def progress(line: str) -> None:
             click.echo(f"memscope bisect: {line}", err=True)
 
-        said = baseline.lines(bisect(asked, progress=progress), failing)
+        said = check_lines(bisect(asked, progress=progress), failing)
     guard.write(lambda out: print("\n".join(visible(line) for line in said), file=out))
 
 

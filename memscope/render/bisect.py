@@ -222,6 +222,32 @@ def render_bisect(result: Result, file: IO[str], *, width: int | None = None,
                f"Each run's report and log: {result.work}", "  ", "", style="dim")
 
 
+def check_lines(result: Result, failing: set[str]) -> list[str]:
+    """What ``check --bisect`` says: each move of a function that failed, with
+    its pass; or that no release in the range moved them."""
+    req = result.request
+    out = []
+    for e in result.explained:
+        if e.name in failing:
+            out.append(f"--bisect: {answer(e, req.package, req.min_change)}")
+            said = pass_line(e, req.package)
+            if said:
+                out.append(f"  {said}")
+    if not out:
+        ran = [t.release for t in result.tried if t.status == "ran"]
+        if not ran:
+            return [f"--bisect: the program ran on no release of JAX in {req.range}"]
+        names = ", ".join(sorted(failing))
+        out.append(f"--bisect: no release of JAX from {ran[0]} to {ran[-1]} moved {names}'s "
+                   f"figures by more than {req.min_change:.1%}: the change is the program's or "
+                   "its other packages'")
+    else:
+        out.append(f"  (releases tried: {', '.join(t.release for t in result.tried)}; "
+                   f"memscope bisect --jax {req.range} explains each move by the buffers at "
+                   "its peak, and tells the XLA pass that made it where one did)")
+    return out
+
+
 def render_bisect_json(result: Result) -> str:
     """``memscope bisect -o``'s JSON (docs/report-format.md, "The bisect")."""
     def function_rows(t: Tried) -> list[dict[str, Any]]:

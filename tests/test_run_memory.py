@@ -483,6 +483,36 @@ def test_naming_what_holds_an_array_runs_no_code_of_the_program(tmp_path, capfd)
                for g in high.groups), high.groups
 
 
+def test_objects_that_point_at_each_other_are_walked_once_each(monkeypatch):
+    """The user's objects often point at each other at every level (an argparse
+    parser's groups and actions do). Naming the holders walks each object once,
+    not once per path to it: walked along every path, a parser in the script's
+    locals cost 0.8 s per sample and a fifth of a training run
+    (docs/performance.md). The array behind them is still named."""
+    from memscope.capturing import holders
+
+    class Node:
+        pass
+
+    nodes = [Node() for _ in range(40)]
+    for node in nodes:
+        node.others = list(nodes)  # every node reaches every other, at every depth
+        node.group = {"all": nodes, "first": nodes[0]}
+    array = jnp.ones(3)
+    nodes[-1].table = array
+    walked: list[int] = []
+    attributes = holders._Walk._attributes
+
+    def counted(self, value, *args):
+        walked.append(id(value))
+        return attributes(self, value, *args)
+
+    monkeypatch.setattr(holders._Walk, "_attributes", counted)
+    found = holders.user_holders({id(array)}, frame=None, namespace={"root": nodes[0]})
+    assert found[id(array)].name == "root.others"  # its first attribute that reaches it
+    assert sorted(walked) == sorted(map(id, nodes))  # each once
+
+
 def test_an_unknown_call_peak_is_none_and_reads_n_a_never_zero():
     """A function whose compiled program was not read has no peak: the
     high-water mark's call peak is None, said n/a, and its bytes are the resident

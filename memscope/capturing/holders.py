@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,9 +61,9 @@ def user_holders(wanted: set[int], history: OutputHistory | None = None, *,
     the globals it names and the entries of its output history; then the
     globals ``namespace`` (a script's ``__main__`` once it has ended).
     ``frame=None`` looks at no frame."""
-    found: dict[int, Holder] = {}
+    walk = _Walk(wanted)
+    found = walk.found
     modules: set[int] = set()  # the globals read already (a module's, once)
-    budget = [MAX_HOLDER_LEAVES]
     start = sys._getframe(1) if frame is CALLER else frame
     for here in sites.user_frames(start, limit=None):
         if len(found) >= len(wanted):
@@ -75,12 +76,11 @@ def user_holders(wanted: set[int], history: OutputHistory | None = None, *,
         namespace = here.f_locals if scope == "module" else None
         if namespace is None or id(namespace) not in modules:
             for name, value in _own(_python.frame_locals(here), namespace, history):
-                _name_leaves(value, Holder(name, *where), wanted, found, budget)
+                walk.name(value, Holder(name, *where))
         if namespace is None and id(here.f_globals) not in modules:
             for name, value in _own(list(here.f_globals.items()), here.f_globals,
                                     history):
-                _name_leaves(value, Holder(name, path, "module", 0, 0), wanted,
-                             found, budget)
+                walk.name(value, Holder(name, path, "module", 0, 0))
         modules.add(id(here.f_globals))
         if namespace is not None:
             modules.add(id(namespace))
@@ -88,12 +88,12 @@ def user_holders(wanted: set[int], history: OutputHistory | None = None, *,
         if id(history.namespace) not in modules:  # the program's globals, seen from no frame
             for name, value in _own(list(history.namespace.items()), history.namespace,
                                     history):
-                _name_leaves(value, Holder(name, "", "module", 0, 0), wanted, found, budget)
-        _history_holders(history, wanted, found, budget)
+                walk.name(value, Holder(name, "", "module", 0, 0))
+        _history_holders(history, walk)
     if namespace is not None and len(found) < len(wanted) and id(namespace) not in modules:
         path = str(namespace.get("__file__") or "")
         for name, value in _own(list(namespace.items()), namespace, history):
-            _name_leaves(value, Holder(name, path, "module", 0, 0), wanted, found, budget)
+            walk.name(value, Holder(name, path, "module", 0, 0))
     return found
 
 
@@ -105,8 +105,7 @@ def _own(items: list[tuple[str, Any]], namespace: Any, history: OutputHistory | 
     return [(name, value) for name, value in items if not history.shell_name(name)]
 
 
-def _history_holders(history: OutputHistory, wanted: set[int], found: dict[int, Holder],
-                     budget: list[int]) -> None:
+def _history_holders(history: OutputHistory, walk: _Walk) -> None:
     """Name the arrays that entries of the output history hold (``Out[3]``), each
     with the shell's other names for it (``_3``, ``_``)."""
     others: dict[int, list[str]] = {}
@@ -114,67 +113,95 @@ def _history_holders(history: OutputHistory, wanted: set[int], found: dict[int, 
         if value is not history.outputs and history.shell_name(name):
             others.setdefault(id(value), []).append(name)
     for number, value in list(history.outputs.items()):
-        if len(found) >= len(wanted):
+        if len(walk.found) >= len(walk.wanted):
             return
         aliases = sorted(others.get(id(value), ()), key=lambda n: (not n[1:].isdigit(), n))
-        _name_leaves(value, Holder(f"{history.name}[{number}]", "", OUTPUT_HISTORY, 0, 0,
-                                   tuple(aliases)), wanted, found, budget)
+        walk.name(value, Holder(f"{history.name}[{number}]", "", OUTPUT_HISTORY, 0, 0,
+                                tuple(aliases)))
 
 
-#: How deep :func:`_name_leaves` looks into the user's objects' attributes (a
+#: How deep :meth:`_Walk.name` looks into the user's objects' attributes (a
 #: framework's state nests one object per level) ...
 MAX_HOLDER_DEPTH = 12
 #: ... and into containers (a model's nested dicts of layers: an optimizer state's
 #: ``nu['layers'][1]['mlp']['layers'][0]['kernel'].value``)
 MAX_HOLDER_NESTING = 24
+#: Attributes looked at in one object
+MAX_ATTRIBUTES = 256
 
 
-def _name_leaves(value: Any, holder: Holder, wanted: set[int], found: dict[int, Holder],
-                 budget: list[int], depth: int = 0, nesting: int = 0) -> None:
-    """Name ``holder`` for the wanted arrays ``value`` holds: in lists, tuples
-    (named ones too), dicts and sets, and in the attributes of the user's
-    objects (their ``__dict__``, a few levels deep; the first level named, as
-    ``state.params``). Runs no code of the program's: no pytree flattening
-    (a framework's flatten can change what it caches: Flax NNX's graphs),
-    no property, no ``__getattr__``, no overridden container method."""
-    if isinstance(value, jax.Array):
-        if id(value) in wanted:
-            found.setdefault(id(value), holder)
-        return
-    if budget[0] <= 0 or depth > MAX_HOLDER_DEPTH or nesting > MAX_HOLDER_NESTING or isinstance(
-            value, (str, bytes, int, float, complex, types.ModuleType, types.FunctionType,
-                    type, np.ndarray)):
-        return
-    if isinstance(value, dict):
-        items = list(dict.values(value))
-    elif isinstance(value, list):
-        items = list(list.__iter__(value))
-    elif isinstance(value, tuple):
-        items = list(tuple.__iter__(value))
-    elif isinstance(value, (set, frozenset)):
-        items = list(frozenset.__iter__(value) if isinstance(value, frozenset)
-                     else set.__iter__(value))
-    elif type(value).__module__.partition(".")[0] == "memscope":
-        return  # memscope's own objects (a jit stand-in): what they hold is not the user's
-    else:
+class _Walk:
+    """One naming of holders: the wanted ids, what was found, the values left to
+    look at (:data:`MAX_HOLDER_LEAVES`), and the containers and objects walked
+    already.
+
+    Each is walked once, by the first path that reaches it (which names what
+    it holds, as a later path would not): the user's objects point at each
+    other (an ``argparse`` parser's groups and actions do, at every level),
+    and walked along every path they cost millions of visits per sample
+    (docs/performance.md)."""
+
+    def __init__(self, wanted: set[int]) -> None:
+        self.wanted = wanted
+        self.found: dict[int, Holder] = {}
+        self.budget = MAX_HOLDER_LEAVES
+        self._seen: set[int] = set()
+
+    def name(self, value: Any, holder: Holder, depth: int = 0, nesting: int = 0) -> None:
+        """Name ``holder`` for the wanted arrays ``value`` holds: in lists, tuples
+        (named ones too), dicts and sets, and in the attributes of the user's
+        objects (their ``__dict__``, a few levels deep; the first level named, as
+        ``state.params``). Runs no code of the program's: no pytree flattening
+        (a framework's flatten can change what it caches: Flax NNX's graphs),
+        no property, no ``__getattr__``, no overridden container method."""
+        if isinstance(value, jax.Array):
+            if id(value) in self.wanted:
+                self.found.setdefault(id(value), holder)
+            return
+        if (self.budget <= 0 or depth > MAX_HOLDER_DEPTH or nesting > MAX_HOLDER_NESTING
+                or isinstance(value, _NOT_WALKED)):
+            return
+        if id(value) in self._seen:
+            return
+        self._seen.add(id(value))
+        if isinstance(value, dict):
+            items = list(dict.values(value))
+        elif isinstance(value, list):
+            items = list(list.__iter__(value))
+        elif isinstance(value, tuple):
+            items = list(tuple.__iter__(value))
+        elif isinstance(value, (set, frozenset)):
+            items = list(frozenset.__iter__(value) if isinstance(value, frozenset)
+                         else set.__iter__(value))
+        elif type(value).__module__.partition(".")[0] == "memscope":
+            return  # memscope's own objects (a jit stand-in): what they hold is not the user's
+        else:
+            self._attributes(value, holder, depth, nesting)
+            return
+        if len(items) > self.budget:
+            return  # a long list of plain values (a dataset of floats): not walked
+        self.budget -= len(items)
+        for item in items:
+            self.name(item, holder, depth, nesting + 1)
+
+    def _attributes(self, value: Any, holder: Holder, depth: int, nesting: int) -> None:
         try:
             attrs = object.__getattribute__(value, "__dict__")
         except AttributeError:  # none: its slots only
             attrs = {}
         if not isinstance(attrs, dict):
             return
-        budget[0] -= 1
-        for name, attr in [*dict.items(attrs), *_slot_values(value)][:256]:
+        named = [*dict.items(attrs), *_slot_values(value)][:MAX_ATTRIBUTES]
+        self.budget -= 1 + len(named)
+        for name, attr in named:
             # the top level's own attributes named (``state.params``), not its private ones
-            named = (Holder(f"{holder.name}.{name}", *holder[1:])
+            inner = (Holder(f"{holder.name}.{name}", *holder[1:])
                      if depth == nesting == 0 and not name.startswith("_") else holder)
-            _name_leaves(attr, named, wanted, found, budget, depth + 1, nesting + 1)
-        return
-    if len(items) > budget[0]:
-        return  # a long list of plain values (a dataset of floats): not walked
-    budget[0] -= len(items)
-    for item in items:
-        _name_leaves(item, holder, wanted, found, budget, depth, nesting + 1)
+            self.name(attr, inner, depth + 1, nesting + 1)
+
+
+_NOT_WALKED = (str, bytes, int, float, complex, types.ModuleType, types.FunctionType, type,
+               np.ndarray)
 
 
 def _slot_values(value: Any) -> list[tuple[str, Any]]:
@@ -182,12 +209,29 @@ def _slot_values(value: Any) -> list[tuple[str, Any]]:
     ``_raw_value``), read through the slots' own descriptors (no code of the
     program's: a property of the same name is not called)."""
     found = []
-    for cls in type(value).__mro__:
-        for name, slot in vars(cls).items():  # a slot is a member descriptor of its class
-            if isinstance(slot, types.MemberDescriptorType):
-                with contextlib.suppress(AttributeError):  # an empty slot
-                    found.append((name, slot.__get__(value, cls)))
+    for name, slot, cls in _slots(type(value)):
+        with contextlib.suppress(AttributeError):  # an empty slot
+            found.append((name, slot.__get__(value, cls)))
     return found
+
+
+def _slots(kind: type) -> tuple[tuple[str, Any, type], ...]:
+    """The slots of the class ``kind`` and its bases (a slot is a member
+    descriptor of its class), kept while the class lives (weakly: a class of
+    the program's may hold arrays)."""
+    try:
+        return _SLOTS[kind]
+    except (KeyError, TypeError):
+        pass
+    found = tuple((name, slot, cls) for cls in kind.__mro__ for name, slot in vars(cls).items()
+                  if isinstance(slot, types.MemberDescriptorType))
+    with contextlib.suppress(TypeError):  # a class that takes no weak reference
+        _SLOTS[kind] = found
+    return found
+
+
+_SLOTS: weakref.WeakKeyDictionary[type, tuple[tuple[str, Any, type], ...]] = (
+    weakref.WeakKeyDictionary())
 
 
 def main_globals() -> dict[str, Any] | None:

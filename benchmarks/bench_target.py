@@ -1,18 +1,18 @@
-"""What ``--target`` costs a real-sized training run, and where the time goes.
+"""What ``--target`` costs a program, beside JAX's own compile of its step.
 
-Runs benchmarks/_train.py (the bundled transformer with optax Adam) plainly, under
-``memscope run`` and under ``memscope run --target SPEC`` for each target given,
-interleaved, in one invocation, and prints per command the median wall time and
-its ratio to python, and from the report: memscope's analysis seconds (its
-worker, beside the program), how long the report waited once the program had
-ended, the XLA compiles for the target and their seconds (each with XLA's dump
-of it), those read from memscope's compile cache instead, and the donation variants
-compiled. Each run starts with the cache empty (:mod:`_cache`: a hit is a
-compile the run asked for twice), but the rows "again, cache kept": a run
-again, with the cache an earlier run of the same command left.
+Runs benchmarks/short/scanned_lm.py (a small language model, layers run by
+``lax.scan``, optax Adam, two steps: compile-bound) plainly; JAX's own
+deviceless compile of its step for each target given (benchmarks/_direct_compile.py:
+``step.trace(...).lower(...).compile()``, the seconds of that call); and
+``memscope run --target SPEC`` with memscope's compile cache empty (a first
+run) and kept from an earlier run (a run again); interleaved, in one
+invocation. Prints per command the median wall time and its ratio to python,
+and from the report: memscope's analysis seconds, how long the report waited
+once the program had ended, the XLA compiles for the target and their seconds,
+those read from the cache instead, and the donation variants compiled. The
+last lines hold a first run to python plus 1.5 times the direct compile.
 
-    python benchmarks/bench_target.py --target tpu:v5p:2x2x1     # needs libtpu
-    python benchmarks/bench_target.py --target gpu:h100          # needs the CUDA plugin
+    python benchmarks/bench_target.py --target tpu:v5e:2x2 --target gpu:h100 --repeat 3
 
 No figure here is asserted by the test suite.
 """
@@ -55,26 +55,34 @@ def measure(command: list[str], report: str | None, cache: str | None = None) ->
     return run
 
 
+def direct(spec: str, shape: list[str]) -> float:
+    """Seconds of JAX's own compile of the step for ``spec`` (a process of its own)."""
+    done = subprocess.run([sys.executable, str(HERE / "_direct_compile.py"), spec, *shape],
+                          capture_output=True, text=True, env=first_run_env())
+    if done.returncode != 0:
+        raise SystemExit(f"failed: JAX's compile for {spec}\n{done.stderr[-2000:]}")
+    return float(json.loads(done.stdout.splitlines()[-1])["compile_s"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", action="append", required=True, help="SPEC, repeatable")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
     a = parser.parse_args()
-    shape = ["--steps", str(a.steps), "--layers", str(a.layers), "--width", str(a.width)]
+    shape = ["--layers", str(a.layers), "--width", str(a.width)]
     memscope_cmd = [sys.executable, "-m", "memscope"]  # this Python's, whatever is on PATH
-    train = str(HERE / "_train.py")
+    program = [str(HERE / "short" / "scanned_lm.py"), *shape, "--steps", str(a.steps)]
     with tempfile.TemporaryDirectory() as folder:
-        todo: dict[str, tuple[list[str], str | None]] = {"python": ([sys.executable, train,
-                                                                     *shape], None)}
-        plain = os.path.join(folder, "plain.json")
-        todo["memscope run"] = ([*memscope_cmd, "run", "-q", "-o", plain, train, *shape], plain)
+        todo: dict[str, tuple[list[str], str | None]] = {"python": ([sys.executable, *program],
+                                                                     None)}
         caches: dict[str, str] = {}
         for i, spec in enumerate(a.target):
             out = os.path.join(folder, f"t{i}.json")
-            command = [*memscope_cmd, "run", "-q", "--target", spec, "-o", out, train, *shape]
+            command = [*memscope_cmd, "run", "-q", "--target", spec, "-o", out, *program]
+            todo[f"JAX's compile of the step for {spec}"] = ([spec], None)
             todo[f"memscope run --target {spec}"] = (command, out)
             # A run again: the cache a first run left (made once, untimed).
             again = f"  again, cache kept (--target {spec})"
@@ -83,24 +91,32 @@ def main() -> None:
         runs: dict[str, list[dict]] = {name: [] for name in todo}
         for _ in range(a.repeat):  # interleaved, so drift hits every command alike
             for name, (command, report) in todo.items():
-                runs[name].append(measure(command, report, caches.get(name)))
-    base = statistics.median(r["wall_s"] for r in runs["python"])
-    print(f"training: {' '.join(shape)}; {a.repeat} runs each, interleaved; "
-          f"{os.cpu_count()} cores")
-    print(f"{'command':<44} {'wall s':>7} {'ratio':>6} {'analysis s':>10} "
+                if name.startswith("JAX's compile"):
+                    runs[name].append({"wall_s": direct(command[0], shape)})
+                else:
+                    runs[name].append(measure(command, report, caches.get(name)))
+    medians = {name: statistics.median(r["wall_s"] for r in rs) for name, rs in runs.items()}
+    base = medians["python"]
+    print(f"scanned_lm.py {' '.join(shape)} --steps {a.steps}; {a.repeat} runs each, "
+          f"interleaved; {os.cpu_count()} cores")
+    print(f"{'command':<48} {'wall s':>7} {'ratio':>6} {'analysis s':>10} "
           f"{'after end s':>11} {'target compiles':>15} {'their s':>8} {'cached':>6} "
           f"{'variants':>8}")
     for name, rs in runs.items():
-        wall = statistics.median(r["wall_s"] for r in rs)
-
         def med(key: str, rs: list[dict] = rs) -> float:
             values = [r[key] for r in rs if key in r]
             return statistics.median(values) if values else float("nan")
 
-        print(f"{name:<44} {wall:>7.2f} {wall / base:>6.2f} {med('analysis_s'):>10.2f} "
-              f"{med('after_exit_s'):>11.2f} {med('target_compiles'):>15.0f} "
-              f"{med('target_compile_s'):>8.2f} {med('target_cache_hits'):>6.0f} "
-              f"{med('variant_compiles'):>8.0f}")
+        print(f"{name:<48} {medians[name]:>7.2f} {medians[name] / base:>6.2f} "
+              f"{med('analysis_s'):>10.2f} {med('after_exit_s'):>11.2f} "
+              f"{med('target_compiles'):>15.0f} {med('target_compile_s'):>8.2f} "
+              f"{med('target_cache_hits'):>6.0f} {med('variant_compiles'):>8.0f}")
+    for spec in a.target:
+        compile_s = medians[f"JAX's compile of the step for {spec}"]
+        first = medians[f"memscope run --target {spec}"]
+        print(f"--target {spec}: a first run {first:.2f} s = python + "
+              f"{(first - base) / compile_s:.2f} x JAX's compile ({compile_s:.2f} s); "
+              f"python + 1.5 x is {base + 1.5 * compile_s:.2f} s")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from memscope.capturing.deferred import capture_on_import
 from memscope.errors import EXIT_NOTHING_FITS, EXIT_TERMINATED, EXIT_USAGE, MemscopeError
 from memscope.program.ending import Guard
 from memscope.program.runner import RunResult, Script, run_script
+from memscope.progress import SILENT, Reporter
 from memscope.report import (
     Environment,
     FitPlan,
@@ -49,13 +50,14 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
                    deliver: Callable[[Report], None] | None = None,
                    remat_flops: float | None = None,
                    target: Target | None = None,
-                   stop_at_function: str | None = None
+                   stop_at_function: str | None = None,
+                   progress: Reporter = SILENT
                    ) -> Report:
     """Run ``script`` as ``__main__`` under :func:`capture` and report what it called.
 
     ``advise``, ``request``, ``stop_after``, ``remat_flops``, ``target`` (a
-    ``--target`` accelerator; ``None``: this machine) and ``stop_at_function``
-    are :func:`capture`'s.
+    ``--target`` accelerator; ``None``: this machine), ``stop_at_function`` and
+    ``progress`` are :func:`capture`'s.
     Never raises for the script: how it ended (and its exit code) is in ``report.run``, and
     whatever was captured before is reported. ``deliver`` (writing the report
     where the user asked) gets the report however the run ends: at its end,
@@ -71,7 +73,7 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
             return run_and_report(script, advise=advise, request=request,
                                   stop_after=stop_after, guard=own, deliver=deliver,
                                   remat_flops=remat_flops, target=target,
-                                  stop_at_function=stop_at_function)
+                                  stop_at_function=stop_at_function, progress=progress)
 
     def run_info(result: RunResult) -> RunInfo:
         return RunInfo(target=script.name, argv=script.args, outcome=result.outcome,
@@ -83,7 +85,7 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
         raise MemscopeError(unsupported)  # before the script runs
     with capture_on_import(advise=advise, request=request, stop_after=stop_after,
                            remat_flops=remat_flops, target=target,
-                           stop_at_function=stop_at_function) as pending:
+                           stop_at_function=stop_at_function, progress=progress) as pending:
         def terminated() -> None:
             pending.finish()
             report = _report(pending.session, run_info(RunResult(

@@ -332,9 +332,11 @@ def test_fit_for_the_target_is_confirmed_by_direct_compiles(tmp_path: Path) -> N
 
 def test_the_calls_own_compile_for_the_target_begins_at_the_call(monkeypatch) -> None:
     """With a target, the call's own program is compiled for it from the call on,
-    in the worker's compile threads beside JAX's compile of the call
+    in the worker's compile threads for targets beside JAX's compile of the call
     (memscope.variants.early), not after the call on the worker's thread; the
-    figures are those of the compile made after it."""
+    figures are those of the compile made after it. Those threads keep the
+    program's priority: the target's compiles are the run's answer, and at the
+    lowest a loaded machine starves them (Worker.compiler_for)."""
     from memscope.capturing import capture
     from memscope.capturing import session as session_module
 
@@ -345,7 +347,8 @@ def test_the_calls_own_compile_for_the_target_begins_at_the_call(monkeypatch) ->
         real = tpu.TpuTarget._compile
 
         def recording(self, lowered, options):
-            threads.append(threading.current_thread().name)
+            niceness = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            threads.append(f"{threading.current_thread().name} {niceness}")
             return real(self, lowered, options)
 
         with monkeypatch.context() as m:
@@ -361,8 +364,9 @@ def test_the_calls_own_compile_for_the_target_begins_at_the_call(monkeypatch) ->
     late, late_threads = facts(early=False)
     # The first compile is the call's own: in a compile thread, begun at the call;
     # else on the worker's own thread, once it reads the call.
-    assert re.fullmatch(r"memscope-worker-compile_\d+", early_threads[0])
-    assert late_threads[0] == "memscope-worker"
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert re.fullmatch(rf"memscope-worker-compile-target_\d+ {own}", early_threads[0])
+    assert late_threads[0] == f"memscope-worker {own}"
     assert early == late
 
 

@@ -19,6 +19,7 @@ from memscope.capturing.jit import MeasuredJit, is_jax_internal
 from memscope.capturing.session import Session
 from memscope.compiled.targets.base import Target
 from memscope.errors import MemscopeError
+from memscope.progress import SILENT, Reporter
 from memscope.variants.donation import VariantRequest
 
 _log = logging.getLogger("memscope")
@@ -32,8 +33,8 @@ unverified_jax_said = _versions.unverified_said
 def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | None = None,
             stop_after: int | None = None, keep_calls: bool = False,
             stop_at_repeat: bool | str = False, stop_at_function: str | None = None,
-            remat_flops: float | None = None, target: Target | None = None
-            ) -> Iterator[Session]:
+            remat_flops: float | None = None, target: Target | None = None,
+            progress: Reporter = SILENT) -> Iterator[Session]:
     """Record every function jitted inside the block when it is called there.
 
     A jit object made before the block is not recorded (JAX made it without
@@ -58,6 +59,8 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     function (an evaluation loop before the training loop does not stop it).
     ``stop_at_function`` ends it once the function of that name has run (and
     been compiled: ``memscope bisect --function``).
+    ``progress`` hears where the compiles the report waits for stand, while it
+    waits once the block's code has ended (:meth:`Session.wait`).
     ``keep_calls`` keeps each signature's call in shapes (:class:`KeptCall`),
     to compile it again (``memscope fit``). ``target`` (a
     :class:`memscope.compiled.targets.Target`; by default this machine) is what
@@ -86,6 +89,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
             session.clock.install()
         session.keep_calls, session.stop_at_repeat = keep_calls, stop_at_repeat
         session.stop_at_function = stop_at_function
+        session.progress = progress
 
         def uncaptured_pmap() -> None:
             session.uncaptured_pmaps += 1

@@ -36,6 +36,7 @@ from memscope.compiled.read import (
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError, TargetStopped
+from memscope.progress import SILENT, Reporter, Step
 from memscope.report import (
     Device,
     Environment,
@@ -95,6 +96,8 @@ class Session:
         #: end the target once the function of this name has run its first call
         #: (``memscope bisect --function NAME``: what it needs is compiled then)
         self.stop_at_function: str | None = None
+        #: hears where the compiles stand while :meth:`wait` waits for them
+        self.progress: Reporter = SILENT
         self._stop_hit = False
         self.calls = 0
         self._proxy = proxy
@@ -255,6 +258,14 @@ class Session:
                 return
         job()
 
+    def _report_progress(self) -> None:
+        """Tell :attr:`progress` what is compiling for the target now, if anything."""
+        now = self.target.progress()
+        if now.left:
+            names = ", ".join(what for what, _ in now.running) or "the next"
+            self.progress(Step(f"compiling {names} for {now.target}", now.done,
+                               now.done + now.left))
+
     def wait(self) -> None:
         """Wait for the deferred work: the program has ended, the report needs it.
 
@@ -265,13 +276,14 @@ class Session:
             return
         start = time.perf_counter()
         try:
-            self._waited = self.worker.wait() if self.worker.started else 0.0
+            self._waited = (self.worker.wait(tick=self._report_progress)
+                            if self.worker.started else 0.0)
             with self._lock:  # the program has ended: what had to wait for that
                 after_end, self._after_end = self._after_end, []
             for job in after_end:
                 self.worker.submit(job)
             if after_end:
-                self._waited += self.worker.wait()
+                self._waited += self.worker.wait(tick=self._report_progress)
         except KeyboardInterrupt:
             self._waited = time.perf_counter() - start
             with self._lock:  # after the cancel: no result is published any more

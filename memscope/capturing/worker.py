@@ -13,8 +13,9 @@ system runs others stalls the program's Python with it. The XLA compiles, which
 run outside the GIL, go to :attr:`Worker.compiler`, threads at the lowest
 priority the system gives (Linux schedules threads one by one, so the program's
 own threads keep theirs): on a 2-core machine a variant compile then takes the
-cores the program leaves idle. Once the program has ended, the compiles left
-run at the usual priority (see ``_compile`` in
+cores the program leaves idle (a ``--target`` run's compiles, which are its
+answer, at the program's priority: :meth:`Worker.compiler_for`). Once the
+program has ended, the compiles left run at the usual priority (see ``_compile`` in
 :mod:`memscope.variants.donations`). docs/performance.md says what was measured.
 """
 
@@ -62,6 +63,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._compiler: ThreadPoolExecutor | None = None
+        self._target_compiler: ThreadPoolExecutor | None = None
         self._started: list[threading.Thread] = []
         #: set by :meth:`cancel`: jobs not yet started are skipped
         self.cancelled = False
@@ -96,13 +98,34 @@ class Worker:
                     initializer=_lower_priority)
             return self._compiler
 
+    def compiler_for(self, runs_here: bool) -> ThreadPoolExecutor:
+        """The threads that compile for a target: :attr:`compiler` where the
+        programs also run here (the compiles yield the cores to the program);
+        for a ``--target``, threads at the program's own priority, one per core.
+
+        A ``--target`` run's answer is its compiles: at the lowest priority a
+        loaded machine starves them, and XLA's own compile threads, started by
+        them, inherit it (the scanned LM step of benchmarks/bench_target.py
+        beside two busy processes on 2 cores: 204 s at the lowest priority, 31 s
+        at the program's; on a quiet machine alike: docs/performance.md).
+        """
+        if runs_here:
+            return self.compiler
+        with self._idle:
+            if self._target_compiler is None:
+                self._target_compiler = ThreadPoolExecutor(
+                    max_workers=os.cpu_count() or 1,
+                    thread_name_prefix=f"{self._name}-compile-target")
+            return self._target_compiler
+
     @property
     def started(self) -> bool:
         """Whether any job was ever queued."""
         return bool(self._started)
 
-    def wait(self) -> float:
-        """Block until every queued job has run; the seconds it waited.
+    def wait(self, tick: Callable[[], None] | None = None) -> float:
+        """Block until every queued job has run; the seconds it waited. ``tick``
+        is called every tenth of a second meanwhile (progress; it must not raise).
 
         Raises:
             KeyboardInterrupt: as the waiting thread received it; the jobs not
@@ -114,9 +137,14 @@ class Worker:
             self.cancel()
             return 0.0
         try:
-            with self._idle:
-                while self._pending:
+            while True:
+                with self._idle:
+                    if not self._pending:
+                        break
                     self._idle.wait(0.1)  # in steps, so Ctrl-C is seen
+                    busy = bool(self._pending)
+                if tick is not None and busy:  # (not holding the jobs' lock)
+                    tick()
         except BaseException:
             self.cancel()
             raise
@@ -130,11 +158,12 @@ class Worker:
         """End the thread once the queued jobs are done (or skipped, if cancelled)."""
         with self._idle:
             thread, self._thread = self._thread, None
-            compiler, self._compiler = self._compiler, None
+            pools = [p for p in (self._compiler, self._target_compiler) if p is not None]
+            self._compiler = self._target_compiler = None
         if thread is not None:
             self._jobs.put(None)
-        if compiler is not None:
-            compiler.shutdown(wait=False)  # its threads end once their compiles do
+        for pool in pools:
+            pool.shutdown(wait=False)  # its threads end once their compiles do
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the threads this worker started to end (after :meth:`close`)."""

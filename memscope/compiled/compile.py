@@ -18,7 +18,7 @@ from memscope.compiled.targets.here import HereTarget
 
 def compile_to_read(target: Target, traced: Any, lowered: Any, *, sizes: bool = False,
                     options: dict[str, Any] | None = None, cache: CompileCache | None = None,
-                    counted: bool = True) -> Built | Kept:
+                    counted: bool = True, what: str | None = None) -> Built | Kept:
     """``lowered`` (``traced`` lowered by ``target.lower``) compiled for
     ``target`` to be read: with the target's XLA options for a compile that
     only reads (:meth:`~memscope.compiled.targets.Target.options`; ``sizes``:
@@ -29,11 +29,20 @@ def compile_to_read(target: Target, traced: Any, lowered: Any, *, sizes: bool = 
     where ``counted``); else the compile, kept there where its pieces read
     back as it (:func:`reads_back`) and returned as kept, so that a compile's
     figures come from the same bytes whether made now or read in a run again.
-    Nothing of the compile is kept in JAX's caches.
+    Nothing of the compile is kept in JAX's caches. While it runs the target
+    counts it as compiling ``what`` (by default the function's name:
+    :meth:`~memscope.compiled.targets.Target.progress`).
 
     Raises:
         Exception: what the target's compiler raises.
     """
+    with target.compiling(what or _function_name(traced)):
+        return _compile_to_read(target, traced, lowered, sizes, options, cache, counted)
+
+
+def _compile_to_read(target: Target, traced: Any, lowered: Any, sizes: bool,
+                     options: dict[str, Any] | None, cache: CompileCache | None,
+                     counted: bool) -> Built | Kept:
     asked = target.options(lowered, sizes=sizes) if options is None else options
     key = None if cache is None else cache.key(lowered, asked, target.identity)
     if cache is not None and key is not None:
@@ -48,6 +57,14 @@ def compile_to_read(target: Target, traced: Any, lowered: Any, *, sizes: bool = 
     if kept is None or not reads_back(traced, lowered, built, kept) or not cache.store(key, kept):
         return built
     return kept
+
+
+def _function_name(traced: Any) -> str:
+    """The traced function's name (``jax.stages.Traced.fun_name``), else "a program"."""
+    try:
+        return str(traced.fun_name)
+    except Exception:  # none given (XLA's dump of a lowering), or not a Traced
+        return "a program"
 
 
 def reads_back(traced: Any, lowered: Any, built: Built, kept: Kept) -> bool:

@@ -32,25 +32,30 @@ class LoweredVariant:
 
     traced: Any
     lowered: Any
+    #: what it is, as progress says it: ``train_step as written``
+    what: str | None = None
 
     @classmethod
-    def of(cls, traced: Any, lowered: Any) -> LoweredVariant:
+    def of(cls, traced: Any, lowered: Any, what: str | None = None) -> LoweredVariant:
         """``traced`` and its ``lowered`` program as kept for the compile and the
         read: holding none of the program's arrays (the constants it closes
         over), whose types alone are compiled."""
-        return cls(_compat.reading_view(traced), _compat.without_const_args(lowered))
+        return cls(_compat.reading_view(traced), _compat.without_const_args(lowered), what)
 
 
-def lower_variant(traced: Any, donated: Sequence[bool], target: Target) -> LoweredVariant:
+def lower_variant(traced: Any, donated: Sequence[bool], target: Target,
+                  what: str = "with another donation") -> LoweredVariant:
     """Lower ``traced`` (a call's ``jax.stages.Traced``) for ``target`` as if it
     donated the flat leaves in ``donated``.
 
     The jaxpr is JAX's cached trace of the call: the function is not traced
     again. JAX's donation warnings for the variant are raised here, as usual;
-    the caller decides what to do with them.
+    the caller decides what to do with them. ``what`` says which donation it
+    is, after the function's name, where progress is shown.
     """
     variant = _compat.with_donation(traced, tuple(donated))
-    return LoweredVariant.of(variant, target.lower(variant))
+    return LoweredVariant.of(variant, target.lower(variant),
+                             f"{traced.fun_name} {what}")
 
 
 def compile_variants(variants: Sequence[LoweredVariant], target: Target, *,
@@ -77,6 +82,7 @@ def compile_variants(variants: Sequence[LoweredVariant], target: Target, *,
     def read_one(v: LoweredVariant, compiled: Any) -> CompiledFacts | Exception:
         return read_compiled(v, compiled, target, shardings)
 
+    target.expect(len(variants))
     workers = min(len(variants), workers or os.cpu_count() or 1)
     if pool is None and workers <= 1:
         return [read_one(v, compile_one(v)) for v in variants]
@@ -109,7 +115,8 @@ def compile_lowered(v: LoweredVariant, target: Target, settings: _compat.ConfigS
     a hit ``counted`` as a variant's); its exception where it fails."""
     try:
         with _compat.applied_config(settings):
-            return compile_to_read(target, v.traced, v.lowered, cache=cache, counted=counted)
+            return compile_to_read(target, v.traced, v.lowered, cache=cache, counted=counted,
+                                   what=v.what)
     except Exception as e:  # reported with the variant; the program is unaffected
         return e
 

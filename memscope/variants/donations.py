@@ -107,6 +107,7 @@ class Worker(Protocol):
     def draining(self) -> bool: ...
     @property
     def compiler(self) -> Executor: ...
+    def compiler_for(self, runs_here: bool) -> Executor: ...
 
 
 class Begun(Protocol):
@@ -195,13 +196,15 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: TracedSource,
 
 def _compiled(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
              shardings: list[Any], host: Host) -> list[VariantFacts]:
-    """Compile the lowered variants: one at a time at the lowest priority while
-    the program runs; side by side at the usual priority once it has ended and
-    the report waits for them."""
+    """Compile the lowered variants: one at a time while the program runs (at
+    the lowest priority where it runs here: :meth:`Worker.compiler_for`); side
+    by side at the usual priority once it has ended and the report waits for
+    them."""
     ended = host.worker.draining
     results = compile_variants([lowered for _, lowered in pending], host.target,
                                shardings=shardings, workers=None if ended else 1,
-                               pool=None if ended else host.worker.compiler,
+                               pool=None if ended else host.worker.compiler_for(
+                                   host.target.runs_here),
                                settings=_compat.config_snapshot(), cache=host.cache)
     return [_recorded(call, ready, result)
             for (ready, _), result in zip(pending, results, strict=True)]

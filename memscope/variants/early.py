@@ -186,10 +186,12 @@ def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
                 return
             with (host.recording_warnings(emit=False) as warnings,
                   _compat.applied_config(settings)):
-                lowered = lower_variant(traced, early.mask, host.target)
+                lowered = lower_variant(traced, early.mask, host.target,
+                                        "with the advised donation")
         early.lowered, early.warnings = lowered, tuple(warnings)
-        early.compile = host.worker.compiler.submit(_unless_cancelled, host, early, lowered,
-                                                    settings)
+        pool = host.worker.compiler_for(host.target.runs_here)
+        host.target.expect()
+        early.compile = pool.submit(_unless_cancelled, host, early, lowered, settings)
     except Exception:  # the advised variant is then compiled as usual
         early.lowered, early.compile = None, None
     finally:
@@ -202,15 +204,17 @@ def _start_own(early: EarlyVariant, traced: Any, host: Host,
     begun at once (the reading takes it: :meth:`EarlyVariant.take_own`). An
     accelerator's compile holds no device memory of the program's, and XLA's
     compile of the call here and the target's run side by side, the target's
-    at the lowest priority; where this fails, the reading compiles it."""
+    at the program's priority (:meth:`Worker.compiler_for`); where this fails,
+    the reading compiles it."""
     if host.target.runs_here:
         return
     try:
         with host.recording_warnings(emit=False), _compat.applied_config(settings):
             lowered = host.target.lower(traced)
-        own = LoweredVariant.of(traced, lowered)
-        early.own = host.worker.compiler.submit(compile_lowered, own, host.target, settings,
-                                                host.cache, counted=False)
+        own = LoweredVariant.of(traced, lowered, f"{traced.fun_name} as written")
+        host.target.expect()
+        early.own = host.worker.compiler_for(False).submit(
+            compile_lowered, own, host.target, settings, host.cache, counted=False)
         early.own_lowered = own
     except Exception:
         early.own, early.own_lowered = None, None

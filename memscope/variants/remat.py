@@ -560,7 +560,7 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
                 return thunk()
         if host.worker.draining:
             return run()
-        return host.worker.compiler.submit(run).result()
+        return host.worker.compiler_for(host.target.runs_here).submit(run).result()
 
     try:
         # JAX's lowering warnings for programs the user never runs are not the user's.

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import os
 import re
 import sys
@@ -129,6 +130,23 @@ def stderr_to_nowhere() -> Iterator[None]:
         os.close(saved)
 
 
+@dataclasses.dataclass(frozen=True)
+class CompileProgress:
+    """The compiles for one target at one moment (:meth:`Target.progress`)."""
+
+    target: str
+    #: compiles ended (made, or read from memscope's cache)
+    done: int
+    #: what is compiling now, and for how many seconds so far
+    running: tuple[tuple[str, float], ...]
+    #: compiles asked for and not begun
+    waiting: int
+
+    @property
+    def left(self) -> int:
+        return len(self.running) + self.waiting
+
+
 class Target:
     """Where the captured programs are compiled: this machine, or an
     accelerator that is not here, compiled for and nothing run on.
@@ -155,6 +173,39 @@ class Target:
         #: compiles read from memscope's cache instead
         self.cache_hits = 0
         self._count = threading.Lock()
+        #: what is compiling for the target now (:meth:`compiling`), and since when
+        self._running: dict[int, tuple[str, float]] = {}
+        self._waiting = 0
+        self._finished = 0
+        self._tokens = itertools.count()
+
+    def expect(self, count: int = 1) -> None:
+        """Note ``count`` compiles asked for and not begun (queued behind others)."""
+        with self._count:
+            self._waiting += count
+
+    @contextlib.contextmanager
+    def compiling(self, what: str) -> Iterator[None]:
+        """Count ``what`` (``train_step as written``) as compiling for the target
+        while the block runs, made or read from the cache; one compile
+        :meth:`expect` asked for has begun."""
+        with self._count:
+            token = next(self._tokens)
+            self._running[token] = (what, time.monotonic())
+            self._waiting = max(self._waiting - 1, 0)
+        try:
+            yield
+        finally:
+            with self._count:
+                del self._running[token]
+                self._finished += 1
+
+    def progress(self) -> CompileProgress:
+        """What the target's compiles have come to, now."""
+        now = time.monotonic()
+        with self._count:
+            running = tuple((what, now - since) for what, since in self._running.values())
+            return CompileProgress(self.name, self._finished, running, self._waiting)
 
     @property
     def devices(self) -> dict[int, Any]:

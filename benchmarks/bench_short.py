@@ -4,7 +4,8 @@ training steps.
 
 Runs each program of ``benchmarks/short/`` (written for this benchmark, a few
 seconds each: an MLP with optax, DP-SGD with per-example gradients, a Flax NNX
-CNN, an Equinox MLP, a short transformer LM run) plainly and under ``memscope
+CNN, an Equinox MLP, a short transformer LM run, a scanned LM's two steps: the
+step bench_target.py compiles for targets) plainly and under ``memscope
 run`` with its default options, interleaved, in one invocation: a first run
 (memscope's cache of its variants' compiles empty, a new one for each run: what
 a program run for the first time costs) and a run again (the cache holding the

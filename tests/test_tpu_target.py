@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -426,3 +427,54 @@ def test_fit_for_a_chip_answers_the_largest_batch_its_compiler_builds(tmp_path: 
     if found["confirmed"]:  # else the output says the next size up was not compiled
         with pytest.raises(Exception, match="RESOURCE_EXHAUSTED"):
             compile_at(largest + step)
+
+
+def _in_a_terminal(command: list[str], env: dict[str, str]) -> str:
+    """What ``command`` wrote to a real pseudo-terminal (its stdout and stderr)."""
+    import pty
+    import select
+
+    primary, secondary = pty.openpty()
+    child = subprocess.Popen(command, stdin=secondary, stdout=secondary, stderr=secondary,
+                             env=env)
+    os.close(secondary)
+    written = b""
+    while True:
+        ready, _, _ = select.select([primary], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the child has closed the terminal
+                break
+            if not chunk:
+                break
+            written += chunk
+        elif child.poll() is not None:
+            break
+    child.wait(timeout=300)
+    os.close(primary)
+    return written.decode("utf-8", "replace")
+
+
+def test_a_first_run_shows_its_compiles_on_a_terminal_and_nothing_with_q(tmp_path) -> None:
+    """A --target run waits for its compiles once the program has ended; in a
+    terminal it says what is compiling, for which target, how far and how long
+    (on stderr, erased before the report); with -q only the program's output
+    is written. The step's compile for the TPU takes seconds, the program's
+    end one step later (a new cache each run: the compiles are made)."""
+    program = [str(Path(__file__).resolve().parent.parent / "benchmarks" / "short" /
+                   "scanned_lm.py"), "--steps", "1"]
+
+    def env() -> dict[str, str]:
+        cache = tempfile.mkdtemp(dir=tmp_path)
+        return {**os.environ, "MEMSCOPE_CACHE_DIR": cache, "COLUMNS": "120"}
+
+    shown = _in_a_terminal([sys.executable, "-m", "memscope", "run", "--target",
+                            "tpu:v5e:2x2", *program], env())
+    assert re.search(r"memscope: compiling step (as written|with the advised donation)"
+                     r"(, step with the advised donation)? for tpu:v5e:2x2 "
+                     r"\([01] of 2 done, \d+ s\)", shown), shown[-2000:]
+    assert "memscope report" in shown.split("memscope: compiling")[-1]  # after it
+    quiet = _in_a_terminal([sys.executable, "-m", "memscope", "run", "-q", "--target",
+                            "tpu:v5e:2x2", *program], env())
+    assert re.fullmatch(r"loss \d+\.\d+\r?\n", quiet), quiet  # the program's line only

@@ -34,6 +34,7 @@ from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
 from memscope.flow import run_and_report
 from memscope.program.ending import Guard
 from memscope.program.runner import Script, check_script
+from memscope.render.progress import terminal_progress
 from memscope.report import Report, save_report
 from memscope.report.leaves import LeafFilter
 
@@ -104,7 +105,10 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     which = leaf_filter(leaves, path_pattern, fate)
     chips = open_target(target_spec)
 
+    progress = ctx.with_resource(terminal_progress(quiet))
+
     def deliver(report: Report) -> None:
+        progress.end()  # the compiles' line goes before the report is written
         if paths["output"] is not None:
             save_report(report, paths["output"])
         if paths["html"] is not None:
@@ -121,7 +125,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     report = run_and_report(what, advise=level, stop_after=stop_after, guard=guard,
                             deliver=deliver,
                             remat_flops=remat_at,
-                            target=chips)
+                            target=chips, progress=progress)
     assert report.run is not None
     if not report.functions:
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")

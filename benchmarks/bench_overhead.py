@@ -5,6 +5,10 @@ Runs a sample program plainly (``python SCRIPT``) and under ``memscope run``
 ratios to the plain run: medians of wall time, and the largest RSS of each.
 
     python benchmarks/bench_overhead.py --steps 200 --repeat 5
+    python benchmarks/bench_overhead.py --program benchmarks/mnist_like.py --repeat 3
+
+``--program`` runs another program, with no arguments (benchmarks/mnist_like.py:
+JAX's MNIST example's way of training, thousands of small calls).
 
 No figure here is asserted by the test suite; tests/test_benchmarks.py only
 checks that the runner works.
@@ -43,14 +47,18 @@ def main() -> None:
     parser.add_argument("--sample", default="forgot_to_donate.py")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--program", help="a program to run instead of --sample (no arguments)")
     args = parser.parse_args()
-    script = str(ROOT / "sample_programs" / args.sample)
+    if args.program:
+        script, given, title = str(Path(args.program).resolve()), [], Path(args.program).name
+    else:
+        script = str(ROOT / "sample_programs" / args.sample)
+        given, title = ["--steps", str(args.steps)], f"{args.sample}, {args.steps} steps"
     memscope = shutil.which("memscope") or str(Path(sys.executable).with_name("memscope"))
     variants = {
-        "python": [sys.executable, script, "--steps", str(args.steps)],
-        "memscope run --no-advice": [memscope, "run", "-q", "--no-advice", script,
-                                     "--steps", str(args.steps)],
-        "memscope run": [memscope, "run", "-q", script, "--steps", str(args.steps)],
+        "python": [sys.executable, script, *given],
+        "memscope run --no-advice": [memscope, "run", "-q", "--no-advice", script, *given],
+        "memscope run": [memscope, "run", "-q", script, *given],
     }
     results: dict[str, list[tuple[float, int]]] = {name: [] for name in variants}
     for _ in range(args.repeat):  # interleaved, so drift hits every variant alike
@@ -58,7 +66,7 @@ def main() -> None:
             results[name].append(measure(command))
     base_time = statistics.median(t for t, _ in results["python"])
     base_rss = max(r for _, r in results["python"])
-    print(f"{args.sample}, {args.steps} steps, {args.repeat} runs each, interleaved")
+    print(f"{title}, {args.repeat} runs each, interleaved")
     print(f"{'command':<26} {'median s':>9} {'time ratio':>11} {'peak RSS MiB':>13} "
           f"{'RSS ratio':>10}")
     for name, runs in results.items():

@@ -47,9 +47,11 @@ def environments(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("environments")
 
 
-def _memscope(*args: str, environments: Path, cwd: Path = ROOT
+def _memscope(*args: str, environments: Path, cwd: Path = ROOT, temp: Path | None = None
               ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "120", "MEMSCOPE_ENVIRONMENTS_DIR": str(environments)}
+    if temp is not None:
+        env["TMPDIR"] = str(temp)
     return subprocess.run([MEMSCOPE, "bisect", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
 
@@ -76,9 +78,16 @@ def _truth(release: str, folder: Path) -> dict[str, int]:
 def bisected(environments, tmp_path_factory):
     folder = tmp_path_factory.mktemp("bisect")
     out = folder / "b.json"
+    temp = folder / "temp"
+    temp.mkdir()
     run = _memscope("--jax", "0.10.1..0.10.2", "-o", str(out),
-                    "tests/programs/bisect_transformer.py", environments=environments)
+                    "tests/programs/bisect_transformer.py", environments=environments,
+                    temp=temp)
     assert run.returncode == 0, run.stderr[-3000:]
+    # each run's report and log are kept, memscope's copy of itself is not
+    (work,) = temp.glob("memscope-bisect-*")
+    assert {"0.10.1.log", "0.10.2.log"} <= {p.name for p in work.glob("*.log")}
+    assert not (work / "memscope-code").exists()
     return run, json.loads(out.read_text()), folder
 
 

@@ -409,6 +409,8 @@ def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None
                 item.passes = runner.passes(move, item.name)
     except KeyboardInterrupt:
         interrupted = True
+    finally:  # the runs' reports and logs stay; memscope's copy (2 MB a bisect) goes
+        shutil.rmtree(runner.snapshot, ignore_errors=True)
     return Result(request, chosen, found, explained, runner.built, runner.reused,
                   time.monotonic() - start, _versions.installed("jax"), str(folder),
                   unsupported, interrupted)

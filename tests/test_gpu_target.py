@@ -20,6 +20,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -652,3 +653,68 @@ def test_the_targets_compile_takes_the_rooms_limit_as_xla_gpu_does(fraction: str
         assert got["ours"] < got["unlimited"]  # XLA:GPU rematerialized it to fit
         assert got["limit"] == [got["room"], got["ours"], got["unlimited"]]
 
+
+SUM_STEP = """import jax
+import jax.numpy as jnp
+
+WIDTH = 1024
+
+
+@jax.jit
+def step(w, x):
+    return w * 0.9 + jnp.mean(x, axis=0), jnp.sum(x * x)
+
+
+if __name__ == "__main__":
+    w = jnp.ones((WIDTH,))
+    for i in range(2):
+        w = step(w, jnp.full((256, WIDTH), float(i)))[0]
+"""
+
+
+@needs_cuda
+@pytest.mark.parametrize("settings", [{}, {"XLA_CLIENT_MEM_FRACTION": "0.9"}],
+                         ids=["default", "fraction 0.9"])
+def test_fit_without_memory_searches_the_room_and_says_its_rule(
+        settings: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fit --target gpu:h100`` with no ``--memory``: the budget is the room JAX's
+    allocator gives a program under these settings (the fraction the installed
+    jaxlib hands the plugin, 75% where none: XLA's default, JAX's docs, of the
+    device's memory, as the plugin's 32-bit float), said with its rule; each size
+    compiled fits exactly where its peak is within it."""
+    from jaxlib import xla_client
+
+    from memscope.report.units import format_bytes
+
+    for name in ALLOCATOR_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    fraction = xla_client.generate_pjrt_gpu_plugin_options().get("memory_fraction", 0.75)
+    total = parse_spec("gpu:h100").model.memory_bytes
+    room = int(total * _float32(fraction))
+    series = ".".join(_compat.JAX_VERSION.split(".")[:2])
+    rule = (f"75% of 79.1 GiB, JAX {series}'s default; XLA_CLIENT_MEM_FRACTION sets another"
+            if not settings else "90% of 79.1 GiB, as XLA_CLIENT_MEM_FRACTION=0.9 sets")
+    (tmp_path / "sum_step.py").write_text(SUM_STEP)
+    done = _memscope("fit", "--target", "gpu:h100", "sum_step.py", cwd=tmp_path,
+                     settings=settings)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "memscope fit: step (sum_step.py:8)"
+    answer = re.fullmatch(
+        re.escape(f"Largest batch that fits {format_bytes(room)} (the room on gpu:h100:1: "
+                  f"{rule}): ") + r"(\d+) \(compiled: \1 -> .+, (\d+) -> .+; budget .+\)",
+        lines[1])
+    assert answer is not None, lines[1]
+    assert lines[2] == ("batch axis: x, axis 0 (inferred: the leading axis of the arguments "
+                        "that are not state; state, returned by the step: w); now 256, step 1")
+    assert re.fullmatch(r"peak = .+ fixed \+ 4\.0 KiB per example \(within 1% at every "
+                        r"size compiled\)", lines[3]), lines[3]
+    assert lines[4] == "" and lines[5] == "     batch          peak  fits"
+    rows = [re.fullmatch(r"\s+(\d+)\s+([\d,]+) B\s+(yes|no)", line) for line in lines[6:-2]]
+    assert rows and all(rows), lines[6:-2]
+    fits = {int(r[1]): (int(r[2].replace(",", "")), r[3] == "yes") for r in rows if r}
+    assert all(ok == (peak <= room) for peak, ok in fits.values())
+    assert fits[int(answer[1])][1] and not fits[int(answer[2])][1]
+    assert lines[-2] == "" and re.match(r"\d+ compiles in ", lines[-1])

@@ -275,6 +275,9 @@ class Forecast:
     held_bytes: int | None = None
     #: how ``held_bytes`` was found
     held_note: str | None = None
+    #: which rule gave ``memory_bytes`` where the target's room did (no
+    #: ``--memory``): ``75% of 79.1 GiB, JAX 0.12's default; ...``
+    memory_source: str | None = None
     #: how some of the target's compiles were made otherwise than the rest
     compile_note: str | None = None
     #: where the step's FLOPs do not grow with the batch resized: why ``largest``

@@ -105,7 +105,7 @@ def config(out: Path) -> dict:
         result["differ"] = {k: [theirs.get(k), mine.get(k)]
                             for k in sorted(set(theirs) | set(mine))
                             if theirs.get(k) != mine.get(k)}
-        result["budget"] = gpu.budget(model)[0]
+        result["budget"] = gpu.room_here(model).bytes
     return result
 
 

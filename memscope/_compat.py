@@ -86,6 +86,25 @@ PMAP_THROUGH_JIT_DEFAULT: bool = _JAX_SERIES >= (0, 8)
 #: docs/versions.md).
 JAXPR_HOLDS_CONSTS: bool = _JAX_SERIES >= (0, 11)
 
+_JAXLIB_SERIES = series(JAXLIB_VERSION) or (0, 0)
+
+# JAX's allocator settings on a GPU, as jaxlib's ``generate_pjrt_gpu_plugin_options``
+# (jaxlib/xla_client.py) reads them for the CUDA plugin. Read alike in jaxlib 0.7 to
+# 0.12 (the 0.7.2, 0.8.0 to 0.8.3, 0.9.0 to 0.9.2, 0.10.2, 0.11.0, 0.11.2 and 0.12.0.1
+# wheels compared): ``XLA_CLIENT_MEM_FRACTION``, else the older
+# ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (both set: ValueError), as ``float()``, unset
+# where empty; ``XLA_PYTHON_CLIENT_PREALLOCATE`` off for "false", "False" or "0";
+# ``XLA_PYTHON_CLIENT_ALLOCATOR`` lower-cased, one of the names below (else
+# ValueError), which is all that differs between series.
+#: jaxlib 0.10 accepts ``XLA_PYTHON_CLIENT_ALLOCATOR=vmm`` (XLA's VMM allocator).
+GPU_ALLOCATOR_VMM: bool = _JAXLIB_SERIES >= (0, 10)
+#: jaxlib 0.11 accepts ``XLA_PYTHON_CLIENT_ALLOCATOR=address``.
+GPU_ALLOCATOR_ADDRESS: bool = _JAXLIB_SERIES >= (0, 11)
+#: The ``XLA_PYTHON_CLIENT_ALLOCATOR`` values the installed jaxlib accepts.
+GPU_ALLOCATORS: tuple[str, ...] = ("default", "platform", "bfc", "cuda_async",
+                                   *(("vmm",) if GPU_ALLOCATOR_VMM else ()),
+                                   *(("address",) if GPU_ALLOCATOR_ADDRESS else ()))
+
 
 # ------------------------------------------------------ private modules --
 
@@ -132,6 +151,7 @@ _pxla: Any = _private("jax._src.interpreters", "pxla")
 _pe: Any = _private("jax._src.interpreters", "partial_eval")
 _ir: Any = _private("jax._src.lib.mlir", "ir")
 _xla_client: Any = _private("jax._src.lib", "xla_client")
+_compiler: Any = _private("jax._src", "compiler")
 _state_types: Any = _private("jax._src.state", "types")
 
 #: What capturing reads on the program's own path (at each ``jax.jit`` made and
@@ -830,15 +850,83 @@ def without_call_arrays(traced: Any) -> Any:
                         traced._num_consts)
 
 
-def compile_uncached(lowered: Any, options: dict[str, Any] | None = None) -> Any:
+def compile_uncached(lowered: Any, options: dict[str, Any] | None = None, *,
+                     device_memory_size: int | None = None) -> Any:
     """Compile ``lowered`` without storing the executable on the lowering.
 
     ``Lowered.compile()`` keeps the executable on the lowering object; with
     explicit compiler options (empty by default) it does not. With
     :func:`with_donation`'s own jaxpr, nothing else keeps it either (see there).
     ``options`` are XLA's debug options (e.g. :data:`UNTUNED_GPU`).
+
+    ``device_memory_size``: the device memory XLA compiles for, in its build
+    options (``ExecutableBuildOptions.device_memory_size``), as jaxlib sets it
+    to the allocator's limit when it compiles for a device it holds
+    (``PyClient::CompileAndLoadIfrtProgram``, jaxlib 0.7 to 0.12) and leaves it
+    unset for compile-only devices; XLA:GPU's scheduler and rematerialization
+    then take 80% of the device description's memory instead. JAX's Python
+    API cannot set it: it is added to the serialized compile options JAX hands
+    its compile (:func:`_with_device_memory`). JAX's in-memory cache of
+    compiles keys on ``options``, not on it: a caller compiling one lowering
+    under two sizes gives options that differ (memscope's dump folder does).
     """
-    return lowered.compile(compiler_options=dict(options or {}))
+    if device_memory_size is None:
+        return lowered.compile(compiler_options=dict(options or {}))
+    _hook_compile_options()
+    _build_options.device_memory_size = device_memory_size
+    try:
+        return lowered.compile(compiler_options=dict(options or {}))
+    finally:
+        _build_options.device_memory_size = None
+
+
+#: this thread's compile's ``device_memory_size`` (:func:`compile_uncached`)
+_build_options = threading.local()
+_hook_lock = threading.Lock()
+
+
+def _hook_compile_options() -> None:
+    """Wrap ``compiler.compile_or_get_cached`` (JAX 0.7 to 0.12: pxla calls it by
+    attribute, with the compile options fourth) once, so that a compile made by
+    :func:`compile_uncached` in this thread takes its ``device_memory_size``;
+    before JAX's persistent cache key is made, which then names it too."""
+    with _hook_lock:
+        original = _compiler.compile_or_get_cached
+        if getattr(original, "_memscope_device_memory", False):
+            return
+
+        @functools.wraps(original)
+        def compile_or_get_cached(backend: Any, computation: Any, devices: Any,
+                                  compile_options: Any, *args: Any, **kwargs: Any) -> Any:
+            size = getattr(_build_options, "device_memory_size", None)
+            if size is not None:
+                compile_options = _with_device_memory(compile_options, size)
+            return original(backend, computation, devices, compile_options, *args, **kwargs)
+
+        compile_or_get_cached._memscope_device_memory = True  # type: ignore[attr-defined]
+        _compiler.compile_or_get_cached = compile_or_get_cached
+
+
+def _with_device_memory(options: Any, size: int) -> Any:
+    """``options`` (an ``xla_client.CompileOptions``) with its build options'
+    ``device_memory_size`` set: protobuf merges a message serialized after
+    another into it, so the field is appended to the serialized options
+    (``CompileOptionsProto.executable_build_options``, field 3, holding
+    ``ExecutableBuildOptionsProto.device_memory_size``, field 15:
+    xla/pjrt/proto/compile_options.proto) and the whole parsed back."""
+    build = b"\x78" + _varint(size)  # field 15, varint
+    extra = b"\x1a" + _varint(len(build)) + build  # field 3, length-delimited
+    return type(options).ParseFromString(options.SerializeAsString() + extra)
+
+
+def _varint(value: int) -> bytes:
+    """``value`` (not negative) as a protobuf varint."""
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
 
 
 #: The JAX settings that JAX's ``get_compile_options`` reads into XLA's build

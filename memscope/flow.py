@@ -338,15 +338,20 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
     _check_readable(entry, batch)
     choice = choose_batch(entry, batch)
     in_use = held.get("in_use")
+    source = None
     if memory is not None:
         limit: int | None = memory
     elif session.target.budget_bytes is not None:
         limit = session.target.budget_bytes
+        source = _room_source(session.target)
     else:
         limit = in_use[1] if in_use else None
     if limit is None:
-        raise MemscopeError(f"{jax.default_backend()} reports no device memory limit: give "
-                            "the budget with --memory SIZE (e.g. --memory 80GiB)")
+        where = (f"{session.target.name} has no room memscope knows "
+                 f"({session.target.budget_source})" if session.target.budget_source
+                 else f"{jax.default_backend()} reports no device memory limit")
+        raise MemscopeError(f"{where}: give the budget with --memory SIZE "
+                            "(e.g. --memory 80GiB)")
     outside = _resident_at(session, entry)
     held_note = "alive outside its arguments just before its calls (sampled)"
     if outside is None:  # no sample of its calls: what was held at the end, less its arguments
@@ -364,11 +369,18 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
         planned = plan_settings(entry, choice, budget, target=session.target, cache=cache,
                                 memory=limit, held=outside)
         return FitRun(None, outcome, code, dataclasses.replace(
-            planned, held_note=held_note, compile_note=note))
+            planned, held_note=held_note, compile_note=note, memory_source=source))
     found = forecast(entry, choice, budget, memory=limit, held=outside,
                      target=session.target, cache=cache)
-    return FitRun(dataclasses.replace(found, held_note=held_note, compile_note=note),
-                  outcome, code)
+    return FitRun(dataclasses.replace(found, held_note=held_note, compile_note=note,
+                                      memory_source=source), outcome, code)
+
+
+def _room_source(target: Target) -> str | None:
+    """What ``target``'s budget is and which rule gave it, for ``fit``'s line:
+    ``the room on gpu:h100:1: 75% of 79.1 GiB, JAX 0.12's default; ...``."""
+    rule = target.budget_source
+    return f"the room on {target.name}: {rule}" if rule else None
 
 
 def _check_readable(entry: Any, batch: Sequence[str]) -> None:

@@ -20,6 +20,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -48,32 +49,38 @@ FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "xla_p
 ROOT = Path(__file__).resolve().parent.parent
 
 
-#: JAX's allocator settings, which set a GPU target's budget (``gpu.budget``): the
-#: suite's own (on a GPU, its workers share the device) are not the programs'.
+#: JAX's allocator settings, which set a GPU target's room (``gpu.room``), and the
+#: rest of what jaxlib reads beside them for the CUDA plugin: the suite's own (on
+#: a GPU, its workers share the device) are not the programs'.
 ALLOCATOR_SETTINGS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION",
-                      "XLA_PYTHON_CLIENT_ALLOCATOR")
+                      "XLA_PYTHON_CLIENT_ALLOCATOR", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                      "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB",
+                      "XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE",
+                      "XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT")
 
 
-def _env() -> dict[str, str]:
+def _env(settings: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k != "XLA_FLAGS" and k not in ALLOCATOR_SETTINGS}
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).strip(os.pathsep)
-    return env
+    return {**env, **(settings or {})}
 
 
-def _python(code: str, *args: str, cwd: Path | None = None) -> dict:
+def _python(code: str, *args: str, cwd: Path | None = None,
+            settings: dict[str, str] | None = None) -> dict:
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd,
-                          env=_env(), capture_output=True, text=True, timeout=600)
+                          env=_env(settings), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _memscope(*args: str, cwd: Path, cache: Path | None = None
-              ) -> subprocess.CompletedProcess[str]:
-    """``memscope ARGS`` run in ``cwd``; with memscope's compile cache in
-    ``cache`` where given (the suite runs without it: tests/conftest.py)."""
-    env = _env()
+def _memscope(*args: str, cwd: Path, cache: Path | None = None,
+              settings: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``memscope ARGS`` run in ``cwd``, with JAX's allocator ``settings``; with
+    memscope's compile cache in ``cache`` where given (the suite runs without
+    it: tests/conftest.py)."""
+    env = _env(settings)
     if cache is not None:
         env.pop("MEMSCOPE_CACHE", None)
         env["MEMSCOPE_CACHE_DIR"] = str(cache)
@@ -110,14 +117,107 @@ def test_targets_are_parsed_to_their_topology() -> None:
     assert parse_spec("gpu:a100").model.name == "a100-80gb"  # an alias
 
 
-def test_the_budget_follows_jaxs_allocator_settings() -> None:
+#: Environments of JAX's allocator settings: defaults, each name, both names,
+#: what ``float()`` takes and refuses, XLA's growable-pool spelling (no float),
+#: each allocator (the installed jaxlib's list decides), preallocation's spellings.
+ALLOCATOR_ENVIRONMENTS: list[dict[str, str]] = [
+    {}, {"XLA_CLIENT_MEM_FRACTION": "0.9"}, {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"},
+    {"XLA_CLIENT_MEM_FRACTION": "0.9", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"},
+    {"XLA_CLIENT_MEM_FRACTION": "", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.6"},
+    {"XLA_CLIENT_MEM_FRACTION": " 1e-1 "}, {"XLA_CLIENT_MEM_FRACTION": "nonsense"},
+    {"XLA_CLIENT_MEM_FRACTION": "0.75+"}, {"XLA_CLIENT_MEM_FRACTION": "90%"},
+    {"XLA_CLIENT_MEM_FRACTION": "1.5"},
+    *({"XLA_PYTHON_CLIENT_ALLOCATOR": name}
+      for name in ("platform", "PLATFORM", "bfc", "cuda_async", "vmm", "address", "bogus")),
+    *({"XLA_PYTHON_CLIENT_PREALLOCATE": value}
+      for value in ("false", "False", "0", "FALSE", "no", "true")),
+]
+
+
+@pytest.mark.parametrize("settings", ALLOCATOR_ENVIRONMENTS, ids=lambda e: " ".join(
+    f"{k}={v!r}" for k, v in e.items()) or "unset")
+def test_the_allocator_settings_are_read_as_the_installed_jaxlib_reads_them(
+        settings: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """memscope's reading of JAX's allocator settings is the installed jaxlib's own
+    (``generate_pjrt_gpu_plugin_options``, what the CUDA plugin is given): the same
+    options, and a refusal exactly where jaxlib raises, on whichever JAX series
+    the suite runs."""
+    from jaxlib import xla_client
+
+    for name in ALLOCATOR_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    try:
+        options = xla_client.generate_pjrt_gpu_plugin_options()
+    except ValueError:
+        with pytest.raises(gpu.AllocatorSettingError) as raised:
+            gpu.allocator_settings(os.environ)
+        assert "\n" not in str(raised.value)
+        return
+    ours = gpu.allocator_settings(os.environ)
+    assert (ours.allocator, ours.memory_fraction, ours.preallocate) == (
+        options["allocator"], options.get("memory_fraction"), options.get("preallocate"))
+
+
+@pytest.mark.parametrize("text", ["0", "-0.5", "nan", "inf"])
+def test_a_fraction_that_leaves_no_memory_is_refused_where_jaxlib_passes_it_on(
+        text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """jaxlib hands any float on to the plugin; XLA's allocator takes ``total *
+    fraction``, which is no memory (or no number) for these: one line instead."""
+    from jaxlib import xla_client
+
+    for name in ALLOCATOR_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", text)
+    given = xla_client.generate_pjrt_gpu_plugin_options()["memory_fraction"]
+    assert str(given) == str(float(text))
+    with pytest.raises(gpu.AllocatorSettingError, match=f"XLA_CLIENT_MEM_FRACTION={text} "
+                       "leaves a program no memory"):
+        gpu.allocator_settings(os.environ)
+
+
+def _float32(value: float) -> float:
+    """``value`` as the plugin's 32-bit float option carries it."""
+    import numpy as np
+
+    return float(np.float32(value))
+
+
+def test_the_room_is_the_fraction_of_the_devices_memory_with_its_rule() -> None:
+    """What a program may hold, and the rule said: XLA's allocator takes ``total *
+    memory_fraction`` (75% unless set: XLA's ``GpuAllocatorConfig``, JAX's
+    docs/gpu_memory_allocation.rst), the fraction as the plugin's 32-bit float
+    option carries it; the platform allocator allocates as asked."""
     h100 = parse_spec("gpu:h100").model
     total = h100.memory_bytes
-    assert gpu.budget(h100, {})[0] == int(total * 0.75)
-    assert gpu.budget(h100, {"XLA_CLIENT_MEM_FRACTION": "0.5"})[0] == int(total * 0.5)
-    assert gpu.budget(h100, {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".9"})[0] == int(total * 0.9)
-    assert gpu.budget(h100, {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"})[0] == total
-    assert gpu.budget(h100, {"XLA_CLIENT_MEM_FRACTION": "nonsense"})[0] == int(total * 0.75)
+    series = ".".join(_compat.JAX_VERSION.split(".")[:2])
+
+    def room(**settings: str) -> gpu.Room:
+        return gpu.room_here(h100, settings)
+
+    assert room() == gpu.Room(int(total * 0.75), f"75% of 79.1 GiB, JAX {series}'s default; "
+                              "XLA_CLIENT_MEM_FRACTION sets another", int(total * 0.75))
+    assert room(XLA_CLIENT_MEM_FRACTION="0.9") == gpu.Room(
+        int(total * _float32(0.9)), "90% of 79.1 GiB, as XLA_CLIENT_MEM_FRACTION=0.9 sets",
+        int(total * _float32(0.9)))
+    assert int(total * _float32(0.9)) != int(total * 0.9)  # (the float's 32 bits matter)
+    assert room(XLA_PYTHON_CLIENT_MEM_FRACTION=".5").rule == (
+        "50% of 79.1 GiB, as XLA_PYTHON_CLIENT_MEM_FRACTION=.5 sets")
+    assert room(XLA_PYTHON_CLIENT_ALLOCATOR="platform") == gpu.Room(
+        total, "all of its 79.1 GiB: XLA_PYTHON_CLIENT_ALLOCATOR=platform allocates as the "
+        "program asks", None)
+    assert room(XLA_PYTHON_CLIENT_PREALLOCATE="false").rule.endswith(
+        "sets another, taken as needed (XLA_PYTHON_CLIENT_PREALLOCATE=false)")
+    over = room(XLA_CLIENT_MEM_FRACTION="1.5")
+    assert (over.bytes, over.device_memory_size) == (total, int(total * 1.5))
+    assert over.rule == ("150% of 79.1 GiB, as XLA_CLIENT_MEM_FRACTION=1.5 sets: more than "
+                         "the device has, so at most all of it")
+    if "cuda_async" in _compat.GPU_ALLOCATORS:
+        assert room(XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async").rule.endswith(
+            "sets another (XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async)")
+    if "address" in _compat.GPU_ALLOCATORS:
+        assert room(XLA_PYTHON_CLIENT_ALLOCATOR="address").bytes is None
 
 
 def test_a_compiler_that_cannot_be_installed_is_one_line_naming_the_install(
@@ -183,7 +283,7 @@ def test_the_h200_description_is_the_devices_own() -> None:
         else:
             assert value == device, key
     # JAX's allocator took 75% of the memory the device reports, to 0.001%
-    assert gpu.budget(h200, {})[0] == pytest.approx(recorded["bytes_limit"], rel=1e-5)
+    assert gpu.room_here(h200, {}).bytes == pytest.approx(recorded["bytes_limit"], rel=1e-5)
 
 
 # --- with XLA:GPU's compiler -----------------------------------------------------------
@@ -481,3 +581,140 @@ def test_fit_plan_for_a_gpu_model_holds_by_xla_gpus_own_compiles(tmp_path: Path)
     for r in rows:
         assert direct[r["setting"]] == (r["peak_bytes"], r["over_bytes"]), r["setting"]
         assert r["peak_bytes"] <= plan["budget_bytes"] < r["over_bytes"], r["setting"]
+
+
+REMAT_MLP = """
+import dataclasses, json, sys
+import jax, jax.numpy as jnp
+import memscope
+from memscope.compiled.targets import gpu
+from memscope.report import peak_rule
+
+W, B, L = 1024, 4096, 8
+
+def loss(ws, x):
+    h = x
+    for w in ws:
+        h = jnp.tanh(h @ w)
+    return jnp.mean(h ** 2)
+
+def step(ws, x):
+    value, grads = jax.value_and_grad(loss)(ws, x)
+    return [w - 0.1 * g for w, g in zip(ws, grads)], value
+
+def arguments(device):
+    place = jax.sharding.SingleDeviceSharding(device)
+    return ([jax.ShapeDtypeStruct((W, W), jnp.float32, sharding=place) for _ in range(L)],
+            jax.ShapeDtypeStruct((B, W), jnp.float32, sharding=place))
+
+def direct(device, **options):
+    m = jax.jit(step, donate_argnums=0).lower(*arguments(device)).compile(
+        compiler_options=options).memory_analysis()
+    return peak_rule(m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
+                     m.temp_size_in_bytes, m.peak_memory_in_bytes)[0]
+
+target = memscope.target("gpu:h100")
+h100 = next(iter(target.devices.values()))
+fn = memscope.analyze(jax.jit(step, donate_argnums=0), *arguments(h100), target=target,
+                      advise=False)
+# XLA's own rule, with no limit given to the compile: 80% of the description's memory.
+room = target.room.device_memory_size
+model = dataclasses.replace(target.spec.model, memory_bytes=(room * 100 + 79) // 80)
+assert model.memory_bytes * 80 // 100 == room
+described = next(iter(gpu.make_target(dataclasses.replace(target.spec, model=model))
+                      .devices.values()))
+limit = fn.memory_limit
+print(json.dumps({
+    "ours": fn.memory.peak_bytes, "room": room,
+    "limit": None if limit is None else [limit.limit_bytes, limit.peak_bytes,
+                                         limit.unlimited_peak_bytes],
+    "as_described": direct(described), "unlimited": direct(h100),
+    "no_remat": direct(h100, xla_disable_hlo_passes="rematerialization")}))
+"""
+
+
+@needs_cuda
+@pytest.mark.parametrize("fraction", ["0.0025", "0.9"])
+def test_the_targets_compile_takes_the_rooms_limit_as_xla_gpu_does(fraction: str) -> None:
+    """The room's limit is the device memory XLA:GPU compiles for, as on the device:
+    a step whose peak crosses it (an MLP's backward pass in 0.25% of an H100) is
+    rematerialized to XLA's own figures for a device whose memory x 80% (XLA's
+    rule where a compile is given no limit) is the room, and its peak without the
+    rematerialization is XLA's own compile without it; far below the limit (90%)
+    the step is XLA's unlimited compile, and not compiled again."""
+    got = _python(REMAT_MLP, settings={"XLA_CLIENT_MEM_FRACTION": fraction})
+    total = parse_spec("gpu:h100").model.memory_bytes
+    assert got["room"] == int(total * _float32(float(fraction)))
+    assert got["ours"] == got["as_described"]
+    assert got["unlimited"] == got["no_remat"]
+    if fraction == "0.9":
+        assert got["ours"] == got["unlimited"] and got["limit"] is None
+    else:
+        assert got["ours"] < got["unlimited"]  # XLA:GPU rematerialized it to fit
+        assert got["limit"] == [got["room"], got["ours"], got["unlimited"]]
+
+
+SUM_STEP = """import jax
+import jax.numpy as jnp
+
+WIDTH = 1024
+
+
+@jax.jit
+def step(w, x):
+    return w * 0.9 + jnp.mean(x, axis=0), jnp.sum(x * x)
+
+
+if __name__ == "__main__":
+    w = jnp.ones((WIDTH,))
+    for i in range(2):
+        w = step(w, jnp.full((256, WIDTH), float(i)))[0]
+"""
+
+
+@needs_cuda
+@pytest.mark.parametrize("settings", [{}, {"XLA_CLIENT_MEM_FRACTION": "0.9"}],
+                         ids=["default", "fraction 0.9"])
+def test_fit_without_memory_searches_the_room_and_says_its_rule(
+        settings: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fit --target gpu:h100`` with no ``--memory``: the budget is the room JAX's
+    allocator gives a program under these settings (the fraction the installed
+    jaxlib hands the plugin, 75% where none: XLA's default, JAX's docs, of the
+    device's memory, as the plugin's 32-bit float), said with its rule; each size
+    compiled fits exactly where its peak is within it."""
+    from jaxlib import xla_client
+
+    from memscope.report.units import format_bytes
+
+    for name in ALLOCATOR_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    fraction = xla_client.generate_pjrt_gpu_plugin_options().get("memory_fraction", 0.75)
+    total = parse_spec("gpu:h100").model.memory_bytes
+    room = int(total * _float32(fraction))
+    series = ".".join(_compat.JAX_VERSION.split(".")[:2])
+    rule = (f"75% of 79.1 GiB, JAX {series}'s default; XLA_CLIENT_MEM_FRACTION sets another"
+            if not settings else "90% of 79.1 GiB, as XLA_CLIENT_MEM_FRACTION=0.9 sets")
+    (tmp_path / "sum_step.py").write_text(SUM_STEP)
+    done = _memscope("fit", "--target", "gpu:h100", "sum_step.py", cwd=tmp_path,
+                     settings=settings)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "memscope fit: step (sum_step.py:8)"
+    answer = re.fullmatch(
+        re.escape(f"Largest batch that fits {format_bytes(room)} (the room on gpu:h100:1: "
+                  f"{rule}): ") + r"(\d+) \(compiled: \1 -> .+, (\d+) -> .+; budget .+\)",
+        lines[1])
+    assert answer is not None, lines[1]
+    assert lines[2] == ("batch axis: x, axis 0 (inferred: the leading axis of the arguments "
+                        "that are not state; state, returned by the step: w); now 256, step 1")
+    assert re.fullmatch(r"peak = .+ fixed \+ 4\.0 KiB per example \(within 1% at every "
+                        r"size compiled\)", lines[3]), lines[3]
+    assert lines[4] == "" and lines[5] == "     batch          peak  fits"
+    rows = [re.fullmatch(r"\s+(\d+)\s+([\d,]+) B\s+(yes|no)", line) for line in lines[6:-2]]
+    assert rows and all(rows), lines[6:-2]
+    fits = {int(r[1]): (int(r[2].replace(",", "")), r[3] == "yes") for r in rows if r}
+    assert all(ok == (peak <= room) for peak, ok in fits.values())
+    assert fits[int(answer[1])][1] and not fits[int(answer[2])][1]
+    assert lines[-2] == "" and re.match(r"\d+ compiles in ", lines[-1])

@@ -53,6 +53,28 @@ def test_fit_text_answers_first():
     ]
 
 
+ROOM = ("the room on gpu:h100:1: 75% of 79.1 GiB, JAX 0.12's default; "
+        "XLA_CLIENT_MEM_FRACTION sets another")
+
+
+def test_fit_text_says_which_rule_gave_the_targets_room():
+    """No ``--memory`` with a GPU target: the budget is the room, and the line says
+    which rule gave it; with bytes held outside the function, of what it is less."""
+    room = 63_707_234_304
+    forecast = dataclasses.replace(FORECAST, budget_bytes=room, memory_bytes=room,
+                                   memory_source=ROOM, rows=(), largest=None)
+    out = io.StringIO()
+    render_fit_text(forecast, out)
+    assert out.getvalue().splitlines()[1] == f"Largest batch that fits 59.3 GiB ({ROOM}): none"
+    held = dataclasses.replace(forecast, budget_bytes=room - (1 << 20), held_bytes=1 << 20,
+                               held_note="alive outside its arguments")
+    out = io.StringIO()
+    render_fit_text(held, out)
+    assert out.getvalue().splitlines()[1] == (
+        "Largest batch that fits 59.3 GiB (59.3 GiB less 1.0 MiB alive outside its arguments; "
+        f"59.3 GiB: {ROOM}): none")
+
+
 def test_fit_text_tells_the_boundary_apart():
     """The sizes either side of the boundary never read alike (the issue's 1774 ->
     64.0 MiB, 1775 -> 64.0 MiB): as many decimals as it takes, else whole bytes."""

@@ -23,6 +23,7 @@ from memscope.report import (
     FunctionReport,
     InputBuffer,
     Memory,
+    MemoryLimit,
     OutputBuffer,
     Report,
     RunInfo,
@@ -207,6 +208,22 @@ def test_findings_come_worst_first():
     kinds = [f.text.split(",")[0] if f.severity != "problem" else f.text[:20]
              for f in summarize(model_report(broken)).functions[0].findings]
     assert kinds == ["run time disagrees w", "1 leaf, 32 B, donate", "27 leaves"]
+
+
+def test_a_rematerialization_to_fit_the_limit_is_said_with_both_peaks():
+    """Where XLA:GPU's compile without the limit has another peak, the function's
+    notes say so with both; where it has the same (or was not made), nothing."""
+    fn = model_step()
+    limit = MemoryLimit(limit_bytes=60 << 30, peak_bytes=round(58.1 * 2**30),
+                        unlimited_peak_bytes=round(71.3 * 2**30))
+    texts = [f.text for f in summarize(model_report(dataclasses.replace(
+        fn, memory_limit=limit))).functions[0].findings]
+    assert texts[-1] == ("XLA:GPU rematerialized to fit the 60.0 GiB limit: peak 58.1 GiB, "
+                         "71.3 GiB without the limit")
+    for same in (dataclasses.replace(limit, unlimited_peak_bytes=limit.peak_bytes),
+                 dataclasses.replace(limit, unlimited_peak_bytes=None)):
+        said = summarize(model_report(dataclasses.replace(fn, memory_limit=same)))
+        assert not any("rematerialized" in f.text for f in said.functions[0].findings)
 
 
 # --- text helpers --------------------------------------------------------------------

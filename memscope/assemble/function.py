@@ -63,7 +63,8 @@ def function_report(entry: Entry, forecast: Forecast | None = None) -> FunctionR
     timeline, live, timeline_note = _memory_view(entry, inputs, outputs, memory)
     return FunctionReport(
         name=entry.name, source=entry.source, calls=entry.calls, signature=entry.signature,
-        memory=memory, memory_here=entry.memory_here, inputs=inputs, outputs=outputs,
+        memory=memory, memory_here=entry.memory_here, memory_limit=entry.memory_limit,
+        inputs=inputs, outputs=outputs,
         warnings=entry.warnings,
         donate_argnums=entry.spec.donate_argnums,
         donate_argnames=entry.spec.donate_argnames,

@@ -19,6 +19,7 @@ from memscope.report import (
     LiveArrays,
     MeasuredMemory,
     Memory,
+    MemoryLimit,
     Remat,
 )
 from memscope.variants.donation import Argument, Spelling, as_written
@@ -43,6 +44,9 @@ class Entry:
     #: with ``--target``: the figures of the program compiled here, which ran
     #: (``facts`` are then the target's)
     memory_here: Memory | None = None
+    #: with ``--target``: its peak compiled without the target's memory limit
+    #: too, where the target checked (:meth:`~memscope.compiled.targets.Target.limit_check`)
+    memory_limit: MemoryLimit | None = None
     warnings: tuple[str, ...] = ()
     error: str | None = None
     #: the call's top-level dynamic arguments, and how the user spells donation

@@ -124,6 +124,7 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
             if handles.built is not None:  # compiled for the target already: read as its
                 read = session.target.read(handles.traced, handles.lowered, handles.built,
                                            shardings=shardings, ref_names=ref_names)
+                _check_limit(session, entry, handles.traced, handles.lowered, read)
                 foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
                 del handles
                 facts = wrappers.renamed(entry.wrapper, read)
@@ -139,7 +140,7 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
             if not session.target.runs_here:  # the figures are the target's
                 here = read.memory
                 session.publish(lambda: setattr(entry, "memory_here", here))
-                read = _for_target(session, hold, shardings, ref_names, early)
+                read = _for_target(session, entry, hold, shardings, ref_names, early)
             facts = wrappers.renamed(entry.wrapper, read)
             session.publish(lambda: setattr(entry, "facts", facts))
         return facts, flops, foreign
@@ -154,12 +155,14 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
     return None
 
 
-def _for_target(session: Session, hold: Hold, shardings: list[Any],
+def _for_target(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
                 ref_names: dict[int, str] | None, early: EarlyVariant | None = None
                 ) -> CompiledFacts:
     """The call's program compiled for the session's ``--target`` and read
     (through memscope's cache: a run again compiles nothing it kept): the
-    compile ``early`` began at the call, where it did."""
+    compile ``early`` began at the call, where it did. Where the target checks
+    whether its compiler reshaped the program to fit its memory limit, that
+    check too (on ``entry``)."""
     target = session.target
     begun = early.take_own() if early is not None else None
     try:
@@ -176,13 +179,26 @@ def _for_target(session: Session, hold: Hold, shardings: list[Any],
             compiled = compile_lowered(own, target, cache=session.cache, counted=False)
         if isinstance(compiled, Exception):
             raise compiled
-        return target.read(own.traced, own.lowered, compiled, shardings=shardings,
-                           ref_names=ref_names)
+        facts = target.read(own.traced, own.lowered, compiled, shardings=shardings,
+                            ref_names=ref_names)
+        del compiled  # (the check below compiles once more)
     except TargetCompileError:
         raise
     except Exception as e:
         raise TargetCompileError(f"could not compile it for {target.name}: "
                                  f"{described(e)}") from None
+    _check_limit(session, entry, own.traced, own.lowered, facts)
+    return facts
+
+
+def _check_limit(session: Session, entry: Entry, traced: Any, lowered: Any,
+                 facts: CompiledFacts) -> None:
+    """Whether the ``--target``'s compiler reshaped the program (``lowered``,
+    read as ``facts``) to fit its memory limit, where the target checks
+    (:meth:`~memscope.compiled.targets.Target.limit_check`), on ``entry``."""
+    limit = session.target.limit_check(traced, lowered, facts.memory, cache=session.cache)
+    if limit is not None:
+        session.publish(lambda: setattr(entry, "memory_limit", limit))
 
 
 def _lower_for_target(target: Target, settings: _compat.ConfigSnapshot, traced: Any

@@ -65,7 +65,9 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
 
     The budget is --memory, or the device's limit, less what the process holds
     outside the function's arguments. With --target, the compiles are the
-    target's (XLA:TPU, XLA:GPU) and the limit is its chip's memory. Exit codes:
+    target's (XLA:TPU, XLA:GPU) and the limit is its chip's memory (a GPU's:
+    the room JAX's allocator gives a program, 75% of it unless
+    XLA_CLIENT_MEM_FRACTION sets another; the output says which). Exit codes:
     0 a batch fits; 1 none fits;
     2 bad input (no function captured, an unknown --function or --batch, no
     budget on a device without a limit, a function that does not trace or

@@ -35,12 +35,17 @@ class Built:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def compile_dumped(lowered: Any, options: dict[str, Any] | None = None) -> Built:
-    """Compile ``lowered`` (with XLA debug ``options`` too), keeping what XLA
-    dumps of the optimized module and its buffer assignment."""
+def compile_dumped(lowered: Any, options: dict[str, Any] | None = None, *,
+                   device_memory_size: int | None = None) -> Built:
+    """Compile ``lowered`` (with XLA debug ``options`` too, and the device memory
+    XLA compiles for where given: :func:`memscope._compat.compile_uncached`),
+    keeping what XLA dumps of the optimized module and its buffer assignment.
+    (The dump's folder, new each time, also keeps JAX's in-memory cache from
+    answering one compile with another's.)"""
     with tempfile.TemporaryDirectory(prefix="memscope-dump-") as folder:
         compiled = _compat.compile_uncached(lowered, {
-            **(options or {}), "xla_dump_to": folder, "xla_dump_hlo_as_proto": True})
+            **(options or {}), "xla_dump_to": folder, "xla_dump_hlo_as_proto": True},
+            device_memory_size=device_memory_size)
         found = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))
         data = found[0].read_bytes() if found else None
     if data is None:

@@ -22,10 +22,8 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
     """The largest batch that fits (and with the advised donation), the axis, the
     line, then one row per size compiled."""
     lines = [f"memscope fit: {visible(f.function)} ({visible(f.source or 'n/a')})"]
-    budget = f"{format_bytes(f.budget_bytes)}"
-    if f.held_bytes:
-        budget += (f" ({format_bytes(f.memory_bytes)} less {format_bytes(f.held_bytes)} "
-                   f"{visible(f.held_note or 'held outside the function arguments')})")
+    budget = visible(budget_text(f.budget_bytes, f.memory_bytes, f.held_bytes, f.held_note,
+                                 f.memory_source))
     if f.batch_note is not None:
         lines.append(f"No batch answer for {budget}: {visible(f.batch_note)}"
                      + (f" (the largest size compiled that fits, {f.largest}, counts "
@@ -90,6 +88,21 @@ def render_fit_json(f: Forecast, file: IO[str], *, outcome: str) -> None:
     """The forecast as JSON (schema ``memscope.fit/1``)."""
     data = {"schema": FIT_SCHEMA, "target_outcome": outcome, **dataclasses.asdict(f)}
     file.write(json.dumps(data, indent=2) + "\n")
+
+
+def budget_text(budget: int | None, memory: int | None, held: int | None,
+                held_note: str | None, source: str | None) -> str:
+    """``59.3 GiB (the room on gpu:h100:1: 75% of 79.1 GiB, ...)``: the budget,
+    the memory it is of less what the process held, and which rule gave that
+    memory (plain text: each format escapes it)."""
+    text = format_bytes(budget)
+    if held:
+        parts = (f"{format_bytes(memory)} less {format_bytes(held)} "
+                 f"{held_note or 'held outside the function arguments'}")
+        text += f" ({parts}; {format_bytes(memory)}: {source})" if source else f" ({parts})"
+    elif source:
+        text += f" ({source})"
+    return text
 
 
 def _fits(peak: int | None, budget: int | None) -> str:

@@ -12,6 +12,7 @@ import json
 from typing import IO
 
 from memscope.render import html_page
+from memscope.render.fit import budget_text
 from memscope.render.text import aligned, markdown_cell, markdown_code, markdown_text, visible
 from memscope.render.text import html_text as _t
 from memscope.report import FitPlan, PlanRow
@@ -58,10 +59,8 @@ def headline(p: FitPlan) -> list[str]:
 
 
 def budget_line(p: FitPlan) -> str:
-    text = f"Budget per device: {format_bytes(p.budget_bytes)}"
-    if p.held_bytes:
-        text += (f" ({format_bytes(p.memory_bytes)} less {format_bytes(p.held_bytes)} "
-                 f"{p.held_note or 'held outside the function arguments'})")
+    text = "Budget per device: " + budget_text(p.budget_bytes, p.memory_bytes, p.held_bytes,
+                                                p.held_note, p.memory_source)
     return text + (f"; compiled for {p.target}" if p.target else "")
 
 

@@ -275,6 +275,9 @@ class Forecast:
     held_bytes: int | None = None
     #: how ``held_bytes`` was found
     held_note: str | None = None
+    #: which rule gave ``memory_bytes`` where the target's room did (no
+    #: ``--memory``): ``75% of 79.1 GiB, JAX 0.12's default; ...``
+    memory_source: str | None = None
     #: how some of the target's compiles were made otherwise than the rest
     compile_note: str | None = None
     #: where the step's FLOPs do not grow with the batch resized: why ``largest``
@@ -425,6 +428,28 @@ class Remat:
 
 
 @dataclass(frozen=True)
+class MemoryLimit:
+    """Whether the target's compiler reshaped the function to fit the memory it
+    compiled against (``--target gpu:``: XLA:GPU's rematerialization recomputes
+    values where the peak would cross the limit): compiled again without, both peaks."""
+
+    #: the memory the target's compiler started from (a GPU's: the room, as on the device)
+    limit_bytes: int
+    #: the function's peak as compiled for the target (its ``memory``)
+    peak_bytes: int
+    #: its peak compiled without the rematerialization; ``None``: that compile failed
+    unlimited_peak_bytes: int | None
+    #: the compiler that rematerialized (``XLA:GPU``)
+    compiler: str = "XLA:GPU"
+
+    @property
+    def rematerialized(self) -> bool:
+        """The compile without the limit has another peak."""
+        return (self.unlimited_peak_bytes is not None
+                and self.unlimited_peak_bytes != self.peak_bytes)
+
+
+@dataclass(frozen=True)
 class FunctionReport:
     """One jitted function at one signature.
 
@@ -502,6 +527,10 @@ class FunctionReport:
     #: arrays of the hijax values it closes over (Flax's hijax Variables, JAX 0.7
     #: to 0.10: ``ref`` is ``None``, never donated, their new values outputs)
     closed_over_refs: tuple[InputBuffer, ...] = ()
+    #: with ``--target gpu:``, where the peak came within reach of the memory
+    #: limit XLA:GPU compiled against: its peak compiled without the limit too;
+    #: ``None``: not checked (no target that checks, or a peak far below it)
+    memory_limit: MemoryLimit | None = None
 
     def variant(self, name: str) -> Variant | None:
         """The variant called ``name`` (``none``, ``all``, ``advised``, ``requested``)."""

@@ -109,6 +109,8 @@ class FitPlan:
     memory_bytes: int | None = None
     held_bytes: int | None = None
     held_note: str | None = None
+    #: which rule gave ``memory_bytes`` where the target's room did (no ``--memory``)
+    memory_source: str | None = None
     #: how some of the target's compiles were made otherwise than the rest
     compile_note: str | None = None
     #: where the step's FLOPs do not grow with the batch resized: the function

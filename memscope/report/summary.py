@@ -293,6 +293,12 @@ def findings(fn: FunctionReport, signatures: int = 1) -> tuple[Finding, ...]:
     if pruned:
         out.append(_leaf_finding("info", pruned, "never read, so dropped from the compiled "
                                  "program (pruned)"))
+    limit = fn.memory_limit
+    if limit is not None and limit.rematerialized:
+        out.append(Finding("info", f"{limit.compiler} rematerialized to fit the "
+                           f"{format_bytes(limit.limit_bytes)} limit: peak "
+                           f"{format_bytes(limit.peak_bytes)}, "
+                           f"{format_bytes(limit.unlimited_peak_bytes)} without the limit"))
     return tuple(out)
 
 

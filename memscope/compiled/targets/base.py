@@ -35,11 +35,11 @@ import jax
 import numpy as np
 
 from memscope import _compat
-from memscope.compiled.cache import Kept
+from memscope.compiled.cache import CompileCache, Kept
 from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.read import CompiledFacts, read_stages
 from memscope.errors import MemscopeError
-from memscope.report import Memory, TargetInfo
+from memscope.report import Memory, MemoryLimit, TargetInfo
 
 #: a target kind, as open_here returns what it is given to make
 A = TypeVar("A", bound="Target")
@@ -239,6 +239,19 @@ class Target:
         """What a program may hold on one device (``fit``'s default limit);
         ``None`` where the target does not say."""
         raise NotImplementedError
+
+    @property
+    def budget_source(self) -> str | None:
+        """Which rule gave :attr:`budget_bytes`, in words (``None``: nothing to say)."""
+        return None
+
+    def limit_check(self, traced: Any, lowered: Any, memory: Memory,
+                    cache: CompileCache | None = None) -> MemoryLimit | None:
+        """Whether the target's compiler changed the compiled program ``memory``
+        was read from (``lowered``, from :meth:`lower`) to fit its memory limit,
+        found by compiling it once more without that; ``None`` where not
+        checked (by default: never)."""
+        return None
 
     def options(self, lowered: Any, *, sizes: bool = False) -> dict[str, Any]:
         """XLA's debug options for a compile memscope only reads (``sizes``: one

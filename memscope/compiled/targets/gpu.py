@@ -16,11 +16,32 @@ takes its default GEMM tilings where the device's autotuner may pick others
 (whose scratch can differ in size); ``cost_analysis()`` gives no FLOPs.
 The peak follows XLA:GPU's rule as on a real GPU (:func:`memscope.report.peak_rule`).
 
-The budget: a JAX program on a GPU may hold what JAX's allocator takes of the
-device's memory: 75% by default, preallocated, ``XLA_CLIENT_MEM_FRACTION``
-(or the older ``XLA_PYTHON_CLIENT_MEM_FRACTION``) for another fraction, all
-of it with ``XLA_PYTHON_CLIENT_ALLOCATOR=platform``; read from this
-environment when the target is set up (:func:`budget`).
+The room: what fits at compile time is not what fits at run time. A JAX
+program on a GPU may hold what JAX's allocator takes of the device's memory:
+75% by default in every JAX memscope supports (XLA's ``GpuAllocatorConfig``;
+preallocated, or taken as needed up to it with
+``XLA_PYTHON_CLIENT_PREALLOCATE=false``), the fraction
+``XLA_CLIENT_MEM_FRACTION`` (or the older ``XLA_PYTHON_CLIENT_MEM_FRACTION``)
+sets, or all of it with ``XLA_PYTHON_CLIENT_ALLOCATOR=platform``. The
+settings are read from this environment when the target is set up, as the
+installed jaxlib reads them for the CUDA plugin (:func:`allocator_settings`;
+a setting JAX would refuse is refused, in one line), and the room is
+:func:`room`: ``fit --target`` searches against it, and the report says which
+rule gave it. No growth beyond the fraction: XLA's growable pool (its
+``memory_fraction_policy``, ``"0.75+"``) is nothing JAX's settings reach.
+
+The same room is what XLA:GPU compiles against on the device: JAX hands the
+allocator's limit to the compile (``device_memory_size`` in its build
+options), and XLA:GPU's scheduler and its rematerialization take (that limit
+less the program's arguments and outputs) x
+``--xla_gpu_memory_limit_slop_factor`` (95%) as the memory they must fit; with
+no limit (the platform allocator, or a compile without a device) XLA:GPU takes
+80% of the device's memory instead. memscope's compiles for the target take
+the room's limit as the device's would (:data:`Room.device_memory_size`), so
+that a step whose peak crosses it is rematerialized here as there. Where the
+peak comes within reach of the limit, the function is compiled once more with
+XLA's rematerialization off, and the report gives its peak either way
+(:meth:`GpuTarget.limit_check`).
 """
 
 from __future__ import annotations
@@ -28,17 +49,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import math
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import struct
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memscope import _compat
-from memscope.compiled.cache import Kept
-from memscope.compiled.dump import Built
+from memscope.compiled.cache import CompileCache, Kept
+from memscope.compiled.compile import compile_to_read
+from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.targets import compilers
 from memscope.compiled.targets.base import (
     Target,
@@ -50,11 +74,24 @@ from memscope.compiled.targets.base import (
 )
 from memscope.compiled.targets.gpu_devices import MODELS, GpuModel
 from memscope.errors import first_line
-from memscope.report import TargetInfo
+from memscope.report import Memory, MemoryLimit, TargetInfo
+from memscope.report.units import format_bytes
 
 #: The fraction of a GPU's memory JAX's allocator takes by default (XLA's
-#: ``GpuAllocatorConfig``), preallocated at its first use.
+#: ``GpuAllocatorConfig::memory_fraction``; JAX's docs/gpu_memory_allocation.rst),
+#: the same in JAX 0.7 to 0.12.
 DEFAULT_MEMORY_FRACTION = 0.75
+#: The share of the device description's memory XLA:GPU's scheduler and
+#: rematerialization start from where its compile is given no memory limit
+#: (``GetSchedulerMemoryLimit``, xla/service/gpu/gpu_hlo_schedule.cc).
+UNLIMITED_BASE = 0.8
+#: A function's peak this share of the limit or more is compiled again without
+#: XLA's rematerialization (:meth:`GpuTarget.limit_check`): rematerialization
+#: acts only where the peak crosses the limit, and what it leaves is near it.
+REMAT_REACH = 0.5
+#: XLA's debug option that turns its rematerialization pass off (as JAX's own
+#: ``jax_enable_remat_opt_pass=False`` does).
+NO_REMAT: dict[str, Any] = {"xla_disable_hlo_passes": "rematerialization"}
 
 _BY_NAME: dict[str, GpuModel] = {n: m for m in MODELS for n in (m.name, *m.aliases)}
 _FORMS = ", ".join(m.name for m in MODELS)
@@ -131,24 +168,137 @@ def target_config(model: GpuModel) -> str:
             f"device_description_str: \"{model.device_kind}\"\n")
 
 
-def budget(model: GpuModel, environ: dict[str, str] | None = None) -> tuple[int, str]:
-    """What a JAX program may hold on one device of ``model``, and why: JAX's
-    allocator settings as this environment sets them."""
-    env = dict(os.environ if environ is None else environ)
+class AllocatorSettingError(TargetSetupError):
+    """A JAX allocator setting that JAX itself would refuse (or that leaves a
+    program no memory): one line naming it and what to give."""
+
+
+@dataclass(frozen=True)
+class AllocatorSettings:
+    """JAX's allocator settings on a GPU, as the installed jaxlib reads them
+    from an environment for the CUDA plugin (``generate_pjrt_gpu_plugin_options``):
+    the options it would hand the plugin. ``None``: not set (the plugin's default)."""
+
+    #: ``XLA_PYTHON_CLIENT_ALLOCATOR``, lower-cased: ``default``, ``platform``, ...
+    allocator: str = "default"
+    memory_fraction: float | None = None
+    #: which variable gave the fraction (``XLA_CLIENT_MEM_FRACTION`` or the
+    #: older ``XLA_PYTHON_CLIENT_MEM_FRACTION``) and as what text
+    fraction_name: str | None = None
+    fraction_text: str | None = None
+    preallocate: bool | None = None
+
+
+def allocator_settings(environ: Mapping[str, str]) -> AllocatorSettings:
+    """The allocator settings in ``environ``, read as the installed jaxlib
+    reads them (alike in 0.7 to 0.12 but for the allocators each accepts:
+    :data:`memscope._compat.GPU_ALLOCATORS`).
+
+    Raises:
+        AllocatorSettingError: where that jaxlib raises (both fraction
+            variables set, a fraction that is no number, an allocator it does
+            not know), and for a fraction that leaves no memory (0 or less,
+            or not finite), which jaxlib hands on and XLA cannot allocate with.
+    """
+    allocator = environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "default").lower()
+    if allocator not in _compat.GPU_ALLOCATORS:
+        raise AllocatorSettingError(
+            f"XLA_PYTHON_CLIENT_ALLOCATOR={allocator!r} is not an allocator jaxlib "
+            f"{_compat.JAXLIB_VERSION} knows: give one of {', '.join(_compat.GPU_ALLOCATORS)}")
+    name, text = "XLA_CLIENT_MEM_FRACTION", environ.get("XLA_CLIENT_MEM_FRACTION", "")
+    older = environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "")
+    if older and text:
+        raise AllocatorSettingError(
+            f"XLA_CLIENT_MEM_FRACTION={text} and XLA_PYTHON_CLIENT_MEM_FRACTION={older} are "
+            "both set, which JAX refuses: unset XLA_PYTHON_CLIENT_MEM_FRACTION, the older name")
+    if older:
+        name, text = "XLA_PYTHON_CLIENT_MEM_FRACTION", older
+    fraction = None
+    if text:
+        try:
+            fraction = float(text)
+        except ValueError:
+            raise AllocatorSettingError(
+                f"{name}={text!r} is no number, which JAX refuses: give the fraction of the "
+                "device's memory a program may hold (0.9 for 90%)") from None
+        if not (math.isfinite(fraction) and fraction > 0):
+            raise AllocatorSettingError(
+                f"{name}={text} leaves a program no memory on the GPU: give the fraction of "
+                "the device's memory a program may hold (0.9 for 90%)")
+    preallocate = environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "")
+    return AllocatorSettings(allocator, fraction, name if text else None, text or None,
+                             preallocate not in ("false", "False", "0") if preallocate else None)
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a JAX program may hold on one GPU (``bytes``), the rule that gave
+    it, in words, and the limit XLA:GPU compiles against on such a device."""
+
+    #: ``None``: memscope does not know the allocator's limit
+    bytes: int | None
+    rule: str
+    #: the allocator's limit, which JAX hands XLA:GPU's compile on the device
+    #: as the device's memory (its build options' ``device_memory_size``);
+    #: ``None``: none (the platform allocator, or one memscope does not know),
+    #: and XLA:GPU takes 80% of the description's memory (:data:`UNLIMITED_BASE`)
+    device_memory_size: int | None
+
+
+def room(model: GpuModel, settings: AllocatorSettings) -> Room:
+    """What a JAX program may hold on one device of ``model`` under ``settings``,
+    and why.
+
+    XLA takes the fraction of the device's total memory (``total_memory *
+    memory_fraction`` in its BFC, CUDA-async and VMM allocators alike), the
+    fraction as the plugin's float option carries it (32 bits: 0.9 is
+    0.89999998). On a real H200 with JAX 0.11.2 the allocator's limit was
+    within 0.001% of 75% of the memory the device reported
+    (tests/data/gpu/h200_jax0.11.2.json).
+    """
     total = model.memory_bytes
-    if env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "").lower() == "platform":
-        return total, ("all of the device's memory: XLA_PYTHON_CLIENT_ALLOCATOR=platform "
-                       "allocates as the program asks")
-    given = env.get("XLA_CLIENT_MEM_FRACTION") or env.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
-    try:
-        fraction = float(given) if given else DEFAULT_MEMORY_FRACTION
-    except ValueError:
-        fraction, given = DEFAULT_MEMORY_FRACTION, None
-    if not 0 < fraction <= 1:
-        fraction, given = DEFAULT_MEMORY_FRACTION, None
-    why = (f"the memory fraction set here, {given}" if given else
-           "JAX's allocator takes 75% by default; XLA_CLIENT_MEM_FRACTION sets another")
-    return int(total * fraction), why
+    memory = format_bytes(total)
+    if settings.allocator == "platform":
+        return Room(total, f"all of its {memory}: XLA_PYTHON_CLIENT_ALLOCATOR=platform "
+                           "allocates as the program asks", None)
+    if settings.allocator == "address":
+        return Room(None, "XLA_PYTHON_CLIENT_ALLOCATOR=address: memscope does not know that "
+                          "allocator's limit", None)
+    fraction = (DEFAULT_MEMORY_FRACTION if settings.memory_fraction is None
+                else settings.memory_fraction)
+    limit = int(total * _float32(fraction))
+    share = f"{100 * fraction:g}% of {memory}"
+    if settings.fraction_name is None:
+        rule = f"{share}, {_jax_series()}'s default; XLA_CLIENT_MEM_FRACTION sets another"
+    else:
+        rule = f"{share}, as {settings.fraction_name}={settings.fraction_text} sets"
+    if fraction > 1:
+        rule += ": more than the device has, so at most all of it"
+    if settings.allocator != "default":
+        rule += f" (XLA_PYTHON_CLIENT_ALLOCATOR={settings.allocator})"
+    if settings.preallocate is False:
+        rule += ", taken as needed (XLA_PYTHON_CLIENT_PREALLOCATE=false)"
+    return Room(min(limit, total), rule, limit)
+
+
+def room_here(model: GpuModel, environ: Mapping[str, str] | None = None) -> Room:
+    """:func:`room` under the allocator settings of ``environ`` (this process's
+    by default).
+
+    Raises:
+        AllocatorSettingError: a setting JAX would refuse (:func:`allocator_settings`).
+    """
+    return room(model, allocator_settings(os.environ if environ is None else environ))
+
+
+def _float32(value: float) -> float:
+    """``value`` as a 32-bit float, as the PJRT plugin's option carries it."""
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _jax_series() -> str:
+    found = _compat.series(_compat.JAX_VERSION)
+    return f"JAX {found[0]}.{found[1]}" if found else f"JAX {_compat.JAX_VERSION}"
 
 
 def cuda_install_line() -> str:
@@ -195,8 +345,10 @@ def open_target(spec: GpuSpec) -> GpuTarget:
 
     Raises:
         TargetSetupError: no CUDA plugin or ptxas; the plugin refuses the
-            description or the topology; JAX started already.
+            description or the topology; JAX started already; an allocator
+            setting JAX would refuse (:class:`AllocatorSettingError`).
     """
+    room_here(spec.model)  # a setting JAX would refuse, before anything loads
     _check_installed(spec)
     return open_here(spec.name, lambda: make_target(spec))
 
@@ -204,10 +356,15 @@ def open_target(spec: GpuSpec) -> GpuTarget:
 def make_target(spec: GpuSpec) -> GpuTarget:
     """The target's compile-only devices, from the CUDA plugin (JAX left as it is).
 
+    The room a program has on each device is read from this process's
+    environment (:func:`room_here`).
+
     Raises:
         TargetSetupError: no CUDA plugin or ptxas; the plugin refuses the
-            description or the topology.
+            description or the topology; an allocator setting JAX would refuse
+            (:class:`AllocatorSettingError`).
     """
+    space = room_here(spec.model)
     _check_installed(spec)
     try:
         with stderr_to_nowhere(), _no_cuda_check():
@@ -215,7 +372,7 @@ def make_target(spec: GpuSpec) -> GpuTarget:
     except Exception as e:
         raise TargetSetupError(f"the CUDA plugin could not make {spec.name} "
                                f"({first_line(e)})") from None
-    return GpuTarget(spec, {d.id: d for d in devices})
+    return GpuTarget(spec, {d.id: d for d in devices}, space)
 
 
 @contextlib.contextmanager
@@ -264,15 +421,27 @@ class GpuTarget(Target):
 
     platform = "cuda"
 
-    def __init__(self, spec: GpuSpec, devices: dict[int, Any],
-                 environ: dict[str, str] | None = None) -> None:
+    def __init__(self, spec: GpuSpec, devices: dict[int, Any], space: Room) -> None:
         super().__init__(spec.name, devices)
         self.spec = spec
-        self._budget = budget(spec.model, environ)
+        #: what a program may hold on each device, and the limit its compiles take
+        self.room = space
 
     @property
-    def budget_bytes(self) -> int:
-        return self._budget[0]
+    def budget_bytes(self) -> int | None:
+        return self.room.bytes
+
+    @property
+    def budget_source(self) -> str:
+        return self.room.rule
+
+    @property
+    def base_limit(self) -> int:
+        """The memory XLA:GPU's scheduler and rematerialization start from for
+        this target's compiles, as on the device: the allocator's limit, else
+        80% of the device's memory."""
+        size = self.room.device_memory_size
+        return size if size is not None else int(self.spec.model.memory_bytes * UNLIMITED_BASE)
 
     flops_rule = ("FLOPs of each variant's unoptimized program, by XLA's cost analysis "
                   "here: XLA:GPU's deviceless compile counts none")
@@ -281,22 +450,28 @@ class GpuTarget(Target):
     without_triton = 0
 
     def _identity(self) -> str:
-        """The target's name, its device description and the CUDA plugin's version."""
+        """The target's name, its device description, the CUDA plugin's version
+        and the memory limit its compiles take."""
         return (f"{self.name}\n{target_config(self.spec.model)}\n"
-                f"{compilers.version('cuda')}")
+                f"{compilers.version('cuda')}\ndevice_memory_size "
+                f"{self.room.device_memory_size}")
 
     def _compile(self, lowered: Any, options: dict[str, Any] | None = None) -> Built:
-        """The target's compile. Without a GPU to tune on, XLA:GPU's Triton GEMM
-        emitter fails to tile some GEMMs ("Couldn't find output tile sizes": the
-        bundled transformer's step at batch 16 on gpu:h100, JAX 0.10.2); such a
-        compile is made again with :data:`NO_TRITON_GEMM` (cuBLAS's GEMMs, which
-        XLA:GPU also builds) and counted in :attr:`compile_note`."""
+        """The target's compile, with the allocator's limit as the device's
+        memory, as a compile on the device takes it (:class:`Room`). Without a
+        GPU to tune on, XLA:GPU's Triton GEMM emitter fails to tile some GEMMs
+        ("Couldn't find output tile sizes": the bundled transformer's step at
+        batch 16 on gpu:h100, JAX 0.10.2); such a compile is made again with
+        :data:`NO_TRITON_GEMM` (cuBLAS's GEMMs, which XLA:GPU also builds) and
+        counted in :attr:`compile_note`."""
+        size = self.room.device_memory_size
         try:
-            return super()._compile(lowered, options)
+            return compile_dumped(lowered, options, device_memory_size=size)
         except Exception as e:
             if NO_TILING not in str(e):
                 raise
-        built = super()._compile(lowered, {**(options or {}), **NO_TRITON_GEMM})
+        built = compile_dumped(lowered, {**(options or {}), **NO_TRITON_GEMM},
+                               device_memory_size=size)
         with self._count:
             self.without_triton += 1
         return dataclasses.replace(built, options={**built.options, **NO_TRITON_GEMM})
@@ -316,6 +491,27 @@ class GpuTarget(Target):
                 f"tune on, their tiling failed (\"{NO_TILING}\"), and cuBLAS's GEMMs, "
                 "which XLA:GPU also builds, stand in")
 
+    def limit_check(self, traced: Any, lowered: Any, memory: Memory,
+                    cache: CompileCache | None = None) -> MemoryLimit | None:
+        """Where the peak of ``memory`` (the target's compile of ``lowered``) is
+        within reach of the limit XLA:GPU compiled against (:data:`REMAT_REACH`
+        of :attr:`base_limit` or more), ``lowered`` compiled once more with XLA's
+        rematerialization off (:data:`NO_REMAT`; through ``cache``), and both
+        peaks; else ``None``, with no compile: far below the limit, XLA:GPU's
+        rematerialization leaves the program as it is."""
+        if memory.peak_bytes is None or memory.peak_bytes < REMAT_REACH * self.base_limit:
+            return None
+        asked = self.options(lowered)
+        passes = ",".join(p for p in (asked.get("xla_disable_hlo_passes"),
+                                      NO_REMAT["xla_disable_hlo_passes"]) if p)
+        try:
+            compiled = compile_to_read(self, traced, lowered, cache=cache, counted=False,
+                                       options={**asked, "xla_disable_hlo_passes": passes})
+            unlimited = self.memory(traced, lowered, compiled).peak_bytes
+        except Exception:  # the figures stand; only the comparison is missing
+            unlimited = None
+        return MemoryLimit(self.base_limit, memory.peak_bytes, unlimited)
+
     def flops(self, traced: Any, compiled: Built | Kept) -> float | None:
         """XLA:GPU's count where it gives one; else the unoptimized program's,
         lowered here (no compile): the same rule for every variant compared."""
@@ -329,5 +525,5 @@ class GpuTarget(Target):
                           hbm_bytes=model.memory_bytes,
                           hbm_source=f"the device description's memory ({model.source})",
                           kind="gpu", budget_bytes=self.budget_bytes,
-                          budget_source=self._budget[1],
+                          budget_source=self.room.rule,
                           description_source=model.source, compile_note=self.compile_note)

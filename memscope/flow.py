@@ -363,15 +363,19 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
     code = 0 if session.stopped else result.exit_code
     note = session.target.compile_note
     cache = CompileCache.from_environment()
+    from memscope.compiled.targets.base import compiler_logs_dropped
+
     if plan:
         from memscope.variants.plan import plan as plan_settings
 
-        planned = plan_settings(entry, choice, budget, target=session.target, cache=cache,
-                                memory=limit, held=outside)
+        with compiler_logs_dropped():  # the program has ended (or been stopped)
+            planned = plan_settings(entry, choice, budget, target=session.target,
+                                    cache=cache, memory=limit, held=outside)
         return FitRun(None, outcome, code, dataclasses.replace(
             planned, held_note=held_note, compile_note=note, memory_source=source))
-    found = forecast(entry, choice, budget, memory=limit, held=outside,
-                     target=session.target, cache=cache)
+    with compiler_logs_dropped():  # the program has ended (or been stopped)
+        found = forecast(entry, choice, budget, memory=limit, held=outside,
+                         target=session.target, cache=cache)
     return FitRun(dataclasses.replace(found, held_note=held_note, compile_note=note,
                                       memory_source=source), outcome, code)
 

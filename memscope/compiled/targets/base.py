@@ -26,6 +26,7 @@ import itertools
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -127,6 +128,40 @@ def stderr_to_nowhere() -> Iterator[None]:
         yield
     finally:
         os.dup2(saved, 2)
+        os.close(saved)
+
+
+#: A line of XLA's own log (absl's format): ``W1129 04:25:55.744687   20861
+#: hlo_rematerialization.cc:3402] Can't reduce memory use below ...``
+_XLA_LOG_LINE = re.compile(rb"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w./-]+:\d+\] ")
+
+
+@contextlib.contextmanager
+def compiler_logs_dropped() -> Iterator[None]:
+    """Keep XLA's own log lines out of stderr while the block compiles (the
+    rest written to file descriptor 2 is written there after it, in order).
+
+    ``fit`` compiles sizes over the device's limit on purpose, and XLA:GPU's
+    rematerialization logs a warning for each it cannot bring under it (and
+    its scheduler an error where the arguments alone exceed it): a screenful
+    that says what fit's table says. Only where the program no longer runs,
+    as it holds the whole process's stderr for the block.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                held.seek(0)
+                kept = [line for line in held if not _XLA_LOG_LINE.match(line)]
+                if kept:
+                    os.write(2, b"".join(kept))
+    finally:
         os.close(saved)
 
 

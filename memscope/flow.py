@@ -332,7 +332,7 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
     import jax
 
     from memscope.compiled.cache import CompileCache
-    from memscope.variants.fit import choose_batch, choose_function, forecast
+    from memscope.variants.fit import choose_batch, choose_function
 
     entry = choose_function(session.entries, function)
     _check_readable(entry, batch)
@@ -363,21 +363,28 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
     code = 0 if session.stopped else result.exit_code
     note = session.target.compile_note
     cache = CompileCache.from_environment()
+    found = _search(entry, choice, budget, limit, outside, session.target, cache, plan)
+    found = dataclasses.replace(found, held_note=held_note, compile_note=note,
+                                memory_source=source)
+    return (FitRun(None, outcome, code, found) if plan
+            else FitRun(found, outcome, code))
+
+
+def _search(entry: Any, choice: Any, budget: int, limit: int, held: int | None,
+            target: Target, cache: Any, plan: bool) -> Any:
+    """``fit``'s search, or ``fit --plan``'s, once the program has ended (or
+    been stopped): XLA's own log lines are kept off stderr meanwhile."""
     from memscope.compiled.targets.base import compiler_logs_dropped
+    from memscope.variants.fit import forecast
 
-    if plan:
-        from memscope.variants.plan import plan as plan_settings
+    with compiler_logs_dropped():
+        if plan:
+            from memscope.variants.plan import plan as plan_settings
 
-        with compiler_logs_dropped():  # the program has ended (or been stopped)
-            planned = plan_settings(entry, choice, budget, target=session.target,
-                                    cache=cache, memory=limit, held=outside)
-        return FitRun(None, outcome, code, dataclasses.replace(
-            planned, held_note=held_note, compile_note=note, memory_source=source))
-    with compiler_logs_dropped():  # the program has ended (or been stopped)
-        found = forecast(entry, choice, budget, memory=limit, held=outside,
-                         target=session.target, cache=cache)
-    return FitRun(dataclasses.replace(found, held_note=held_note, compile_note=note,
-                                      memory_source=source), outcome, code)
+            return plan_settings(entry, choice, budget, target=target, cache=cache,
+                                 memory=limit, held=held)
+        return forecast(entry, choice, budget, memory=limit, held=held, target=target,
+                        cache=cache)
 
 
 def _room_source(target: Target) -> str | None:

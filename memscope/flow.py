@@ -298,12 +298,15 @@ class FitRun:
 
 def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str] = (),
             memory: int | None = None, stop_after: int | None = None,
-            target: Target | None = None, plan: bool = False) -> FitRun:
+            target: Target | None = None, plan: bool = False,
+            progress: Reporter = SILENT) -> FitRun:
     """Run ``script`` until its loop begins (a signature called again) or
     ``stop_after`` jitted calls, then forecast the chosen function's batch;
     compiled for ``target`` (a ``--target`` accelerator: its compiles, its
     budget as the default limit; ``None``: this machine, its devices' limit).
     With ``plan``, each setting's batch instead (:mod:`memscope.variants.plan`).
+    ``progress`` is told of the compiles, once the program has ended: those
+    the capture waits for, then each of fit's.
 
     Raises:
         MemscopeError: nothing to compile, a bad ``function`` or ``batch``, or no
@@ -316,7 +319,7 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
 
     with capture_on_import(advise="advised", stop_after=stop_after, keep_calls=True,
                            stop_at_repeat=(function or True) if stop_after is None else False,
-                           target=target, started=started) as pending:
+                           target=target, started=started, progress=progress) as pending:
         def finish() -> None:  # while what the target holds still exists
             if pending.session is not None:
                 held["in_use"] = _in_use(pending.session)
@@ -362,11 +365,11 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
         from memscope.variants.plan import plan as plan_settings
 
         planned = plan_settings(entry, choice, budget, target=session.target, cache=cache,
-                                memory=limit, held=outside)
+                                memory=limit, held=outside, progress=progress)
         return FitRun(None, outcome, code, dataclasses.replace(
             planned, held_note=held_note, compile_note=note))
     found = forecast(entry, choice, budget, memory=limit, held=outside,
-                     target=session.target, cache=cache)
+                     target=session.target, cache=cache, progress=progress)
     return FitRun(dataclasses.replace(found, held_note=held_note, compile_note=note),
                   outcome, code)
 

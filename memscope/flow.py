@@ -298,12 +298,15 @@ class FitRun:
 
 def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str] = (),
             memory: int | None = None, stop_after: int | None = None,
-            target: Target | None = None, plan: bool = False) -> FitRun:
+            target: Target | None = None, plan: bool = False,
+            progress: Reporter = SILENT) -> FitRun:
     """Run ``script`` until its loop begins (a signature called again) or
     ``stop_after`` jitted calls, then forecast the chosen function's batch;
     compiled for ``target`` (a ``--target`` accelerator: its compiles, its
     budget as the default limit; ``None``: this machine, its devices' limit).
     With ``plan``, each setting's batch instead (:mod:`memscope.variants.plan`).
+    ``progress`` is told of the compiles, once the program has ended: those
+    the capture waits for, then each of fit's.
 
     Raises:
         MemscopeError: nothing to compile, a bad ``function`` or ``batch``, or no
@@ -316,7 +319,7 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
 
     with capture_on_import(advise="advised", stop_after=stop_after, keep_calls=True,
                            stop_at_repeat=(function or True) if stop_after is None else False,
-                           target=target, started=started) as pending:
+                           target=target, started=started, progress=progress) as pending:
         def finish() -> None:  # while what the target holds still exists
             if pending.session is not None:
                 held["in_use"] = _in_use(pending.session)
@@ -363,7 +366,8 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
     code = 0 if session.stopped else result.exit_code
     note = session.target.compile_note
     cache = CompileCache.from_environment()
-    found = _search(entry, choice, budget, limit, outside, session.target, cache, plan)
+    found = _search(entry, choice, budget, limit, outside, session.target, cache, plan,
+                    progress)
     found = dataclasses.replace(found, held_note=held_note, compile_note=note,
                                 memory_source=source)
     return (FitRun(None, outcome, code, found) if plan
@@ -371,9 +375,10 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
 
 
 def _search(entry: Any, choice: Any, budget: int, limit: int, held: int | None,
-            target: Target, cache: Any, plan: bool) -> Any:
+            target: Target, cache: Any, plan: bool, progress: Reporter) -> Any:
     """``fit``'s search, or ``fit --plan``'s, once the program has ended (or
-    been stopped): XLA's own log lines are kept off stderr meanwhile."""
+    been stopped), each compile told to ``progress``: XLA's own log lines are
+    kept off stderr meanwhile."""
     from memscope.compiled.targets.base import compiler_logs_dropped
     from memscope.variants.fit import forecast
 
@@ -382,9 +387,9 @@ def _search(entry: Any, choice: Any, budget: int, limit: int, held: int | None,
             from memscope.variants.plan import plan as plan_settings
 
             return plan_settings(entry, choice, budget, target=target, cache=cache,
-                                 memory=limit, held=held)
+                                 memory=limit, held=held, progress=progress)
         return forecast(entry, choice, budget, memory=limit, held=held, target=target,
-                        cache=cache)
+                        cache=cache, progress=progress)
 
 
 def _room_source(target: Target) -> str | None:

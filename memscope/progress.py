@@ -1,4 +1,11 @@
-"""What long work reports as it goes, for the faces to show (no rendering here)."""
+"""What long work reports as it goes, for the faces to show (no rendering here).
+
+A stage that works for long (``fit``'s compiles, ``bisect``'s releases, the
+compiles a ``--target`` run waits for) takes a ``progress`` :data:`Reporter`
+(:data:`SILENT` by default) and calls it with a :class:`Step` each time what
+it does changes; it never prints. A face turns steps into what the user sees:
+:func:`memscope.render.progress.terminal_progress`.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Step:
-    """Where long work stands: what is being done, in the user's terms, and how
-    far it has come (``total`` ``None`` where unknown)."""
+    """Where long work stands: what is being done, in the user's terms
+    (``compiling train_step as written at batch 256 for gpu:h100``), and how
+    far it has come: ``done`` of ``total`` (``None``: unknown; ``about``: an
+    estimate, as a bisect's releases to try)."""
 
     what: str
     done: int
     total: int | None = None
+    about: bool = False
 
 
 #: Takes each :class:`Step` as the work reaches it (from any thread).

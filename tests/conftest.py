@@ -66,6 +66,7 @@ _AGNOSTIC = ("tests/test_fix.py", "tests/test_endings.py", "tests/test_docs_ci.p
              "tests/test_samples.py::test_a_failing_target_still_reports_what_was_captured",
              "tests/test_samples.py::test_ctrl_c_interrupts_and_still_reports",
              "tests/test_fit.py::test_bad_input_is_one_line_and_exit_2",
+             "tests/test_fit.py::test_fit_shows_its_compiles_on_a_terminal_only",
              "tests/test_compile_cache.py::test_memscope_run_again_reports_the_same",
              # the pytest plugin's markers and fixture (what they capture is the
              # capture's), the printed advice applied and checked (the advice

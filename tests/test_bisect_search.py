@@ -184,3 +184,23 @@ def test_passes_are_read_from_the_dump_in_the_order_they_ran(tmp_path: Path):
                  "module_0036.jit_train_step.cpu_after_optimizations.txt"):
         (tmp_path / name).write_text("")
     assert dumped_passes(str(tmp_path)) == ["dce", "algsimp"]
+
+
+def test_progress_names_the_release_and_the_releases_tried_of_about_how_many(tmp_path: Path):
+    from memscope.bisect.run import Request, Runner
+    from memscope.program.runner import Script
+    from memscope.progress import Step
+
+    program = tmp_path / "train.py"
+    program.write_text("import jax\n")
+    steps: list[Step] = []
+    runner = Runner(Request(Script(str(program), ()), "jax",
+                            releases.Range.parse("0.9.0..0.10.2")),
+                    tmp_path / "work", steps.append, expected=2)
+    runner.say("0.9.0", "building an environment for jax 0.9.0 with Python 3.12")
+    runner.tried_so_far += ["0.9.0", "0.10.2"]
+    runner.say("0.9.2", "running the program under memscope")  # more than expected
+    assert steps == [
+        Step("JAX 0.9.0: building an environment for jax 0.9.0 with Python 3.12", 0, 2,
+             about=True),
+        Step("JAX 0.9.2: running the program under memscope", 2, 3, about=True)]

@@ -8,7 +8,9 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -22,6 +24,7 @@ from memscope.report import peak_rule
 from memscope.variants.donation import Argument
 from memscope.variants.fit import KeptCall, choose_batch
 from tests.samples import sample_module
+from tests.terminal import run_in_terminal, screen
 from tests.test_samples import MEMSCOPE, SAMPLES
 
 MLP = Path(__file__).parent / "programs" / "fit_mlp.py"
@@ -113,6 +116,39 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         assert words in said and said.count("\n") == 1
     result = runner.invoke(cli, ["fit", "--memory", "1KiB", str(MLP)])
     assert result.exit_code == 1 and "Largest batch that fits" in result.output
+
+
+def test_fit_shows_its_compiles_on_a_terminal_only():
+    # stdout and stderr on one real terminal, as a user runs it: each compile is
+    # shown while it runs, and the line is gone before the answer is printed (the
+    # screen holds the answer alone); piped, or with -q, not a byte of it
+    fit = [sys.executable, "-m", "memscope", "fit"]
+    args = ["--memory", "8MiB", str(MLP), "--batch", "32"]
+    env = {**QUIET, "COLUMNS": "120"}
+    piped = subprocess.run([*fit, *args], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == ""  # as before there was a progress line
+
+    shown = run_in_terminal([*fit, *args], env=env, timeout=300)
+    assert shown.returncode == 0, shown.terminal[-2000:]
+    said = re.sub(r"\x1b\[[0-9;]*m", "", shown.terminal)  # (colours)
+    assert re.search(r"compiling step as written at batch 64 for this machine "
+                     r"0 of 2 done, \d+ s", said), said[-2000:]
+    assert re.search(r"compiling step with the advised donation at batch \d+ for this "
+                     r"machine 1 of 2 done, \d+ s", said), said[-2000:]
+    assert _timeless(screen(shown.terminal)) == _timeless(piped.stdout.splitlines())
+
+    quiet = run_in_terminal([*fit, "-q", *args], env=env, stdout_on_terminal=False,
+                            timeout=300)
+    assert quiet.returncode == 0, quiet.terminal[-2000:]
+    assert quiet.terminal == ""
+    assert _timeless(quiet.stdout.splitlines()) == _timeless(piped.stdout.splitlines())
+
+
+def _timeless(lines: list[str]) -> list[str]:
+    """``lines`` less their trailing blanks and how long the compiles took."""
+    return [re.sub(r"compiles in [\d.]+ s", "compiles in _ s", line.rstrip()) for line in lines]
 
 
 def test_several_batch_arguments_are_resized_together():

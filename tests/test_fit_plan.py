@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -316,3 +317,26 @@ def test_a_step_as_written_that_fails_at_another_size_is_bad_input(tmp_path):
     assert done.returncode == 2 and done.stdout == "", done.stderr
     (line,) = [x for x in done.stderr.splitlines() if x.startswith("memscope:")]
     assert line.startswith("memscope: error: <lambda> does not trace at batch 64"), line
+
+
+def test_the_plan_tells_each_compile_as_it_begins():
+    """Each (setting, batch) the plan compiled is told once, with the function and
+    the target, and nothing it did not compile; the first round counts its
+    compiles side by side up to all of them."""
+    from memscope.flow import run_fit
+    from memscope.program.runner import Script
+    from memscope.progress import Step
+
+    steps: list[Step] = []
+    done = run_fit(Script(str(PROGRAM), ("--batch", "32")), memory=4 << 20, plan=True,
+                   progress=steps.append)
+    assert done.plan is not None
+    told = re.compile(r"compiling step (as written|with (.+)) at batch (\d+) for this machine")
+    compiled = [(m.group(2) or m.group(1), int(m.group(3)))
+                for s in steps if (m := told.fullmatch(s.what))]
+    names = {"the advised donation": "advised donation"}
+    assert sorted((names.get(n, n), b) for n, b in compiled) == sorted(
+        (r.setting, p.batch) for r in done.plan.rows for p in r.points)
+    together = [s for s in steps if "settings at batch 32 for this machine, side by" in s.what]
+    assert [s.done for s in together] == list(range(together[0].total + 1))
+    assert steps[-1].total is not None and steps[-1].done < steps[-1].total

@@ -471,10 +471,10 @@ def test_a_first_run_shows_its_compiles_on_a_terminal_and_nothing_with_q(tmp_pat
 
     shown = _in_a_terminal([sys.executable, "-m", "memscope", "run", "--target",
                             "tpu:v5e:2x2", *program], env())
-    assert re.search(r"memscope: compiling step (as written|with the advised donation)"
+    assert re.search(r"compiling step (as written|with the advised donation)"
                      r"(, step with the advised donation)? for tpu:v5e:2x2 "
-                     r"\([01] of 2 done, \d+ s\)", shown), shown[-2000:]
-    assert "memscope report" in shown.split("memscope: compiling")[-1]  # after it
+                     r"[01] of 2 done, \d+ s", shown), shown[-2000:]
+    assert "memscope report" in shown.split("for tpu:v5e:2x2 ")[-1]  # after it
     quiet = _in_a_terminal([sys.executable, "-m", "memscope", "run", "-q", "--target",
                             "tpu:v5e:2x2", *program], env())
     assert re.fullmatch(r"loss \d+\.\d+\r?\n", quiet), quiet  # the program's line only

@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from memscope.bisect.search import (
 from memscope.check.compare import FunctionDiff, compare_reports
 from memscope.errors import MemscopeError
 from memscope.program.runner import Script
+from memscope.progress import SILENT, Reporter, Step
 from memscope.report import FunctionReport, Report, load_report
 
 #: the packages whose releases change what XLA compiles: a move there is asked
@@ -145,7 +145,7 @@ class Runner:
     """Tries releases for :func:`~memscope.bisect.search.search`: the
     environment (built or found), the program run there, its report read."""
 
-    def __init__(self, request: Request, work: Path, progress: Callable[[str], None],
+    def __init__(self, request: Request, work: Path, progress: Reporter,
                  expected: int) -> None:
         self.request = request
         self.work = work
@@ -176,9 +176,11 @@ class Runner:
         return [(self.request.package, release), *fixed]
 
     def say(self, release: str, what: str) -> None:
+        """``what`` is being done for ``release``, with the releases tried so far
+        of about how many."""
         done = len(self.tried_so_far)
-        self.progress(f"{_label(self.request.package, release)} ({done + 1} of about "
-                      f"{max(self.expected, done + 1)}): {what}")
+        self.progress(Step(f"{_label(self.request.package, release)}: {what}", done,
+                           max(self.expected, done + 1), about=True))
 
     def environment(self, release: str) -> Environment:
         env = environments.ensure(self.pins(release), self.carried,
@@ -218,7 +220,7 @@ class Runner:
         try:
             env = self.environment(release)
         except NotInstalled as e:
-            self.progress(f"{_label(self.request.package, release)}: {e}")
+            self.say(release, str(e))
             return Tried(release, "not_installed", error=str(e))
         self.say(release, "running the program under memscope")
         self.tried_so_far.append(release)
@@ -254,8 +256,9 @@ class Runner:
         finding = PassFinding()
         request = {**self.base_request(), "kind": "passes", "function": name,
                    "out": str(out), "discover": True, "passes": "discovered"}
-        self.progress(f"{_label(self.request.package, move.release)}: reading which XLA passes "
-                      f"changed {name}'s program, and compiling it with each disabled in turn")
+        self.progress(Step(f"{_label(self.request.package, move.release)}: reading which XLA "
+                           f"passes changed {name}'s program, and compiling it with each "
+                           "disabled in turn", 0))
         self.child(env, request, f"{move.release}.passes")
         records = _records(out)
         listed = next((r for r in records if "discovered" in r), None)
@@ -277,9 +280,10 @@ class Runner:
             if not left:
                 break
             if restart:
-                self.progress(f"{_label(self.request.package, move.release)}: XLA crashed "
-                              f"without {finding.crashed[-1]}; compiling {name} again with "
-                              f"each of the {len(left)} passes left disabled in turn")
+                self.progress(Step(f"{_label(self.request.package, move.release)}: XLA "
+                                   f"crashed without {finding.crashed[-1]}; compiling {name} "
+                                   f"again with each of the {len(left)} passes left disabled "
+                                   "in turn", 0))
                 start = len(_records(out))
                 self.child(env, {**request, "discover": False, "passes": left},
                            f"{move.release}.passes")
@@ -364,16 +368,20 @@ def _temporaries_moved(then: FunctionReport, now: FunctionReport
     return sorted(out, key=lambda t: -abs(t[2] - t[1]))
 
 
-def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None,
+def bisect(request: Request, *, progress: Reporter = SILENT,
            work: Path | None = None) -> Result:
-    """Bisect ``request.package``'s releases in ``request.range`` for the program.
+    """Bisect ``request.package``'s releases in ``request.range`` for the program;
+    ``progress`` is told what is being done (reading the index, building each
+    release's environment, running the program there, the pass search), with
+    the releases tried of about how many.
 
     Raises:
         MemscopeError: the index has no release in the range, or uv is missing.
     """
     start = time.monotonic()
     environments.uv()  # before anything: a missing uv is one line
-    progress(f"reading the releases of {request.package} in {request.range} from the package index")
+    progress(Step(f"reading the releases of {request.package} in {request.range} from the "
+                  "package index", 0))
     listed = releases.index_versions(request.package)
     chosen = request.range.select(listed)
     if not chosen:
@@ -384,9 +392,9 @@ def bisect(request: Request, *, progress: Callable[[str], None] = lambda _: None
         unsupported = [r for r in chosen if _versions.support_problem(r, r) is not None]
         chosen = [r for r in chosen if r not in unsupported]
         if unsupported:
-            progress(f"left out JAX {', '.join(unsupported)}: memscope runs on JAX "
-                     f"{_versions.SUPPORTED_SERIES[0][0]}.{_versions.SUPPORTED_SERIES[0][1]} "
-                     "and later")
+            progress(Step(f"left out JAX {', '.join(unsupported)}: memscope runs on JAX "
+                          f"{_versions.SUPPORTED_SERIES[0][0]}."
+                          f"{_versions.SUPPORTED_SERIES[0][1]} and later", 0))
         if not chosen:
             raise MemscopeError(f"memscope runs on JAX 0.7 and later: no release in "
                                 f"{request.range} to bisect")

@@ -30,12 +30,16 @@ from memscope.report.units import parse_percent
 @click.option("--no-passes", is_flag=True,
               help="Do not compile the newer release again with each XLA pass "
                    "disabled to tell which pass made a move.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Do not show progress (on a terminal a live line on stderr, else "
+                   "one line per step).")
 @module_option
 @target_option
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str | None,
-           output: str | None, min_change: str, no_passes: bool, as_module: bool,
+           output: str | None, min_change: str, no_passes: bool, quiet: bool,
+           as_module: bool,
            user_packages: tuple[str, ...], target_spec: str | None, target: str,
            args: tuple[str, ...]) -> None:
     """Find the release that moved a function's memory figures: each release
@@ -50,7 +54,8 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     It says which function's figures moved between which two releases, what
     of the peak moved (as memscope diff explains two reports), and which XLA
     pass, disabled on the newer release, brings them back (where one does).
-    Progress goes to stderr. Exit codes: 0 answered (a move or none), 2 usage
+    Progress goes to stderr: a live line on a terminal, else one line per
+    step (none with -q). Exit codes: 0 answered (a move or none), 2 usage
     or input error, 3 the program ran on no release tried, 130 interrupted
     (what was tried is printed and written).
     """
@@ -58,6 +63,7 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     from memscope.bisect.run import Request
     from memscope.bisect.run import bisect as run_bisect
     from memscope.render.bisect import render_bisect, render_bisect_json
+    from memscope.render.progress import terminal_progress
 
     if (jax_range is None) == (package is None):
         raise click.UsageError("give the releases to bisect: --jax FROM..TO, or "
@@ -73,10 +79,8 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     request = Request(script, name, Range.parse(text or ""), function=function,
                       target_spec=target_spec, min_change=fraction, passes=not no_passes)
 
-    def progress(line: str) -> None:
-        click.echo(f"memscope bisect: {line}", err=True)
-
-    result = run_bisect(request, progress=progress)
+    with terminal_progress(quiet, lines="memscope bisect") as progress:
+        result = run_bisect(request, progress=progress)
     if output is not None:
         write_whole(output, render_bisect_json(result))
     with printing() as out:

@@ -124,16 +124,16 @@ def _bisect(result: CheckResult, base: Report, report: Report, what: Script | No
     from memscope.bisect import baseline
     from memscope.bisect.run import bisect
     from memscope.render.bisect import check_lines
+    from memscope.render.progress import terminal_progress
 
     failing = {f.name for f in result.functions if f.failed}
     asked, why = baseline.request(base, report, failing, what, target_spec)
     if asked is None:
         said = [why or ""]
     else:
-        def progress(line: str) -> None:
-            click.echo(f"memscope bisect: {line}", err=True)
-
-        said = check_lines(bisect(asked, progress=progress), failing)
+        with terminal_progress(lines="memscope bisect") as progress:
+            found = bisect(asked, progress=progress)
+        said = check_lines(found, failing)
     guard.write(lambda out: print("\n".join(visible(line) for line in said), file=out))
 
 

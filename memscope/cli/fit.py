@@ -20,6 +20,7 @@ from memscope.render.plan import (
     render_plan_markdown,
     render_plan_text,
 )
+from memscope.render.progress import terminal_progress
 from memscope.report.units import parse_size
 
 #: ``memscope fit`` exits 1 when no batch size fits the budget.
@@ -48,12 +49,15 @@ from memscope.report.units import parse_size
               default="text",
               help="text (default), json (schema memscope.fit/1; with --plan "
                    "memscope.fit-plan/1), or, with --plan, markdown or html.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Do not show the compiles' progress (shown on stderr where it is a "
+                   "terminal).")
 @click.argument("target", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], function: str | None, batch: tuple[str, ...],
         memory: str | None, stop_after: int | None, target_spec: str | None, plan: bool,
-        fmt: str, target: str, args: tuple[str, ...]) -> None:
+        fmt: str, quiet: bool, target: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... until its loop begins (a jitted signature called a
     second time, or --stop-after N calls), then compile the chosen function at
     other batch sizes (abstract arguments with the same shardings: nothing runs
@@ -67,7 +71,9 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
     outside the function's arguments. With --target, the compiles are the
     target's (XLA:TPU, XLA:GPU) and the limit is its chip's memory (a GPU's:
     the room JAX's allocator gives a program, 75% of it unless
-    XLA_CLIENT_MEM_FRACTION sets another; the output says which). Exit codes:
+    XLA_CLIENT_MEM_FRACTION sets another; the output says which). Each
+    compile is shown on stderr while it runs, where stderr is a terminal
+    (not with -q). Exit codes:
     0 a batch fits; 1 none fits;
     2 bad input (no function captured, an unknown --function or --batch, no
     budget on a device without a limit, a function that does not trace or
@@ -80,8 +86,10 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
                   packages=user_packages)
     check_script(what)
     budget = parse_size(memory) if memory is not None else None
-    done = run_fit(what, function=function, batch=batch, memory=budget,
-                   stop_after=stop_after, target=open_target(target_spec), plan=plan)
+    chips = open_target(target_spec)
+    with terminal_progress(quiet) as progress:  # gone before the answer is printed
+        done = run_fit(what, function=function, batch=batch, memory=budget,
+                       stop_after=stop_after, target=chips, plan=plan, progress=progress)
     if done.plan is not None:
         render = {"json": lambda p, f: render_plan_json(p, f, outcome=done.outcome),
                   "markdown": render_plan_markdown, "html": render_plan_html,

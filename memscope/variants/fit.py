@@ -10,8 +10,8 @@ extrapolation alone (the search over sizes: :mod:`memscope.variants.search`).
 
 from __future__ import annotations
 
-import functools
 import math
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -25,6 +25,7 @@ from memscope.compiled.compile import compile_to_read
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError
+from memscope.progress import SILENT, Reporter, Step
 from memscope.report import FitRow, Forecast
 from memscope.variants.batch import BatchChoice as BatchChoice  # (fit's public names)
 from memscope.variants.batch import KeptCall as KeptCall
@@ -69,6 +70,36 @@ def retrace(call: KeptCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         raise RuntimeError("the program let go of the function")
     with _frameworks.retrace_context(call.fun):
         return jitted.trace(*args, **kwargs)
+
+
+class Compiles:
+    """Tells ``progress`` of fit's compiles as they begin: the function, the
+    setting and the batch, the target, and how many of the ``total`` settings
+    are done (their searches ended; in the plan's first round, their first
+    compiles, side by side). Called from any thread."""
+
+    def __init__(self, progress: Reporter, function: str, target: Target, total: int) -> None:
+        self.progress, self.function, self.total = progress, function, total
+        self.where = target.name
+        self.done = 0
+        self._lock = threading.Lock()
+
+    def compiling(self, setting: str, batch: int) -> None:
+        """``setting`` (``as written``, ``with dots_saveable``) begins compiling
+        at ``batch``."""
+        self.say(f"compiling {self.function} {setting} at batch {batch} for {self.where}")
+
+    def say(self, what: str) -> None:
+        """``what`` is being done now."""
+        with self._lock:  # (told in order: a count never goes back)
+            self.progress(Step(what, self.done, self.total))
+
+    def finished(self, what: str | None = None) -> None:
+        """One more done; ``what`` is being done now, where given."""
+        with self._lock:
+            self.done += 1
+            if what is not None:
+                self.progress(Step(what, self.done, self.total))
 
 
 def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,
@@ -278,10 +309,12 @@ def _sharing(entry: Recorded, choice: BatchChoice) -> list[tuple[Argument, int]]
 
 def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
              memory: int | None = None, held: int | None = None,
-             target: Target | None = None, cache: CompileCache | None = None) -> Forecast:
+             target: Target | None = None, cache: CompileCache | None = None,
+             progress: Reporter = SILENT) -> Forecast:
     """The forecast for ``entry`` as written and with the advised donation (when
     the capture compiled one), each confirmed by compiling for ``target`` (this
-    machine by default), through ``cache`` where given.
+    machine by default), through ``cache`` where given; ``progress`` is told of
+    each compile.
 
     Raises:
         MemscopeError: the function does not trace or compile at a size tried
@@ -293,21 +326,29 @@ def forecast(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     advised = next((v for v in entry.variants if v.name == "advised" and v.facts is not None
                     and not v.same_as_written), None)
     fix = None
-    peak = functools.partial(compile_peak, target=target, cache=cache)
+    target = target if target is not None else HereTarget()
+    steps = Compiles(progress, entry.name, target, 1 if advised is None else 2)
     flops: dict[int, float | None] = {}
 
     def written_peak(call: KeptCall, choice: BatchChoice, batch: int,
                      donated: tuple[bool, ...] | None = None) -> int | None:
+        steps.compiling("as written", batch)
         found, flops[batch] = compile_point(call, choice, batch, donated, target, cache)
         return found
+
+    def advised_peak(call: KeptCall, choice: BatchChoice, batch: int,
+                     donated: tuple[bool, ...] | None = None) -> int | None:
+        steps.compiling("with the advised donation", batch)
+        return compile_peak(call, choice, batch, donated, target, cache)
 
     try:
         written = search(call, choice, budget, known=recorded_peak(entry),
                          compile_peak=written_peak)
+        steps.finished()
         if advised is not None and advised.facts is not None:
             fix = search(call, choice, budget, donated=advised.facts.program.donated,
                          known=advised.facts.memory.peak_bytes, hint=local_slope(written),
-                         compile_peak=peak)
+                         compile_peak=advised_peak)
     except NotCompiled as failed:
         raise MemscopeError(not_compiled_line(entry, choice, failed)) from None
     by_batch = dict(fix.rows) if fix is not None else {}

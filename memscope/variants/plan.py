@@ -32,12 +32,14 @@ from memscope.compiled.compile import compile_to_read
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError
+from memscope.progress import SILENT, Reporter
 from memscope.report.plan import FitPlan, PlanPoint, PlanRow, SettingKind
 from memscope.report.units import format_bytes_apart
 from memscope.variants import remat
 from memscope.variants.batch import BatchChoice, KeptCall, Recorded
 from memscope.variants.compile import LoweredVariant, lower_variant, side_by_side
 from memscope.variants.fit import (
+    Compiles,
     NotCompiled,
     OverCapacity,
     axis_note,
@@ -81,11 +83,12 @@ class Levers:
 class _Compiler:
     """The plan's one compile: a setting at a batch, lowered on the calling
     thread (tracing again under a policy is the calling thread's), compiled
-    for the target through memscope's cache, and read."""
+    for the target through memscope's cache, and read; each told to ``steps``."""
 
     def __init__(self, call: KeptCall, choice: BatchChoice, target: Target,
-                 cache: CompileCache | None) -> None:
+                 cache: CompileCache | None, steps: Compiles) -> None:
         self.call, self.choice, self.target, self.cache = call, choice, target, cache
+        self.steps = steps
         self._before = (target.compiles, target.cache_hits)
         self.points: dict[tuple[str, int], PlanPoint] = {}
 
@@ -140,6 +143,7 @@ class _Compiler:
         """``setting`` at ``batch``, compiled once per plan."""
         found = self.points.get((setting.name, batch))
         if found is None:
+            self.steps.compiling(_phrase(setting), batch)
             traced, lowered = self.lower(setting, batch)
             found = self.compiled(traced, lowered, batch)
             self.points[(setting.name, batch)] = found
@@ -159,10 +163,14 @@ class _Compiler:
         lowered: list[tuple[Setting, Any]] = []
         done: dict[str, PlanPoint | NotCompiled] = {}
         for s in settings:
+            self.steps.compiling(_phrase(s), b0)
             try:
                 lowered.append((s, self.lower(s, b0)))
             except NotCompiled as e:
                 done[s.name] = e
+        together = (f"compiling {self.steps.function}'s {len(settings)} settings at "
+                    f"batch {b0} for {self.steps.where}, side by side")
+        self.steps.say(together)
 
         def one(item: tuple[Setting, Any]) -> PlanPoint | NotCompiled:
             traced, lowered_ = item[1]
@@ -170,6 +178,8 @@ class _Compiler:
                 return self.compiled(traced, lowered_, b0)
             except NotCompiled as e:
                 return e
+            finally:
+                self.steps.finished(together)
 
         results = side_by_side(one, lowered)
         for (s, _), result in zip(lowered, results, strict=True):
@@ -252,14 +262,23 @@ def combined(best: Setting, lv: Levers) -> Setting:
                    f"{best.code}; {donation}", best.policy, best.names, lv.donation[1])
 
 
+def _phrase(s: Setting) -> str:
+    """``s`` as progress says it: ``as written``, ``with dots_saveable``."""
+    return {"written": "as written", "donation": "with the advised donation"}.get(
+        s.kind, f"with {s.name}")
+
+
 # -------------------------------------------------------------- the plan --
 
 
 def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
          target: Target | None = None, cache: CompileCache | None = None,
-         memory: int | None = None, held: int | None = None) -> FitPlan:
+         memory: int | None = None, held: int | None = None,
+         progress: Reporter = SILENT) -> FitPlan:
     """Each setting's largest batch under ``budget``, best first (see the
-    module's doc); compiled for ``target`` (this machine by default).
+    module's doc); compiled for ``target`` (this machine by default),
+    ``progress`` told of each compile (the first round's count is of its
+    compiles, the search's of the settings searched).
 
     Raises:
         MemscopeError: the program as written does not trace or compile at a size
@@ -269,14 +288,17 @@ def plan(entry: Recorded, choice: BatchChoice, budget: int | None, *,
     assert call is not None
     start = time.perf_counter()
     target = target if target is not None else HereTarget()
-    compiler = _Compiler(call, choice, target, cache)
     lv = levers(entry, call, choice)
     todo, rows = settings(lv)
+    compiler = _Compiler(call, choice, target, cache,
+                         Compiles(progress, entry.name, target, len(todo)))
     first = compiler.first_round(todo)
     written = first.get("as written")
     if isinstance(written, NotCompiled):
         raise MemscopeError(not_compiled_line(entry, choice, written))
     todo = _searchable(todo, first, rows, target)
+    combining = lv.donation is not None and any(s.policy is not None for s in todo)
+    compiler.steps = Compiles(progress, entry.name, target, len(todo) + combining)
     try:
         searched = _search_all(compiler, todo, first, budget)
     except NotCompiled as failed:
@@ -333,6 +355,7 @@ def _search_all(compiler: _Compiler, todo: list[Setting],
                                          *_order(first[s.name], todo.index(s)))):
         row = _search_one(compiler, s, budget, best if s.kind != "written" else None,
                           raising=s.kind == "written")
+        compiler.steps.finished()
         searched[s.name] = row
         if row.largest is not None and (best is None or row.largest > best):
             best = row.largest

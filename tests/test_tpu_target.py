@@ -38,6 +38,7 @@ from memscope.compiled.targets import TargetMismatch, TargetSetupError, compiler
 from memscope.report import Memory, hbm_peak_rule
 from memscope.report.units import format_bytes
 from tests.runs_again import run_twice_on_one_cache
+from tests.terminal import run_in_terminal, screen
 
 pytestmark = pytest.mark.skipif(
     not tpu.available(), reason=f"libtpu is not installed ({tpu.libtpu_install_line()})")
@@ -429,33 +430,6 @@ def test_fit_for_a_chip_answers_the_largest_batch_its_compiler_builds(tmp_path: 
             compile_at(largest + step)
 
 
-def _in_a_terminal(command: list[str], env: dict[str, str]) -> str:
-    """What ``command`` wrote to a real pseudo-terminal (its stdout and stderr)."""
-    import pty
-    import select
-
-    primary, secondary = pty.openpty()
-    child = subprocess.Popen(command, stdin=secondary, stdout=secondary, stderr=secondary,
-                             env=env)
-    os.close(secondary)
-    written = b""
-    while True:
-        ready, _, _ = select.select([primary], [], [], 1.0)
-        if ready:
-            try:
-                chunk = os.read(primary, 65536)
-            except OSError:  # the child has closed the terminal
-                break
-            if not chunk:
-                break
-            written += chunk
-        elif child.poll() is not None:
-            break
-    child.wait(timeout=300)
-    os.close(primary)
-    return written.decode("utf-8", "replace")
-
-
 def test_a_first_run_shows_its_compiles_on_a_terminal_and_nothing_with_q(tmp_path) -> None:
     """A --target run waits for its compiles once the program has ended; in a
     terminal it says what is compiling, for which target, how far and how long
@@ -466,15 +440,18 @@ def test_a_first_run_shows_its_compiles_on_a_terminal_and_nothing_with_q(tmp_pat
                    "scanned_lm.py"), "--steps", "1"]
 
     def env() -> dict[str, str]:
-        cache = tempfile.mkdtemp(dir=tmp_path)
-        return {**os.environ, "MEMSCOPE_CACHE_DIR": cache, "COLUMNS": "120"}
+        return {**os.environ, "MEMSCOPE_CACHE_DIR": tempfile.mkdtemp(dir=tmp_path)}
 
-    shown = _in_a_terminal([sys.executable, "-m", "memscope", "run", "--target",
-                            "tpu:v5e:2x2", *program], env())
+    command = [sys.executable, "-m", "memscope", "run", "--target", "tpu:v5e:2x2"]
+    shown = run_in_terminal([*command, *program], env=env(), timeout=300)
+    plain = re.sub(r"\x1b\[[?0-9;]*[A-Za-z]", "", shown.terminal)  # what was drawn, in order
     assert re.search(r"compiling step (as written|with the advised donation)"
                      r"(, step with the advised donation)? for tpu:v5e:2x2 "
-                     r"[01] of 2 done, \d+ s", shown), shown[-2000:]
-    assert "memscope report" in shown.split("for tpu:v5e:2x2 ")[-1]  # after it
-    quiet = _in_a_terminal([sys.executable, "-m", "memscope", "run", "-q", "--target",
-                            "tpu:v5e:2x2", *program], env())
-    assert re.fullmatch(r"loss \d+\.\d+\r?\n", quiet), quiet  # the program's line only
+                     r"[01] of 2 done, \d+ s", plain), plain[-2000:]
+    after = screen(shown.terminal)  # the line is gone, the report is there
+    assert not any("compiling step" in line for line in after), after
+    assert "memscope report" in after
+    quiet = run_in_terminal([*command[:4], "-q", *command[4:], *program], env=env(),
+                            timeout=300)
+    assert quiet.returncode == 0
+    assert re.fullmatch(r"loss \d+\.\d+\r?\n", quiet.terminal), quiet.terminal  # the program's

@@ -38,7 +38,7 @@ def measure(command: list[str], report: str | None, cache: str | None = None) ->
     """One timed run of ``command``: with memscope's compile cache empty, or the
     folder ``cache`` (a run again)."""
     started = time.time()
-    done = subprocess.run([*command, "--started", repr(started)], capture_output=True,
+    done = subprocess.run(command, capture_output=True,
                           text=True, env=first_run_env(cache, PYTHONWARNINGS="ignore"))
     wall = time.time() - started
     if done.returncode != 0:

@@ -530,8 +530,8 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
     ``traced()`` gives it with them (for the target's compile), ``written_flops``
     the FLOPs of the program that ran (read with it); ``variants`` are its
     donation variants, the advised one measured together with the chosen
-    policy. Compiles at the lowest priority while the program runs, as the
-    donation variants do."""
+    policy. Compiles in the threads the donation variants do while the program
+    runs (:meth:`Worker.compiler_for`: the lowest priority where it runs here)."""
     if not _compat.transposes(view.jaxpr):
         return None  # no grad or vjp: nothing to trace again for
     target = host.target

@@ -171,7 +171,7 @@ def test_what_a_program_needs_beside_jax(tmp_path: Path):
         "jax", "flax", "optax"}
     found = packages.carried(str(tmp_path / "train.py"), False)
     assert {"flax", "optax", "click", "rich"} <= set(found.versions)  # memscope's own too
-    assert not {"jax", "jaxlib", "memscope"} & set(found.versions)
+    assert not {"jax", "jaxlib", "jax-memscope", "memscope"} & set(found.versions)
     assert {"flax", "optax"} <= found.need_jax
     assert "click" not in found.need_jax
 

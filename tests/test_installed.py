@@ -42,7 +42,7 @@ def test_memscope_run_pytest_with_warnings_as_errors_from_a_plain_install(
                     "--no-compile", *isolation, "--target", str(site), str(ROOT)],
                    check=True, capture_output=True, timeout=600)
     # The installed metadata bounds JAX from below only: pip never moves a newer JAX.
-    (info,) = site.glob("memscope-*.dist-info")
+    (info,) = site.glob("jax_memscope-*.dist-info")
     requires = importlib.metadata.PathDistribution(info).requires or []
     jax_requires = [r for r in requires if r.split(">")[0].split("<")[0] in ("jax", "jaxlib")]
     assert sorted(jax_requires) == ["jax>=0.7", "jaxlib>=0.7"], requires

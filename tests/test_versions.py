@@ -32,6 +32,7 @@ from memscope import _compat, _versions
 from memscope.capturing import capture, recorder
 from memscope.cli import cli
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE, MemscopeError
+from memscope.version import DISTRIBUTION
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_programs"
@@ -78,10 +79,15 @@ def test_requirements_have_no_upper_bound_on_jax():
         f"jax>={low[0]}.{low[1]}", f"jaxlib>={low[0]}.{low[1]}"]
     extras = [r for rs in project["optional-dependencies"].values() for r in rs]
     assert not [r for r in extras if r.startswith("jax") and "<" in r]
-    dist = importlib.metadata.distribution("memscope")
+    # The installed one: a checkout's own *.egg-info, on sys.path first when
+    # pytest runs from it, has no direct_url.json (PEP 610); pip's dist-info has.
+    by_pip = [d for d in importlib.metadata.distributions(name=DISTRIBUTION)
+              if d.read_text("direct_url.json")]
+    assert by_pip, f"{DISTRIBUTION} is not installed by pip"
+    dist = by_pip[0]
     origin = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
     if origin.removeprefix("file://") != str(ROOT):
-        pytest.skip(f"the installed memscope is not this checkout ({origin or 'no url'})")
+        pytest.skip(f"the installed memscope is not this checkout ({origin})")
     installed = _jax_requirements(dist.requires or [])
     assert installed and not [r for r in installed if "<" in r], installed
 

@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from memscope.version import DISTRIBUTION
+
 #: never carried: what is bisected, memscope itself (linked from the running
 #: installation), and JAX's plugins (memscope installs XLA's compilers itself)
-_NOT_CARRIED = re.compile(r"^(jax|jaxlib|memscope|libtpu.*|jax[-_]cuda.*|jax[-_]rocm.*|"
+_NOT_CARRIED = re.compile(r"^(jax|jaxlib|jax-memscope|memscope|libtpu.*|jax[-_]cuda.*|jax[-_]rocm.*|"
                           r"jax[-_]plugin.*|pip|setuptools|wheel)$")
 #: how many of the program's own files are read for their imports
 _FILES = 200
@@ -151,7 +153,7 @@ def carried(target: str, module: bool, also: Iterable[str] = ()) -> Carried:
     here (those not installed left out)."""
     by_module = importlib.metadata.packages_distributions()
     roots = {normal_name(d) for top in imported_modules(target, module) for d in by_module.get(top, ())}
-    roots.update(_requires("memscope"))
+    roots.update(_requires(DISTRIBUTION))
     roots.update(normal_name(a) for a in also)
     versions: dict[str, str] = {}
     local: dict[str, tuple[str, bool]] = {}

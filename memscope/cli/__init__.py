@@ -17,7 +17,7 @@ import click
 from memscope.cli._pipes import PipeSafeHelp, version_option
 from memscope.errors import EXIT_USAGE, MemscopeError
 from memscope.render.text import visible
-from memscope.version import __version__
+from memscope.version import DISTRIBUTION, __version__
 
 #: Each subcommand's module, imported when that subcommand runs (or help lists
 #: them): `memscope run` then pays for none of the others' imports.
@@ -114,7 +114,7 @@ def _one_line(error: click.ClickException, path: str) -> click.ClickException:
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@version_option(__version__)
+@version_option(__version__, DISTRIBUTION)
 def cli() -> None:
     """Where did my accelerator memory go, and is donation doing what I think?
 

@@ -49,14 +49,24 @@ class PipeSafeHelp(click.Command):
         return option
 
 
-def version_option(version: str) -> Callable[[F], F]:
-    """``--version``: ``memscope, version X``, printed as a command's output is."""
+def version_option(version: str, distribution: str) -> Callable[[F], F]:
+    """``--version``: ``memscope, version X``, printed as a command's output is;
+    on stderr, a line per other distribution installed into the same ``memscope``
+    import package (:func:`memscope.version.sharing_the_import_name`), which
+    ``distribution`` (the name to install) cannot share it with.
+    """
 
     def show(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         if not value or ctx.resilient_parsing:
             return
+        from memscope.version import sharing_the_import_name
+
         with printing() as out:
             click.echo(f"memscope, version {version}", file=out, color=ctx.color)
+        for other in sharing_the_import_name():
+            click.echo(f"memscope: {other} is installed here too, into the same import "
+                       f"package memscope, so each overwrites the other's files: "
+                       f"pip uninstall both, then pip install {distribution}", err=True)
         ctx.exit()
 
     return click.option("--version", is_flag=True, expose_value=False, is_eager=True,

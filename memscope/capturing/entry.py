@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from memscope import _compat
+from memscope.analysis.fates import Fates
 from memscope.analysis.observed import Observation
 from memscope.capturing import wrappers
 from memscope.compiled.read import (
@@ -41,6 +42,9 @@ class Entry:
     spec: _compat.JitSpec
     calls: int = 0
     facts: CompiledFacts | None = None
+    #: its buffers' fates, classified once when ``facts`` were read (the
+    #: variants plan from them, the report reads them)
+    fates: Fates | None = None
     #: with ``--target``: the figures of the program compiled here, which ran
     #: (``facts`` are then the target's)
     memory_here: Memory | None = None

@@ -37,7 +37,6 @@ from memscope import _compat, _frameworks
 
 # (the --remat options, read before JAX is, live with the advice levels)
 from memscope.analysis.advice import DEFAULT_MAX_FLOPS_INCREASE as DEFAULT_MAX_FLOPS_INCREASE
-from memscope.analysis.advice import remat_setting as remat_setting
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.compile import compile_to_read
 from memscope.compiled.read import CompiledFacts

@@ -352,7 +352,7 @@ def test_an_array_the_caller_passes_again_is_never_advised(tmp_path, capfd, monk
     reads it, with the leaves the caller passed again marked on it."""
     from memscope.analysis import fates as fates_module
     from memscope.capturing import reading
-    from memscope.variants import donations
+    from memscope.variants import donation_variants
 
     programs, classified = [], []
 
@@ -362,7 +362,7 @@ def test_an_array_the_caller_passes_again_is_never_advised(tmp_path, capfd, monk
         return classified[-1]
 
     monkeypatch.setattr(reading, "classify", counting)
-    monkeypatch.setattr(donations, "classify", counting)
+    monkeypatch.setattr(donation_variants, "classify", counting)
     script = tmp_path / "prog.py"
     script.write_text(PASSED_AGAIN)
     report = run_and_report(Script(str(script)), advise="advised")

@@ -102,7 +102,7 @@ def test_pending_work_keeps_no_array_of_the_call_alive(monkeypatch):
 
 
 def test_variants_lower_under_the_settings_the_call_ran_with(monkeypatch):
-    from memscope.variants import donations as capture_module
+    from memscope.variants import donation_variants as capture_module
 
     seen = []
     real = capture_module.lower_variant

@@ -34,7 +34,7 @@ from memscope.report import (
     XlaBuffer,
 )
 from memscope.report.function import advice_verdict
-from memscope.variants.donations import VariantFacts
+from memscope.variants.donation_variants import VariantFacts
 
 
 def function_report(entry: Entry, forecast: Forecast | None = None) -> FunctionReport:

@@ -24,7 +24,7 @@ from memscope.report import (
     Remat,
 )
 from memscope.variants.donation import Argument, Spelling, as_written
-from memscope.variants.donations import VariantFacts
+from memscope.variants.donation_variants import VariantFacts
 from memscope.variants.fit import KeptCall
 
 

@@ -21,14 +21,14 @@ from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
 from memscope.compiled.targets.base import Target
 from memscope.errors import described
-from memscope.variants import donations, remat
+from memscope.variants import donation_variants, remat
 from memscope.variants.compile import LoweredVariant, compile_lowered
 from memscope.variants.early import EarlyVariant
 
 
 def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
              handles: CompiledHandles, shardings: list[Any], *,
-             plan: remat.Plan | None = None, ref_names: dict[int, str] | None = None,
+             plan: remat.RematPlan | None = None, ref_names: dict[int, str] | None = None,
              early: EarlyVariant | None = None, hold: Hold | None = None) -> Hold:
     """Hand the first call's reading, and then its variants, to the worker; what
     they hold of the program is :class:`~memscope.capturing.hold.Hold`'s (given,
@@ -46,7 +46,7 @@ def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
     entry.hold = hold
     parameters = (parameter_names(fun) if session.request is not None
                   and (entry.wrapper is None or not entry.wrapper.parameters) else None)
-    session.defer(functools.partial(analyse, session, entry, hold, shardings,
+    session.defer(functools.partial(read_and_measure, session, entry, hold, shardings,
                                     settings, ref_names, early, parameters))
     return hold
 
@@ -58,7 +58,7 @@ def reading_handles(handles: CompiledHandles) -> CompiledHandles:
                            handles.compiled, handles.built)
 
 
-def analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
+def read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
             settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None = None,
             early: EarlyVariant | None = None,
             parameters: tuple[str, ...] | None = None) -> None:
@@ -69,13 +69,13 @@ def analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
     compile began with the call's, if one did (:mod:`memscope.variants.early`);
     ``parameters`` the function's parameter names, for a requested donation."""
     try:
-        _analyse(session, entry, hold, shardings, settings, ref_names, early, parameters)
+        _read_and_measure(session, entry, hold, shardings, settings, ref_names, early, parameters)
     finally:
         if early is not None and not early.deferred:
             let_go(session, early)
 
 
-def _analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
+def _read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
              settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None,
              early: EarlyVariant | None, parameters: tuple[str, ...] | None) -> None:
     with contextlib.suppress(Exception):
@@ -187,7 +187,7 @@ def _for_target(session: Session, entry: Entry, hold: Hold, shardings: list[Any]
                 own = hold.take_prepared(functools.partial(_lower_for_target, target, ()))
             if own is None:
                 raise TargetCompileError(f"not compiled for {target.name}: "
-                                         f"{hold.released or donations.LET_GO}")
+                                         f"{hold.released or donation_variants.LET_GO}")
             if isinstance(own, Exception):
                 raise own
             compiled = compile_lowered(own, target, cache=session.cache, counted=False)
@@ -252,7 +252,7 @@ def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[An
 
 
 def _measure(session: Session, entry: Entry, hold: Hold, view: Any,
-             plan: remat.Plan | None, shardings: list[Any], settings: _compat.ConfigSnapshot,
+             plan: remat.RematPlan | None, shardings: list[Any], settings: _compat.ConfigSnapshot,
              facts: Any, fates: Fates, early: EarlyVariant | None,
              written_flops: float | None, parameters: tuple[str, ...] | None) -> None:
     """The donation variants, then the checkpoint policies, of one call; each
@@ -260,7 +260,7 @@ def _measure(session: Session, entry: Entry, hold: Hold, view: Any,
     itself."""
     with _compat.applied_config(settings):
         if session.advice != "off" or session.request:
-            variants = donations.donation_variants(
+            variants = donation_variants.donation_variants(
                 recorded(entry, fates, parameters, session), facts, hold.lowering, shardings,
                 session, early)
             session.publish(lambda: setattr(entry, "variants", variants))
@@ -279,13 +279,13 @@ def let_go(session: Session, early: EarlyVariant) -> None:
 
 
 def recorded(entry: Entry, fates: Fates, parameters: tuple[str, ...] | None,
-             session: Session) -> donations.Call:
+             session: Session) -> donation_variants.Call:
     """What the variants need of ``entry``, in plain terms (no array): ``fates``
     its buffers' (classified as read); ``parameters`` the jitted function's names
     (read at the call)."""
     if session.request is not None and entry.wrapper is not None and entry.wrapper.parameters:
         parameters = entry.wrapper.parameters
-    return donations.Call(
+    return donation_variants.Call(
         name=entry.name, arguments=entry.arguments, style=entry.style,
         warnings=entry.warnings, fates=fates, parameters=parameters,
         static=frozenset({*entry.spec.static_argnums, *entry.spec.static_argnames}),

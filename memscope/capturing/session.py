@@ -4,7 +4,7 @@ A :class:`Session` keeps the entries in the order their first call happened,
 counts top-level calls (and ends the target at ``stop_after``), samples device
 memory and live arrays after calls, and runs memscope's own work in its worker,
 off the program's path. It is also the host that the variants it schedules
-report to (:class:`memscope.variants.donations.Host`).
+report to (:class:`memscope.variants.donation_variants.Host`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from memscope.analysis.observed import Observation, misses
 from memscope.capturing import between, residency
 from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, ENDED, Hold
-from memscope.capturing.observe import Failed, at_end
+from memscope.capturing.observe import CallFailed, at_end
 from memscope.capturing.worker import Worker
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.read import (
@@ -51,7 +51,7 @@ from memscope.variants.donation import VariantRequest
 
 #: Device-memory samples kept per run (one per top-level call); later calls are
 #: not sampled, and the report says the timeline was cut.
-MAX_SAMPLES = 10_000
+MAX_DEVICE_SAMPLES = 10_000
 #: Live arrays listed by size at the end of a run.
 LARGEST_LIVE_ARRAYS = 10
 #: Signatures that get the advised compile whatever their size; after them,
@@ -162,7 +162,7 @@ class Session:
         """Record device memory right after a top-level call, where it is kept."""
         if self._stats_available is False:
             return
-        if len(self._samples) >= MAX_SAMPLES:
+        if len(self._samples) >= MAX_DEVICE_SAMPLES:
             self._truncated = True
             return
         figures = self.device_memory()
@@ -388,9 +388,9 @@ class Session:
                         dump_cache_hits=self.dumps["kept"],
                         **_target_overhead(self.target))
 
-    def observed(self, entry: Entry, seen: Observation | Failed) -> None:
+    def observed(self, entry: Entry, seen: Observation | CallFailed) -> None:
         """Keep what a first call's buffers showed, or the error it ended in."""
-        if isinstance(seen, Failed):
+        if isinstance(seen, CallFailed):
             self.failed(entry, seen.error, exclude=seen.outputs)
         else:
             self._first_seen(entry, seen)

@@ -101,7 +101,7 @@ TracedSource = Callable[[], AbstractContextManager[Any]]
 LET_GO = "the program let go of the function and the arrays it closes over first"
 
 
-class Worker(Protocol):
+class VariantThread(Protocol):
     """The capture's worker thread, as the variants use it."""
 
     @property
@@ -133,7 +133,7 @@ class Host(Protocol):
     cache: CompileCache | None
 
     @property
-    def worker(self) -> Worker: ...
+    def worker(self) -> VariantThread: ...
 
     def recording_warnings(self, *, emit: bool = True
                            ) -> contextlib.AbstractContextManager[list[str]]: ...
@@ -198,7 +198,7 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: TracedSource,
 def _compiled(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
              shardings: list[Any], host: Host) -> list[VariantFacts]:
     """Compile the lowered variants: one at a time while the program runs (at
-    the lowest priority where it runs here: :meth:`Worker.compiler_for`); side
+    the lowest priority where it runs here: :meth:`VariantThread.compiler_for`); side
     by side at the usual priority once it has ended and the report waits for
     them."""
     ended = host.worker.draining

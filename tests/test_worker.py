@@ -289,7 +289,7 @@ def test_many_small_functions_get_the_advised_compile_for_the_first_50_only():
     signatures with candidates get their advised compile, the rest do not, and
     the report says so; a function with a peak of 1 MiB or more always does."""
     from memscope.assemble.run import build_report
-    from memscope.capturing.session import ADVICE_FOR_EVERY
+    from memscope.capturing.counts import ADVICE_FOR_EVERY
 
     with capture(advise="advised") as session:
         for i in range(ADVICE_FOR_EVERY + 5):

@@ -462,7 +462,7 @@ class CallRecorder:
                 if target.runs_here:  # compiled as JAX would for the call
                     built, compiled = None, lowered.compile()
                 else:
-                    built = compile_to_read(target, traced, lowered, cache=session.cache,
+                    built = compile_to_read(target, traced, lowered, cache=session.host.cache,
                                             counted=False)
                     compiled = pieces(built)[0]
         finally:
@@ -505,7 +505,7 @@ class CallRecorder:
             return None, None
         variant, hold, job = begun
         if variant.mask is not None:
-            session.count_early()
+            session.host.counts.count_early()
         session.defer(job)
         return variant, hold
 
@@ -519,9 +519,9 @@ class CallRecorder:
         own = not session.target.runs_here
         if (self.library is not None or self.framework is not None
                 or (spec.donates and not own)  # (see early.predict)
-                or not session.early_allowed() or not early.worth_tracing(leaves)):
+                or not session.host.early_allowed() or not early.worth_tracing(leaves)):
             return None
-        session.count_early(traced=True)
+        session.host.counts.count_early(traced=True)
         traced = self.jitted.trace(*args, **kwargs)
         arguments = call_arguments(self.fun, spec, args, kwargs)
         mask = None if spec.donates else early.predict(traced, leaves, arguments,
@@ -531,7 +531,7 @@ class CallRecorder:
         hold = Hold(self.fun, None, _compat.without_call_arrays(traced))
         session.keep(hold)
         variant = early.EarlyVariant(mask)
-        return variant, hold, functools.partial(early.start, variant, hold.lowering, session,
+        return variant, hold, functools.partial(early.start, variant, hold.lowering, session.host,
                                                 _compat.config_snapshot())
 
     def _refs_before(self, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -44,7 +44,7 @@ def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
         hold.prepare(functools.partial(_lower_for_target, session.target, settings))
     session.keep(hold)
     entry.hold = hold
-    parameters = (parameter_names(fun) if session.request is not None
+    parameters = (parameter_names(fun) if session.host.request is not None
                   and (entry.wrapper is None or not entry.wrapper.parameters) else None)
     session.defer(functools.partial(read_and_measure, session, entry, hold, shardings,
                                     settings, ref_names, early, parameters))
@@ -93,7 +93,7 @@ def _read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: lis
         return
     facts, fates, written_flops, foreign = read
     if facts is None or fates is None or entry.library is not None or not (
-            session.advice != "off" or session.request or hold.plan is not None):
+            session.host.advice != "off" or session.host.request or hold.plan is not None):
         return
     later = functools.partial(_alternatives, session, entry, hold, shardings, settings,
                               facts, fates, early, written_flops, parameters)
@@ -133,8 +133,8 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
                 facts = wrappers.renamed(entry.wrapper, read)
                 return facts, _publish(session, entry, facts), None, foreign
             read = read_handles(handles, shardings=shardings, ref_names=ref_names,
-                                dump=functools.partial(dumped_compile, cache=session.cache))
-            session.count_dump(read.dumped)
+                                dump=functools.partial(dumped_compile, cache=session.host.cache))
+            session.host.counts.count_dump(read.dumped)
             flops = (_compat.flops(handles.compiled)
                      if hold.plan is not None and session.target.runs_here else None)
             foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
@@ -190,7 +190,7 @@ def _for_target(session: Session, entry: Entry, hold: Hold, shardings: list[Any]
                                          f"{hold.released or donation_variants.LET_GO}")
             if isinstance(own, Exception):
                 raise own
-            compiled = compile_lowered(own, target, cache=session.cache, counted=False)
+            compiled = compile_lowered(own, target, cache=session.host.cache, counted=False)
         if isinstance(compiled, Exception):
             raise compiled
         facts = target.read(own.traced, own.lowered, compiled, shardings=shardings,
@@ -210,7 +210,7 @@ def _check_limit(session: Session, entry: Entry, traced: Any, lowered: Any,
     """Whether the ``--target``'s compiler reshaped the program (``lowered``,
     read as ``facts``) to fit its memory limit, where the target checks
     (:meth:`~memscope.compiled.targets.Target.limit_check`), on ``entry``."""
-    limit = session.target.limit_check(traced, lowered, facts.memory, cache=session.cache)
+    limit = session.target.limit_check(traced, lowered, facts.memory, cache=session.host.cache)
     if limit is not None:
         session.publish(lambda: setattr(entry, "memory_limit", limit))
 
@@ -259,14 +259,14 @@ def _measure(session: Session, entry: Entry, hold: Hold, view: Any,
     lowering takes the traced program, with its arrays, from ``hold`` just for
     itself."""
     with _compat.applied_config(settings):
-        if session.advice != "off" or session.request:
+        if session.host.advice != "off" or session.host.request:
             variants = donation_variants.donation_variants(
                 recorded(entry, fates, parameters, session), facts, hold.lowering, shardings,
-                session, early)
+                session.host, early)
             session.publish(lambda: setattr(entry, "variants", variants))
         if plan is not None:
             found = remat.measure_call(plan, facts, view, hold.lowering, written_flops, settings,
-                                       entry.variants, session)
+                                       entry.variants, session.host)
             session.publish(lambda: setattr(entry, "remat", found))
 
 
@@ -274,8 +274,8 @@ def let_go(session: Session, early: EarlyVariant) -> None:
     """Drop an early compile the variants did not use, counting it: it was a
     real compile, only of a donation the advice did not settle on."""
     if not early.used and early.drop():
-        session.count_variants(compiled=1, reused=0)
-        session.count_early(wasted=True)
+        session.host.count_variants(compiled=1, reused=0)
+        session.host.counts.count_early(wasted=True)
 
 
 def recorded(entry: Entry, fates: Fates, parameters: tuple[str, ...] | None,
@@ -283,7 +283,7 @@ def recorded(entry: Entry, fates: Fates, parameters: tuple[str, ...] | None,
     """What the variants need of ``entry``, in plain terms (no array): ``fates``
     its buffers' (classified as read); ``parameters`` the jitted function's names
     (read at the call)."""
-    if session.request is not None and entry.wrapper is not None and entry.wrapper.parameters:
+    if session.host.request is not None and entry.wrapper is not None and entry.wrapper.parameters:
         parameters = entry.wrapper.parameters
     return donation_variants.Call(
         name=entry.name, arguments=entry.arguments, style=entry.style,

@@ -3,8 +3,9 @@
 A :class:`Session` keeps the entries in the order their first call happened,
 counts top-level calls (and ends the target at ``stop_after``), samples device
 memory and live arrays after calls, and runs memscope's own work in its worker,
-off the program's path. It is also the host that the variants it schedules
-report to (:class:`memscope.variants.donation_variants.Host`).
+off the program's path. What the variants it schedules need of it is its
+:class:`~memscope.capturing.host.VariantHost` (``host``), which counts
+memscope's own work (:class:`~memscope.capturing.counts.WorkCounts`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -27,6 +27,7 @@ from memscope.analysis.observed import Observation, misses
 from memscope.capturing import between, residency
 from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, ENDED, Hold
+from memscope.capturing.host import VariantHost
 from memscope.capturing.observe import CallFailed, at_end
 from memscope.capturing.worker import Worker
 from memscope.compiled.cache import CompileCache
@@ -54,15 +55,6 @@ from memscope.variants.donation import VariantRequest
 MAX_DEVICE_SAMPLES = 10_000
 #: Live arrays listed by size at the end of a run.
 LARGEST_LIVE_ARRAYS = 10
-#: Signatures that get the advised compile whatever their size; after them,
-#: only those with a compiled peak of at least ADVICE_MIN_PEAK.
-ADVICE_FOR_EVERY = 50
-ADVICE_MIN_PEAK = 1 << 20
-#: first calls that may begin their advised variant early (a run's
-#: large functions come first: a model's init, its step, its evaluation), and
-#: first calls traced to see whether they may (see Session.early_allowed)
-EARLY_FOR_FIRST = 4
-EARLY_TRACES = 16
 
 
 class Session:
@@ -74,20 +66,18 @@ class Session:
                  remat_flops: float | None = None, target: Target | None = None) -> None:
         self.entries: list[Entry] = []
         self.active = True
-        self.advice: AdviceLevel = advice_level(advise)
+        #: what the variants the session schedules are compiled with, and where
+        #: memscope's own work is counted
+        self.host = VariantHost(advice=advice_level(advise), request=request,
+                                target=target if target is not None else HereTarget(),
+                                cache=CompileCache.from_environment(), proxy=proxy)
         #: measure checkpoint policies of differentiated functions (with advice)
-        self.remat = remat_flops is not None and self.advice != "off"
+        self.remat = remat_flops is not None and self.host.advice != "off"
         self.remat_flops = (remat_flops if remat_flops is not None
                             else remat.DEFAULT_MAX_FLOPS_INCREASE)
         if remat_flops is not None and remat_flops < 0:
             raise MemscopeError(f"remat_flops must be at least 0, got {remat_flops}")
-        self.request = request
         self.stop_after = stop_after
-        #: what the functions are compiled for: this machine, or a ``--target``
-        #: accelerator (compiled for too, its figures the functions')
-        self.target: Target = target if target is not None else HereTarget()
-        #: the compiles memscope reads kept across runs (:mod:`memscope.compiled.cache`)
-        self.cache: CompileCache | None = CompileCache.from_environment()
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
         self.keep_calls = False
         #: end the target at a repeat: of any signature (``True``), or of the
@@ -100,7 +90,6 @@ class Session:
         self.progress: Reporter = SILENT
         self._stop_hit = False
         self.calls = 0
-        self._proxy = proxy
         self._lock = threading.Lock()
         self._by_key: dict[Any, Entry] = {}
         self._stats_available: bool | None = None  # asked at the first call, not before
@@ -112,24 +101,10 @@ class Session:
         self.clock = between.CompileClock()
         self.live_sampler = residency.RunSampler()
         self.ledger = between.DonationLedger()
-        #: memscope's work off the program's path (see :mod:`memscope.capturing.worker`)
-        self.worker = Worker()
         self._waited: float | None = None
         self._after_end: list[Callable[[], None]] = []
         #: what the pending work holds of the program, let go at the end at the latest
         self._holds: list[Hold] = []
-        self.variant_compiles = 0
-        self.variants_reused = 0
-        #: the program's functions compiled again with XLA's dump to read their
-        #: buffer assignment (XLA:GPU), and those whose dump a run kept before
-        self.dumps: Counter[str] = Counter()
-        #: signatures given an advised compile, and those refused one (many functions)
-        self.advice_given = 0
-        self.advice_skipped = 0
-        #: advised variants begun early (memscope.variants.early), and those left unused
-        self.early_compiles = 0
-        self.early_unused = 0
-        self.early_traced = 0
         #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
         self.uncaptured_pmaps = 0
         #: the SHA-256 of each file a jit was made in (read once per run)
@@ -137,6 +112,17 @@ class Session:
         #: the JAX and devices the figures were taken on, recorded at the capture's
         #: end (None: the target started no device, and memscope started none)
         self.environment: Environment | None = None
+
+    @property
+    def target(self) -> Target:
+        """What the functions are compiled for: this machine, or a ``--target``
+        accelerator (compiled for too, its figures the functions')."""
+        return self.host.target
+
+    @property
+    def worker(self) -> Worker:
+        """memscope's work off the program's path (:mod:`memscope.capturing.worker`)."""
+        return self.host.worker
 
     @property
     def stopped(self) -> bool:
@@ -318,75 +304,14 @@ class Session:
             if not self.worker.cancelled:
                 apply()
 
-    def count_dump(self, how: str | None) -> None:
-        """Count how a function's buffer assignment was read from XLA's dump
-        (:attr:`memscope.compiled.read.CompiledFacts.dumped`)."""
-        if how is not None:
-            with self._lock:
-                self.dumps[how] += 1
-
-    def count_variants(self, *, compiled: int, reused: int) -> None:
-        """Count the variants compiled, and those answered without a compile."""
-        with self._lock:
-            self.variant_compiles += compiled
-            self.variants_reused += reused
-
-    def early_allowed(self) -> bool:
-        """Whether a first call may be traced before JAX's call, to begin its
-        advised variant early (:mod:`memscope.variants.early`): with
-        the advice on, no variant asked for
-        beside it, among the first :data:`EARLY_TRACES` first calls large
-        enough, until :data:`EARLY_FOR_FIRST` have begun one. JAX's call reuses
-        that trace; only a call whose trace fails is traced again by JAX (to
-        raise its error), so a run of many small tests stops trying early."""
-        with self._lock:
-            return (self.advice != "off" and self.request is None
-                    and self.early_compiles < EARLY_FOR_FIRST
-                    and self.early_traced < EARLY_TRACES
-                    and self.advice_given < ADVICE_FOR_EVERY)
-
-    def count_early(self, *, traced: bool = False, wasted: bool = False) -> None:
-        """Count a first call traced early, an early compile begun, or one left unused."""
-        with self._lock:
-            if traced:
-                self.early_traced += 1
-            elif wasted:
-                self.early_unused += 1
-            else:
-                self.early_compiles += 1
-
-    def advice_allowed(self, peak: int | None) -> bool:
-        """The first :data:`ADVICE_FOR_EVERY` signatures get their advised compile;
-        after them only those whose peak is at least :data:`ADVICE_MIN_PEAK`
-        (a test suite, a sweep: thousands of small functions cost what one does)."""
-        with self._lock:
-            if self.advice_given < ADVICE_FOR_EVERY or (peak or 0) >= ADVICE_MIN_PEAK:
-                self.advice_given += 1
-                return True
-            self.advice_skipped += 1
-            return False
-
-    @property
-    def cache_hits(self) -> int:
-        """The variants read from the cache instead of compiled."""
-        return 0 if self.cache is None else self.cache.hits
-
     def overhead(self) -> Overhead | None:
         """What memscope's own work cost; ``None`` before :meth:`wait`."""
         if self._waited is None:
             return None
-        return Overhead(analysis_seconds=self.worker.busy_seconds,
-                        after_exit_seconds=self._waited,
-                        host_bytes=self.worker.largest_growth,
-                        variant_compiles=self.variant_compiles - self.cache_hits,
-                        variant_cache_hits=self.cache_hits,
-                        variants_reused=self.variants_reused,
-                        advice_skipped=self.advice_skipped,
-                        early_compiles=self.early_compiles,
-                        early_unused=self.early_unused,
-                        dump_compiles=self.dumps["compiled"],
-                        dump_cache_hits=self.dumps["kept"],
-                        **_target_overhead(self.target))
+        return self.host.counts.overhead(
+            analysis_seconds=self.worker.busy_seconds, after_exit_seconds=self._waited,
+            host_bytes=self.worker.largest_growth, cache_hits=self.host.cache_hits,
+            target=self.target)
 
     def observed(self, entry: Entry, seen: Observation | CallFailed) -> None:
         """Keep what a first call's buffers showed, or the error it ended in."""
@@ -466,9 +391,9 @@ class Session:
         with self._lock:
             self._by_key.setdefault(key, entry)
 
-    def recording_warnings(self, *, emit: bool = True
-                           ) -> contextlib.AbstractContextManager[list[str]]:
-        return self._proxy.recording(emit=emit)
+    def recording_warnings(self) -> contextlib.AbstractContextManager[list[str]]:
+        """JAX's warnings while the program's own call lowers, recorded and emitted."""
+        return self.host.recording_warnings()
 
 
 def describe_environment() -> Environment:
@@ -509,12 +434,3 @@ def output_label(entry: Any, index: int) -> str:
     path = outputs[index].path if index < len(outputs) else f"output leaf {index}"
     return f"{getattr(entry, 'name', '?')} {path}"
 
-
-def _target_overhead(target: Target) -> dict[str, Any]:
-    """The ``--target`` accelerator's compiles, their seconds and its cache hits
-    (none: compiled here, whose compiles the variants' counts hold)."""
-    if target.runs_here:
-        return {"target_compiles": 0, "target_compile_seconds": 0.0, "target_cache_hits": 0}
-    return {"target_compiles": target.compiles,
-            "target_compile_seconds": target.compile_seconds,
-            "target_cache_hits": target.cache_hits}

@@ -441,9 +441,10 @@ def _in_use(session: Any) -> tuple[int, int | None] | None:
     """(bytes the process holds on its busiest device, that device's limit): from
     ``memory_stats()``, else (CPU) from ``jax.live_arrays()`` with no limit."""
     from memscope import _compat
+    from memscope.capturing.device_memory import device_limits
     from memscope.capturing.residency import live_bytes_per_device
 
-    stats = session.device_limits()
+    stats = device_limits()
     if stats is not None:
         return stats
     if not _compat.backends_initialized():

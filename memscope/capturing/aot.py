@@ -101,7 +101,7 @@ class Compiled(Stage):
         else:
             out = real(*args, **kwargs)
         entry.calls += 1
-        session.sample(entry.name)
+        session.device.sample(session.calls + 1, entry.name)
         session.count_call()
         return out
 
@@ -143,7 +143,7 @@ class Compiled(Stage):
         if handles is not None and self._memscope_entry is entry:
             # The read and the variants, off the program's path (memscope.capturing.worker).
             reading.schedule(session, entry, origin.fun, handles, shardings)
-        session.sample(entry.name)
+        session.device.sample(session.calls + 1, entry.name)
         session.count_call()
         return out
 

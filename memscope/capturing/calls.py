@@ -318,7 +318,7 @@ class CallRecorder:
                           leaves))
         visible, refs_before = self._refs_before(args, kwargs)
         donated = self._donation_check(leaves, before, args, kwargs)
-        memory_before = session.device_memory()
+        memory_before = session.device.now()
         session.clock.start()
         begun, early_hold = None, None
         try:
@@ -341,7 +341,7 @@ class CallRecorder:
             compile_seconds = session.clock.stop()
             if begun is not None:
                 begun.released.set()
-        memory_after = session.device_memory()
+        memory_after = session.device.now()
         observation = observe(before, leaves, out)
         # With the call's arguments as it got them: it may change the objects that
         # hold them (a Flax NNX module in graph mode); JAX keyed its program on them

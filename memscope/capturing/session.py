@@ -25,6 +25,7 @@ from memscope.analysis import oom
 from memscope.analysis.advice import AdviceLevel, advice_level
 from memscope.analysis.observed import Observation, misses
 from memscope.capturing import between, residency
+from memscope.capturing.device_memory import DeviceMemory, device_limits
 from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, ENDED, Hold
 from memscope.capturing.host import VariantHost
@@ -43,16 +44,12 @@ from memscope.report import (
     Environment,
     LiveArray,
     LiveArrays,
-    MemorySample,
     Overhead,
     Runtime,
 )
 from memscope.variants import remat
 from memscope.variants.donation import VariantRequest
 
-#: Device-memory samples kept per run (one per top-level call); later calls are
-#: not sampled, and the report says the timeline was cut.
-MAX_DEVICE_SAMPLES = 10_000
 #: Live arrays listed by size at the end of a run.
 LARGEST_LIVE_ARRAYS = 10
 
@@ -92,9 +89,8 @@ class Session:
         self.calls = 0
         self._lock = threading.Lock()
         self._by_key: dict[Any, Entry] = {}
-        self._stats_available: bool | None = None  # asked at the first call, not before
-        self._samples: list[MemorySample] = []
-        self._truncated = False
+        #: device memory after each call, where the backend keeps statistics
+        self.device = DeviceMemory()
         self._live: LiveArrays | None = None
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
@@ -128,32 +124,6 @@ class Session:
     def stopped(self) -> bool:
         """True once ``stop_after`` calls ran and the target was told to end."""
         return self._stop_hit or (self.stop_after is not None and self.calls >= self.stop_after)
-
-    def device_memory(self) -> tuple[int, int] | None:
-        """(bytes in use, peak bytes in use) of the busiest local device, or ``None``
-        where the backend keeps no such statistics (CPU)."""
-        if self._stats_available is False:
-            return None
-        try:
-            stats = [d.memory_stats() for d in jax.local_devices()]
-            figures = (max(int(s["bytes_in_use"]) for s in stats),
-                       max(int(s["peak_bytes_in_use"]) for s in stats))
-        except Exception:  # None (CPU), a missing key, or no devices
-            self._stats_available = False
-            return None
-        self._stats_available = True
-        return figures
-
-    def sample(self, function: str) -> None:
-        """Record device memory right after a top-level call, where it is kept."""
-        if self._stats_available is False:
-            return
-        if len(self._samples) >= MAX_DEVICE_SAMPLES:
-            self._truncated = True
-            return
-        figures = self.device_memory()
-        if figures is not None:
-            self._samples.append(MemorySample(self.calls + 1, function, *figures))
 
     def finish(self) -> None:
         """Note what the run left alive; the first call counts (the target's end)."""
@@ -198,11 +168,11 @@ class Session:
         """What the run showed of device memory and live arrays, frozen."""
         overhead = self.overhead()
         timeline = self.live_sampler.timeline(output_label)
-        if self._stats_available:
-            return Runtime(device_memory=tuple(self._samples),
-                           timeline_truncated=self._truncated, live_arrays=self._live,
+        if self.device.available:
+            return Runtime(device_memory=tuple(self.device.samples),
+                           timeline_truncated=self.device.truncated, live_arrays=self._live,
                            overhead=overhead, live_timeline=timeline)
-        note = ("no jitted call ran" if self._stats_available is None else
+        note = ("no jitted call ran" if self.device.available is None else
                 f"{jax.default_backend()} keeps no device memory statistics: "
                 "Device.memory_stats() is None")
         return Runtime(device_memory_note=note, live_arrays=self._live, overhead=overhead,
@@ -222,7 +192,7 @@ class Session:
         """Device memory after a top-level call (before it is counted), and the
         call in the run's log."""
         if not failed:
-            self.sample(entry.name)
+            self.device.sample(self.calls + 1, entry.name)
         if pending is None:
             return
         with contextlib.suppress(Exception):  # never break the program for a sample
@@ -334,18 +304,7 @@ class Session:
             return
         entry.failure, entry.failed_in = f"{type(error).__name__}: {error}", where
         entry.failure_live = live_arrays(exclude)
-        entry.failure_memory = self.device_limits()
-
-    def device_limits(self) -> tuple[int, int | None] | None:
-        """(bytes in use, the device's limit) on the busiest local device; ``None``
-        where the backend keeps no statistics (CPU)."""
-        try:
-            stats = [d.memory_stats() for d in jax.local_devices()]
-            busiest = max(stats, key=lambda s: int(s["bytes_in_use"]))
-        except Exception:  # None (CPU), a missing key, or no devices
-            return None
-        limit = busiest.get("bytes_limit")
-        return int(busiest["bytes_in_use"]), None if limit is None else int(limit)
+        entry.failure_memory = device_limits()
 
     def count_call(self, *, repeat: bool = False, name: str | None = None) -> None:
         """Count one top-level jitted call (of the function ``name``); end the

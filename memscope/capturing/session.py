@@ -2,8 +2,9 @@
 
 A :class:`Session` keeps the entries in the order their first call happened,
 counts top-level calls (and ends the target at ``stop_after``), samples device
-memory and live arrays after calls, and runs memscope's own work in its worker,
-off the program's path. What the variants it schedules need of it is its
+memory (:class:`~memscope.capturing.device_memory.DeviceMemory`) and live
+arrays after calls, and runs memscope's own work in its worker, off the
+program's path, waiting for it at the end. What the variants it schedules need of it is its
 :class:`~memscope.capturing.host.VariantHost` (``host``), which counts
 memscope's own work (:class:`~memscope.capturing.counts.WorkCounts`).
 """

@@ -196,6 +196,7 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
     from memscope.assemble.function import function_report
     from memscope.capturing import MeasuredJit, capture
     from memscope.capturing.analyzed import analyzed_wrapper
+    from memscope.capturing.calls import CallRecorder
     from memscope.compiled.targets.here import HereTarget
 
     chosen = (target if target is not None and not isinstance(target, str)
@@ -221,7 +222,7 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
         if not chosen.runs_here:
             args, kwargs = _placed((args, kwargs), chosen)
         with capture(advise=advise, target=chosen) as session:
-            MeasuredJit(jitted, fun, session).compile_only(args, kwargs)
+            CallRecorder(jitted, fun, session).compile_only(args, kwargs)
     else:
         with capture(advise=advise) as session:
             MeasuredJit(jitted, fun, session)(*args, **kwargs)
@@ -440,9 +441,10 @@ def _in_use(session: Any) -> tuple[int, int | None] | None:
     """(bytes the process holds on its busiest device, that device's limit): from
     ``memory_stats()``, else (CPU) from ``jax.live_arrays()`` with no limit."""
     from memscope import _compat
+    from memscope.capturing.device_memory import device_limits
     from memscope.capturing.residency import live_bytes_per_device
 
-    stats = session.device_limits()
+    stats = device_limits()
     if stats is not None:
         return stats
     if not _compat.backends_initialized():

@@ -37,10 +37,11 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
+from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel
 from memscope.capturing import capture
 from memscope.capturing.holders import OutputHistory
 from memscope.capturing.recorder import measure_names
+from memscope.cli._advice import advice_options
 from memscope.errors import MemscopeError, TargetStopped, described
 from memscope.flow import session_report
 from memscope.program import sites

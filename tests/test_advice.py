@@ -341,15 +341,37 @@ print(float(params["b"][0]), float(scaled.sum()))
 """
 
 
-def test_an_array_the_caller_passes_again_is_never_advised(tmp_path, capfd):
+def test_an_array_the_caller_passes_again_is_never_advised(tmp_path, capfd, monkeypatch):
     """``table`` is the very same array at every call, and an output of its shape
     is a new buffer: by shapes it is a candidate, but donating it would delete it
     at the first call and the second would fail. memscope sees it passed again
-    and advises ``params`` only; JAX's own run of each setting is the truth."""
+    and advises ``params`` only; JAX's own run of each setting is the truth.
+
+    The one path: each compiled program's buffers are classified once, when the
+    capture reads it; the advisor plans from that classification and the report
+    reads it, with the leaves the caller passed again marked on it."""
+    from memscope.analysis import fates as fates_module
+    from memscope.capturing import reading
+    from memscope.variants import donation_variants
+
+    programs, classified = [], []
+
+    def counting(program, warnings=()):
+        programs.append(program)
+        classified.append(fates_module.classify(program, warnings))
+        return classified[-1]
+
+    monkeypatch.setattr(reading, "classify", counting)
+    monkeypatch.setattr(donation_variants, "classify", counting)
     script = tmp_path / "prog.py"
     script.write_text(PASSED_AGAIN)
     report = run_and_report(Script(str(script)), advise="advised")
     (fn,) = report.functions
+    assert len({id(p) for p in programs}) == len(programs)  # none classified twice
+    assert classified and [(b.path, b.fate) for b in fn.inputs] == [
+        (b.path, b.fate) for b in classified[0].inputs]  # the call's, read by the report
+    assert all(any(v.inputs is c.inputs for c in classified)
+               for v in fn.variants if v.memory is not None)  # each variant's likewise
     table = [b for b in fn.inputs if b.path == "table"]
     assert [(b.candidate, b.passed_again) for b in table] == [(False, 2)]
     assert "passed this very array again at call 2" in (table[0].reason or "")

@@ -24,7 +24,7 @@ import pytest
 
 from memscope import _compat
 from memscope.capturing import capture
-from memscope.capturing import session as session_module
+from memscope.capturing import counts as counts_module
 from memscope.compiled.cache import CompileCache, Kept
 from memscope.compiled.dump import Built
 from memscope.compiled.shardings import describe_sharding
@@ -100,7 +100,7 @@ def variants(session):
 ], ids=["every variant", "the advised one, begun early", "sharded over 8 devices"])
 def test_a_run_again_reads_its_variants_from_the_cache(cache_dir, monkeypatch, program,
                                                        arguments, advise, direct, donate):
-    monkeypatch.setattr(session_module, "EARLY_FOR_FIRST", 4)
+    monkeypatch.setattr(counts_module, "EARLY_FOR_FIRST", 4)
     # Both runs from one call site: the module's source locations (so the key)
     # hold the calling frames, the same in a program run again.
     runs = [captured(program, arguments, advise) for _ in range(2)]

@@ -13,7 +13,7 @@ from memscope.variants.donation import (
     advised,
     as_written,
     donate_all,
-    parse_spec,
+    parse_donation,
     resolve_spec,
 )
 
@@ -27,7 +27,7 @@ PARAMS = ("params", "opt_state", "lr", "batch")
 
 
 def resolve(text: str) -> Donation:
-    return resolve_spec(parse_spec(text), ARGS, function="step", parameters=PARAMS,
+    return resolve_spec(parse_donation(text), ARGS, function="step", parameters=PARAMS,
                         static={2, "lr"})
 
 
@@ -57,7 +57,7 @@ def test_specs_that_do_not_apply_say_why(spec, message):
 @pytest.mark.parametrize("spec", ["", " ", "0,,1", "-1", "opt-state", "0;1"])
 def test_malformed_specs_are_rejected(spec):
     with pytest.raises(MemscopeError, match=r"^--donate "):
-        parse_spec(spec)
+        parse_donation(spec)
 
 
 def test_settings_are_written_as_the_user_would():

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from memscope.capturing import capture
-from memscope.capturing import session as session_module
+from memscope.capturing import counts as counts_module
 from memscope.compiled.targets.here import HereTarget
 from memscope.variants import early
 from tests.test_advice import figures
@@ -44,8 +44,8 @@ def arguments():
     return params, [jnp.zeros_like(p) for p in params], jnp.float32(0.25)
 
 
-def run(monkeypatch, *, first: int = session_module.EARLY_FOR_FIRST, program=update):
-    monkeypatch.setattr(session_module, "EARLY_FOR_FIRST", first)
+def run(monkeypatch, *, first: int = counts_module.EARLY_FOR_FIRST, program=update):
+    monkeypatch.setattr(counts_module, "EARLY_FOR_FIRST", first)
     traces.clear()
     jax.clear_caches()  # a first call lowers and compiles afresh
     with capture(advise="advised") as session:
@@ -124,7 +124,7 @@ def test_a_call_whose_trace_fails_raises_as_it_would_without_memscope(monkeypatc
         update(params, state, x)
         raise ValueError("the model's own error")
 
-    monkeypatch.setattr(session_module, "EARLY_FOR_FIRST", 4)
+    monkeypatch.setattr(counts_module, "EARLY_FOR_FIRST", 4)
     with pytest.raises(ValueError, match="the model's own error") as plain:
         jax.jit(broken)(*arguments())
     with capture(advise="advised") as session, pytest.raises(ValueError) as measured:

@@ -96,7 +96,7 @@ def test_the_graph_is_read():
     # The reader sees both spellings and imports inside functions.
     assert "memscope.capturing.jit" in GRAPH["memscope.capturing.recorder"]
     assert "memscope._compat" in GRAPH["memscope.capturing.jit"]
-    assert "memscope.capturing.aot" in GRAPH["memscope.capturing.jit"]  # imported when used
+    assert "memscope.capturing.aot" in GRAPH["memscope.capturing.calls"]  # imported when used
     assert "memscope.capturing" in GRAPH["memscope.flow"]  # the package's __init__
 
 
@@ -181,12 +181,12 @@ def test_no_function_is_longer_than_a_screen():
 #: The calls that make an XLA compile, and the modules that may make them: one
 #: cached call (memscope.compiled.compile.compile_to_read) for everything memscope
 #: only reads, each target's own compile under it, and the program's own compile
-#: of a compile-only analysis (capturing.jit, as JAX compiles the call) and of the
+#: of a compile-only analysis (capturing.calls, as JAX compiles the call) and of the
 #: user's own ahead-of-time compile (capturing.aot's stand-in for ``Lowered.compile``).
 COMPILE_CALLS = {"compile", "_compile", "compile_uncached", "compile_dumped"}
 MAY_COMPILE = {"memscope.compiled.compile", "memscope.compiled.dump", "memscope.compiled.read",
                "memscope.compiled.targets.base", "memscope.compiled.targets.here",
-               "memscope.compiled.targets.gpu", "memscope._compat", "memscope.capturing.jit",
+               "memscope.compiled.targets.gpu", "memscope._compat", "memscope.capturing.calls",
                "memscope.capturing.aot"}
 
 

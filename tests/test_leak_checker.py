@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from memscope.capturing.calls import CallRecorder
 from memscope.capturing.jit import MeasuredJit
 from tests.inner_pytest import only_memscope_plugin
 from tests.test_samples import MEMSCOPE
@@ -117,9 +118,11 @@ def test_the_leak_checker_under_memscope_run_dash_m_pytest(tmp_path: Path) -> No
     assert "3 passed" in measured.stdout
 
 
-@pytest.mark.parametrize("method", ["__call__", "_measured_call", "_first_call", "_run_first"])
-def test_no_frame_on_the_call_path_holds_a_closure_cell(method: str) -> None:
+@pytest.mark.parametrize(("owner", "method"), [(MeasuredJit, "__call__"), (CallRecorder, "call"),
+                                             (CallRecorder, "_first_call"),
+                                             (CallRecorder, "_run_first")])
+def test_no_frame_on_the_call_path_holds_a_closure_cell(owner: type, method: str) -> None:
     # The frames on the stack while JAX traces the user's function (any Python).
-    code = getattr(MeasuredJit, method).__code__
+    code = getattr(owner, method).__code__
     assert code.co_cellvars == (), textwrap.shorten(
         f"{method} closes over {code.co_cellvars}: JAX's leak checker fails there", 200)

@@ -357,9 +357,11 @@ def test_terminal_and_html_put_the_advice_first(activations):
 
 def test_remat_setting_of_the_cli():
     default = remat.DEFAULT_MAX_FLOPS_INCREASE
-    assert remat.remat_setting(None, None, "advised") is None
-    assert remat.remat_setting(None, None, "full") == default
-    assert remat.remat_setting(True, None, "advised") == default
-    assert remat.remat_setting(None, 0.1, "advised") == 0.1
-    assert remat.remat_setting(False, None, "full") is None
-    assert remat.remat_setting(True, 0.1, "off") is None
+    from memscope.cli._advice import remat_setting
+
+    assert remat_setting(None, None, "advised") is None
+    assert remat_setting(None, None, "full") == default
+    assert remat_setting(True, None, "advised") == default
+    assert remat_setting(None, 0.1, "advised") == 0.1
+    assert remat_setting(False, None, "full") is None
+    assert remat_setting(True, 0.1, "off") is None

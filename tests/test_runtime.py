@@ -22,8 +22,8 @@ import pytest
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.analysis.observed import NOT_XLAS, Observation, check, misses
 from memscope.assemble.function import function_report
+from memscope.capturing import calls as capture_module
 from memscope.capturing import capture
-from memscope.capturing import jit as capture_module
 from memscope.flow import run_and_report
 from memscope.program.runner import Script, run_script
 from memscope.report import InputBuffer, OutputBuffer, load_report
@@ -81,13 +81,13 @@ def test_the_invariant_catches_a_memscope_that_keeps_an_array(monkeypatch, capsy
     plain = _live_bytes_at_end(script, measured=False)
     assert _live_bytes_at_end(script, measured=True) == plain
     kept = []
-    original = capture_module.MeasuredJit._first_call
+    original = capture_module.CallRecorder._first_call
 
     def leaky(self, key, leaves, args, kwargs, *rest):
         kept.append(args)  # what memscope must never do
         return original(self, key, leaves, args, kwargs, *rest)
 
-    monkeypatch.setattr(capture_module.MeasuredJit, "_first_call", leaky)
+    monkeypatch.setattr(capture_module.CallRecorder, "_first_call", leaky)
     assert _live_bytes_at_end(script, measured=True) > plain
 
 

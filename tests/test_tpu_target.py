@@ -340,7 +340,7 @@ def test_the_calls_own_compile_for_the_target_begins_at_the_call(monkeypatch) ->
     program's priority: the target's compiles are the run's answer, and at the
     lowest a loaded machine starves them (Worker.compiler_for)."""
     from memscope.capturing import capture
-    from memscope.capturing import session as session_module
+    from memscope.capturing import counts as counts_module
 
     def facts(early: bool) -> tuple[object, list[str]]:
         target = tpu.TpuTarget(tpu.parse_spec("tpu:v5e:2x2"),
@@ -355,7 +355,7 @@ def test_the_calls_own_compile_for_the_target_begins_at_the_call(monkeypatch) ->
 
         with monkeypatch.context() as m:
             m.setattr(tpu.TpuTarget, "_compile", recording)
-            m.setattr(session_module, "EARLY_TRACES", 16 if early else 0)
+            m.setattr(counts_module, "EARLY_TRACES", 16 if early else 0)
             with capture(advise="advised", target=target) as session:
                 jax.jit(_step)(jnp.ones((1024, 1024)), jnp.ones((4096, 1024)))
         (entry,) = session.entries

@@ -102,7 +102,7 @@ def test_pending_work_keeps_no_array_of_the_call_alive(monkeypatch):
 
 
 def test_variants_lower_under_the_settings_the_call_ran_with(monkeypatch):
-    from memscope.variants import donations as capture_module
+    from memscope.variants import donation_variants as capture_module
 
     seen = []
     real = capture_module.lower_variant
@@ -289,7 +289,7 @@ def test_many_small_functions_get_the_advised_compile_for_the_first_50_only():
     signatures with candidates get their advised compile, the rest do not, and
     the report says so; a function with a peak of 1 MiB or more always does."""
     from memscope.assemble.run import build_report
-    from memscope.capturing.session import ADVICE_FOR_EVERY
+    from memscope.capturing.counts import ADVICE_FOR_EVERY
 
     with capture(advise="advised") as session:
         for i in range(ADVICE_FOR_EVERY + 5):

@@ -8,8 +8,9 @@ hand-built data as well as with real programs.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from memscope.compiled.program import Program
 from memscope.report import (
@@ -21,8 +22,22 @@ from memscope.report import (
 )
 
 
-def classify(program: Program, warnings: Sequence[str] = ()
-             ) -> tuple[tuple[InputBuffer, ...], tuple[OutputBuffer, ...]]:
+class Fates(NamedTuple):
+    """Every input and output leaf of one compiled program, each with its fate:
+    :func:`classify`'s answer, made once per program (the capture's reading
+    makes it for the call's program and each variant's, the report reads it)."""
+
+    inputs: tuple[InputBuffer, ...]
+    outputs: tuple[OutputBuffer, ...]
+
+    def passed_again(self, again: Mapping[int, int]) -> tuple[InputBuffer, ...]:
+        """The inputs, each flat leaf the caller passed again (``again``: by leaf,
+        the call that showed it) marked so: the advice never donates it."""
+        return tuple(replace(b, passed_again=again[i]) if i in again else b
+                     for i, b in enumerate(self.inputs))
+
+
+def classify(program: Program, warnings: Sequence[str] = ()) -> Fates:
     """Give every input leaf and every output leaf exactly one fate.
 
     ``warnings`` are the texts JAX raised while lowering; the leaves its
@@ -93,7 +108,7 @@ def classify(program: Program, warnings: Sequence[str] = ()
                                     sharding=leaf.sharding, shard_shape=leaf.shard_shape,
                                     device_bytes=leaf.device_bytes,
                                     memory_kind=leaf.memory_kind))
-    return _mark_warned(tuple(inputs), program, warnings), tuple(outputs)
+    return Fates(_mark_warned(tuple(inputs), program, warnings), tuple(outputs))
 
 
 def _ref_access(access: str | None, arg: int | None) -> RefAccess | None:

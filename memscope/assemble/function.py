@@ -9,12 +9,11 @@ capture it reads (:mod:`memscope.capturing.entry`); the records it fills are
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from memscope import _compat
 from memscope.analysis import advice, observed, oom
-from memscope.analysis.fates import classify, closed_over
+from memscope.analysis.fates import closed_over
 from memscope.analysis.live import memory_view
 from memscope.capturing.entry import Entry
 from memscope.compiled.buffers import breakdown
@@ -35,7 +34,7 @@ from memscope.report import (
     XlaBuffer,
 )
 from memscope.report.function import advice_verdict
-from memscope.variants.donations import VariantFacts
+from memscope.variants.donation_variants import VariantFacts
 
 
 def function_report(entry: Entry, forecast: Forecast | None = None) -> FunctionReport:
@@ -46,11 +45,10 @@ def function_report(entry: Entry, forecast: Forecast | None = None) -> FunctionR
     outputs: tuple[OutputBuffer, ...] = ()
     findings: tuple[str, ...] = ()
     refs: tuple[InputBuffer, ...] = ()
-    if entry.facts is not None:
-        inputs, outputs = classify(entry.facts.program, entry.warnings)
+    if entry.facts is not None and entry.fates is not None:
+        # (classified once, when the capture read the program)
+        inputs, outputs = entry.fates.passed_again(entry.passed_again), entry.fates.outputs
         refs = closed_over(entry.facts.program)
-        inputs = tuple(dataclasses.replace(b, passed_again=entry.passed_again.get(i))
-                       if i in entry.passed_again else b for i, b in enumerate(inputs))
         inputs = advice.annotate(inputs, outputs,
                                  same_size_donors=_compat.SAME_SIZE_DONORS)
         if entry.observation is not None:
@@ -149,10 +147,10 @@ def _largest_buffers(entry: Entry, count: int = 5) -> tuple[XlaBuffer, ...]:
 
 
 def _variant(v: VariantFacts) -> Variant:
-    if v.facts is None:
+    if v.facts is None or v.fates is None:
         return Variant(name=v.name, setting=v.setting, memory=None, error=v.error,
                        same_as=v.same_as)
-    inputs, outputs = classify(v.facts.program, v.warnings)
+    inputs, outputs = v.fates
     timeline, live, _ = _facts_view(v.facts, inputs, outputs, v.facts.memory)
     return Variant(name=v.name, setting=v.setting, memory=v.facts.memory, inputs=inputs,
                    outputs=outputs, warnings=v.warnings, same_as_written=v.same_as_written,

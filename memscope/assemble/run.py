@@ -20,10 +20,11 @@ from memscope.analysis.run_memory import (
 )
 from memscope.assemble.function import function_report
 from memscope.capturing.between import DonationLedger, signature_shape
+from memscope.capturing.counts import ADVICE_FOR_EVERY, ADVICE_MIN_PEAK
 from memscope.capturing.entry import Entry
 from memscope.capturing.residency import SAMPLING as RUN_SAMPLING
 from memscope.capturing.residency import RunSampler
-from memscope.capturing.session import ADVICE_FOR_EVERY, ADVICE_MIN_PEAK, describe_environment
+from memscope.capturing.session import describe_environment
 from memscope.errors import described
 from memscope.program.sites import assigned_line, display_path
 from memscope.report import (

@@ -32,7 +32,8 @@ from memscope.program import sites
 
 
 class Stage:
-    """A transparent stand-in for one of JAX's stages, made by a measured jit."""
+    """A transparent stand-in for one of JAX's stages, made by a measured jit:
+    ``origin`` is its :class:`~memscope.capturing.calls.CallRecorder`."""
 
     def __init__(self, real: Any, origin: Any, call: tuple[tuple[Any, ...], dict[str, Any]],
                  traced: Any = None) -> None:
@@ -74,8 +75,8 @@ class Stage:
 class Compiled(Stage):
     """A ``jax.stages.Compiled`` whose top-level calls are counted under its own entry."""
 
-    def __init__(self, real: Any, origin: Any, call: tuple[tuple[Any, ...], dict[str, Any]],
-                 *, traced: Any, lowered: Any) -> None:
+    def __init__(self, real: Any, origin: Any,
+                 call: tuple[tuple[Any, ...], dict[str, Any]], *, traced: Any, lowered: Any) -> None:
         super().__init__(real, origin, call, traced)
         self._memscope_lowered = lowered
         self._memscope_entry: Any = None
@@ -83,7 +84,7 @@ class Compiled(Stage):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
         origin = self._memscope_origin
-        session = origin._memscope_session
+        session = origin.session
         real = self._memscope_real
         if not session.records(jax.tree_util.tree_leaves((args, kwargs))):
             return real(*args, **kwargs)
@@ -100,36 +101,36 @@ class Compiled(Stage):
         else:
             out = real(*args, **kwargs)
         entry.calls += 1
-        session.sample(entry.name)
+        session.device.sample(session.calls + 1, entry.name)
         session.count_call()
         return out
 
     def _first_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         origin = self._memscope_origin
-        session = origin._memscope_session
+        session = origin.session
         values = jax.tree_util.tree_leaves((args, kwargs))
         leaves = keys.program_leaves(values)
-        # (a pending input: see MeasuredJit._run_first)
-        before = [addresses(x, wait=origin._memscope_spec.donates) for x in leaves]
+        # (a pending input: see CallRecorder._run_first)
+        before = [addresses(x, wait=origin.spec.donates) for x in leaves]
         out = self._memscope_real(*args, **kwargs)
         observation = observe(before, leaves, out)
         call_args, call_kwargs = self._memscope_call
         try:
-            entry = origin._entry(keys.call_key(origin._memscope_spec, call_args, call_kwargs)[0],
+            entry = origin.describe(keys.call_key(origin.spec, call_args, call_kwargs)[0],
                                   call_args, call_kwargs, out)
         except Exception as e:
-            entry = Entry(name=origin._memscope_name, source=origin._memscope_source,
-                          signature="(?)", spec=origin._memscope_spec,
+            entry = Entry(name=origin.name, source=origin.source,
+                          signature="(?)", spec=origin.spec,
                           error=f"could not describe the call: {described(e)}")
         entry.watched_refs, _ = watch_refs(leaves, None)
-        entry.library = origin._memscope_library
+        entry.library = origin.library
         origin.stamp(entry)
         shardings = [leaf_sharding(x) for x in leaves]
         handles = None
         try:
             traced = self._memscope_traced
             if traced is None:
-                traced = origin._memscope_jitted.trace(*call_args, **call_kwargs)
+                traced = origin.jitted.trace(*call_args, **call_kwargs)
             handles = CompiledHandles(_compat.without_call_arrays(traced), self._memscope_lowered,
                                       self._memscope_real)
         except Exception as e:  # never let the measurement break the program
@@ -141,8 +142,8 @@ class Compiled(Stage):
         self._memscope_entry = session.add(("aot", id(self)), entry)
         if handles is not None and self._memscope_entry is entry:
             # The read and the variants, off the program's path (memscope.capturing.worker).
-            reading.schedule(session, entry, origin._memscope_fun, handles, shardings)
-        session.sample(entry.name)
+            reading.schedule(session, entry, origin.fun, handles, shardings)
+        session.device.sample(session.calls + 1, entry.name)
         session.count_call()
         return out
 

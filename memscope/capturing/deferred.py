@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from memscope.capturing.session import Session
 
 
-class Pending:
+class DeferredCapture:
     """The capture of one run, once the program has imported JAX.
 
     ``session`` is ``None`` until then (and for good, if it never does);
@@ -77,11 +77,11 @@ class Pending:
 
 @contextlib.contextmanager
 def capture_on_import(started: Callable[[Session], None] | None = None,
-                      **options: Any) -> Iterator[Pending]:
+                      **options: Any) -> Iterator[DeferredCapture]:
     """Within the block, :func:`~memscope.capturing.capture` (with ``options``)
     from the moment the program imports JAX (at once if it has already), then
     ``started(session)``; the capture ends with the block."""
-    pending = Pending(options, started)
+    pending = DeferredCapture(options, started)
     try:
         with when_imported("jax", pending.begin):
             yield pending

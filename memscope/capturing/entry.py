@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from memscope import _compat
+from memscope.analysis.fates import Fates
 from memscope.analysis.observed import Observation
 from memscope.capturing import wrappers
 from memscope.compiled.read import (
@@ -23,7 +24,7 @@ from memscope.report import (
     Remat,
 )
 from memscope.variants.donation import Argument, Spelling, as_written
-from memscope.variants.donations import VariantFacts
+from memscope.variants.donation_variants import VariantFacts
 from memscope.variants.fit import KeptCall
 
 
@@ -41,6 +42,9 @@ class Entry:
     spec: _compat.JitSpec
     calls: int = 0
     facts: CompiledFacts | None = None
+    #: its buffers' fates, classified once when ``facts`` were read (the
+    #: variants plan from them, the report reads them)
+    fates: Fates | None = None
     #: with ``--target``: the figures of the program compiled here, which ran
     #: (``facts`` are then the target's)
     memory_here: Memory | None = None

@@ -20,7 +20,7 @@ from memscope.analysis.observed import Addresses, Observation
 
 
 @dataclass(frozen=True)
-class Failed:
+class CallFailed:
     """A call's computation failed: its error, and its outputs (they hold the error)."""
 
     error: Exception
@@ -28,7 +28,7 @@ class Failed:
 
 
 def observe(before: list[Addresses], leaves: Sequence[Any], out: Any
-            ) -> Observation | Failed:
+            ) -> Observation | CallFailed:
     """The call's buffers as integers, or the error its computation ended in
     (its outputs hold it, for the program to meet where it reads them).
 
@@ -47,7 +47,7 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any
     wait = any(_compat.allocated_late(y) for y in arrays)
     failure = next((f for y in arrays if (f := _compat.buffer_failure(y, wait=wait))), None)
     if failure is not None:
-        return Failed(failure, tuple(arrays))
+        return CallFailed(failure, tuple(arrays))
     before = [addresses(x, wait=True) if seen is None and isinstance(x, jax.Array) else seen
               for seen, x in zip(before, leaves, strict=True)]
     return Observation(tuple(before), deleted, tuple(addresses(y, wait=True) for y in outputs),
@@ -80,8 +80,8 @@ def watched_call(entry: Any, call: Callable[[], Any], leaves: Sequence[Any]) -> 
     return out
 
 
-def closed_refs_seen(seen: Observation | Failed, handles: Any,
-                     before: dict[int, Addresses]) -> Observation | Failed:
+def closed_refs_seen(seen: Observation | CallFailed, handles: Any,
+                     before: dict[int, Addresses]) -> Observation | CallFailed:
     """``seen`` with the buffers of the Refs the call's program closes over:
     before the call where memscope saw the Ref then (``before``, by ``id``), and
     now. The Refs are read and let go."""
@@ -97,8 +97,8 @@ def closed_refs_seen(seen: Observation | Failed, handles: Any,
                    closed_after=tuple(addresses(r) for r in closed))
 
 
-def written_back_seen(seen: Observation | Failed, handles: Any,
-                      values: Sequence[Any]) -> Observation | Failed:
+def written_back_seen(seen: Observation | CallFailed, handles: Any,
+                      values: Sequence[Any]) -> Observation | CallFailed:
     """``seen`` with the arrays JAX wrote back into the mutable hijax values of
     the call after it (JAX 0.7 to 0.10), as its first outputs, in its compiled
     program's order: those of the values its function closes over, then of

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memscope import _compat
+from memscope.analysis.fates import Fates, classify
 from memscope.capturing import wrappers
 from memscope.capturing.arguments import parameter_names
 from memscope.capturing.entry import Entry
@@ -20,14 +21,14 @@ from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
 from memscope.compiled.targets.base import Target
 from memscope.errors import described
-from memscope.variants import donations, remat
+from memscope.variants import donation_variants, remat
 from memscope.variants.compile import LoweredVariant, compile_lowered
 from memscope.variants.early import EarlyVariant
 
 
 def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
              handles: CompiledHandles, shardings: list[Any], *,
-             plan: remat.Plan | None = None, ref_names: dict[int, str] | None = None,
+             plan: remat.RematPlan | None = None, ref_names: dict[int, str] | None = None,
              early: EarlyVariant | None = None, hold: Hold | None = None) -> Hold:
     """Hand the first call's reading, and then its variants, to the worker; what
     they hold of the program is :class:`~memscope.capturing.hold.Hold`'s (given,
@@ -43,9 +44,9 @@ def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
         hold.prepare(functools.partial(_lower_for_target, session.target, settings))
     session.keep(hold)
     entry.hold = hold
-    parameters = (parameter_names(fun) if session.request is not None
+    parameters = (parameter_names(fun) if session.host.request is not None
                   and (entry.wrapper is None or not entry.wrapper.parameters) else None)
-    session.defer(functools.partial(analyse, session, entry, hold, shardings,
+    session.defer(functools.partial(read_and_measure, session, entry, hold, shardings,
                                     settings, ref_names, early, parameters))
     return hold
 
@@ -57,7 +58,7 @@ def reading_handles(handles: CompiledHandles) -> CompiledHandles:
                            handles.compiled, handles.built)
 
 
-def analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
+def read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
             settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None = None,
             early: EarlyVariant | None = None,
             parameters: tuple[str, ...] | None = None) -> None:
@@ -68,13 +69,13 @@ def analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
     compile began with the call's, if one did (:mod:`memscope.variants.early`);
     ``parameters`` the function's parameter names, for a requested donation."""
     try:
-        _analyse(session, entry, hold, shardings, settings, ref_names, early, parameters)
+        _read_and_measure(session, entry, hold, shardings, settings, ref_names, early, parameters)
     finally:
         if early is not None and not early.deferred:
             let_go(session, early)
 
 
-def _analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
+def _read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
              settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None,
              early: EarlyVariant | None, parameters: tuple[str, ...] | None) -> None:
     with contextlib.suppress(Exception):
@@ -90,12 +91,12 @@ def _analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
     read = _read(session, entry, hold, shardings, settings, ref_names, early)
     if read is None:
         return
-    facts, written_flops, foreign = read
-    if facts is None or entry.library is not None or not (
-            session.advice != "off" or session.request or hold.plan is not None):
+    facts, fates, written_flops, foreign = read
+    if facts is None or fates is None or entry.library is not None or not (
+            session.host.advice != "off" or session.host.request or hold.plan is not None):
         return
     later = functools.partial(_alternatives, session, entry, hold, shardings, settings,
-                              facts, early, written_flops, parameters)
+                              facts, fates, early, written_flops, parameters)
     if foreign:
         # Lowering a variant runs every lowering rule of the program again,
         # the program's own too (a custom primitive's, which may count or
@@ -109,8 +110,10 @@ def _analyse(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
 
 def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
           settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None,
-          early: EarlyVariant | None = None) -> tuple[Any, float | None, bool] | None:
-    """The compiled program read (renamed in the user's terms), the written
+          early: EarlyVariant | None = None
+          ) -> tuple[CompiledFacts | None, Fates | None, float | None, bool] | None:
+    """The compiled program read (renamed in the user's terms) and its buffers
+    classified (the one classification of them: :func:`_publish`), the written
     program's FLOPs (for the checkpoint policies' table) and whether lowering it
     runs lowering rules of the program's own; ``None`` where it could not be read
     (the entry's ``error`` says why). JAX's stages go as soon as they are read."""
@@ -128,11 +131,10 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
                 foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
                 del handles
                 facts = wrappers.renamed(entry.wrapper, read)
-                session.publish(lambda: setattr(entry, "facts", facts))
-                return facts, None, foreign
+                return facts, _publish(session, entry, facts), None, foreign
             read = read_handles(handles, shardings=shardings, ref_names=ref_names,
-                                dump=functools.partial(dumped_compile, cache=session.cache))
-            session.count_dump(read.dumped)
+                                dump=functools.partial(dumped_compile, cache=session.host.cache))
+            session.host.counts.count_dump(read.dumped)
             flops = (_compat.flops(handles.compiled)
                      if hold.plan is not None and session.target.runs_here else None)
             foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
@@ -142,8 +144,8 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
                 session.publish(lambda: setattr(entry, "memory_here", here))
                 read = _for_target(session, entry, hold, shardings, ref_names, early)
             facts = wrappers.renamed(entry.wrapper, read)
-            session.publish(lambda: setattr(entry, "facts", facts))
-        return facts, flops, foreign
+            fates = _publish(session, entry, facts)
+        return facts, fates, flops, foreign
     except TargetCompileError as e:  # the figures here are in memory_here
         message = str(e)
         session.publish(lambda: setattr(entry, "error", message))
@@ -153,6 +155,18 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
     finally:
         hold.end_read()
     return None
+
+
+def _publish(session: Session, entry: Entry, facts: CompiledFacts | None) -> Fates | None:
+    """Give ``entry`` its compiled program's facts and its buffers' fates,
+    classified here once for the variants and the report alike."""
+    fates = None if facts is None else classify(facts.program, entry.warnings)
+
+    def apply() -> None:
+        entry.facts, entry.fates = facts, fates
+
+    session.publish(apply)
+    return fates
 
 
 def _for_target(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
@@ -173,10 +187,10 @@ def _for_target(session: Session, entry: Entry, hold: Hold, shardings: list[Any]
                 own = hold.take_prepared(functools.partial(_lower_for_target, target, ()))
             if own is None:
                 raise TargetCompileError(f"not compiled for {target.name}: "
-                                         f"{hold.released or donations.LET_GO}")
+                                         f"{hold.released or donation_variants.LET_GO}")
             if isinstance(own, Exception):
                 raise own
-            compiled = compile_lowered(own, target, cache=session.cache, counted=False)
+            compiled = compile_lowered(own, target, cache=session.host.cache, counted=False)
         if isinstance(compiled, Exception):
             raise compiled
         facts = target.read(own.traced, own.lowered, compiled, shardings=shardings,
@@ -196,7 +210,7 @@ def _check_limit(session: Session, entry: Entry, traced: Any, lowered: Any,
     """Whether the ``--target``'s compiler reshaped the program (``lowered``,
     read as ``facts``) to fit its memory limit, where the target checks
     (:meth:`~memscope.compiled.targets.Target.limit_check`), on ``entry``."""
-    limit = session.target.limit_check(traced, lowered, facts.memory, cache=session.cache)
+    limit = session.target.limit_check(traced, lowered, facts.memory, cache=session.host.cache)
     if limit is not None:
         session.publish(lambda: setattr(entry, "memory_limit", limit))
 
@@ -214,7 +228,7 @@ class TargetCompileError(RuntimeError):
 
 
 def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
-                  settings: _compat.ConfigSnapshot, facts: Any,
+                  settings: _compat.ConfigSnapshot, facts: Any, fates: Fates,
                   early: EarlyVariant | None, written_flops: float | None,
                   parameters: tuple[str, ...] | None) -> None:
     """The variants the session asks for, and the checkpoint policies of the
@@ -226,8 +240,8 @@ def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[An
                 why = f"the variants were not compiled: {hold.released}"
                 session.publish(lambda: setattr(entry, "not_measured", why))
                 return
-            _measure(session, entry, hold, view, plan, shardings, settings, facts, early,
-                     written_flops, parameters)
+            _measure(session, entry, hold, view, plan, shardings, settings, facts, fates,
+                     early, written_flops, parameters)
         hold.release_plan()  # measured: the function itself goes
     except Exception as e:  # never let the measurement break the program
         error = f"could not read the compiled program: {described(e)}"
@@ -238,21 +252,21 @@ def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[An
 
 
 def _measure(session: Session, entry: Entry, hold: Hold, view: Any,
-             plan: remat.Plan | None, shardings: list[Any], settings: _compat.ConfigSnapshot,
-             facts: Any, early: EarlyVariant | None, written_flops: float | None,
-             parameters: tuple[str, ...] | None) -> None:
+             plan: remat.RematPlan | None, shardings: list[Any], settings: _compat.ConfigSnapshot,
+             facts: Any, fates: Fates, early: EarlyVariant | None,
+             written_flops: float | None, parameters: tuple[str, ...] | None) -> None:
     """The donation variants, then the checkpoint policies, of one call; each
     lowering takes the traced program, with its arrays, from ``hold`` just for
     itself."""
     with _compat.applied_config(settings):
-        if session.advice != "off" or session.request:
-            variants = donations.donation_variants(
-                recorded(entry, parameters, session), facts, hold.lowering, shardings, session,
-                early)
+        if session.host.advice != "off" or session.host.request:
+            variants = donation_variants.donation_variants(
+                recorded(entry, fates, parameters, session), facts, hold.lowering, shardings,
+                session.host, early)
             session.publish(lambda: setattr(entry, "variants", variants))
         if plan is not None:
             found = remat.measure_call(plan, facts, view, hold.lowering, written_flops, settings,
-                                       entry.variants, session)
+                                       entry.variants, session.host)
             session.publish(lambda: setattr(entry, "remat", found))
 
 
@@ -260,19 +274,20 @@ def let_go(session: Session, early: EarlyVariant) -> None:
     """Drop an early compile the variants did not use, counting it: it was a
     real compile, only of a donation the advice did not settle on."""
     if not early.used and early.drop():
-        session.count_variants(compiled=1, reused=0)
-        session.count_early(wasted=True)
+        session.host.count_variants(compiled=1, reused=0)
+        session.host.counts.count_early(wasted=True)
 
 
-def recorded(entry: Entry, parameters: tuple[str, ...] | None, session: Session
-             ) -> donations.Call:
-    """What the variants need of ``entry``, in plain terms (no array);
-    ``parameters`` the jitted function's names (read at the call)."""
-    if session.request is not None and entry.wrapper is not None and entry.wrapper.parameters:
+def recorded(entry: Entry, fates: Fates, parameters: tuple[str, ...] | None,
+             session: Session) -> donation_variants.Call:
+    """What the variants need of ``entry``, in plain terms (no array): ``fates``
+    its buffers' (classified as read); ``parameters`` the jitted function's names
+    (read at the call)."""
+    if session.host.request is not None and entry.wrapper is not None and entry.wrapper.parameters:
         parameters = entry.wrapper.parameters
-    return donations.Call(
+    return donation_variants.Call(
         name=entry.name, arguments=entry.arguments, style=entry.style,
-        warnings=entry.warnings, parameters=parameters,
+        warnings=entry.warnings, fates=fates, parameters=parameters,
         static=frozenset({*entry.spec.static_argnums, *entry.spec.static_argnames}),
         rename=functools.partial(wrappers.renamed, entry.wrapper),
         passed_again=dict(entry.passed_again))

@@ -15,7 +15,8 @@ from typing import Any
 
 from memscope import _compat, _versions
 from memscope.analysis.advice import AdviceLevel
-from memscope.capturing.jit import MeasuredJit, is_jax_internal
+from memscope.capturing.calls import is_jax_internal
+from memscope.capturing.jit import MeasuredJit
 from memscope.capturing.session import Session
 from memscope.compiled.targets.base import Target
 from memscope.errors import MemscopeError
@@ -175,7 +176,7 @@ def _stand_in(value: Any, session: Session) -> MeasuredJit | None:
     """A stand-in recording into ``session`` for the jit object ``value``, if it is one."""
     try:
         if isinstance(value, MeasuredJit):
-            return None if value._memscope_session is session else value.for_session(session)
+            return None if value._memscope_calls.session is session else value.for_session(session)
         if not _compat.is_jit_object(value):
             return None
         fun = getattr(value, "__wrapped__", None)

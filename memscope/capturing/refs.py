@@ -75,8 +75,6 @@ def _roots(fun: Any) -> Iterator[tuple[str, Any]]:
 _OPAQUE = (int, float, complex, str, bytes, bool, type(None), type, types.ModuleType,
            types.FunctionType, types.BuiltinFunctionType)
 
-Step = tuple[str, Any]  # ("[]", key), ("[i]", index) or (".", attribute name)
-
 
 def _walk(path: tuple[Any, ...], value: Any, depth: int, seen: set[int]
           ) -> Iterator[tuple[str, Any]]:

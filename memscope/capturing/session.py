@@ -2,9 +2,11 @@
 
 A :class:`Session` keeps the entries in the order their first call happened,
 counts top-level calls (and ends the target at ``stop_after``), samples device
-memory and live arrays after calls, and runs memscope's own work in its worker,
-off the program's path. It is also the host that the variants it schedules
-report to (:class:`memscope.variants.donations.Host`).
+memory (:class:`~memscope.capturing.device_memory.DeviceMemory`) and live
+arrays after calls, and runs memscope's own work in its worker, off the
+program's path, waiting for it at the end. What the variants it schedules need of it is its
+:class:`~memscope.capturing.host.VariantHost` (``host``), which counts
+memscope's own work (:class:`~memscope.capturing.counts.WorkCounts`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -25,9 +26,11 @@ from memscope.analysis import oom
 from memscope.analysis.advice import AdviceLevel, advice_level
 from memscope.analysis.observed import Observation, misses
 from memscope.capturing import between, residency
+from memscope.capturing.device_memory import DeviceMemory, device_limits
 from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, ENDED, Hold
-from memscope.capturing.observe import Failed, at_end
+from memscope.capturing.host import VariantHost
+from memscope.capturing.observe import CallFailed, at_end
 from memscope.capturing.worker import Worker
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.read import (
@@ -42,27 +45,14 @@ from memscope.report import (
     Environment,
     LiveArray,
     LiveArrays,
-    MemorySample,
     Overhead,
     Runtime,
 )
 from memscope.variants import remat
 from memscope.variants.donation import VariantRequest
 
-#: Device-memory samples kept per run (one per top-level call); later calls are
-#: not sampled, and the report says the timeline was cut.
-MAX_SAMPLES = 10_000
 #: Live arrays listed by size at the end of a run.
 LARGEST_LIVE_ARRAYS = 10
-#: Signatures that get the advised compile whatever their size; after them,
-#: only those with a compiled peak of at least ADVICE_MIN_PEAK.
-ADVICE_FOR_EVERY = 50
-ADVICE_MIN_PEAK = 1 << 20
-#: first calls that may begin their advised variant early (a run's
-#: large functions come first: a model's init, its step, its evaluation), and
-#: first calls traced to see whether they may (see Session.early_allowed)
-EARLY_FOR_FIRST = 4
-EARLY_TRACES = 16
 
 
 class Session:
@@ -74,20 +64,18 @@ class Session:
                  remat_flops: float | None = None, target: Target | None = None) -> None:
         self.entries: list[Entry] = []
         self.active = True
-        self.advice: AdviceLevel = advice_level(advise)
+        #: what the variants the session schedules are compiled with, and where
+        #: memscope's own work is counted
+        self.host = VariantHost(advice=advice_level(advise), request=request,
+                                target=target if target is not None else HereTarget(),
+                                cache=CompileCache.from_environment(), proxy=proxy)
         #: measure checkpoint policies of differentiated functions (with advice)
-        self.remat = remat_flops is not None and self.advice != "off"
+        self.remat = remat_flops is not None and self.host.advice != "off"
         self.remat_flops = (remat_flops if remat_flops is not None
                             else remat.DEFAULT_MAX_FLOPS_INCREASE)
         if remat_flops is not None and remat_flops < 0:
             raise MemscopeError(f"remat_flops must be at least 0, got {remat_flops}")
-        self.request = request
         self.stop_after = stop_after
-        #: what the functions are compiled for: this machine, or a ``--target``
-        #: accelerator (compiled for too, its figures the functions')
-        self.target: Target = target if target is not None else HereTarget()
-        #: the compiles memscope reads kept across runs (:mod:`memscope.compiled.cache`)
-        self.cache: CompileCache | None = CompileCache.from_environment()
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
         self.keep_calls = False
         #: end the target at a repeat: of any signature (``True``), or of the
@@ -100,36 +88,20 @@ class Session:
         self.progress: Reporter = SILENT
         self._stop_hit = False
         self.calls = 0
-        self._proxy = proxy
         self._lock = threading.Lock()
         self._by_key: dict[Any, Entry] = {}
-        self._stats_available: bool | None = None  # asked at the first call, not before
-        self._samples: list[MemorySample] = []
-        self._truncated = False
+        #: device memory after each call, where the backend keeps statistics
+        self.device = DeviceMemory()
         self._live: LiveArrays | None = None
         self._finished = False
         #: compile time, live arrays over the run, donated buffers (:mod:`memscope.capturing.between`)
         self.clock = between.CompileClock()
         self.live_sampler = residency.RunSampler()
         self.ledger = between.DonationLedger()
-        #: memscope's work off the program's path (see :mod:`memscope.capturing.worker`)
-        self.worker = Worker()
         self._waited: float | None = None
         self._after_end: list[Callable[[], None]] = []
         #: what the pending work holds of the program, let go at the end at the latest
         self._holds: list[Hold] = []
-        self.variant_compiles = 0
-        self.variants_reused = 0
-        #: the program's functions compiled again with XLA's dump to read their
-        #: buffer assignment (XLA:GPU), and those whose dump a run kept before
-        self.dumps: Counter[str] = Counter()
-        #: signatures given an advised compile, and those refused one (many functions)
-        self.advice_given = 0
-        self.advice_skipped = 0
-        #: advised variants begun early (memscope.variants.early), and those left unused
-        self.early_compiles = 0
-        self.early_unused = 0
-        self.early_traced = 0
         #: compiles of ``jax.pmap`` that ran outside ``jax.jit`` (JAX 0.7), unseen
         self.uncaptured_pmaps = 0
         #: the SHA-256 of each file a jit was made in (read once per run)
@@ -139,35 +111,20 @@ class Session:
         self.environment: Environment | None = None
 
     @property
+    def target(self) -> Target:
+        """What the functions are compiled for: this machine, or a ``--target``
+        accelerator (compiled for too, its figures the functions')."""
+        return self.host.target
+
+    @property
+    def worker(self) -> Worker:
+        """memscope's work off the program's path (:mod:`memscope.capturing.worker`)."""
+        return self.host.worker
+
+    @property
     def stopped(self) -> bool:
         """True once ``stop_after`` calls ran and the target was told to end."""
         return self._stop_hit or (self.stop_after is not None and self.calls >= self.stop_after)
-
-    def device_memory(self) -> tuple[int, int] | None:
-        """(bytes in use, peak bytes in use) of the busiest local device, or ``None``
-        where the backend keeps no such statistics (CPU)."""
-        if self._stats_available is False:
-            return None
-        try:
-            stats = [d.memory_stats() for d in jax.local_devices()]
-            figures = (max(int(s["bytes_in_use"]) for s in stats),
-                       max(int(s["peak_bytes_in_use"]) for s in stats))
-        except Exception:  # None (CPU), a missing key, or no devices
-            self._stats_available = False
-            return None
-        self._stats_available = True
-        return figures
-
-    def sample(self, function: str) -> None:
-        """Record device memory right after a top-level call, where it is kept."""
-        if self._stats_available is False:
-            return
-        if len(self._samples) >= MAX_SAMPLES:
-            self._truncated = True
-            return
-        figures = self.device_memory()
-        if figures is not None:
-            self._samples.append(MemorySample(self.calls + 1, function, *figures))
 
     def finish(self) -> None:
         """Note what the run left alive; the first call counts (the target's end)."""
@@ -212,11 +169,11 @@ class Session:
         """What the run showed of device memory and live arrays, frozen."""
         overhead = self.overhead()
         timeline = self.live_sampler.timeline(output_label)
-        if self._stats_available:
-            return Runtime(device_memory=tuple(self._samples),
-                           timeline_truncated=self._truncated, live_arrays=self._live,
+        if self.device.available:
+            return Runtime(device_memory=tuple(self.device.samples),
+                           timeline_truncated=self.device.truncated, live_arrays=self._live,
                            overhead=overhead, live_timeline=timeline)
-        note = ("no jitted call ran" if self._stats_available is None else
+        note = ("no jitted call ran" if self.device.available is None else
                 f"{jax.default_backend()} keeps no device memory statistics: "
                 "Device.memory_stats() is None")
         return Runtime(device_memory_note=note, live_arrays=self._live, overhead=overhead,
@@ -236,7 +193,7 @@ class Session:
         """Device memory after a top-level call (before it is counted), and the
         call in the run's log."""
         if not failed:
-            self.sample(entry.name)
+            self.device.sample(self.calls + 1, entry.name)
         if pending is None:
             return
         with contextlib.suppress(Exception):  # never break the program for a sample
@@ -318,79 +275,18 @@ class Session:
             if not self.worker.cancelled:
                 apply()
 
-    def count_dump(self, how: str | None) -> None:
-        """Count how a function's buffer assignment was read from XLA's dump
-        (:attr:`memscope.compiled.read.CompiledFacts.dumped`)."""
-        if how is not None:
-            with self._lock:
-                self.dumps[how] += 1
-
-    def count_variants(self, *, compiled: int, reused: int) -> None:
-        """Count the variants compiled, and those answered without a compile."""
-        with self._lock:
-            self.variant_compiles += compiled
-            self.variants_reused += reused
-
-    def early_allowed(self) -> bool:
-        """Whether a first call may be traced before JAX's call, to begin its
-        advised variant early (:mod:`memscope.variants.early`): with
-        the advice on, no variant asked for
-        beside it, among the first :data:`EARLY_TRACES` first calls large
-        enough, until :data:`EARLY_FOR_FIRST` have begun one. JAX's call reuses
-        that trace; only a call whose trace fails is traced again by JAX (to
-        raise its error), so a run of many small tests stops trying early."""
-        with self._lock:
-            return (self.advice != "off" and self.request is None
-                    and self.early_compiles < EARLY_FOR_FIRST
-                    and self.early_traced < EARLY_TRACES
-                    and self.advice_given < ADVICE_FOR_EVERY)
-
-    def count_early(self, *, traced: bool = False, wasted: bool = False) -> None:
-        """Count a first call traced early, an early compile begun, or one left unused."""
-        with self._lock:
-            if traced:
-                self.early_traced += 1
-            elif wasted:
-                self.early_unused += 1
-            else:
-                self.early_compiles += 1
-
-    def advice_allowed(self, peak: int | None) -> bool:
-        """The first :data:`ADVICE_FOR_EVERY` signatures get their advised compile;
-        after them only those whose peak is at least :data:`ADVICE_MIN_PEAK`
-        (a test suite, a sweep: thousands of small functions cost what one does)."""
-        with self._lock:
-            if self.advice_given < ADVICE_FOR_EVERY or (peak or 0) >= ADVICE_MIN_PEAK:
-                self.advice_given += 1
-                return True
-            self.advice_skipped += 1
-            return False
-
-    @property
-    def cache_hits(self) -> int:
-        """The variants read from the cache instead of compiled."""
-        return 0 if self.cache is None else self.cache.hits
-
     def overhead(self) -> Overhead | None:
         """What memscope's own work cost; ``None`` before :meth:`wait`."""
         if self._waited is None:
             return None
-        return Overhead(analysis_seconds=self.worker.busy_seconds,
-                        after_exit_seconds=self._waited,
-                        host_bytes=self.worker.largest_growth,
-                        variant_compiles=self.variant_compiles - self.cache_hits,
-                        variant_cache_hits=self.cache_hits,
-                        variants_reused=self.variants_reused,
-                        advice_skipped=self.advice_skipped,
-                        early_compiles=self.early_compiles,
-                        early_unused=self.early_unused,
-                        dump_compiles=self.dumps["compiled"],
-                        dump_cache_hits=self.dumps["kept"],
-                        **_target_overhead(self.target))
+        return self.host.counts.overhead(
+            analysis_seconds=self.worker.busy_seconds, after_exit_seconds=self._waited,
+            host_bytes=self.worker.largest_growth, cache_hits=self.host.cache_hits,
+            target=self.target)
 
-    def observed(self, entry: Entry, seen: Observation | Failed) -> None:
+    def observed(self, entry: Entry, seen: Observation | CallFailed) -> None:
         """Keep what a first call's buffers showed, or the error it ended in."""
-        if isinstance(seen, Failed):
+        if isinstance(seen, CallFailed):
             self.failed(entry, seen.error, exclude=seen.outputs)
         else:
             self._first_seen(entry, seen)
@@ -409,18 +305,7 @@ class Session:
             return
         entry.failure, entry.failed_in = f"{type(error).__name__}: {error}", where
         entry.failure_live = live_arrays(exclude)
-        entry.failure_memory = self.device_limits()
-
-    def device_limits(self) -> tuple[int, int | None] | None:
-        """(bytes in use, the device's limit) on the busiest local device; ``None``
-        where the backend keeps no statistics (CPU)."""
-        try:
-            stats = [d.memory_stats() for d in jax.local_devices()]
-            busiest = max(stats, key=lambda s: int(s["bytes_in_use"]))
-        except Exception:  # None (CPU), a missing key, or no devices
-            return None
-        limit = busiest.get("bytes_limit")
-        return int(busiest["bytes_in_use"]), None if limit is None else int(limit)
+        entry.failure_memory = device_limits()
 
     def count_call(self, *, repeat: bool = False, name: str | None = None) -> None:
         """Count one top-level jitted call (of the function ``name``); end the
@@ -466,9 +351,9 @@ class Session:
         with self._lock:
             self._by_key.setdefault(key, entry)
 
-    def recording_warnings(self, *, emit: bool = True
-                           ) -> contextlib.AbstractContextManager[list[str]]:
-        return self._proxy.recording(emit=emit)
+    def recording_warnings(self) -> contextlib.AbstractContextManager[list[str]]:
+        """JAX's warnings while the program's own call lowers, recorded and emitted."""
+        return self.host.recording_warnings()
 
 
 def describe_environment() -> Environment:
@@ -509,12 +394,3 @@ def output_label(entry: Any, index: int) -> str:
     path = outputs[index].path if index < len(outputs) else f"output leaf {index}"
     return f"{getattr(entry, 'name', '?')} {path}"
 
-
-def _target_overhead(target: Target) -> dict[str, Any]:
-    """The ``--target`` accelerator's compiles, their seconds and its cache hits
-    (none: compiled here, whose compiles the variants' counts hold)."""
-    if target.runs_here:
-        return {"target_compiles": 0, "target_compile_seconds": 0.0, "target_cache_hits": 0}
-    return {"target_compiles": target.compiles,
-            "target_compile_seconds": target.compile_seconds,
-            "target_cache_hits": target.cache_hits}

@@ -16,7 +16,7 @@ own threads keep theirs): on a 2-core machine a variant compile then takes the
 cores the program leaves idle (a ``--target`` run's compiles, which are its
 answer, at the program's priority: :meth:`Worker.compiler_for`). Once the
 program has ended, the compiles left run at the usual priority (see ``_compile`` in
-:mod:`memscope.variants.donations`). docs/performance.md says what was measured.
+:mod:`memscope.variants.donation_variants`). docs/performance.md says what was measured.
 """
 
 from __future__ import annotations

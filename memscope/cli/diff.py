@@ -25,7 +25,7 @@ from memscope.program.ending import Guard
 from memscope.program.runner import Script, check_script
 from memscope.render.diff import render_diff
 from memscope.report import FunctionReport, load_report, save_report, write_whole
-from memscope.variants.donation import VariantRequest, parse_spec
+from memscope.variants.donation import VariantRequest, parse_donation
 
 
 @click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
@@ -68,7 +68,7 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
         raise MemscopeError("give the donation to compare with --donate SPEC (argument "
                             "numbers, names, all or none); to compare two reports give "
                             "OLD.json NEW.json" + hint)
-    request = VariantRequest(parse_spec(spec), frozenset(functions) or None)
+    request = VariantRequest(parse_donation(spec), frozenset(functions) or None)
     what = Script(target, tuple(args), module=as_module,
                      packages=user_packages)
     check_script(what)

@@ -6,7 +6,8 @@ from typing import TextIO
 
 import click
 
-from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
+from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel
+from memscope.cli._advice import advice_options
 from memscope.cli._common import (
     buffers_option,
     detail_option,

@@ -16,7 +16,7 @@ import jax
 from memscope.compiled.read import CompiledFacts
 from memscope.errors import MemscopeError
 from memscope.variants.donation import Argument
-from memscope.variants.donations import VariantFacts
+from memscope.variants.donation_variants import VariantFacts
 
 
 @dataclass(frozen=True)

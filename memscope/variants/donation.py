@@ -217,7 +217,7 @@ class DonationSpec:
     names: tuple[str, ...] = ()
 
 
-def parse_spec(text: str) -> DonationSpec:
+def parse_donation(text: str) -> DonationSpec:
     """Parse a ``--donate`` SPEC.
 
     Raises:

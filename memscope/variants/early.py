@@ -16,7 +16,7 @@ compiles on either way: XLA:CPU runs most of a compile in its own thread pool,
 at the program's priority whatever the calling thread's.
 
 The prediction only schedules work early: what the report says is decided, as
-before, on the compiled program (:mod:`memscope.variants.donations`), and the
+before, on the compiled program (:mod:`memscope.variants.donation_variants`), and the
 early compile is used only where the donation decided there is the very one
 predicted. Otherwise it is dropped and counted, and the advised variant is
 compiled as usual. docs/performance.md says what it saves.
@@ -38,7 +38,7 @@ from memscope import _compat
 from memscope.report.function import MEANINGFUL_SAVING
 from memscope.variants.compile import LoweredVariant, compile_lowered, lower_variant
 from memscope.variants.donation import Argument, Donation, Spelling, advised
-from memscope.variants.donations import Host, TracedSource
+from memscope.variants.donation_variants import Host, TracedSource
 
 #: A call is predicted only if its arguments hold at least this many array
 #: leaves and bytes (a model's parameters, a batch), and its traced program at
@@ -204,7 +204,7 @@ def _start_own(early: EarlyVariant, traced: Any, host: Host,
     begun at once (the reading takes it: :meth:`EarlyVariant.take_own`). An
     accelerator's compile holds no device memory of the program's, and XLA's
     compile of the call here and the target's run side by side, the target's
-    at the program's priority (:meth:`Worker.compiler_for`); where this fails,
+    at the program's priority (:meth:`~memscope.variants.donation_variants.VariantThread.compiler_for`); where this fails,
     the reading compiles it."""
     if host.target.runs_here:
         return

@@ -37,7 +37,6 @@ from memscope import _compat, _frameworks
 
 # (the --remat options, read before JAX is, live with the advice levels)
 from memscope.analysis.advice import DEFAULT_MAX_FLOPS_INCREASE as DEFAULT_MAX_FLOPS_INCREASE
-from memscope.analysis.advice import remat_setting as remat_setting
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.compile import compile_to_read
 from memscope.compiled.read import CompiledFacts
@@ -54,7 +53,7 @@ from memscope.report import (
     ResidualLine,
 )
 from memscope.variants.compile import LoweredVariant
-from memscope.variants.donations import LET_GO, Host, TracedSource, VariantFacts
+from memscope.variants.donation_variants import LET_GO, Host, TracedSource, VariantFacts
 
 #: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
 #: the baseline (every residual saved: what plain ``jax.grad`` does).
@@ -427,7 +426,7 @@ def silenced() -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RematPlan:
     """What :func:`analyse` needs of one captured call, none of it an array but
     what the function itself closes over: ``function()`` gives the function, held
     until the analysis is done (it is traced again under each policy), at most
@@ -443,7 +442,7 @@ class Plan:
     cache: CompileCache | None = None
 
 
-def analyse(plan: Plan, written: RematVariant, *, compile_in: Callable[[Callable[[], Any]], Any],
+def analyse(plan: RematPlan, written: RematVariant, *, compile_in: Callable[[Callable[[], Any]], Any],
             donation: tuple[str, tuple[bool, ...]] | None = None,
             cancelled: Callable[[], bool] = lambda: False) -> Remat | None:
     """Residuals and measured policies of ``plan``'s function; ``None`` when it
@@ -496,7 +495,7 @@ def offload_note(written: RematVariant, policies: Sequence[str]) -> str | None:
             "recomputed")
 
 
-def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
+def _variant(plan: RematPlan, policy: str, donated: tuple[bool, ...] | None,
              compile_in: Callable[[Callable[[], Any]], Any],
              names: Sequence[str] = ()) -> RematVariant:
     try:
@@ -513,16 +512,16 @@ def _variant(plan: Plan, policy: str, donated: tuple[bool, ...] | None,
 
 
 def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any, ...],
-              kwargs: dict[str, Any], max_flops_increase: float) -> Plan | None:
+              kwargs: dict[str, Any], max_flops_increase: float) -> RematPlan | None:
     """What :func:`analyse` needs of a call (its arrays as shapes); ``None`` if
     it cannot be had (the user's call succeeded; memscope must not fail it)."""
     try:
-        return Plan(lambda: fun, options, abstract((args, kwargs)), max_flops_increase)
+        return RematPlan(lambda: fun, options, abstract((args, kwargs)), max_flops_increase)
     except Exception:
         return None
 
 
-def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSource,
+def measure_call(plan: RematPlan, facts: CompiledFacts, view: Any, traced: TracedSource,
                  written_flops: float | None, settings: _compat.ConfigSnapshot,
                  variants: Sequence[VariantFacts], host: Host) -> Remat | None:
     """Residuals and checkpoint policies of a recorded call, measured (see
@@ -531,7 +530,7 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
     the FLOPs of the program that ran (read with it); ``variants`` are its
     donation variants, the advised one measured together with the chosen
     policy. Compiles in the threads the donation variants do while the program
-    runs (:meth:`Worker.compiler_for`: the lowest priority where it runs here)."""
+    runs (:meth:`~memscope.variants.donation_variants.VariantThread.compiler_for`: the lowest priority where it runs here)."""
     if not _compat.transposes(view.jaxpr):
         return None  # no grad or vjp: nothing to trace again for
     target = host.target

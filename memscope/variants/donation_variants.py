@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from memscope import _compat
 from memscope.analysis import advice
 from memscope.analysis.advice import AdviceLevel
-from memscope.analysis.fates import classify
+from memscope.analysis.fates import Fates, classify
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.read import CompiledFacts
 from memscope.compiled.targets.base import Target
@@ -67,20 +67,23 @@ class VariantFacts:
     note: str | None = None
     #: the variant planned before this one with the same donation (one compile)
     same_as: VariantName | None = None
+    #: its buffers' fates, classified once when its ``facts`` were read
+    fates: Fates | None = None
 
 
 
 @dataclass(frozen=True)
 class Call:
     """What the variants need of a recorded call: its name, its top-level
-    arguments and how the user spells donation, the warnings JAX raised lowering
-    it, the parameters a requested donation may name, its static arguments, and
+    arguments and how the user spells donation, its buffers' fates as the capture
+    classified them, the warnings JAX raised lowering it, the parameters a requested donation may name, its static arguments, and
     how its compiled facts are renamed into the user's terms (a framework's
     wrapper). No array."""
 
     name: str
     arguments: tuple[Argument, ...]
     style: Spelling
+    fates: Fates
     warnings: tuple[str, ...] = ()
     parameters: tuple[str, ...] | None = None
     static: frozenset[int | str] = frozenset()
@@ -98,7 +101,7 @@ TracedSource = Callable[[], AbstractContextManager[Any]]
 LET_GO = "the program let go of the function and the arrays it closes over first"
 
 
-class Worker(Protocol):
+class VariantThread(Protocol):
     """The capture's worker thread, as the variants use it."""
 
     @property
@@ -130,7 +133,7 @@ class Host(Protocol):
     cache: CompileCache | None
 
     @property
-    def worker(self) -> Worker: ...
+    def worker(self) -> VariantThread: ...
 
     def recording_warnings(self, *, emit: bool = True
                            ) -> contextlib.AbstractContextManager[list[str]]: ...
@@ -182,7 +185,7 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: TracedSource,
                                                          host.target, shardings)))
     by_name = {v.name: v for v in done}
     done += [replace(v, facts=by_name[v.same_as].facts, warnings=by_name[v.same_as].warnings,
-                     error=by_name[v.same_as].error)
+                     error=by_name[v.same_as].error, fates=by_name[v.same_as].fates)
              for v in shared if v.same_as is not None]
     host.count_variants(compiled=len(pending) + len(started), reused=sum(
         v.same_as_written or v.same_as is not None for v in done))
@@ -195,7 +198,7 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: TracedSource,
 def _compiled(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
              shardings: list[Any], host: Host) -> list[VariantFacts]:
     """Compile the lowered variants: one at a time while the program runs (at
-    the lowest priority where it runs here: :meth:`Worker.compiler_for`); side
+    the lowest priority where it runs here: :meth:`VariantThread.compiler_for`); side
     by side at the usual priority once it has ended and the report waits for
     them."""
     ended = host.worker.draining
@@ -210,12 +213,15 @@ def _compiled(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
 
 def _recorded(call: Call, ready: VariantFacts, result: CompiledFacts | Exception
               ) -> VariantFacts:
-    """The variant with its compile's facts (in the user's terms), or its error."""
+    """The variant with its compile's facts (in the user's terms) and its
+    buffers' fates (classified here, once), or its error."""
     if isinstance(result, Exception):
         return replace(ready, error=f"could not compile with {ready.setting}: "
                                     f"{described(result)}"
                                     f"{_ref_alias_note(result)}")
-    return replace(ready, facts=call.rename(result))
+    facts = call.rename(result)
+    return replace(ready, facts=facts, fates=None if facts is None
+                   else classify(facts.program, ready.warnings))
 
 
 def _without_ref_collisions(fix: Donation, written: Donation,
@@ -262,9 +268,7 @@ def _plan(call: Call, facts: CompiledFacts, host: Host
         plan += [("none", donate_none()),
                  ("all", Donation(every.arguments - with_refs))]
     if host.advice != "off":
-        inputs, outputs = classify(facts.program, call.warnings)
-        inputs = tuple(replace(b, passed_again=call.passed_again.get(i))
-                       for i, b in enumerate(inputs))
+        inputs, outputs = call.fates.passed_again(call.passed_again), call.fates.outputs
         chosen = {i: o for i, o in advice.candidates(inputs, outputs).items()
                   if not any(i in arguments[a].leaves for a in with_refs)}
         written = as_written(arguments, facts.program.donated)
@@ -318,10 +322,10 @@ def _consistent_advice(call: Call, facts: CompiledFacts, variants: list[VariantF
     if at is None or variants[at].facts is None:
         return variants
     fixed = variants[at]
-    assert fixed.facts is not None
+    assert fixed.facts is not None and fixed.fates is not None
     arguments, style = call.arguments, call.style
     written = as_written(arguments, facts.program.donated)
-    inputs, _ = classify(fixed.facts.program, fixed.warnings)
+    inputs = fixed.fates.inputs
     mask = fixed.facts.program.donated
     donated = Donation(frozenset(i for i, a in enumerate(arguments)
                                  if any(mask[leaf] for leaf in a.leaves)))
@@ -369,7 +373,7 @@ def _describe(call: Call, facts: CompiledFacts, name: VariantName,
                     for i in sorted(written.arguments - donation.arguments))
     if mask == facts.program.donated:
         return VariantFacts(name, setting, facts, call.warnings, same_as_written=True,
-                            added=added, dropped=dropped), mask
+                            added=added, dropped=dropped, fates=call.fates), mask
     return VariantFacts(name, setting, None, added=added, dropped=dropped), mask
 
 

@@ -25,8 +25,9 @@ import pytest
 from memscope import _compat
 from memscope.capturing import capture
 from memscope.compiled.read import memory_figures
-from memscope.report import Differentiation, Remat, RematVariant, Report, remat_text
+from memscope.report import Differentiation, Remat, RematVariant, Report
 from memscope.variants import remat
+from memscope.views import remat_text
 from tests.samples import sample_module
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"

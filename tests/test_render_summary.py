@@ -30,7 +30,8 @@ from memscope.report import (
     Variant,
     save_report,
 )
-from memscope.report.leaves import (
+from memscope.report.paths import bounded, bounded_leaves, path_matches, path_steps
+from memscope.views.leaves import (
     argument_signatures,
     common_prefix,
     differences,
@@ -40,8 +41,7 @@ from memscope.report.leaves import (
     static_arguments,
     unmatched_pattern,
 )
-from memscope.report.paths import bounded, bounded_leaves, path_matches, path_steps
-from memscope.report.summary import summarize
+from memscope.views.summary import summarize
 from tests.test_cli_errors import invoke
 
 KiB = 1024
@@ -681,11 +681,11 @@ def test_a_bounded_answer_gives_each_function_one_signature_first_and_no_notes()
 
 
 def test_the_terminal_and_markdown_give_sections_to_the_same_functions():
-    """One choice of what to show (memscope.report.view): a function with
+    """One choice of what to show (memscope.views.view): a function with
     something to change, or with figures the user asked for (other donations
     measured), gets a section in both views; one with nothing to say in neither."""
     from memscope.render.markdown_run import render_run_markdown
-    from memscope.report.view import choose_view
+    from memscope.views.view import choose_view
 
     clean = dataclasses.replace(model_step(0), name="clean", inputs=(), outputs=(),
                                 variants=(), advice=None)

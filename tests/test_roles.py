@@ -34,7 +34,7 @@ from memscope.report import (
     PeakPart,
     load_report,
 )
-from memscope.report.roles_text import package_path, roles_line
+from memscope.views.roles_text import package_path, roles_line
 from tests.test_check_model import report
 
 SIZES = (512, 1024, 1024, 256)

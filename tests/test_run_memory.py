@@ -517,7 +517,7 @@ def test_an_unknown_call_peak_is_none_and_reads_n_a_never_zero():
     """A function whose compiled program was not read has no peak: the
     high-water mark's call peak is None, said n/a, and its bytes are the resident
     bytes alone (it used to print "0 B its own peak")."""
-    from memscope.report import run_text
+    from memscope.views import run_text
 
     log = CallLog(array("d", [0.1]), array("d", [0.15]), array("i", [0]), ["a"],
                   array("q", [1]))

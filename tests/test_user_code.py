@@ -118,7 +118,7 @@ def test_an_installed_package_run_with_m_is_the_users_code(installed, capfd):
     normalize = next(f for f in report.functions if f.name == "<lambda>")
     assert normalize.library == "helpers" and normalize.advice is None
     assert normalize.jit_site is None
-    from memscope.report.summary import library_line
+    from memscope.views.summary import library_line
 
     assert library_line(report) == ("1 function jitted in installed packages (helpers 1) has "
                                     "no advice: --user-package NAME counts a package as "
@@ -132,7 +132,7 @@ def test_a_package_named_with_user_package_is_the_users_code_too(installed):
     normalize = next(f for f in report.functions if f.name == "<lambda>")
     assert normalize.library is None
     assert normalize.jit_site == f"{os.path.realpath(installed / 'helpers' / '__init__.py')}:3"
-    from memscope.report.summary import library_line
+    from memscope.views.summary import library_line
 
     assert library_line(report) is None
 

@@ -89,7 +89,7 @@ def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
     which have no device buffer to compare). A donated input whose output
     lands in its buffer there, though not at the first call, is
     ``confirmed_later``: no disagreement with the compiled program, which the
-    report says apart (:func:`memscope.report.summary.findings`)."""
+    report says apart (:func:`memscope.views.summary.findings`)."""
     if not _lines_up(seen, inputs, outputs):
         return tuple(inputs), ("the call's buffers do not line up with the compiled "
                                "program's leaves; nothing was checked",)

@@ -17,8 +17,8 @@ from memscope.check.pairing import pair_functions, signature_changes
 from memscope.check.peak import PartChange, peak_changes
 from memscope.check.records import Tolerances
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
-from memscope.report.leaves import parenthesized, short_signature
 from memscope.report.paths import argument_of, bounded_leaves
+from memscope.views.leaves import parenthesized, short_signature
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
 

@@ -42,12 +42,13 @@ from memscope.check.records import (
     Tolerance,
     Tolerances,
 )
-from memscope.report import Environment, FunctionReport, InputBuffer, Report, run_text
-from memscope.report.leaves import parenthesized, short_signature
+from memscope.report import Environment, FunctionReport, InputBuffer, Report
 from memscope.report.paths import MAX_LISTED, bounded, bounded_leaves
-from memscope.report.roles_text import made_of, part_text
-from memscope.report.summary import growth_text, recompile_text
 from memscope.report.units import format_bytes, format_change
+from memscope.views import run_text
+from memscope.views.leaves import parenthesized, short_signature
+from memscope.views.roles_text import made_of, part_text
+from memscope.views.summary import growth_text, recompile_text
 
 # --- the check -----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from memscope.errors import MemscopeError
 from memscope.program.runner import Script
 from memscope.render.text import visible
 from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, write_whole
-from memscope.report.leaves import LeafFilter, unmatched_pattern
+from memscope.views.leaves import LeafFilter, unmatched_pattern
 
 if TYPE_CHECKING:
     from memscope.compiled.targets import Target

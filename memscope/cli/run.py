@@ -36,7 +36,7 @@ from memscope.program.ending import Guard
 from memscope.program.runner import Script, check_script
 from memscope.render.progress import terminal_progress
 from memscope.report import Report, save_report
-from memscope.report.leaves import LeafFilter
+from memscope.views.leaves import LeafFilter
 
 
 @click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memscope.check.records import CheckResult, EnvDifference, FunctionVerdict
-from memscope.report.leaves import parenthesized
+from memscope.views.leaves import parenthesized
 
 
 def against(result: CheckResult, code: str = "") -> str:

@@ -14,8 +14,8 @@ from memscope.bisect.search import Tried, moved
 from memscope.render.console import Lines, make_console
 from memscope.render.diff import render_diff
 from memscope.render.text import visible
-from memscope.report.roles_text import package_path
 from memscope.report.units import format_bytes, format_change
+from memscope.views.roles_text import package_path
 
 _NAMES = {"peak_bytes": "peak", "temp_bytes": "temporaries", "argument_bytes": "arguments",
           "output_bytes": "outputs", "alias_bytes": "aliased"}

@@ -32,16 +32,16 @@ from memscope.report import (
     LiveSample,
     Memory,
     Report,
-    remat_text,
 )
-from memscope.report.leaves import LeafGroup
-from memscope.report.summary import (
+from memscope.report.units import format_bytes
+from memscope.views import remat_text
+from memscope.views.leaves import LeafGroup
+from memscope.views.summary import (
     FunctionSummary,
     ReportSummary,
     summarize,
     summarize_function,
 )
-from memscope.report.units import format_bytes
 
 #: The report's own rules, after the shared ones (:data:`memscope.render.html_page.CSS`).
 _CSS = """

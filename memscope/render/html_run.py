@@ -14,8 +14,8 @@ from itertools import pairwise
 from memscope.render.html_page import hover_columns
 from memscope.render.text import html_text as _t
 from memscope.report import HighWater, RunMemory, RunPoint
-from memscope.report.run_text import headline, parts
 from memscope.report.units import format_bytes
+from memscope.views.run_text import headline, parts
 
 #: Hovering a call shows its figures; hovering or clicking the high-water mark
 #: opens the list of what made it up. It calls :data:`memscope.render.html_live.SCRIPT`'s

@@ -11,15 +11,16 @@ from __future__ import annotations
 from typing import IO
 
 from memscope.render.text import markdown_cell, markdown_code, markdown_text, source_text
-from memscope.report import Report, run_text
-from memscope.report.summary import (
+from memscope.report import Report
+from memscope.report.units import format_bytes
+from memscope.views import run_text
+from memscope.views.summary import (
     FIGURES_SHOWN,
     FunctionSummary,
     summarize,
     target_line,
 )
-from memscope.report.units import format_bytes
-from memscope.report.view import View, choose_view
+from memscope.views.view import View, choose_view
 
 #: Functions given a row of the figures table; the rest are counted.
 MAX_ROWS = 20

@@ -29,13 +29,14 @@ from memscope.report import (
     FunctionReport,
     Memory,
     Report,
-    run_text,
-)
-from memscope.report.leaves import (
-    LeafGroup,
 )
 from memscope.report.paths import bounded_leaves
-from memscope.report.summary import (
+from memscope.report.units import format_bytes, format_change
+from memscope.views import run_text
+from memscope.views.leaves import (
+    LeafGroup,
+)
+from memscope.views.summary import (
     FIGURES_SHOWN,
     Finding,
     FunctionSummary,
@@ -45,8 +46,7 @@ from memscope.report.summary import (
     summarize_function,
     target_line,
 )
-from memscope.report.units import format_bytes, format_change
-from memscope.report.view import choose_view, urgency
+from memscope.views.view import choose_view, urgency
 
 #: The widest a group's path is shown in its line (the whole path: --leaves, JSON).
 GROUP_PATH_WIDTH = 36

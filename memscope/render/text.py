@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from memscope.report.paths import from_the_package
 
 if TYPE_CHECKING:
-    from memscope.report.leaves import LeafGroup
+    from memscope.views.leaves import LeafGroup
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

@@ -30,7 +30,8 @@ import json
 from collections.abc import Iterable
 from typing import IO, Any
 
-from memscope.report import Report, RoleBytes, RunMemory, run_text
+from memscope.report import Report, RoleBytes, RunMemory
+from memscope.views import run_text
 
 PID = 1
 CALLS_TID = 1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from memscope.report.memory import ROLE_WORDS
 from memscope.report.paths import from_the_package
-from memscope.report.roles_text import LINE_ROLES, percent
 from memscope.report.run_memory import HighWater, ResidentGroup, RunMemory
 from memscope.report.units import format_bytes
+from memscope.views.roles_text import LINE_ROLES, percent
 
 #: Resident groups and buffers named on the terminal; the rest are counted.
 SHOWN = 4

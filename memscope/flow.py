@@ -1,7 +1,7 @@
-"""The whole flow, as the library's entry points run it: a target run under
+"""The whole flow, as the library's entry points run it: a program run under
 :func:`~memscope.capturing.capture` and then reported (:func:`run_and_report`,
 ``memscope run``, ``diff``, ``check``), one call analyzed (:func:`analyze`), and
-a target run until its loop begins, then fitted (:func:`run_fit`, ``memscope fit``).
+a program run until its loop begins, then fitted (:func:`run_fit`, ``memscope fit``).
 
 Each step is another package's: running the script (:mod:`memscope.program`),
 recording its calls (:mod:`memscope.capturing`), building the report
@@ -65,7 +65,7 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
     run, after which the process ends by SIGTERM as it would under python.
 
     Raises:
-        SystemExit: in a child process the target forked, with the child's exit
+        SystemExit: in a child process the program forked, with the child's exit
             status: only the process that started the run reports.
     """
     if guard is None:
@@ -76,7 +76,7 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
                                   stop_at_function=stop_at_function, progress=progress)
 
     def run_info(result: RunResult) -> RunInfo:
-        return RunInfo(target=script.name, argv=script.args, outcome=result.outcome,
+        return RunInfo(program=script.name, argv=script.args, outcome=result.outcome,
                        exit_code=result.exit_code, module=script.module,
                        error=result.error)
 
@@ -98,7 +98,7 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
     if not guard.owns_the_report():
         raise SystemExit(result.exit_code)
     session = pending.session
-    if session is not None and session.stopped:  # even where the target caught it and went on
+    if session is not None and session.stopped:  # even where the program caught it and went on
         result = RunResult("stopped", 0)
     with guard.deferred_signals():
         report = _report(session, run_info(result), pending.problem, forecast=True)
@@ -273,7 +273,7 @@ def _placed(tree: Any, target: Target) -> Any:
 @dataclass(frozen=True)
 class FitRun:
     """``memscope fit``'s answer: the forecast (or, with ``plan``, the plan), and
-    how the target's capture ended."""
+    how the program's capture ended."""
 
     forecast: Forecast | None
     outcome: str
@@ -320,12 +320,12 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
     with capture_on_import(advise="advised", stop_after=stop_after, keep_calls=True,
                            stop_at_repeat=(function or True) if stop_after is None else False,
                            target=target, started=started, progress=progress) as pending:
-        def finish() -> None:  # while what the target holds still exists
+        def finish() -> None:  # while what the program holds still exists
             if pending.session is not None:
                 held["in_use"] = _in_use(pending.session)
             pending.finish()
 
-        # The target's prints go to stderr: stdout is the forecast (--format json).
+        # The program's prints go to stderr: stdout is the forecast (--format json).
         with contextlib.redirect_stdout(sys.stderr):
             result = run_script(script, on_finish=finish)
     session = pending.session

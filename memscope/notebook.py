@@ -41,7 +41,7 @@ from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
 from memscope.capturing import capture
 from memscope.capturing.holders import OutputHistory
 from memscope.capturing.recorder import measure_names
-from memscope.errors import MemscopeError, TargetStopped, described
+from memscope.errors import MemscopeError, ProgramStopped, described
 from memscope.flow import session_report
 from memscope.program import sites
 from memscope.program.runner import RunResult, ended_by
@@ -187,7 +187,7 @@ def run_and_show(shell: Any, cell: str, *, advise: AdviceLevel = "advised",
     if report is not None:
         shell.push({name: report})
         _deliver(report, quiet=quiet, buffers=buffers, output=output, html=html)
-    if ran.error is None or isinstance(ran.error, TargetStopped):
+    if ran.error is None or isinstance(ran.error, ProgramStopped):
         return report
     if outer is None:  # not run as a cell's code (shell.run_cell_magic): its caller's error
         raise ran.error
@@ -286,9 +286,9 @@ def _history(shell: Any) -> OutputHistory:
 def _report(session: Any, error: BaseException | None, number: int) -> Report | None:
     """The cell's report; ``None`` (and one line on stderr) where memscope fails."""
     ended = ended_by(error) if error is not None else RunResult("completed", 0)
-    if session.stopped:  # even where the cell caught TargetStopped and went on
+    if session.stopped:  # even where the cell caught ProgramStopped and went on
         ended = RunResult("stopped", 0)
-    run = RunInfo(target=f"In[{number}]", argv=(), outcome=ended.outcome,
+    run = RunInfo(program=f"In[{number}]", argv=(), outcome=ended.outcome,
                   exit_code=ended.exit_code, error=ended.error, cell=True)
     try:
         return session_report(session, run, forecast=True)

@@ -14,7 +14,7 @@ from memscope.check.judge import (
     check,
     environment_differences,
     limit_problems,
-    target_failure,
+    program_failure,
 )
 from memscope.check.pairing import match_functions
 from memscope.check.records import Budget, Config, FigureChange, Tolerance, Tolerances, split_source
@@ -341,12 +341,12 @@ def test_environment_differences_and_strict_env() -> None:
 
 
 def test_target_failure() -> None:
-    ok = RunInfo(target="t.py", argv=(), outcome="completed", exit_code=0)
-    assert target_failure(report(run=ok)) is None
-    assert target_failure(report()) is None
-    raised = RunInfo(target="t.py", argv=(), outcome="failed", exit_code=1,
+    ok = RunInfo(program="t.py", argv=(), outcome="completed", exit_code=0)
+    assert program_failure(report(run=ok)) is None
+    assert program_failure(report()) is None
+    raised = RunInfo(program="t.py", argv=(), outcome="failed", exit_code=1,
                      error="ValueError: bad")
-    assert target_failure(report(run=raised)) == "t.py failed (exit code 1): ValueError: bad"
+    assert program_failure(report(run=raised)) == "t.py failed (exit code 1): ValueError: bad"
 
 
 # --- the pytest marker's check -------------------------------------------------------

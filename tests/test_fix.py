@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from memscope.cli import cli
-from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_FAILED
+from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_PROGRAM_FAILED
 from memscope.fix import plan as fix
 from memscope.flow import run_and_report
 from memscope.program.runner import Script
@@ -272,7 +272,7 @@ def test_a_read_it_could_not_check_fails_the_verifying_run_and_is_undone(tmp_pat
     assert result.stderr.splitlines()[0] == (
         "memscope fix: note: step: could not check that the donated arguments are not read "
         "after the call: train.py:13 passes p as box.p, which this check cannot follow")
-    assert result.exit_code == EXIT_TARGET_FAILED
+    assert result.exit_code == EXIT_PROGRAM_FAILED
     assert "deleted" in result.stderr.lower()
     assert script.read_text() == before
 
@@ -391,7 +391,7 @@ def test_a_failing_script_is_one_line_exit_3(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _program(tmp_path, "raise ValueError('bad input')\n")
     result = _cli(tmp_path, "train.py")
-    assert result.exit_code == EXIT_TARGET_FAILED
+    assert result.exit_code == EXIT_PROGRAM_FAILED
     assert result.stderr == ("memscope: error: train.py failed under memscope run (failed "
                              "(exit code 1): ValueError: bad input); nothing was changed\n")
 
@@ -401,7 +401,7 @@ def test_options_after_the_script_are_the_scripts_and_the_error_says_so(tmp_path
     monkeypatch.chdir(tmp_path)
     _program(tmp_path, "import sys\nif sys.argv[1:]:\n    raise SystemExit(2)\n")
     result = _cli(tmp_path, "train.py", "--write")
-    assert result.exit_code == EXIT_TARGET_FAILED
+    assert result.exit_code == EXIT_PROGRAM_FAILED
     assert result.stderr == (
         "memscope: error: train.py failed under memscope run (failed (exit code 2)); "
         "nothing was changed (--write came after SCRIPT, so it went to the script: "

@@ -107,7 +107,7 @@ def model_report(*functions: FunctionReport, argv: tuple[str, ...] = ("--steps",
         memscope_version="0.1.0",
         environment=Environment(jax="0.10.2", jaxlib="0.10.2", backend="cpu",
                                 devices=(Device(0, "cpu", "cpu"),)),
-        run=RunInfo(target="train.py", argv=argv, outcome="completed", exit_code=0),
+        run=RunInfo(program="train.py", argv=argv, outcome="completed", exit_code=0),
         functions=functions or (model_step(),))
 
 

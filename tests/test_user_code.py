@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from memscope.cli import cli
-from memscope.errors import TargetError
+from memscope.errors import ProgramError
 from memscope.fix.plan import plan
 from memscope.flow import run_and_report
 from memscope.program import sites
@@ -179,7 +179,7 @@ def test_which_files_are_the_users(installed, tmp_path):
     assert user_code(Script("trainer.train", module=True)).roots == (site + "trainer" + os.sep,)
     assert user_code(Script("trainer.train", module=True, packages=("helpers.sub",))).roots[1:] \
         == (site + "helpers" + os.sep + "sub" + os.sep,)
-    with pytest.raises(TargetError, match="--user-package nope"):
+    with pytest.raises(ProgramError, match="--user-package nope"):
         check_script(Script("trainer.train", module=True, packages=("nope",)))
 
 

@@ -49,7 +49,7 @@ def _accelerator(spec: str | None) -> Target | None:
 
 
 def _script(request: dict[str, Any]) -> Script:
-    return Script(request["target"], tuple(request["args"]), module=request["module"],
+    return Script(request["program"], tuple(request["args"]), module=request["module"],
                   packages=tuple(request.get("user_packages", ())))
 
 

@@ -212,7 +212,7 @@ class Runner:
 
     def base_request(self) -> dict[str, Any]:
         s = self.request.script
-        return {"target": s.name, "args": list(s.args), "module": s.module,
+        return {"program": s.name, "args": list(s.args), "module": s.module,
                 "user_packages": list(s.packages), "function": self.request.function,
                 "target_spec": self.request.target_spec}
 

@@ -35,7 +35,7 @@ from memscope.compiled.read import (
 )
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
-from memscope.errors import MemscopeError, TargetStopped
+from memscope.errors import MemscopeError, ProgramStopped
 from memscope.progress import SILENT, Reporter, Step
 from memscope.report import (
     Device,
@@ -429,7 +429,7 @@ class Session:
         once the function ``stop_at_function`` names has run).
 
         Raises:
-            TargetStopped: this call was number ``stop_after``.
+            ProgramStopped: this call was number ``stop_after``.
         """
         wanted = self.stop_at_repeat
         with self._lock:
@@ -441,7 +441,7 @@ class Session:
         if stop:
             self._stop_hit = True
             self.active = False  # nothing more to record, even if the target goes on
-            raise TargetStopped(self.calls)
+            raise ProgramStopped(self.calls)
 
     def records(self, leaves: Sequence[Any] = ()) -> bool:
         """The one rule for what memscope records: a call (or an ahead-of-time

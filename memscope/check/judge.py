@@ -341,13 +341,13 @@ def environment_differences(baseline: Environment, now: Environment
     return tuple(EnvDifference(k, then[k], current[k]) for k in then if then[k] != current[k])
 
 
-def target_failure(report: Report) -> str | None:
+def program_failure(report: Report) -> str | None:
     """One line saying how the report's run failed, or ``None`` when it completed."""
     run = report.run
     if run is None or (run.outcome == "completed" and run.exit_code == 0):
         return None
     error = f": {run.error}" if run.error else ""
-    return f"{run.target} {run.outcome} (exit code {run.exit_code}){error}"
+    return f"{run.program} {run.outcome} (exit code {run.exit_code}){error}"
 
 
 def limit_problems(functions: Sequence[FunctionReport], limit: int, *,

@@ -27,11 +27,11 @@ from memscope.render.fix import render_checks, render_diff, render_problems
 @click.option("--stop-after", type=click.IntRange(min=1), metavar="N",
               default=fixing.DEFAULT_STOP_AFTER, show_default=True,
               help="End each run of the script once N jitted calls have run.")
-@click.argument("target", metavar="SCRIPT")
+@click.argument("program", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], write: bool, functions: tuple[str, ...],
-        keep: bool, stop_after: int, target: str, args: tuple[str, ...]) -> None:
+        keep: bool, stop_after: int, program: str, args: tuple[str, ...]) -> None:
     """Write memscope's donation advice into SCRIPT's own jit calls.
 
     Runs SCRIPT [ARGS]... under memscope (stopping early, in a fresh process)
@@ -43,7 +43,7 @@ def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], wri
     5 an edit was refused (nothing written); 6 the edited program measured
     differently from the advice (files restored unless --keep).
     """
-    what = Script(target, tuple(args), module=as_module,
+    what = Script(program, tuple(args), module=as_module,
                      packages=user_packages)
     check_script(what)
     try:

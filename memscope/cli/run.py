@@ -72,7 +72,7 @@ from memscope.views.leaves import LeafFilter
 @trace_option
 @target_option
 @leaves_options
-@click.argument("target", metavar="SCRIPT")
+@click.argument("program", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], output: str | None, quiet: bool,
@@ -81,7 +81,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
         detail: bool, output_format: str, buffers: bool, html: str | None, trace: str | None, target_spec: str | None,
         leaves: bool, path_pattern: str | None,
         fate: str | None,
-        target: str, args: tuple[str, ...]) -> None:
+        program: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) as python would, then report
     every jitted function it called: memory figures, the fate of each buffer, and
     what other donations would change (each compiled and measured).
@@ -97,7 +97,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     compiled program could not be read.
     """
     level, remat_at = advice_options(advice, no_advice, remat, remat_flops)
-    what = Script(target, tuple(args), module=as_module,
+    what = Script(program, tuple(args), module=as_module,
                      packages=user_packages)
     check_script(what)
     paths = output_paths(what, output=output, html=html, trace=trace)
@@ -129,7 +129,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     assert report.run is not None
     if not report.functions:
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")
-        click.echo(nothing_called(target, report.run.outcome, hint), err=True)
+        click.echo(nothing_called(program, report.run.outcome, hint), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
     unmatched = unmatched_path_line(report, which)
     if unmatched is not None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from memscope.analysis.advice import AdviceLevel
 from memscope.compiled.program import WRITTEN_BACK
-from memscope.errors import EXIT_TARGET_FAILED, MemscopeError
+from memscope.errors import EXIT_PROGRAM_FAILED, MemscopeError
 from memscope.fix.edit import Donate, EditRequest, FixRefused, edit_source, parse_setting
 from memscope.fix.flow import check_call, parameters
 from memscope.program import sites
@@ -106,19 +106,19 @@ class Check:
 # --------------------------------------------------------------- capture --
 
 
-def capture(target: Script, *, stop_after: int, advice: AdviceLevel) -> Report:
-    """The report of ``memscope run --stop-after N`` of ``target``, run in a fresh
+def capture(script: Script, *, stop_after: int, advice: AdviceLevel) -> Report:
+    """The report of ``memscope run --stop-after N`` of ``script``, run in a fresh
     process with its output held back (shown only if it fails).
 
     Raises:
-        MemscopeError: the target failed (exit code 3) or wrote no report.
+        MemscopeError: the program failed (exit code 3) or wrote no report.
     """
     with tempfile.TemporaryDirectory(prefix="memscope-fix-") as folder:
         out = os.path.join(folder, "report.json")
         command = [sys.executable, "-m", "memscope", "run", "-q", "--advice", advice,
                    "--stop-after", str(stop_after), "-o", out,
-                   *(f"--user-package={name}" for name in target.packages),
-                   *(["-m"] if target.module else []), target.name, *target.args]
+                   *(f"--user-package={name}" for name in script.packages),
+                   *(["-m"] if script.module else []), script.name, *script.args]
         done = subprocess.run(command, capture_output=True, text=True, env=_env(),
                               check=False)
         report = load_report(out) if os.path.exists(out) else None
@@ -129,8 +129,8 @@ def capture(target: Script, *, stop_after: int, advice: AdviceLevel) -> Report:
         else:
             lines = (done.stderr or done.stdout).strip().splitlines()
             why = lines[-1] if lines else f"exit code {done.returncode}"
-        raise MemscopeError(f"{target.name} failed under memscope run ({why}); nothing "
-                            "was changed", exit_code=EXIT_TARGET_FAILED)
+        raise MemscopeError(f"{script.name} failed under memscope run ({why}); nothing "
+                            "was changed", exit_code=EXIT_PROGRAM_FAILED)
     return report
 
 

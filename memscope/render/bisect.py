@@ -258,7 +258,7 @@ def render_bisect_json(result: Result) -> str:
         "schema": "memscope.bisect/1",
         "package": req.package,
         "range": str(req.range),
-        "program": {"target": req.script.name, "argv": list(req.script.args),
+        "program": {"name": req.script.name, "argv": list(req.script.args),
                     "module": req.script.module},
         "function": req.function,
         "target": req.target_spec,

@@ -138,7 +138,7 @@ def scoped(css: str, root: str) -> str:
 def _title(report: Report) -> str:
     title = "memscope report"
     if report.run is not None:
-        title += f": {report.run.command if report.run.cell else report.run.target}"
+        title += f": {report.run.command if report.run.cell else report.run.program}"
     return title
 
 

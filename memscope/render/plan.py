@@ -96,7 +96,7 @@ def render_plan_text(p: FitPlan, file: IO[str]) -> None:
 
 def render_plan_json(p: FitPlan, file: IO[str], *, outcome: str) -> None:
     """The plan as JSON (schema ``memscope.fit-plan/1``)."""
-    data = {"schema": PLAN_SCHEMA, "target_outcome": outcome, **dataclasses.asdict(p)}
+    data = {"schema": PLAN_SCHEMA, "program_outcome": outcome, **dataclasses.asdict(p)}
     file.write(json.dumps(data, indent=2) + "\n")
 
 

@@ -1,6 +1,6 @@
 """The run as a Chrome / Perfetto trace (JSON, the Trace Event Format).
 
-Opens in the Perfetto UI and in ``chrome://tracing``. One process, the target:
+Opens in the Perfetto UI and in ``chrome://tracing``. One process, the program:
 
 * a thread ``jitted calls`` with a slice per top-level call (its function,
   signature, peak and that peak's bytes by role, ``peak_by_role``, in the
@@ -40,9 +40,9 @@ CALLS_TID = 1
 def trace_events(report: Report) -> dict[str, Any]:
     """The trace of ``report``'s run as a JSON object (``traceEvents``)."""
     run = report.runtime.run_memory if report.runtime is not None else None
-    target = report.run.command if report.run is not None else "memscope capture"
+    program = report.run.command if report.run is not None else "memscope capture"
     events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": f"memscope: {target}"}},
+        {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": f"memscope: {program}"}},
         {"name": "thread_name", "ph": "M", "pid": PID, "tid": CALLS_TID,
          "args": {"name": "jitted calls"}},
     ]

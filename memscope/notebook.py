@@ -59,13 +59,13 @@ _TOKEN = re.compile(r"\s*(\S+)")
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
 
 
-def load(shell: Any) -> None:
+def register_magics(shell: Any) -> None:
     """Register the magics with ``shell`` and name its cells' code ``In[N]``."""
     shell.register_magics(MemscopeMagics)
     sites.name_sources(lambda path: _cell_name(shell, path))
 
 
-def unload(shell: Any) -> None:
+def unregister_magics(shell: Any) -> None:
     """Take the magics and the cells' names away again."""
     sites.name_sources(None)
     for kind in ("line", "cell"):

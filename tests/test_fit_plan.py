@@ -325,9 +325,9 @@ def test_the_plan_tells_each_compile_as_it_begins():
     compiles side by side up to all of them."""
     from memscope.flow import run_fit
     from memscope.program.runner import Script
-    from memscope.progress import Step
+    from memscope.progress import ProgressStep
 
-    steps: list[Step] = []
+    steps: list[ProgressStep] = []
     done = run_fit(Script(str(PROGRAM), ("--batch", "32")), memory=4 << 20, plan=True,
                    progress=steps.append)
     assert done.plan is not None

@@ -34,7 +34,7 @@ from memscope.report.paths import bounded, bounded_leaves, path_matches, path_st
 from memscope.views.leaves import (
     argument_signatures,
     common_prefix,
-    differences,
+    differs_text,
     leaf_groups,
     reason_groups,
     select_leaves,
@@ -183,13 +183,13 @@ def test_signature_per_argument_and_statics():
 
 def test_what_differs_between_signatures():
     small, big = model_step(2), model_step(3)
-    assert differences(small, [big]) == "no params['layers'][2]['b'], no params['layers'][2]['w'], " \
+    assert differs_text(small, [big]) == "no params['layers'][2]['b'], no params['layers'][2]['w'], " \
         "no opt_state[0].mu['layers'][2]['b'], no opt_state[0].mu['layers'][2]['w'], " \
         "no opt_state[0].nu['layers'][2]['b'] and 1 more"
     wide = dataclasses.replace(small, inputs=tuple(
         dataclasses.replace(b, shape=(16, 64)) if b.path == "batch['x']" else b
         for b in small.inputs))
-    assert differences(wide, [small]) == "batch['x'] float32[16,64]"
+    assert differs_text(wide, [small]) == "batch['x'] float32[16,64]"
     s = summarize(model_report(small, wide)).functions
     assert (s[0].variant_of, s[1].variant_of) == ((1, 2), (2, 2))
     assert any("compiled for 2 signatures" in f.text for f in s[0].findings)
@@ -542,7 +542,7 @@ def test_diff_groups_many_changed_leaves_by_argument_and_fates():
 
 
 def test_markdown_for_pull_requests_is_the_answer_bounded():
-    from memscope.render.markdown_run import MAX_ROWS, MAX_SECTIONS, render_run_markdown
+    from memscope.render.markdown_run import MAX_MARKDOWN_SECTIONS, MAX_ROWS, render_run_markdown
 
     out = io.StringIO()
     render_run_markdown(model_report(), out)
@@ -563,7 +563,7 @@ def test_markdown_for_pull_requests_is_the_answer_bounded():
     text = out.getvalue()
     assert text.count("| `step_") == MAX_ROWS
     assert "| and 10 more functions |" in text
-    assert text.count("- **advice:**") == MAX_SECTIONS
+    assert text.count("- **advice:**") == MAX_MARKDOWN_SECTIONS
     assert "And 22 more functions with something to change" in text
     assert len(text.splitlines()) < 100
 

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from memscope.analysis.run_memory import CallFacts, CallLog, Holder, RawGroup, RawSample, run_memory
 from memscope.capturing import residency
 from memscope.capturing.residency import per_device_bytes
-from memscope.check.judge import RUN_PEAK, check
+from memscope.check.judge import RUN_PEAK, check_report
 from memscope.check.records import Config
 from memscope.cli import cli
 from memscope.flow import run_and_report, run_fit
@@ -206,11 +206,11 @@ def test_the_trace_is_chrome_trace_json_whose_counters_are_the_reports(train_the
 def test_check_gates_the_runs_high_water_mark(train_then_eval):
     report, _, _ = train_then_eval
     high = report.runtime.run_memory.high_water.bytes
-    over = check(report, None, Config(max_run_peak=high - 1))
+    over = check_report(report, None, Config(max_run_peak=high - 1))
     verdict = next(v for v in over.functions if v.name == RUN_PEAK)
     assert over.failed and verdict.status == "fail"
     assert "eval_step" in verdict.problems[0] and "over max_run_peak" in verdict.problems[0]
-    ok = check(report, None, Config(max_run_peak=high))
+    ok = check_report(report, None, Config(max_run_peak=high))
     assert next(v for v in ok.functions if v.name == RUN_PEAK).status == "pass"
 
 

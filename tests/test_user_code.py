@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from memscope.cli import cli
 from memscope.errors import ProgramError
-from memscope.fix.plan import plan
+from memscope.fix.plan import plan_fix
 from memscope.flow import run_and_report
 from memscope.program import sites
 from memscope.program.runner import Script, check_script, user_code
@@ -156,7 +156,7 @@ def test_fix_shows_the_change_for_an_installed_file_and_writes_nothing(installed
     report = run_and_report(Script("trainer.train", module=True), advise="advised")
     train = installed / "trainer" / "train.py"
     before = train.read_text()
-    found = plan(report)
+    found = plan_fix(report)
     assert any("installed package, not edited" in r for r in found.refusals)
     assert "donate_argnames" in found.diff or "donate_argnums" in found.diff
     assert train.read_text() == before

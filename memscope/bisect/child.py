@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memscope.capturing.deferred import capture_on_import
-from memscope.check.compare import FIGURES
+from memscope.check.compare import MEMORY_FIGURES
 from memscope.errors import MemscopeError
 from memscope.flow import run_and_report
 from memscope.program.runner import Script, run_script
@@ -108,7 +108,7 @@ def run_passes(request: dict[str, Any]) -> int:
         def figures(options: dict[str, Any]) -> dict[str, int | None]:
             compiled = compile_to_read(target, traced, lowered, options={**base, **options})
             memory = target.memory(traced, lowered, compiled)
-            return {f: getattr(memory, f, None) for f in FIGURES}
+            return {f: getattr(memory, f, None) for f in MEMORY_FIGURES}
 
         passes = request.get("passes", ())
         if request.get("discover"):

@@ -36,7 +36,7 @@ from memscope.compiled.read import (
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError, ProgramStopped
-from memscope.progress import SILENT, Reporter, Step
+from memscope.progress import SILENT, ProgressStep, Reporter
 from memscope.report import (
     Device,
     Environment,
@@ -263,7 +263,7 @@ class Session:
         now = self.target.progress()
         if now.left:
             names = ", ".join(what for what, _ in now.running) or "the next"
-            self.progress(Step(f"compiling {names} for {now.target}", now.done,
+            self.progress(ProgressStep(f"compiling {names} for {now.target}", now.done,
                                now.done + now.left))
 
     def wait(self) -> None:

@@ -237,7 +237,7 @@ def target_option(f: F) -> F:
                              "accelerator.")(f)
 
 
-def open_target(text: str | None) -> Target | None:
+def given_target(text: str | None) -> Target | None:
     """The ``--target`` accelerator, set up before the script runs; ``None`` if
     not given (the script's functions are compiled for this machine).
     It starts JAX, on the CPU with the target's devices, before the program runs

@@ -60,8 +60,7 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     (what was tried is printed and written).
     """
     from memscope.bisect.releases import Range
-    from memscope.bisect.run import Request
-    from memscope.bisect.run import bisect as run_bisect
+    from memscope.bisect.run import Request, run_bisect
     from memscope.render.bisect import render_bisect, render_bisect_json
     from memscope.render.progress import terminal_progress
 

@@ -9,14 +9,13 @@ from typing import IO
 import click
 
 from memscope.check.config import load_config, with_options
-from memscope.check.judge import check as check_report
-from memscope.check.judge import program_failure
+from memscope.check.judge import check_report, program_failure
 from memscope.check.records import CheckResult
 from memscope.check.request import CheckRequest
 from memscope.cli._common import (
+    given_target,
     misplaced_hint,
     module_option,
-    open_target,
     output_option,
     output_paths,
     target_option,
@@ -122,7 +121,7 @@ def _bisect(result: CheckResult, base: Report, report: Report, what: Script | No
             target_spec: str | None, guard: Guard) -> None:
     """``--bisect``: the first JAX release that moved each function that failed."""
     from memscope.bisect import baseline
-    from memscope.bisect.run import bisect
+    from memscope.bisect.run import run_bisect
     from memscope.render.bisect import check_lines
     from memscope.render.progress import terminal_progress
 
@@ -132,7 +131,7 @@ def _bisect(result: CheckResult, base: Report, report: Report, what: Script | No
         said = [why or ""]
     else:
         with terminal_progress(lines="memscope bisect") as progress:
-            found = bisect(asked, progress=progress)
+            found = run_bisect(asked, progress=progress)
         said = check_lines(found, failing)
     guard.write(lambda out: print("\n".join(visible(line) for line in said), file=out))
 
@@ -152,7 +151,7 @@ def _current_report(request: CheckRequest, what: Script | None, guard: Guard,
         click.echo(warning, err=True)
     return run_and_report(what, guard=guard, deliver=None if output is None
                           else partial(save_report, path=output),
-                          target=open_target(target_spec))
+                          target=given_target(target_spec))
 
 
 def _gate(ctx: click.Context, request: CheckRequest, report: Report) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from memscope.cli._common import (
+    given_target,
     module_option,
-    open_target,
     stop_after_option,
     target_option,
 )
@@ -86,7 +86,7 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
                   packages=user_packages)
     check_script(what)
     budget = parse_size(memory) if memory is not None else None
-    chips = open_target(target_spec)
+    chips = given_target(target_spec)
     with terminal_progress(quiet) as progress:  # gone before the answer is printed
         done = run_fit(what, function=function, batch=batch, memory=budget,
                        stop_after=stop_after, target=chips, plan=plan, progress=progress)

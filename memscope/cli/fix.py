@@ -11,7 +11,7 @@ from memscope.cli._pipes import PipeSafeHelp, printing
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
 from memscope.fix import plan as fixing
 from memscope.program.runner import Script, check_script
-from memscope.render.fix import render_checks, render_diff, render_problems
+from memscope.render.fix import render_checks, render_fix_diff, render_problems
 
 
 @click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
@@ -47,15 +47,15 @@ def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], wri
                      packages=user_packages)
     check_script(what)
     try:
-        before = fixing.capture(what, stop_after=stop_after, advice="advised")
+        before = fixing.measure_script(what, stop_after=stop_after, advice="advised")
     except MemscopeError as e:  # memscope's options after SCRIPT went to the script
         hint = misplaced_hint(ctx, args, "memscope fix --write train.py --steps 5")
         raise MemscopeError(f"{e}{hint}", exit_code=e.exit_code) from None
-    plan = fixing.plan(before, functions or None)
+    plan = fixing.plan_fix(before, functions or None)
     render_problems(plan, sys.stderr)
     if plan.refusals:
         with printing() as out:
-            render_diff(plan, out)
+            render_fix_diff(plan, out)
         click.echo("memscope fix: nothing written (an edit was refused)", err=True)
         ctx.exit(EXIT_FIX_REFUSED)
     if not plan.changes:
@@ -63,11 +63,11 @@ def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], wri
         ctx.exit(0)
     if not write:
         with printing() as out:
-            render_diff(plan, out)
+            render_fix_diff(plan, out)
         ctx.exit(0)
     fixing.apply(plan.changes)
     try:
-        after = fixing.capture(what, stop_after=stop_after, advice="off")
+        after = fixing.measure_script(what, stop_after=stop_after, advice="off")
     except BaseException:
         fixing.restore(plan.changes)
         raise

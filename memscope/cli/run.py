@@ -11,13 +11,13 @@ from memscope.cli._common import (
     buffers_option,
     detail_option,
     format_option,
+    given_target,
     html_option,
     leaf_filter,
     leaves_options,
     misplaced_hint,
     module_option,
     nothing_called,
-    open_target,
     output_option,
     output_paths,
     stop_after_option,
@@ -103,7 +103,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     paths = output_paths(what, output=output, html=html, trace=trace)
     guard = ctx.with_resource(Guard())
     which = leaf_filter(leaves, path_pattern, fate)
-    chips = open_target(target_spec)
+    chips = given_target(target_spec)
 
     progress = ctx.with_resource(terminal_progress(quiet))
 

@@ -118,7 +118,7 @@ def _high_water_mark(run: RunMemory) -> list[dict[str, Any]]:
         (p.seconds for p in run.points if p.call == high.call), None)
     if high is None or at is None:
         return []
-    args: dict[str, Any] = {"summary": run_text.headline(high), "bytes": high.bytes,
+    args: dict[str, Any] = {"summary": run_text.high_water_headline(high), "bytes": high.bytes,
             "resident": high.resident_bytes, "call peak": high.call_peak_bytes,
             "groups": [run_text.group_text(g) for g in high.groups]}
     if high.call_roles:

@@ -39,11 +39,11 @@ from memscope.views.leaves import (
     LeafGroup,
     ReasonGroup,
     argument_signatures,
-    differences,
+    arguments_text,
+    differs_text,
     leaf_groups,
     reason_groups,
     short_signature,
-    signature_text,
 )
 from memscope.views.roles_text import roles_line
 
@@ -370,8 +370,8 @@ def summarize_function(fn: FunctionReport, siblings: Sequence[FunctionReport] = 
     return FunctionSummary(
         name=fn.name, source=fn.source, calls=fn.calls,
         peak=fn.memory.peak_bytes if fn.memory else None,
-        signature=signature_text(arguments) if fn.inputs else short_signature(fn),
-        arguments=arguments, variant_of=position, differs=differences(fn, others),
+        signature=arguments_text(arguments) if fn.inputs else short_signature(fn),
+        arguments=arguments, variant_of=position, differs=differs_text(fn, others),
         findings=findings(fn, len(siblings) or 1), advice=advice_summary(fn),
         inputs=inputs, outputs=outputs,
         input_leaves=len(fn.inputs), input_bytes=sum(b.bytes for b in fn.inputs),
@@ -380,7 +380,7 @@ def summarize_function(fn: FunctionReport, siblings: Sequence[FunctionReport] = 
         setting=fn.setting, memory=fn.memory, variants=variant_summaries(fn),
         unusable=sum(b.fate == "unusable" for b in fn.inputs),
         small=len(fn.inputs) + len(fn.outputs) <= SMALL_FUNCTION,
-        remat_advice=remat_text.headline(fn.remat) if fn.remat is not None else None,
+        remat_advice=remat_text.remat_headline(fn.remat) if fn.remat is not None else None,
         asked_for=fn.remat is not None or any(v.name != "advised" for v in fn.variants))
 
 

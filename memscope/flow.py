@@ -40,7 +40,10 @@ from memscope.version import __version__
 # when a step that needs it runs: the modules that import JAX are imported there.
 if TYPE_CHECKING:
     from memscope.capturing import Session
+    from memscope.capturing.entry import Entry
+    from memscope.compiled.cache import CompileCache
     from memscope.compiled.targets import Target
+    from memscope.variants.batch import BatchChoice
     from memscope.variants.donation import VariantRequest
 
 
@@ -154,7 +157,7 @@ def session_report(session: Session, run: RunInfo, *, forecast: bool = False) ->
 
 
 def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
-            target: Any = None, **kwargs: Any) -> FunctionReport:
+            target: str | Target | None = None, **kwargs: Any) -> FunctionReport:
     """Report what XLA compiles for ``jitted(*args, **kwargs)``: by calling it once,
     or, where the arguments are ``jax.ShapeDtypeStruct``'s (or ``target`` is
     given), by compiling it without running anything.
@@ -230,7 +233,7 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
     return function_report(session.entries[0])
 
 
-def target(spec: str) -> Any:
+def target(spec: str) -> Target:
     """The accelerator ``spec`` names (``"gpu:h100:64"``, ``"tpu:v5p:4x4x4"``), for a
     compile-only :func:`analyze`: its compile-only devices (``.devices``), a mesh
     of them (``.mesh((8, 8), ("data", "model"))``), the budget a program has on
@@ -242,7 +245,7 @@ def target(spec: str) -> Any:
     return _compile_only_target(spec)
 
 
-def _compile_only_target(spec: str) -> Any:
+def _compile_only_target(spec: str) -> Target:
     from memscope.compiled.targets import compile_only_target
 
     return compile_only_target(spec)
@@ -370,12 +373,13 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
                     progress)
     found = dataclasses.replace(found, held_note=held_note, compile_note=note,
                                 memory_source=source)
-    return (FitRun(None, outcome, code, found) if plan
+    return (FitRun(None, outcome, code, found) if isinstance(found, FitPlan)
             else FitRun(found, outcome, code))
 
 
-def _search(entry: Any, choice: Any, budget: int, limit: int, held: int | None,
-            target: Target, cache: Any, plan: bool, progress: Reporter) -> Any:
+def _search(entry: Entry, choice: BatchChoice, budget: int, limit: int, held: int | None,
+            target: Target, cache: CompileCache | None, plan: bool, progress: Reporter
+            ) -> Forecast | FitPlan:
     """``fit``'s search, or ``fit --plan``'s, once the program has ended (or
     been stopped), each compile told to ``progress``: XLA's own log lines are
     kept off stderr meanwhile."""
@@ -399,7 +403,7 @@ def _room_source(target: Target) -> str | None:
     return f"the room on {target.name}: {rule}" if rule else None
 
 
-def _check_readable(entry: Any, batch: Sequence[str]) -> None:
+def _check_readable(entry: Entry, batch: Sequence[str]) -> None:
     """Fit starts from the function's compiled program: without it the batch axis
     cannot be told from state. A target that refused the captured size as too
     large is searched below it, on the axis given with ``--batch``.
@@ -421,7 +425,7 @@ def _check_readable(entry: Any, batch: Sequence[str]) -> None:
                "captured size" if too_large else ""))
 
 
-def _resident_at(session: Any, entry: Any) -> int | None:
+def _resident_at(session: Session, entry: Entry) -> int | None:
     """The most bytes alive on one device outside ``entry``'s arguments just
     before one of its calls (an argument its program prunes counts as alive);
     ``None`` where none of its calls was sampled."""
@@ -436,7 +440,7 @@ def _resident_at(session: Any, entry: Any) -> int | None:
     return max(found, default=None)
 
 
-def _in_use(session: Any) -> tuple[int, int | None] | None:
+def _in_use(session: Session) -> tuple[int, int | None] | None:
     """(bytes the process holds on its busiest device, that device's limit): from
     ``memory_stats()``, else (CPU) from ``jax.live_arrays()`` with no limit."""
     from memscope import _compat

@@ -38,7 +38,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel, advice_options
-from memscope.capturing import capture
+from memscope.capturing import Session, capture
 from memscope.capturing.holders import OutputHistory
 from memscope.capturing.recorder import measure_names
 from memscope.errors import MemscopeError, ProgramStopped, described
@@ -283,7 +283,7 @@ def _history(shell: Any) -> OutputHistory:
                          outputs=outputs if isinstance(outputs, dict) else {})
 
 
-def _report(session: Any, error: BaseException | None, number: int) -> Report | None:
+def _report(session: Session, error: BaseException | None, number: int) -> Report | None:
     """The cell's report; ``None`` (and one line on stderr) where memscope fails."""
     ended = ended_by(error) if error is not None else RunResult("completed", 0)
     if session.stopped:  # even where the cell caught ProgramStopped and went on

@@ -39,7 +39,7 @@ from memscope.report import (
     Report,
     RunInfo,
 )
-from memscope.report.summary import summarize
+from memscope.views.summary import summarize
 
 
 def make_report(leaves: int) -> Report:

@@ -64,9 +64,9 @@ _LAZY = {"analyze": "memscope.flow", "build_report": "memscope.assemble.run",
 
 def _shown(kind: _display.Kind, record: Any) -> str:
     # The renderers are imported when a report is first shown, not with memscope.
-    from memscope.render.inline import shown
+    from memscope.render.inline import render_inline
 
-    return shown(kind, record)
+    return render_inline(kind, record)
 
 
 _display.show_with(_shown)
@@ -74,16 +74,16 @@ _display.show_with(_shown)
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext memscope``: the ``%%memscope`` and ``%memscope`` magics."""
-    from memscope.notebook import load
+    from memscope.notebook import register_magics
 
-    load(ipython)
+    register_magics(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext memscope``: the magics go again."""
-    from memscope.notebook import unload
+    from memscope.notebook import unregister_magics
 
-    unload(ipython)
+    unregister_magics(ipython)
 
 
 def __getattr__(name: str) -> Any:

@@ -2,17 +2,17 @@
 
 Exit codes (documented in docs/cli.md):
 
-* the target's own exit code passes through ``memscope run``;
-* 1: the target raised an uncaught exception;
+* the program's own exit code passes through ``memscope run``;
+* 1: the program raised an uncaught exception;
 * 2 (:data:`EXIT_USAGE`): a usage error (click's own too: an unknown option
   or subcommand, a missing argument, a bad option value), or memscope could not
-  do what was asked: a missing or unreadable target,
-  a syntax error, an unknown module, a corrupt report, a target that called
+  do what was asked: a missing or unreadable program,
+  a syntax error, an unknown module, a corrupt report, a program that called
   no jitted function, a malformed config or size, a JAX older than the
   supported series (before 0.7), or one without a private attribute capturing
   reads (nothing is run; a newer series runs, its figures unverified);
 * 4 (:data:`EXIT_UNREADABLE`): ``memscope run --strict`` and ``memscope check``
-  could not read the compiled program of a function (the target itself
+  could not read the compiled program of a function (the program itself
   succeeded);
 * 5 (:data:`EXIT_FIX_REFUSED`): ``memscope fix`` refused an edit (a donated
   argument read after the call, a jit built dynamically, a file changed since
@@ -24,21 +24,21 @@ Exit codes (documented in docs/cli.md):
 * 143 (:data:`EXIT_TERMINATED`): SIGTERM ended the run (the report of what was
   captured is written, and the process then dies of the signal, as under python).
 
-``memscope fix`` exits 3 when the target fails under it; ``memscope fit`` 1
+``memscope fix`` exits 3 when the program fails under it; ``memscope fit`` 1
 (:data:`EXIT_NOTHING_FITS`) when not even the smallest batch fits the budget.
 
 ``memscope check`` has its own: 0 pass, 1 a regression, a broken budget, or
 nothing compared with a baseline that has functions (:data:`EXIT_REGRESSION`),
-2 as above, 3 the target itself failed
-(:data:`EXIT_TARGET_FAILED`).
+2 as above, 3 the program itself failed
+(:data:`EXIT_PROGRAM_FAILED`).
 """
 
 from __future__ import annotations
 
-EXIT_TARGET_RAISED = 1
+EXIT_PROGRAM_RAISED = 1
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
-EXIT_TARGET_FAILED = 3
+EXIT_PROGRAM_FAILED = 3
 EXIT_UNREADABLE = 4
 EXIT_FIX_REFUSED = 5
 EXIT_FIX_UNVERIFIED = 6
@@ -90,18 +90,18 @@ def described(error: BaseException, *, whole: bool = True) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-class TargetError(MemscopeError):
-    """The script or module to run cannot be started."""
+class ProgramError(MemscopeError):
+    """The program (the script or module to run) cannot be started."""
 
 
 class ReportFormatError(MemscopeError):
     """A file given as a memscope report is not one."""
 
 
-class TargetStopped(BaseException):
-    """Raised inside the target to end it once ``--stop-after N`` jitted calls ran.
+class ProgramStopped(BaseException):
+    """Raised inside the program to end it once ``--stop-after N`` jitted calls ran.
 
-    A ``BaseException`` like ``KeyboardInterrupt``, so that the target's own
+    A ``BaseException`` like ``KeyboardInterrupt``, so that the program's own
     ``except Exception`` handlers let it through.
     """
 

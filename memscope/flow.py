@@ -1,7 +1,7 @@
-"""The whole flow, as the library's entry points run it: a target run under
+"""The whole flow, as the library's entry points run it: a program run under
 :func:`~memscope.capturing.capture` and then reported (:func:`run_and_report`,
 ``memscope run``, ``diff``, ``check``), one call analyzed (:func:`analyze`), and
-a target run until its loop begins, then fitted (:func:`run_fit`, ``memscope fit``).
+a program run until its loop begins, then fitted (:func:`run_fit`, ``memscope fit``).
 
 Each step is another package's: running the script (:mod:`memscope.program`),
 recording its calls (:mod:`memscope.capturing`), building the report
@@ -40,7 +40,10 @@ from memscope.version import __version__
 # when a step that needs it runs: the modules that import JAX are imported there.
 if TYPE_CHECKING:
     from memscope.capturing import Session
+    from memscope.capturing.entry import Entry
+    from memscope.compiled.cache import CompileCache
     from memscope.compiled.targets import Target
+    from memscope.variants.batch import BatchChoice
     from memscope.variants.donation import VariantRequest
 
 
@@ -65,7 +68,7 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
     run, after which the process ends by SIGTERM as it would under python.
 
     Raises:
-        SystemExit: in a child process the target forked, with the child's exit
+        SystemExit: in a child process the program forked, with the child's exit
             status: only the process that started the run reports.
     """
     if guard is None:
@@ -76,7 +79,7 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
                                   stop_at_function=stop_at_function, progress=progress)
 
     def run_info(result: RunResult) -> RunInfo:
-        return RunInfo(target=script.name, argv=script.args, outcome=result.outcome,
+        return RunInfo(program=script.name, argv=script.args, outcome=result.outcome,
                        exit_code=result.exit_code, module=script.module,
                        error=result.error)
 
@@ -98,7 +101,7 @@ def run_and_report(script: Script, *, advise: bool | AdviceLevel = False,
     if not guard.owns_the_report():
         raise SystemExit(result.exit_code)
     session = pending.session
-    if session is not None and session.stopped:  # even where the target caught it and went on
+    if session is not None and session.stopped:  # even where the program caught it and went on
         result = RunResult("stopped", 0)
     with guard.deferred_signals():
         report = _report(session, run_info(result), pending.problem, forecast=True)
@@ -154,7 +157,7 @@ def session_report(session: Session, run: RunInfo, *, forecast: bool = False) ->
 
 
 def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
-            target: Any = None, **kwargs: Any) -> FunctionReport:
+            target: str | Target | None = None, **kwargs: Any) -> FunctionReport:
     """Report what XLA compiles for ``jitted(*args, **kwargs)``: by calling it once,
     or, where the arguments are ``jax.ShapeDtypeStruct``'s (or ``target`` is
     given), by compiling it without running anything.
@@ -231,7 +234,7 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
     return function_report(session.entries[0])
 
 
-def target(spec: str) -> Any:
+def target(spec: str) -> Target:
     """The accelerator ``spec`` names (``"gpu:h100:64"``, ``"tpu:v5p:4x4x4"``), for a
     compile-only :func:`analyze`: its compile-only devices (``.devices``), a mesh
     of them (``.mesh((8, 8), ("data", "model"))``), the budget a program has on
@@ -243,7 +246,7 @@ def target(spec: str) -> Any:
     return _compile_only_target(spec)
 
 
-def _compile_only_target(spec: str) -> Any:
+def _compile_only_target(spec: str) -> Target:
     from memscope.compiled.targets import compile_only_target
 
     return compile_only_target(spec)
@@ -274,7 +277,7 @@ def _placed(tree: Any, target: Target) -> Any:
 @dataclass(frozen=True)
 class FitRun:
     """``memscope fit``'s answer: the forecast (or, with ``plan``, the plan), and
-    how the target's capture ended."""
+    how the program's capture ended."""
 
     forecast: Forecast | None
     outcome: str
@@ -321,12 +324,12 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
     with capture_on_import(advise="advised", stop_after=stop_after, keep_calls=True,
                            stop_at_repeat=(function or True) if stop_after is None else False,
                            target=target, started=started, progress=progress) as pending:
-        def finish() -> None:  # while what the target holds still exists
+        def finish() -> None:  # while what the program holds still exists
             if pending.session is not None:
                 held["in_use"] = _in_use(pending.session)
             pending.finish()
 
-        # The target's prints go to stderr: stdout is the forecast (--format json).
+        # The program's prints go to stderr: stdout is the forecast (--format json).
         with contextlib.redirect_stdout(sys.stderr):
             result = run_script(script, on_finish=finish)
     session = pending.session
@@ -371,12 +374,13 @@ def run_fit(script: Script, *, function: str | None = None, batch: Sequence[str]
                     progress)
     found = dataclasses.replace(found, held_note=held_note, compile_note=note,
                                 memory_source=source)
-    return (FitRun(None, outcome, code, found) if plan
+    return (FitRun(None, outcome, code, found) if isinstance(found, FitPlan)
             else FitRun(found, outcome, code))
 
 
-def _search(entry: Any, choice: Any, budget: int, limit: int, held: int | None,
-            target: Target, cache: Any, plan: bool, progress: Reporter) -> Any:
+def _search(entry: Entry, choice: BatchChoice, budget: int, limit: int, held: int | None,
+            target: Target, cache: CompileCache | None, plan: bool, progress: Reporter
+            ) -> Forecast | FitPlan:
     """``fit``'s search, or ``fit --plan``'s, once the program has ended (or
     been stopped), each compile told to ``progress``: XLA's own log lines are
     kept off stderr meanwhile."""
@@ -400,7 +404,7 @@ def _room_source(target: Target) -> str | None:
     return f"the room on {target.name}: {rule}" if rule else None
 
 
-def _check_readable(entry: Any, batch: Sequence[str]) -> None:
+def _check_readable(entry: Entry, batch: Sequence[str]) -> None:
     """Fit starts from the function's compiled program: without it the batch axis
     cannot be told from state. A target that refused the captured size as too
     large is searched below it, on the axis given with ``--batch``.
@@ -422,7 +426,7 @@ def _check_readable(entry: Any, batch: Sequence[str]) -> None:
                "captured size" if too_large else ""))
 
 
-def _resident_at(session: Any, entry: Any) -> int | None:
+def _resident_at(session: Session, entry: Entry) -> int | None:
     """The most bytes alive on one device outside ``entry``'s arguments just
     before one of its calls (an argument its program prunes counts as alive);
     ``None`` where none of its calls was sampled."""
@@ -437,7 +441,7 @@ def _resident_at(session: Any, entry: Any) -> int | None:
     return max(found, default=None)
 
 
-def _in_use(session: Any) -> tuple[int, int | None] | None:
+def _in_use(session: Session) -> tuple[int, int | None] | None:
     """(bytes the process holds on its busiest device, that device's limit): from
     ``memory_stats()``, else (CPU) from ``jax.live_arrays()`` with no limit."""
     from memscope import _compat

@@ -38,12 +38,12 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel
-from memscope.capturing import capture
+from memscope.capturing import Session, capture
 from memscope.capturing.holders import OutputHistory
 from memscope.capturing.recorder import measure_names
-from memscope.cli._advice import advice_options
-from memscope.errors import MemscopeError, TargetStopped, described
+from memscope.errors import MemscopeError, ProgramStopped, described
 from memscope.flow import session_report
+from memscope.options import advice_options
 from memscope.program import sites
 from memscope.program.runner import RunResult, ended_by
 from memscope.render.html import render_html, report_fragment
@@ -60,13 +60,13 @@ _TOKEN = re.compile(r"\s*(\S+)")
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
 
 
-def load(shell: Any) -> None:
+def register_magics(shell: Any) -> None:
     """Register the magics with ``shell`` and name its cells' code ``In[N]``."""
     shell.register_magics(MemscopeMagics)
     sites.name_sources(lambda path: _cell_name(shell, path))
 
 
-def unload(shell: Any) -> None:
+def unregister_magics(shell: Any) -> None:
     """Take the magics and the cells' names away again."""
     sites.name_sources(None)
     for kind in ("line", "cell"):
@@ -188,7 +188,7 @@ def run_and_show(shell: Any, cell: str, *, advise: AdviceLevel = "advised",
     if report is not None:
         shell.push({name: report})
         _deliver(report, quiet=quiet, buffers=buffers, output=output, html=html)
-    if ran.error is None or isinstance(ran.error, TargetStopped):
+    if ran.error is None or isinstance(ran.error, ProgramStopped):
         return report
     if outer is None:  # not run as a cell's code (shell.run_cell_magic): its caller's error
         raise ran.error
@@ -284,12 +284,12 @@ def _history(shell: Any) -> OutputHistory:
                          outputs=outputs if isinstance(outputs, dict) else {})
 
 
-def _report(session: Any, error: BaseException | None, number: int) -> Report | None:
+def _report(session: Session, error: BaseException | None, number: int) -> Report | None:
     """The cell's report; ``None`` (and one line on stderr) where memscope fails."""
     ended = ended_by(error) if error is not None else RunResult("completed", 0)
-    if session.stopped:  # even where the cell caught TargetStopped and went on
+    if session.stopped:  # even where the cell caught ProgramStopped and went on
         ended = RunResult("stopped", 0)
-    run = RunInfo(target=f"In[{number}]", argv=(), outcome=ended.outcome,
+    run = RunInfo(program=f"In[{number}]", argv=(), outcome=ended.outcome,
                   exit_code=ended.exit_code, error=ended.error, cell=True)
     try:
         return session_report(session, run, forecast=True)

@@ -2,7 +2,7 @@
 
 A stage that works for long (``fit``'s compiles, ``bisect``'s releases, the
 compiles a ``--target`` run waits for) takes a ``progress`` :data:`Reporter`
-(:data:`SILENT` by default) and calls it with a :class:`Step` each time what
+(:data:`SILENT` by default) and calls it with a :class:`ProgressStep` each time what
 it does changes; it never prints. A face turns steps into what the user sees:
 :func:`memscope.render.progress.terminal_progress`.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Step:
+class ProgressStep:
     """Where long work stands: what is being done, in the user's terms
     (``compiling train_step as written at batch 256 for gpu:h100``), and how
     far it has come: ``done`` of ``total`` (``None``: unknown; ``about``: an
@@ -26,9 +26,9 @@ class Step:
     about: bool = False
 
 
-#: Takes each :class:`Step` as the work reaches it (from any thread).
-Reporter = Callable[[Step], None]
+#: Takes each :class:`ProgressStep` as the work reaches it (from any thread).
+Reporter = Callable[[ProgressStep], None]
 
 
-def SILENT(step: Step) -> None:
+def SILENT(step: ProgressStep) -> None:
     """The reporter that shows nothing."""

@@ -38,8 +38,8 @@ from memscope import _versions
 from memscope.check.judge import limit_problems
 from memscope.errors import MemscopeError
 from memscope.render.text import visible
-from memscope.report.leaves import bounded
 from memscope.report.units import format_bytes, parse_size
+from memscope.views.leaves import bounded
 
 if TYPE_CHECKING:
     from memscope.capturing import Session

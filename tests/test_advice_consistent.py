@@ -16,7 +16,7 @@ import pytest
 
 from memscope.assemble.function import function_report
 from memscope.capturing import capture
-from memscope.check.judge import check
+from memscope.check.judge import check_report
 from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Script
 from memscope.report import FunctionReport, Report
@@ -112,7 +112,7 @@ def test_every_sample_advised_variant_is_usable_and_passes_check(sample):
         written = {b.path: b.fate for b in fn.inputs}
         assert not [b.path for b in fixed.inputs
                     if b.fate == "unusable" and written.get(b.path) != "unusable"], fn.name
-    result = check(_advised(report), report)
+    result = check_report(_advised(report), report)
     assert not result.failed, [v.problems for v in result.functions]
 
 

@@ -20,9 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from memscope.analysis.growth import MIN_GROWTH, GroupSample, growing
-from memscope.analysis.recompiles import LeafShape, SignatureShape, differences, explain
+from memscope.analysis.recompiles import LeafShape, SignatureShape, explain, signature_differences
 from memscope.capturing import between
-from memscope.check.judge import check
+from memscope.check.judge import check_report
 from memscope.check.records import Budget, Config
 from memscope.cli import cli
 from memscope.flow import run_and_report
@@ -30,7 +30,7 @@ from memscope.program.runner import Script
 from memscope.render.html import render_html
 from memscope.render.terminal import MAX_BETWEEN, render_report
 from memscope.report import Report, load_report, save_report
-from memscope.report.summary import summarize
+from memscope.views.summary import summarize
 from tests.test_samples import SAMPLES
 
 #: where the programs' arrays live, as reports name it (``cpu:0``; ``gpu:0`` on a GPU)
@@ -230,7 +230,7 @@ def test_a_static_argument_and_a_function_that_keeps_recompiling(tmp_path):
     assert [(r.path, r.kind, r.after) for r in reasons] == [("#1", "static", "4")]
     (finding,) = [f for f in summarize(report).between if "keeps recompiling" in f.text]
     assert "5 signatures in 5 calls" in finding.text and "static" in finding.text
-    verdicts = check(report, None, Config(budgets=(Budget("scale", forbid_recompiles=True),)))
+    verdicts = check_report(report, None, Config(budgets=(Budget("scale", forbid_recompiles=True),)))
     assert [v.failed for v in verdicts.functions] == [False, True, True, True, True]
     assert "#1: 3 -> 4" in verdicts.functions[4].problems[0]
 
@@ -297,9 +297,9 @@ def test_a_list_of_device_scalars_is_found_and_its_function_named(tmp_path):
     assert (f"train_step result[1]['loss']: float32[] on {DEVICE}: +1 array per call"
             in finding.text)
     assert "held by `losses`, rising at the calls of train_step" in finding.text
-    over = check(report, None, Config(max_live_growth=100))
+    over = check_report(report, None, Config(max_live_growth=100))
     assert over.failed and "kept growing by" in over.functions[-1].problems[0]
-    assert not check(report, None, Config(max_live_growth=10_000)).failed
+    assert not check_report(report, None, Config(max_live_growth=10_000)).failed
 
 
 def test_a_list_a_function_keeps_is_found_though_it_is_freed_when_the_function_returns(
@@ -511,15 +511,15 @@ def test_each_kind_of_difference_in_words():
 
     then = sig(leaf("x"), leaf("lr", kind="float", shape=(), placement=None, sharding=None))
     now = sig(leaf("x", dtype="bfloat16"), leaf("lr", shape=()))
-    kinds = [(r.path, r.kind) for r in differences(then, now)]
+    kinds = [(r.path, r.kind) for r in signature_differences(then, now)]
     assert kinds == [("x", "dtype"), ("lr", "kind")]
-    assert differences(sig(leaf("x")), sig(leaf("x"), leaf("y"), tree="U"))[0].kind == "tree"
-    (same,) = differences(sig(leaf("x")), sig(leaf("x")))
+    assert signature_differences(sig(leaf("x")), sig(leaf("x"), leaf("y"), tree="U"))[0].kind == "tree"
+    (same,) = signature_differences(sig(leaf("x")), sig(leaf("x")))
     assert same.kind == "unknown" and "closure" in same.advice
-    (spelled,) = differences(sig(leaf("x", sharding="P() on x=8", placement=1)),
+    (spelled,) = signature_differences(sig(leaf("x", sharding="P() on x=8", placement=1)),
                              sig(leaf("x", sharding="P(None, None) on x=8", placement=1)))
     assert spelled.kind == "sharding_spelling"
-    (donation,) = differences(sig(leaf("x")), sig(leaf("x"), donation="donate_argnums=(0,)"))
+    (donation,) = signature_differences(sig(leaf("x")), sig(leaf("x"), donation="donate_argnums=(0,)"))
     assert donation.kind == "donation"
     explained = explain([sig(leaf("x", shape=(2,))), sig(leaf("x", shape=(3,)))],
                         sig(leaf("x", shape=(3,), weak_type=True)))

@@ -11,14 +11,14 @@ import pytest
 
 from memscope.bisect import packages, releases
 from memscope.bisect.child import dumped_passes
-from memscope.bisect.search import FIGURES, Tried, moved, search
+from memscope.bisect.search import MEMORY_FIGURES, Tried, moved, search_releases
 from memscope.errors import MemscopeError
 
 RELEASES = ["0.9.0", "0.9.0.1", "0.9.1", "0.9.2", "0.10.0", "0.10.1", "0.10.2"]
 
 
 def figures(temp: int, peak: int | None = None) -> dict[str, int | None]:
-    base = {f: 1000 for f in FIGURES}
+    base = {f: 1000 for f in MEMORY_FIGURES}
     base.update(temp_bytes=temp, peak_bytes=peak if peak is not None else 2000 + temp)
     return base
 
@@ -51,7 +51,7 @@ def temps(moves: dict[str, int], start: int = 10_000) -> dict[str, int]:
 
 def test_one_move_among_seven_releases_is_found_in_five_tries():
     program = Program(temps({"0.10.2": 12_000}))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert [(m.function, m.previous, m.release) for m in found.moves] == [
         ("step", "0.10.1", "0.10.2")]
     assert found.moves[0].before["temp_bytes"] == 10_000
@@ -63,7 +63,7 @@ def test_one_move_among_seven_releases_is_found_in_five_tries():
 @pytest.mark.parametrize("where", RELEASES[1:])
 def test_a_move_anywhere_is_found_within_log2_plus_two(where):
     program = Program(temps({where: 20_000}))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert [(m.previous, m.release) for m in found.moves] == [
         (RELEASES[RELEASES.index(where) - 1], where)]
     assert len(program.tried) <= 5
@@ -71,27 +71,27 @@ def test_a_move_anywhere_is_found_within_log2_plus_two(where):
 
 def test_two_moves_of_one_function_are_each_said():
     program = Program(temps({"0.9.1": 15_000, "0.10.1": 30_000}))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert [(m.previous, m.release) for m in found.moves] == [("0.9.0.1", "0.9.1"),
                                                               ("0.10.0", "0.10.1")]
 
 
 def test_no_move_costs_the_two_ends():
     program = Program(temps({}))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert found.moves == []
     assert sorted(program.tried) == ["0.10.2", "0.9.0"]
 
 
 def test_a_change_under_the_threshold_is_no_move():
     program = Program(temps({"0.9.1": 10_050}))  # +0.5%
-    assert search(RELEASES, program).moves == []
-    assert search(RELEASES, Program(temps({"0.9.1": 10_050})), min_change=0.001).moves
+    assert search_releases(RELEASES, program).moves == []
+    assert search_releases(RELEASES, Program(temps({"0.9.1": 10_050})), min_change=0.001).moves
 
 
 def test_a_program_failing_on_the_older_releases_narrows_the_range():
     program = Program(temps({"0.10.2": 12_000}), fails=("0.9.0", "0.9.0.1", "0.9.1", "0.9.2"))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert found.runs_on == ("0.10.0", "0.10.2")
     assert found.failing is not None and found.failing.release == "0.9.0"
     assert "stack" in (found.failing.error or "")
@@ -101,7 +101,7 @@ def test_a_program_failing_on_the_older_releases_narrows_the_range():
 def test_a_program_failing_on_the_newer_releases_narrows_the_range():
     # an API the program uses was removed in 0.10.1
     program = Program(temps({"0.9.1": 12_000}), fails=("0.10.1", "0.10.2"))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert found.runs_on == ("0.9.0", "0.10.0")
     assert found.failing is None
     assert found.failing_newer is not None and found.failing_newer.release == "0.10.2"
@@ -110,21 +110,21 @@ def test_a_program_failing_on_the_newer_releases_narrows_the_range():
 
 def test_a_program_failing_at_both_ends_is_bisected_where_it_runs():
     program = Program(temps({"0.9.2": 12_000}), fails=("0.9.0", "0.10.2"))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert found.runs_on == ("0.9.0.1", "0.10.1")
     assert [(m.previous, m.release) for m in found.moves] == [("0.9.1", "0.9.2")]
 
 
 def test_a_program_failing_everywhere_tried_has_no_range():
     program = Program(temps({}), fails=tuple(RELEASES))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert found.moves == [] and found.runs_on is None
     assert found.failing is not None and len(program.tried) <= 3
 
 
 def test_a_release_that_does_not_install_is_stepped_over():
     program = Program(temps({"0.10.1": 12_000}), not_installed=("0.10.0", "0.10.2"))
-    found = search(RELEASES, program)
+    found = search_releases(RELEASES, program)
     assert [(m.previous, m.release) for m in found.moves] == [("0.9.2", "0.10.1")]
     assert found.moves[0].untried == ("0.10.0",)
 
@@ -137,7 +137,7 @@ def test_a_function_that_appears_is_a_move():
                 tried.functions["new_step"] = figures(5)
             return tried
 
-    found = search(RELEASES, Appears(temps({})))
+    found = search_releases(RELEASES, Appears(temps({})))
     assert [(m.function, m.release) for m in found.moves] == [("new_step", "0.9.2")]
     assert found.moves[0].before == {}
 
@@ -189,11 +189,11 @@ def test_passes_are_read_from_the_dump_in_the_order_they_ran(tmp_path: Path):
 def test_progress_names_the_release_and_the_releases_tried_of_about_how_many(tmp_path: Path):
     from memscope.bisect.run import Request, Runner
     from memscope.program.runner import Script
-    from memscope.progress import Step
+    from memscope.progress import ProgressStep
 
     program = tmp_path / "train.py"
     program.write_text("import jax\n")
-    steps: list[Step] = []
+    steps: list[ProgressStep] = []
     runner = Runner(Request(Script(str(program), ()), "jax",
                             releases.Range.parse("0.9.0..0.10.2")),
                     tmp_path / "work", steps.append, expected=2)
@@ -201,6 +201,6 @@ def test_progress_names_the_release_and_the_releases_tried_of_about_how_many(tmp
     runner.tried_so_far += ["0.9.0", "0.10.2"]
     runner.say("0.9.2", "running the program under memscope")  # more than expected
     assert steps == [
-        Step("JAX 0.9.0: building an environment for jax 0.9.0 with Python 3.12", 0, 2,
+        ProgressStep("JAX 0.9.0: building an environment for jax 0.9.0 with Python 3.12", 0, 2,
              about=True),
-        Step("JAX 0.9.2: running the program under memscope", 2, 3, about=True)]
+        ProgressStep("JAX 0.9.2: running the program under memscope", 2, 3, about=True)]

@@ -11,10 +11,10 @@ import pytest
 from memscope.check.config import find_pyproject, load_config, parse_config, with_options
 from memscope.check.judge import (
     budget_problems,
-    check,
+    check_report,
     environment_differences,
     limit_problems,
-    target_failure,
+    program_failure,
 )
 from memscope.check.pairing import match_functions
 from memscope.check.records import Budget, Config, FigureChange, Tolerance, Tolerances, split_source
@@ -131,7 +131,7 @@ STATE = (buf("state['w']", "aliased", "result[0]['w']"),
 
 def test_unchanged_report_passes() -> None:
     base = report(fn(inputs=STATE))
-    result = check(base, base)
+    result = check_report(base, base)
     assert not result.failed
     (v,) = result.functions
     assert v.status == "pass" and v.problems == ()
@@ -143,18 +143,18 @@ def test_peak_growth_beyond_tolerance_fails_naming_figure_and_limit() -> None:
     base = report(fn(peak=100 * KiB))
     now = report(fn(peak=110 * KiB))
     tol = Config(tolerances=Tolerances(peak=Tolerance(percent=5)))
-    (v,) = check(now, base, tol).functions
+    (v,) = check_report(now, base, tol).functions
     assert v.status == "fail"
     assert v.problems == ("peak grew by +10.0 KiB (+10.0%) to 110.0 KiB, over the limit of "
                           "105.0 KiB (baseline 100.0 KiB + 5%)",)
     loose = Config(tolerances=Tolerances(peak=Tolerance(percent=10)))
-    assert check(now, base, loose).functions[0].status == "pass"
+    assert check_report(now, base, loose).functions[0].status == "pass"
 
 
 def test_growth_with_no_tolerance_fails_and_says_how_to_allow_it() -> None:
     base = report(fn(peak=100))
     now = report(fn(peak=101))
-    (v,) = check(now, base).functions
+    (v,) = check_report(now, base).functions
     assert v.problems == ("peak grew by +1 B (+1.0%) to 101 B, over the baseline 100 B (no "
                           "growth allowed without --max-increase or --max-increase-bytes)",)
 
@@ -162,7 +162,7 @@ def test_growth_with_no_tolerance_fails_and_says_how_to_allow_it() -> None:
 def test_temp_and_argument_output_are_reported_and_gated_only_when_named() -> None:
     base = report(fn(memory=mem(1000, temp=100, arg=100, out=100)))
     now = report(fn(memory=mem(1000, temp=200, arg=100, out=150)))
-    (v,) = check(now, base).functions
+    (v,) = check_report(now, base).functions
     assert v.status == "pass" and v.problems == ()
     assert v.notes == (
         "temp grew by +100 B (+100.0%) to 200 B, over the baseline 100 B; reported, not "
@@ -172,15 +172,15 @@ def test_temp_and_argument_output_are_reported_and_gated_only_when_named() -> No
     assert v.figure("io") == FigureChange("io", 200, 250)
     # A value for every figure sets their tolerance but gates only the peak.
     every = Config(tolerances=with_options(Config(), ["10%"], []).tolerances)
-    assert check(now, base, every).functions[0].status == "pass"
+    assert check_report(now, base, every).functions[0].status == "pass"
     named = Config(tolerances=with_options(Config(), ["temp=50%"], []).tolerances)
-    (v,) = check(now, base, named).functions
+    (v,) = check_report(now, base, named).functions
     assert [p.split(" grew")[0] for p in v.problems] == ["temp"]
     assert v.problems[0].endswith("over the limit of 150 B (baseline 100 B + 50%)")
 
 
 def test_shrinking_passes() -> None:
-    result = check(report(fn(peak=50)), report(fn(peak=100)))
+    result = check_report(report(fn(peak=50)), report(fn(peak=100)))
     assert not result.failed
     assert result.functions[0].figure("peak").percent == -50.0
 
@@ -188,21 +188,21 @@ def test_shrinking_passes() -> None:
 def test_gaining_an_unusable_donation_fails_naming_the_leaf() -> None:
     base = report(fn(inputs=STATE))
     now = report(fn(inputs=(*STATE[:2], buf("x", "unusable"))))
-    (v,) = check(now, base).functions
+    (v,) = check_report(now, base).functions
     assert v.problems == ("gained an unusable donation: x (float32[128], 512 B) is donated "
                           "but no output can take the buffer",)
 
 
 def test_an_unusable_donation_already_in_the_baseline_is_no_regression() -> None:
     same = report(fn(inputs=(*STATE[:2], buf("x", "unusable"))))
-    assert not check(same, same).failed
+    assert not check_report(same, same).failed
 
 
 def test_losing_an_alias_fails_naming_the_leaves() -> None:
     base = report(fn(inputs=STATE))
     now = report(fn(inputs=(buf("state['w']", "not_donated"), buf("state['b']", "not_donated"),
                             buf("x", "not_donated"))))
-    (v,) = check(now, base).functions
+    (v,) = check_report(now, base).functions
     assert v.problems == ("2 leaves lost their alias (now not_donated): state['w'], "
                           "state['b']",)
 
@@ -212,14 +212,14 @@ def test_a_leaf_that_moved_in_the_pytree_lost_its_alias() -> None:
     now = report(fn(inputs=(buf("state[0]", "aliased", "result[0]"),
                             buf("state['b']", "aliased", "result[0]['b']"),
                             buf("x", "not_donated"))))
-    (v,) = check(now, base).functions
+    (v,) = check_report(now, base).functions
     assert v.problems == ("1 leaf lost its alias (no longer an argument leaf): state['w']",)
 
 
 def test_new_and_vanished_are_listed_but_do_not_fail() -> None:
     base = report(fn("train_step"), fn("old_eval"))
     now = report(fn("train_step"), fn("new_eval"))
-    result = check(now, base)
+    result = check_report(now, base)
     assert [(v.name, v.status) for v in result.functions] == [
         ("train_step", "pass"), ("new_eval", "new"), ("old_eval", "vanished")]
     assert not result.failed
@@ -230,10 +230,10 @@ def test_new_and_vanished_are_listed_but_do_not_fail() -> None:
 def test_unmeasured_figures_now_fail_and_unmeasured_baseline_is_a_note() -> None:
     base = report(fn(memory=None))
     now = report(fn(memory=None, error="could not read the compiled program: boom"))
-    (v,) = check(now, base).functions
+    (v,) = check_report(now, base).functions
     assert v.problems == ("its memory figures could not be read now: could not read the "
                           "compiled program: boom",)
-    (v,) = check(report(fn()), base).functions
+    (v,) = check_report(report(fn()), base).functions
     assert v.status == "pass"
     assert v.notes == ("the baseline has no memory figures for it; they were not compared",)
     assert v.figure("peak").change is None
@@ -256,7 +256,7 @@ def test_matching_falls_back_on_the_file_when_name_and_signature_repeat() -> Non
     assert [(a.source, b.source if b else None) for a, b in pairs] == [
         ("b.py:12", "b.py:9"), ("a.py:5", "a.py:3")]
     assert vanished == []
-    assert not check(now, base).failed
+    assert not check_report(now, base).failed
 
 
 def test_split_source() -> None:
@@ -271,23 +271,23 @@ def test_split_source() -> None:
 
 def test_max_peak_budget_without_baseline() -> None:
     config = Config(source="pyproject.toml", budgets=(Budget("train_step", max_peak=8 * KiB),))
-    (v,) = check(report(fn(peak=10 * KiB)), None, config).functions
+    (v,) = check_report(report(fn(peak=10 * KiB)), None, config).functions
     assert v.status == "fail"
     assert v.problems == ("peak 10.0 KiB is over max_peak 8.0 KiB (by 2.0 KiB); largest "
                           "buffers: none",)
-    assert check(report(fn(peak=8 * KiB)), None, config).functions[0].status == "pass"
+    assert check_report(report(fn(peak=8 * KiB)), None, config).functions[0].status == "pass"
 
 
 def test_budgets_apply_to_every_signature_of_the_function() -> None:
     config = Config(budgets=(Budget("train_step", max_peak=100),))
-    result = check(report(fn(sig="(a)", peak=50), fn(sig="(b)", peak=150)), None, config)
+    result = check_report(report(fn(sig="(a)", peak=50), fn(sig="(b)", peak=150)), None, config)
     assert [v.status for v in result.functions] == ["pass", "fail"]
 
 
 def test_forbid_unusable_donation() -> None:
     config = Config(budgets=(Budget("train_step", forbid_unusable_donation=True),))
     now = report(fn(inputs=(buf("y", "unusable"),)))
-    (v,) = check(now, None, config).functions
+    (v,) = check_report(now, None, config).functions
     assert v.problems == ("has an unusable donation (forbid_unusable_donation): "
                           "y (float32[128], 512 B)",)
 
@@ -297,7 +297,7 @@ def test_require_aliased_by_argument_name_and_path_prefix() -> None:
               buf("statement", "not_donated"), buf("x", "not_donated"))
     config = Config(budgets=(Budget("train_step", require_aliased=("state", "state['w']",
                                                                    "opt")),))
-    (v,) = check(report(fn(inputs=inputs)), None, config).functions
+    (v,) = check_report(report(fn(inputs=inputs)), None, config).functions
     assert v.problems == (
         "require_aliased 'state': state['b'] is donor",
         "require_aliased 'opt': no argument leaf is opt or under it",
@@ -306,7 +306,7 @@ def test_require_aliased_by_argument_name_and_path_prefix() -> None:
 
 def test_a_budget_for_a_function_never_called_fails() -> None:
     config = Config(source="pyproject.toml", budgets=(Budget("eval_step", max_peak=1),))
-    result = check(report(fn()), None, config)
+    result = check_report(report(fn()), None, config)
     assert [(v.name, v.status) for v in result.functions] == [
         ("train_step", "unchecked"), ("eval_step", "not_called")]
     assert result.functions[1].problems == (
@@ -317,7 +317,7 @@ def test_a_budget_for_a_function_never_called_fails() -> None:
 
 def test_budgets_and_baseline_combine() -> None:
     config = Config(budgets=(Budget("train_step", max_peak=100),))
-    (v,) = check(report(fn(peak=150)), report(fn(peak=150)), config).functions
+    (v,) = check_report(report(fn(peak=150)), report(fn(peak=150)), config).functions
     assert v.problems == ("peak 150 B is over max_peak 100 B (by 50 B); largest buffers: "
                           "none",)
 
@@ -333,20 +333,20 @@ def test_environment_differences_and_strict_env() -> None:
         ("jax", "0.10.1", "0.10.2"), ("device count", "2", "1"),
         ("XLA_FLAGS", "--xla_force_host_platform_device_count=2", "unset")]
     base, now = report(fn(), env=other), report(fn())
-    assert not check(now, base).failed
-    strict = check(now, base, strict_env=True)
+    assert not check_report(now, base).failed
+    strict = check_report(now, base, strict_env=True)
     assert strict.failed
     assert strict.summary == ("FAIL: 1 function checked, none failed; the environment differs "
                               "from the baseline's (--strict-env)")
 
 
 def test_target_failure() -> None:
-    ok = RunInfo(target="t.py", argv=(), outcome="completed", exit_code=0)
-    assert target_failure(report(run=ok)) is None
-    assert target_failure(report()) is None
-    raised = RunInfo(target="t.py", argv=(), outcome="failed", exit_code=1,
+    ok = RunInfo(program="t.py", argv=(), outcome="completed", exit_code=0)
+    assert program_failure(report(run=ok)) is None
+    assert program_failure(report()) is None
+    raised = RunInfo(program="t.py", argv=(), outcome="failed", exit_code=1,
                      error="ValueError: bad")
-    assert target_failure(report(run=raised)) == "t.py failed (exit code 1): ValueError: bad"
+    assert program_failure(report(run=raised)) == "t.py failed (exit code 1): ValueError: bad"
 
 
 # --- the pytest marker's check -------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memscope.check.compare import compare_reports
-from memscope.check.judge import check
+from memscope.check.judge import check_report
 from memscope.check.pairing import pair_functions, signature_changes
 from memscope.cli import cli
 from memscope.report import FunctionReport, InputBuffer, Memory, load_report
@@ -38,7 +38,7 @@ def fn(*leaves: InputBuffer, name: str = "sgd_step", peak: int = 1000,
 def test_a_function_is_followed_when_its_batch_grows() -> None:
     base = report(fn(leaf("w", 256), leaf("x", 32, 256), peak=1000))
     now = report(fn(leaf("w", 256), leaf("x", 512, 256), peak=4000, source="train.py:9"))
-    result = check(now, base)
+    result = check_report(now, base)
     (v,) = result.functions
     assert v.status == "fail" and result.failed
     assert v.baseline_signature == "(float32[256], float32[32,256])"
@@ -56,7 +56,7 @@ def test_a_function_is_followed_when_its_batch_grows() -> None:
 def test_a_lower_peak_passes_though_temp_grew_and_diff_agrees() -> None:
     base = report(fn(leaf("w", 256), memory=mem(1000, temp=100)))
     now = report(fn(leaf("w", 256), memory=mem(600, temp=107)))
-    (v,) = check(now, base).functions
+    (v,) = check_report(now, base).functions
     assert v.status == "pass"
     assert v.notes == ("temp grew by +7 B (+7.0%) to 107 B, over the baseline 100 B; "
                        "reported, not gated (--max-increase temp=PCT gates it)",)
@@ -74,13 +74,13 @@ def test_several_signatures_pair_by_the_leaves_they_share() -> None:
         ("(float32[128], float32[8])", "(float32[64], float32[8])"),
         ("(float32[48], float32[8])", "(float32[32], float32[8])")]
     assert pairing.vanished == [] and pairing.unpaired == {}
-    assert [v.status for v in check(now, base).functions] == ["fail", "pass"]
+    assert [v.status for v in check_report(now, base).functions] == ["fail", "pass"]
 
 
 def test_what_cannot_be_paired_is_said_and_fails() -> None:
     base = report(fn(leaf("x", 32)), fn(leaf("x", 64)))
     now = report(fn(leaf("x", 16)), fn(leaf("x", 128)), fn(leaf("x", 256)))
-    result = check(now, base)
+    result = check_report(now, base)
     assert [(v.signature, v.status) for v in result.functions] == [
         ("(float32[16])", "fail"), ("(float32[128])", "fail"), ("(float32[256])", "fail"),
         ("(float32[32])", "vanished"), ("(float32[64])", "vanished")]
@@ -94,13 +94,13 @@ def test_what_cannot_be_paired_is_said_and_fails() -> None:
 def test_other_functions_stay_new_and_vanished() -> None:
     base = report(fn(leaf("x", 32), name="old_eval"), fn(leaf("w", 8), name="step"))
     now = report(fn(leaf("x", 32), name="new_eval"), fn(leaf("w", 8), name="step"))
-    assert [v.status for v in check(now, base).functions] == ["new", "pass", "vanished"]
+    assert [v.status for v in check_report(now, base).functions] == ["new", "pass", "vanished"]
 
 
 def test_a_function_whose_file_moved_is_paired_by_name() -> None:
     base = report(fn(leaf("x", 32), name="train_step", source="train.py:8", peak=1000))
     now = report(fn(leaf("x", 64), name="train_step", source="train_v2.py:9", peak=2000))
-    result = check(now, base)
+    result = check_report(now, base)
     (v,) = result.functions
     assert v.status == "fail" and v.paired_by == "paired by name (train.py -> train_v2.py)"
     assert v.notes[0] == "paired by name (train.py -> train_v2.py)"
@@ -111,7 +111,7 @@ def test_a_function_whose_file_moved_is_paired_by_name() -> None:
     assert d.verdict == "worse" and d.notes[0] == "paired by name (train.py -> train_v2.py)"
     # the same signature in another file pairs as before, and says the file moved
     same = report(fn(leaf("x", 32), name="train_step", source="train_v2.py:9", peak=1000))
-    (v,) = check(same, base).functions
+    (v,) = check_report(same, base).functions
     assert (v.status, v.paired_by) == (
         "pass", "paired by name and signature (train.py -> train_v2.py)")
 
@@ -121,21 +121,21 @@ def test_a_name_two_files_define_is_not_paired_by_name() -> None:
                   fn(leaf("w", 8), name="keep"))
     now = report(fn(leaf("x", 64), name="step", source="b.py:3"),
                  fn(leaf("x", 16), name="step", source="c.py:3"), fn(leaf("w", 8), name="keep"))
-    result = check(now, base)
+    result = check_report(now, base)
     assert [v.status for v in result.functions] == ["new", "new", "pass", "vanished"]
     assert not result.failed and result.nothing_compared is None
     # and the other way round: two baseline files, one now
     twice = report(fn(leaf("x", 32), name="step", source="a.py:3"),
                    fn(leaf("x", 16), name="step", source="c.py:3"))
     once = report(fn(leaf("x", 64), name="step", source="b.py:3"))
-    assert [v.status for v in check(once, twice, allow_empty=True).functions] == [
+    assert [v.status for v in check_report(once, twice, allow_empty=True).functions] == [
         "new", "vanished", "vanished"]
 
 
 def test_a_check_that_compares_nothing_fails_unless_allowed() -> None:
     base = report(fn(leaf("x", 32), name="train_step"), fn(leaf("x", 8), name="eval_step"))
     now = report(fn(leaf("x", 32), name="step", source="other.py:3"))
-    result = check(now, base)
+    result = check_report(now, base)
     assert [v.status for v in result.functions] == ["new", "vanished", "vanished"]
     assert result.failed and result.empty_failed
     assert result.summary == (
@@ -143,14 +143,14 @@ def test_a_check_that_compares_nothing_fails_unless_allowed() -> None:
         "eval_step) vanished and none of the 1 called now (step) pairs with them; check that "
         "the baseline is this program's, retake it with --update-baseline, or pass "
         "--allow-empty")
-    allowed = check(now, base, allow_empty=True)
+    allowed = check_report(now, base, allow_empty=True)
     assert not allowed.failed
     assert allowed.summary == (
         "PASS: 0 functions checked, none failed; nothing was compared with the baseline "
         "(--allow-empty); 1 new, 2 vanished (--update-baseline takes new functions in)")
     # an empty baseline, or one that compared something, is not this case
-    assert check(now, report()).nothing_compared is None
-    assert check(base, base).nothing_compared is None
+    assert check_report(now, report()).nothing_compared is None
+    assert check_report(base, base).nothing_compared is None
 
 
 def test_a_static_argument_change_is_named() -> None:

@@ -264,7 +264,7 @@ def test_json_markdown_and_html_render_the_same_plan(tmp_path):
     out = io.StringIO()
     render_plan_json(p, out, outcome="stopped")
     data = json.loads(out.getvalue())
-    assert data["schema"] == PLAN_SCHEMA and data["target_outcome"] == "stopped"
+    assert data["schema"] == PLAN_SCHEMA and data["program_outcome"] == "stopped"
     assert [r["setting"] for r in data["rows"]] == [r.setting for r in p.rows]
     assert data["rows"][0] == json.loads(json.dumps(dataclasses.asdict(p.rows[0])))
     md = io.StringIO()
@@ -325,9 +325,9 @@ def test_the_plan_tells_each_compile_as_it_begins():
     compiles side by side up to all of them."""
     from memscope.flow import run_fit
     from memscope.program.runner import Script
-    from memscope.progress import Step
+    from memscope.progress import ProgressStep
 
-    steps: list[Step] = []
+    steps: list[ProgressStep] = []
     done = run_fit(Script(str(PROGRAM), ("--batch", "32")), memory=4 << 20, plan=True,
                    progress=steps.append)
     assert done.plan is not None

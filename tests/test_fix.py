@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from memscope.cli import cli
-from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_TARGET_FAILED
+from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, EXIT_PROGRAM_FAILED
 from memscope.fix import plan as fix
 from memscope.flow import run_and_report
 from memscope.program.runner import Script
@@ -108,18 +108,18 @@ def _changed(before: str, after: str) -> list[str]:
             if line.startswith(("- ", "+ "))]
 
 
-def _fix_and_measure(script: Path, *args: str) -> tuple[fix.Plan, object, object]:
+def _fix_and_measure(script: Path, *args: str) -> tuple[fix.FixPlan, object, object]:
     """Capture, plan and write the fix, then capture the edited program afresh."""
     target = Script(script.name, args)
-    before = fix.capture(target, stop_after=fix.DEFAULT_STOP_AFTER, advice="advised")
-    plan = fix.plan(before)
+    before = fix.measure_script(target, stop_after=fix.DEFAULT_STOP_AFTER, advice="advised")
+    plan = fix.plan_fix(before)
     assert plan.refusals == () and plan.notes == ()
     fix.apply(plan.changes)
-    after = fix.capture(target, stop_after=fix.DEFAULT_STOP_AFTER, advice="off")
+    after = fix.measure_script(target, stop_after=fix.DEFAULT_STOP_AFTER, advice="off")
     return plan, before, after
 
 
-def _assert_as_advised(plan: fix.Plan, before, after) -> None:
+def _assert_as_advised(plan: fix.FixPlan, before, after) -> None:
     for item in plan.functions:
         advised = next(f for f in before.functions if f.name == item.name)
         now = next(f for f in after.functions if f.name == item.name
@@ -220,7 +220,7 @@ def test_cli_write_measures_again_and_keeps_the_edit(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("forgot_to_donate.py", "_data.py"):
         shutil.copy(SAMPLES / name, tmp_path / name)
-    report = fix.capture(Script("forgot_to_donate.py", ("--steps", "3")), stop_after=10,
+    report = fix.measure_script(Script("forgot_to_donate.py", ("--steps", "3")), stop_after=10,
                          advice="advised")
     [f] = report.functions
     result = _cli(tmp_path, "--write", "forgot_to_donate.py", "--steps", "3")
@@ -272,7 +272,7 @@ def test_a_read_it_could_not_check_fails_the_verifying_run_and_is_undone(tmp_pat
     assert result.stderr.splitlines()[0] == (
         "memscope fix: note: step: could not check that the donated arguments are not read "
         "after the call: train.py:13 passes p as box.p, which this check cannot follow")
-    assert result.exit_code == EXIT_TARGET_FAILED
+    assert result.exit_code == EXIT_PROGRAM_FAILED
     assert "deleted" in result.stderr.lower()
     assert script.read_text() == before
 
@@ -281,9 +281,9 @@ def test_refused_when_the_file_changed_since_the_capture(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source, _ = SPELLINGS["assignment"]
     script = _program(tmp_path, source)
-    report = fix.capture(Script("train.py", ()), stop_after=3, advice="advised")
+    report = fix.measure_script(Script("train.py", ()), stop_after=3, advice="advised")
     script.write_text(source + "# edited meanwhile\n")
-    plan = fix.plan(report)
+    plan = fix.plan_fix(report)
     assert plan.refusals == ("train.py changed since memscope ran it (or could not be "
                              "read); run memscope fix again",)
     assert plan.changes == ()
@@ -342,11 +342,11 @@ def test_equinox_donating_an_argument_the_loop_reads_again_is_never_advised(tmp_
         "    for i in range(3):\n        x = jnp.linspace(0.0, 1.0, 32) + i\n",
         "    x = jnp.linspace(0.0, 1.0, 32)\n    for i in range(3):\n")
     _program(tmp_path, source)
-    report = fix.capture(Script("train.py", ()), stop_after=3, advice="advised")
+    report = fix.measure_script(Script("train.py", ()), stop_after=3, advice="advised")
     step = next(f for f in report.functions if f.name == "train_step")
     assert [b.passed_again for b in step.inputs if b.path == "x"] == [2]
     assert step.advice is None
-    plan = fix.plan(report)
+    plan = fix.plan_fix(report)
     assert plan.changes == () and plan.refusals == ()
 
 
@@ -355,14 +355,14 @@ def test_measurement_that_differs_restores_the_files(tmp_path, monkeypatch):
     source, _ = SPELLINGS["assignment"]
     script = _program(tmp_path, source)
     target = Script("train.py", ())
-    report = fix.capture(target, stop_after=3, advice="advised")
-    plan = fix.plan(report)
+    report = fix.measure_script(target, stop_after=3, advice="advised")
+    plan = fix.plan_fix(report)
     # The edited program called with another shape: the function it measures
     # is not the one advised, so the measurement cannot agree.
     fix.apply(plan.changes)
     script.write_text(script.read_text().replace("(32, 16)", "(32, 8)").replace(
         "zeros(16)", "zeros(8)"))
-    after = fix.capture(target, stop_after=3, advice="off")
+    after = fix.measure_script(target, stop_after=3, advice="off")
     checks = fix.verify(plan.functions, after)
     assert [c.as_advised for c in checks] == [False]
     assert checks[0].error == "the edited program did not call it"
@@ -391,7 +391,7 @@ def test_a_failing_script_is_one_line_exit_3(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _program(tmp_path, "raise ValueError('bad input')\n")
     result = _cli(tmp_path, "train.py")
-    assert result.exit_code == EXIT_TARGET_FAILED
+    assert result.exit_code == EXIT_PROGRAM_FAILED
     assert result.stderr == ("memscope: error: train.py failed under memscope run (failed "
                              "(exit code 1): ValueError: bad input); nothing was changed\n")
 
@@ -401,7 +401,7 @@ def test_options_after_the_script_are_the_scripts_and_the_error_says_so(tmp_path
     monkeypatch.chdir(tmp_path)
     _program(tmp_path, "import sys\nif sys.argv[1:]:\n    raise SystemExit(2)\n")
     result = _cli(tmp_path, "train.py", "--write")
-    assert result.exit_code == EXIT_TARGET_FAILED
+    assert result.exit_code == EXIT_PROGRAM_FAILED
     assert result.stderr == (
         "memscope: error: train.py failed under memscope run (failed (exit code 2)); "
         "nothing was changed (--write came after SCRIPT, so it went to the script: "
@@ -426,7 +426,7 @@ def test_capture_records_the_jit_site_its_hash_and_the_call_site(tmp_path, monke
 
 
 def test_every_refusal_and_note_is_one_line():
-    plan = fix.Plan((), (), ("a: why\nnot", "b: x"), ("c: note",), "")
+    plan = fix.FixPlan((), (), ("a: why\nnot", "b: x"), ("c: note",), "")
     out = io.StringIO()
     render_problems(plan, out)
     assert out.getvalue().splitlines() == [

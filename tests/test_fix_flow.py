@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memscope.fix.flow import check_call, parameters
+from memscope.fix.flow import check_call, positional_parameters
 
 STEP = '''\
 import jax
@@ -29,7 +29,7 @@ def step(params, x):
 def _verdict(body: str, donated=("params",)):
     text = STEP + textwrap.dedent(body)
     line = next(i for i, t in enumerate(text.splitlines(), 1) if "# call" in t)
-    return text, check_call(text, line, ["step"], list(donated), parameters(text, 6),
+    return text, check_call(text, line, ["step"], list(donated), positional_parameters(text, 6),
                             where=f"train.py:{line}"), line
 
 
@@ -145,8 +145,8 @@ def test_what_it_cannot_follow_it_says():
 
 def test_positional_labels_and_parameters():
     text = STEP + "a = jnp.ones(4)\nb, c = step(jnp.ones(4), a)  # call\nprint(a)\n"
-    assert parameters(text, 6) == ("params", "x")
-    assert parameters(text, 5) is None
+    assert positional_parameters(text, 6) == ("params", "x")
+    assert positional_parameters(text, 5) is None
     verdict = check_call(text, 9, ["step"], ["argument 1"], None, where="t.py:9")
     assert verdict.read == "a is donated at t.py:9 but is read again at line 10"
     # the same code run with argument 1 donated raises, as the check says

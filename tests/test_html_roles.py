@@ -30,8 +30,8 @@ from memscope.flow import analyze
 from memscope.render.html import render_html
 from memscope.render.html_live import BAR_WIDTH, ROLE_COLOURS, roles_view
 from memscope.report import ROLE_WORDS, LiveAtPeak, PeakPart, Report, RoleBytes
-from memscope.report.roles_text import percent
 from memscope.report.units import format_bytes
+from memscope.views.roles_text import percent
 from tests.test_check_model import report
 from tests.test_render_buffers import CHROMIUM, _chromium
 

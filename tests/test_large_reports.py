@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from memscope.report import ROLE_WORDS, load_report
-from memscope.report.summary import summarize
 from memscope.report.units import format_bytes
+from memscope.views.summary import summarize
 from tests.test_render_buffers import (
     browser,  # noqa: F401  (a fixture)
     drive_leaf_table,

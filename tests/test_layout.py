@@ -112,54 +112,117 @@ def _under(prefixes: tuple[str, ...], name: str) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-#: What each stage must not import: a later stage, or one beside it that it does
-#: not need. capture schedules the variants; the variants know nothing of capture.
-FORBIDDEN = {
-    "memscope.report": ("memscope.program", "memscope.capturing", "memscope.compiled",
-                        "memscope.variants", "memscope.analysis", "memscope.assemble",
-                        "memscope.flow", "memscope._compat", "memscope._frameworks",
-                        "memscope._versions", "memscope.cli", "memscope.render",
-                        "memscope.check", "memscope.fix", "memscope.notebook",
-                        "memscope.pytest_plugin"),
-    "memscope.program": ("memscope.capturing", "memscope.compiled", "memscope.variants",
-                         "memscope.analysis", "memscope.flow", "memscope.cli",
-                         "memscope.render", "memscope.check", "memscope.fix"),
-    "memscope.compiled": ("memscope.capturing", "memscope.variants", "memscope.analysis",
-                          "memscope.assemble", "memscope.flow", "memscope.program",
-                          "memscope.cli", "memscope.render", "memscope.check", "memscope.fix"),
-    "memscope.analysis": ("memscope.capturing", "memscope.variants", "memscope.program",
-                          "memscope.assemble", "memscope.flow", "memscope.cli",
-                          "memscope.render", "memscope.check", "memscope.fix"),
-    "memscope.variants": ("memscope.capturing", "memscope.assemble", "memscope.flow",
-                          "memscope.cli", "memscope.render", "memscope.check", "memscope.fix"),
-    "memscope.capturing": ("memscope.assemble", "memscope.flow", "memscope.cli",
-                         "memscope.render", "memscope.check", "memscope.fix"),
-    "memscope.assemble": ("memscope.flow", "memscope.cli", "memscope.render",
-                          "memscope.check", "memscope.fix"),
-    "memscope.render": ("memscope.capturing", "memscope.compiled", "memscope.variants",
-                        "memscope.analysis", "memscope.program", "memscope.flow",
-                        "memscope.assemble",
-                        "memscope._compat", "memscope.cli"),
-    "memscope.check": ("memscope.capturing", "memscope.compiled", "memscope.variants",
-                       "memscope.analysis", "memscope.flow", "memscope.assemble", "memscope._compat",
-                       "memscope.cli", "memscope.render"),
+#: The stages in the order data flows, as docs/how-it-works.md's map lists them:
+#: a stage imports only stages before it (and of those only what ALLOWED says).
+#: "memscope" is the package's own __init__ (the public API), a face like cli.
+ORDER = ("memscope._versions", "memscope._python", "memscope.errors", "memscope.version",
+         "memscope.progress", "memscope._compat", "memscope._frameworks", "memscope.report",
+         "memscope.program", "memscope.compiled", "memscope.analysis", "memscope.variants",
+         "memscope.capturing", "memscope.assemble", "memscope.flow", "memscope.views",
+         "memscope.check", "memscope.fix", "memscope.bisect", "memscope.render",
+         "memscope.options", "memscope.notebook", "memscope.pytest_plugin", "memscope.cli", "memscope",
+         "memscope.__main__")
+
+_BASE = ("memscope.errors",)
+_JAX = ("memscope._compat", "memscope._frameworks", "memscope._versions", "memscope._python")
+_CAPTURE = ("memscope.report", "memscope.program", "memscope.compiled", "memscope.analysis",
+            "memscope.variants", "memscope.capturing", "memscope.progress", "memscope.version")
+
+#: What each stage may import, besides itself: every module belongs to one stage
+#: (test_every_module_has_a_stage). capture schedules the variants; the variants
+#: know nothing of capture. The reader's views read records only; the renderers
+#: draw records and views, and never reach back into capture or compiling.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "memscope._versions": (),
+    "memscope._python": (),
+    "memscope.errors": (),
+    "memscope.version": (),
+    "memscope.progress": (),
+    "memscope._compat": ("memscope._versions",),
+    "memscope._frameworks": (),
+    "memscope.report": _BASE,
+    "memscope.program": (*_BASE, "memscope.report"),
+    "memscope.compiled": (*_BASE, "memscope._compat", "memscope._frameworks", "memscope.report",
+                          "memscope.version"),
+    "memscope.analysis": (*_BASE, "memscope.report", "memscope.compiled"),
+    "memscope.variants": (*_BASE, *_JAX, "memscope.report", "memscope.program",
+                          "memscope.compiled", "memscope.analysis", "memscope.progress"),
+    "memscope.capturing": (*_BASE, *_JAX, *_CAPTURE),
+    "memscope.assemble": (*_BASE, *_JAX, *_CAPTURE),
+    "memscope.flow": (*_BASE, *_JAX, *_CAPTURE, "memscope.assemble"),
+    "memscope.views": (*_BASE, "memscope.report"),
+    "memscope.check": (*_BASE, "memscope.report", "memscope.views"),
+    "memscope.fix": (*_BASE, "memscope.report", "memscope.program", "memscope.compiled",
+                     "memscope.analysis"),
+    "memscope.bisect": (*_BASE, "memscope._versions", *_CAPTURE, "memscope.flow",
+                        "memscope.check"),
+    "memscope.render": (*_BASE, "memscope.report", "memscope.views", "memscope.check",
+                        "memscope.fix", "memscope.bisect", "memscope.progress"),
+    "memscope.options": (*_BASE, "memscope.analysis"),
+    "memscope.notebook": (*_BASE, *_CAPTURE, "memscope.flow", "memscope.render",
+                          "memscope.options"),
+    "memscope.pytest_plugin": (*_BASE, *_JAX, *_CAPTURE, "memscope.assemble", "memscope.flow",
+                               "memscope.views", "memscope.check", "memscope.render"),
+    "memscope.cli": (*_BASE, *_JAX, *_CAPTURE, "memscope.flow", "memscope.views", "memscope.options",
+                     "memscope.check", "memscope.fix", "memscope.bisect", "memscope.render"),
+    "memscope": (*_BASE, "memscope.version", "memscope.report", "memscope.render",
+                 "memscope.notebook"),
+    "memscope.__main__": ("memscope.cli",),
 }
 
 
-@pytest.mark.parametrize("stage", sorted(FORBIDDEN))
-def test_a_stage_imports_no_later_one(stage):
+def _stage(name: str) -> str | None:
+    """The stage ``name`` belongs to: the longest one it is, or is under."""
+    found = [s for s in ORDER if s != "memscope" and _under((s,), name)]
+    return max(found, key=len) if found else "memscope" if name == "memscope" else None
+
+
+def test_every_module_has_a_stage():
+    assert sorted(ALLOWED) == sorted(ORDER)
+    assert [name for name in MODULES if _stage(name) is None] == []
+
+
+def test_a_stage_imports_only_what_it_may():
     wrong = sorted(f"{name} -> {target}" for name, targets in GRAPH.items()
-                   if _under((stage,), name)
-                   for target in targets if _under(FORBIDDEN[stage], target))
+                   for target in targets
+                   if (stage := _stage(name)) != _stage(target)
+                   and not _under(ALLOWED[stage], target))
     assert wrong == []
 
 
-def test_the_report_records_import_no_stage():
-    records = ("memscope.report.memory", "memscope.report.function", "memscope.report.run",
-               "memscope.report.decode", "memscope.report.files", "memscope.report.units")
-    allowed = ("memscope.report", "memscope.errors")
-    wrong = sorted(f"{name} -> {target}" for name in records for target in GRAPH[name]
-                   if not _under(allowed, target))
+def test_a_stage_may_import_only_earlier_stages():
+    later = {stage: [a for a in allowed if ORDER.index(a) > ORDER.index(stage)]
+             for stage, allowed in ALLOWED.items()}
+    assert {stage: found for stage, found in later.items() if found} == {}
+
+
+def _map_order() -> list[str]:
+    """The stages docs/how-it-works.md's map lists, in its order."""
+    text = (ROOT / "docs" / "how-it-works.md").read_text(encoding="utf-8")
+    block = text.split("    memscope/\n", 1)[1].split("\n\n", 1)[0]
+    names = []
+    for line in block.splitlines():
+        if line.startswith("      ") and not line.startswith("       "):
+            first = line.split()[0]
+            names.append("memscope" if first == "__init__.py"
+                         else "memscope." + first.removesuffix("/").removesuffix(".py"))
+    return names
+
+
+def test_the_map_in_the_docs_lists_the_stages_in_the_codes_order():
+    assert _map_order() == list(ORDER)
+
+
+#: The reader's views, away from the records: the records import none of them,
+#: and only the faces and the judging import the views.
+VIEW_READERS = ("memscope.views", "memscope.render", "memscope.check", "memscope.cli",
+                "memscope.pytest_plugin")
+
+
+def test_only_the_faces_read_the_views():
+    wrong = sorted(f"{name} -> {target}" for name, targets in GRAPH.items()
+                   for target in targets
+                   if _under(("memscope.views",), target) and not _under(VIEW_READERS, name))
     assert wrong == []
 
 

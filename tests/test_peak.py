@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import pytest
 
 from memscope.check.compare import compare_reports
-from memscope.check.judge import check, figure_value, limit_problems
+from memscope.check.judge import check_report, figure_value, limit_problems
 from memscope.check.records import Budget, Config
 from memscope.flow import analyze
 from memscope.render.html import render_html
@@ -116,7 +116,7 @@ def test_check_budgets_and_diff_use_the_definition(fn):
     # XLA's figure is memscope's peak, as on XLA:GPU, a budget a byte under it).
     between = (stats.peak_memory_in_bytes + expected_peak(stats)) // 2
     budget = Config(budgets=(Budget(fn.name, max_peak=min(between, expected_peak(stats) - 1)),))
-    (verdict,) = check(now, None, budget).functions
+    (verdict,) = check_report(now, None, budget).functions
     assert verdict.status == "fail"
     # The problem names what holds the memory: temporaries with op and line.
     (problem,) = verdict.problems
@@ -168,7 +168,7 @@ def test_an_older_report_is_read_by_the_same_rule(fn, tmp_path):
     (then,) = old.functions
     assert then.memory == fn.memory
     assert then.advice == fn.advice
-    assert not check(report(fn), old).failed
+    assert not check_report(report(fn), old).failed
     assert Report.from_json(report(fn).to_json()).functions[0] == fn
 
 

@@ -480,17 +480,17 @@ def test_a_ref_whose_buffer_moved_is_a_finding():
                       fate="aliased", parameter=0, ref="updated")
     seen = Observation(inputs_before=((100,),), inputs_deleted=(None,), outputs_after=(),
                        refs_after=((200,),))
-    (checked,), findings = observed.check([ref], [], seen)
+    (checked,), findings = observed.check_buffers([ref], [], seen)
     assert checked.observed == "not_reused"
     assert findings == ("p (a Ref, updated): JAX writes its new value into its own buffer, "
                         "but the buffer moved during the call",)
     same = Observation(inputs_before=((100,),), inputs_deleted=(None,), outputs_after=(),
                        refs_after=((100,),))
-    assert observed.check([ref], [], same) == ((InputBuffer(**{
+    assert observed.check_buffers([ref], [], same) == ((InputBuffer(**{
         **ref.__dict__, "observed": "confirmed"}),), ())
     later = Observation(inputs_before=((100,),), inputs_deleted=(None,), outputs_after=(),
                         refs_after=((100,),), refs_end=((300,),))
-    (checked,), findings = observed.check([ref], [], later)
+    (checked,), findings = observed.check_buffers([ref], [], later)
     assert (checked.observed, checked.ref_kept) == ("confirmed", False)
     assert findings == ("p (a Ref): its buffer was in place through the first call but had "
                         "moved when the run ended (replaced outside this function?)",)

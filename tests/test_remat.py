@@ -25,8 +25,9 @@ import pytest
 from memscope import _compat
 from memscope.capturing import capture
 from memscope.compiled.read import memory_figures
-from memscope.report import Differentiation, Remat, RematVariant, Report, remat_text
+from memscope.report import Differentiation, Remat, RematVariant, Report
 from memscope.variants import remat
+from memscope.views import remat_text
 from tests.samples import sample_module
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
@@ -304,7 +305,7 @@ def test_text_of_a_remat_section():
     variants = _variants(("as_written", 8 << 20, 100.0), ("nothing_saveable", 4 << 20, 130.0))
     r = Remat(differentiations=(d,), variants=tuple(variants), max_flops_increase=0.35,
               advice=remat.advice([d], variants, variants[1], 0.35))
-    assert remat_text.headline(r) == (
+    assert remat_text.remat_headline(r) == (
         "jax.grad(jax.checkpoint(loss, policy=jax.checkpoint_policies.nothing_saveable)): "
         "peak 8.0 MiB -> 4.0 MiB (saves 4.0 MiB), FLOPs +30.0%")
     assert remat_text.differentiation_line(d) == (
@@ -345,7 +346,7 @@ def test_terminal_and_html_put_the_advice_first(activations):
     out = io.StringIO()
     render_report(report, out, width=100, plain=True)
     text = out.getvalue()
-    headline = remat_text.headline(report.functions[0].remat)  # type: ignore[arg-type]
+    headline = remat_text.remat_headline(report.functions[0].remat)  # type: ignore[arg-type]
     assert headline is not None
     advice_at = text.index("Remat advice: jax.value_and_grad(jax.checkpoint(loss_fn,")
     assert advice_at < text.index("backward pass:") < text.index("nothing_saveable  ")
@@ -357,7 +358,7 @@ def test_terminal_and_html_put_the_advice_first(activations):
 
 def test_remat_setting_of_the_cli():
     default = remat.DEFAULT_MAX_FLOPS_INCREASE
-    from memscope.cli._advice import remat_setting
+    from memscope.options import remat_setting
 
     assert remat_setting(None, None, "advised") is None
     assert remat_setting(None, None, "full") == default

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from memscope.progress import Step
+from memscope.progress import ProgressStep
 from memscope.render.progress import progress_text, terminal_progress
 from tests.terminal import screen
 
@@ -26,17 +26,17 @@ def _width(monkeypatch):
     monkeypatch.setenv("TERM", "xterm-256color")
 
 
-WRITTEN = Step("compiling train_step as written at batch 256 for gpu:h100", 1, 2)
-ABOUT = Step("JAX 0.9.2: running the program under memscope", 2, 5, about=True)
+WRITTEN = ProgressStep("compiling train_step as written at batch 256 for gpu:h100", 1, 2)
+ABOUT = ProgressStep("JAX 0.9.2: running the program under memscope", 2, 5, about=True)
 
 
 @pytest.mark.parametrize("step, seconds, text", [
     (WRITTEN, 12.4, "compiling train_step as written at batch 256 for gpu:h100 "
                     "(1 of 2 done, 12 s)"),
     (ABOUT, None, "JAX 0.9.2: running the program under memscope (2 of about 5 done)"),
-    (Step("compiling step", 3), None, "compiling step (3 done)"),
-    (Step("reading the releases of jax", 0), None, "reading the releases of jax"),
-    (Step("reading the releases of jax", 0), 2.0, "reading the releases of jax (2 s)"),
+    (ProgressStep("compiling step", 3), None, "compiling step (3 done)"),
+    (ProgressStep("reading the releases of jax", 0), None, "reading the releases of jax"),
+    (ProgressStep("reading the releases of jax", 0), 2.0, "reading the releases of jax (2 s)"),
 ])
 def test_a_step_in_one_line(step, seconds, text):
     assert progress_text(step, seconds) == text
@@ -97,7 +97,7 @@ def test_quiet_or_not_a_terminal_writes_nothing(quiet, terminal, lines):
 def test_off_a_terminal_lines_are_one_plain_line_per_step():
     out = io.StringIO()
     with terminal_progress(False, out, lines="memscope bisect") as progress:
-        progress(Step("reading the releases of jax in 0.9.0..0.10.2 from the package index", 0))
+        progress(ProgressStep("reading the releases of jax in 0.9.0..0.10.2 from the package index", 0))
         progress(ABOUT)
     assert out.getvalue() == (
         "memscope bisect: reading the releases of jax in 0.9.0..0.10.2 from the package index\n"
@@ -120,7 +120,7 @@ def test_steps_from_many_threads_draw_whole_lines():
 
     def work(n: int) -> None:
         for batch in range(100):
-            progress(Step(f"compiling step with setting {n} at batch {batch} for this machine",
+            progress(ProgressStep(f"compiling step with setting {n} at batch {batch} for this machine",
                           batch, 100))
 
     with terminal_progress(False, out) as progress:

@@ -30,18 +30,18 @@ from memscope.report import (
     Variant,
     save_report,
 )
-from memscope.report.leaves import (
+from memscope.report.paths import bounded, bounded_leaves, path_matches, path_steps
+from memscope.views.leaves import (
     argument_signatures,
     common_prefix,
-    differences,
+    differs_text,
     leaf_groups,
     reason_groups,
     select_leaves,
     static_arguments,
     unmatched_pattern,
 )
-from memscope.report.paths import bounded, bounded_leaves, path_matches, path_steps
-from memscope.report.summary import summarize
+from memscope.views.summary import summarize
 from tests.test_cli_errors import invoke
 
 KiB = 1024
@@ -107,7 +107,7 @@ def model_report(*functions: FunctionReport, argv: tuple[str, ...] = ("--steps",
         memscope_version="0.1.0",
         environment=Environment(jax="0.10.2", jaxlib="0.10.2", backend="cpu",
                                 devices=(Device(0, "cpu", "cpu"),)),
-        run=RunInfo(target="train.py", argv=argv, outcome="completed", exit_code=0),
+        run=RunInfo(program="train.py", argv=argv, outcome="completed", exit_code=0),
         functions=functions or (model_step(),))
 
 
@@ -183,13 +183,13 @@ def test_signature_per_argument_and_statics():
 
 def test_what_differs_between_signatures():
     small, big = model_step(2), model_step(3)
-    assert differences(small, [big]) == "no params['layers'][2]['b'], no params['layers'][2]['w'], " \
+    assert differs_text(small, [big]) == "no params['layers'][2]['b'], no params['layers'][2]['w'], " \
         "no opt_state[0].mu['layers'][2]['b'], no opt_state[0].mu['layers'][2]['w'], " \
         "no opt_state[0].nu['layers'][2]['b'] and 1 more"
     wide = dataclasses.replace(small, inputs=tuple(
         dataclasses.replace(b, shape=(16, 64)) if b.path == "batch['x']" else b
         for b in small.inputs))
-    assert differences(wide, [small]) == "batch['x'] float32[16,64]"
+    assert differs_text(wide, [small]) == "batch['x'] float32[16,64]"
     s = summarize(model_report(small, wide)).functions
     assert (s[0].variant_of, s[1].variant_of) == ((1, 2), (2, 2))
     assert any("compiled for 2 signatures" in f.text for f in s[0].findings)
@@ -542,7 +542,7 @@ def test_diff_groups_many_changed_leaves_by_argument_and_fates():
 
 
 def test_markdown_for_pull_requests_is_the_answer_bounded():
-    from memscope.render.markdown_run import MAX_ROWS, MAX_SECTIONS, render_run_markdown
+    from memscope.render.markdown_run import MAX_MARKDOWN_SECTIONS, MAX_ROWS, render_run_markdown
 
     out = io.StringIO()
     render_run_markdown(model_report(), out)
@@ -563,7 +563,7 @@ def test_markdown_for_pull_requests_is_the_answer_bounded():
     text = out.getvalue()
     assert text.count("| `step_") == MAX_ROWS
     assert "| and 10 more functions |" in text
-    assert text.count("- **advice:**") == MAX_SECTIONS
+    assert text.count("- **advice:**") == MAX_MARKDOWN_SECTIONS
     assert "And 22 more functions with something to change" in text
     assert len(text.splitlines()) < 100
 
@@ -681,11 +681,11 @@ def test_a_bounded_answer_gives_each_function_one_signature_first_and_no_notes()
 
 
 def test_the_terminal_and_markdown_give_sections_to_the_same_functions():
-    """One choice of what to show (memscope.report.view): a function with
+    """One choice of what to show (memscope.views.view): a function with
     something to change, or with figures the user asked for (other donations
     measured), gets a section in both views; one with nothing to say in neither."""
     from memscope.render.markdown_run import render_run_markdown
-    from memscope.report.view import choose_view
+    from memscope.views.view import choose_view
 
     clean = dataclasses.replace(model_step(0), name="clean", inputs=(), outputs=(),
                                 variants=(), advice=None)

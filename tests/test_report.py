@@ -51,7 +51,7 @@ def sample_report() -> Report:
         memscope_version="0.1.0",
         environment=Environment(jax="0.10.2", jaxlib="0.10.2", backend="cpu",
                                 devices=(Device(0, "cpu", "cpu"),), python="3.11.7"),
-        run=RunInfo(target="train.py", argv=("--lr", "3e-4"), outcome="failed", exit_code=3),
+        run=RunInfo(program="train.py", argv=("--lr", "3e-4"), outcome="failed", exit_code=3),
         functions=(step, broken))
 
 
@@ -66,7 +66,8 @@ def test_json_has_the_documented_fields():
     data = json.loads(sample_report().to_json())
     assert {"schema", "memscope_version", "environment", "run", "functions"} <= set(data)
     assert {"jax", "jaxlib", "backend", "devices"} <= set(data["environment"])
-    assert {"target", "argv", "outcome", "exit_code"} <= set(data["run"])
+    assert {"program", "argv", "outcome", "exit_code"} <= set(data["run"])
+    assert "target" not in data["run"]  # "target" is the accelerator, the report's own
     fn = data["functions"][0]
     assert {"name", "source", "calls", "memory", "inputs", "outputs", "warnings"} <= set(fn)
     assert {"argument_bytes", "output_bytes", "alias_bytes", "temp_bytes",
@@ -83,6 +84,17 @@ def test_unknown_fields_are_ignored_and_new_fields_default():
     del data["functions"][0]["inputs"][0]["in_warning"]
     report = Report.from_dict(data)
     assert report.functions[0].inputs[0].in_warning is False
+
+
+def test_an_older_report_naming_its_program_target_still_loads():
+    # Reports saved before the run's script was called "program" name it "target".
+    data = json.loads(sample_report().to_json())
+    data["run"] = {"target" if k == "program" else k: v for k, v in data["run"].items()}
+    report = Report.from_dict(data)
+    assert report.run is not None and report.run.program == "train.py"
+    assert report == sample_report()
+    data["run"]["program"] = "new.py"  # where both are there, "program" is read
+    assert Report.from_dict(data).run.program == "new.py"
 
 
 @pytest.mark.parametrize(("mutate", "message"), [

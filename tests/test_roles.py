@@ -23,7 +23,7 @@ import pytest
 
 from memscope.analysis import roles
 from memscope.check.compare import compare_reports
-from memscope.check.judge import check
+from memscope.check.judge import check_report
 from memscope.check.peak import peak_changes
 from memscope.flow import analyze
 from memscope.report import (
@@ -34,7 +34,7 @@ from memscope.report import (
     PeakPart,
     load_report,
 )
-from memscope.report.roles_text import package_path, roles_line
+from memscope.views.roles_text import package_path, roles_line
 from tests.test_check_model import report
 
 SIZES = (512, 1024, 1024, 256)
@@ -167,7 +167,7 @@ def test_on_every_jax_a_diff_says_which_kept_values_went_and_which_came(checkpoi
     assert changes[("activations", line, "tanh")] == kept
     assert sum(changes.values()) == diff.peak_after - diff.peak_before == (
         tanh.memory_timeline.peak_bytes - plain.memory_timeline.peak_bytes)
-    result = check(report(plain), report(tanh))  # sin against a tanh baseline: it grew
+    result = check_report(report(plain), report(tanh))  # sin against a tanh baseline: it grew
     (problem,) = [p for p in result.functions[0].problems if p.startswith("peak grew")]
     assert f"+7.5 MiB activations: {line} dot_general appeared" in problem
 
@@ -175,7 +175,7 @@ def test_on_every_jax_a_diff_says_which_kept_values_went_and_which_came(checkpoi
 def test_a_failing_check_names_the_buffers_that_grew(checkpointed):
     plain, remat = checkpointed
     _needs_remat(plain, remat)
-    result = check(report(plain), report(remat))
+    result = check_report(report(plain), report(remat))
     assert result.failed
     (verdict,) = result.functions
     (problem,) = [p for p in verdict.problems if p.startswith("peak grew")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from memscope.report import LiveAtPeak, RoleBytes
-from memscope.report.roles_text import made_of, roles_line
+from memscope.views.roles_text import made_of, roles_line
 
 MiB = 1 << 20
 

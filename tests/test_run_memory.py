@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from memscope.analysis.run_memory import CallFacts, CallLog, Holder, RawGroup, RawSample, run_memory
 from memscope.capturing import residency
 from memscope.capturing.residency import per_device_bytes
-from memscope.check.judge import RUN_PEAK, check
+from memscope.check.judge import RUN_PEAK, check_report
 from memscope.check.records import Config
 from memscope.cli import cli
 from memscope.flow import run_and_report, run_fit
@@ -206,11 +206,11 @@ def test_the_trace_is_chrome_trace_json_whose_counters_are_the_reports(train_the
 def test_check_gates_the_runs_high_water_mark(train_then_eval):
     report, _, _ = train_then_eval
     high = report.runtime.run_memory.high_water.bytes
-    over = check(report, None, Config(max_run_peak=high - 1))
+    over = check_report(report, None, Config(max_run_peak=high - 1))
     verdict = next(v for v in over.functions if v.name == RUN_PEAK)
     assert over.failed and verdict.status == "fail"
     assert "eval_step" in verdict.problems[0] and "over max_run_peak" in verdict.problems[0]
-    ok = check(report, None, Config(max_run_peak=high))
+    ok = check_report(report, None, Config(max_run_peak=high))
     assert next(v for v in ok.functions if v.name == RUN_PEAK).status == "pass"
 
 
@@ -517,7 +517,7 @@ def test_an_unknown_call_peak_is_none_and_reads_n_a_never_zero():
     """A function whose compiled program was not read has no peak: the
     high-water mark's call peak is None, said n/a, and its bytes are the resident
     bytes alone (it used to print "0 B its own peak")."""
-    from memscope.report import run_text
+    from memscope.views import run_text
 
     log = CallLog(array("d", [0.1]), array("d", [0.15]), array("i", [0]), ["a"],
                   array("q", [1]))

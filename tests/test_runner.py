@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memscope.errors import EXIT_USAGE, TargetError
+from memscope.errors import EXIT_USAGE, ProgramError
 from memscope.program.runner import RunResult, Script, check_script, run_script
 
 
@@ -35,7 +35,7 @@ def seen(folder: Path) -> object:
 
 
 def check_fails(target: Script) -> str:
-    with pytest.raises(TargetError) as info:
+    with pytest.raises(ProgramError) as info:
         check_script(target)
     message = str(info.value)
     assert info.value.exit_code == EXIT_USAGE == 2

@@ -27,7 +27,7 @@ from memscope.capturing import capture
 from memscope.flow import run_and_report
 from memscope.program.runner import Script, run_script
 from memscope.report import InputBuffer, OutputBuffer, load_report
-from memscope.report.summary import summarize
+from memscope.views.summary import summarize
 from tests.test_samples import MEMSCOPE, SAMPLES
 
 PROGRAMS = sorted(p.name for p in SAMPLES.glob("[a-z]*.py"))

@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from memscope.cli import cli
-from memscope.errors import TargetError
-from memscope.fix.plan import plan
+from memscope.errors import ProgramError
+from memscope.fix.plan import plan_fix
 from memscope.flow import run_and_report
 from memscope.program import sites
 from memscope.program.runner import Script, check_script, user_code
@@ -118,7 +118,7 @@ def test_an_installed_package_run_with_m_is_the_users_code(installed, capfd):
     normalize = next(f for f in report.functions if f.name == "<lambda>")
     assert normalize.library == "helpers" and normalize.advice is None
     assert normalize.jit_site is None
-    from memscope.report.summary import library_line
+    from memscope.views.summary import library_line
 
     assert library_line(report) == ("1 function jitted in installed packages (helpers 1) has "
                                     "no advice: --user-package NAME counts a package as "
@@ -132,7 +132,7 @@ def test_a_package_named_with_user_package_is_the_users_code_too(installed):
     normalize = next(f for f in report.functions if f.name == "<lambda>")
     assert normalize.library is None
     assert normalize.jit_site == f"{os.path.realpath(installed / 'helpers' / '__init__.py')}:3"
-    from memscope.report.summary import library_line
+    from memscope.views.summary import library_line
 
     assert library_line(report) is None
 
@@ -156,7 +156,7 @@ def test_fix_shows_the_change_for_an_installed_file_and_writes_nothing(installed
     report = run_and_report(Script("trainer.train", module=True), advise="advised")
     train = installed / "trainer" / "train.py"
     before = train.read_text()
-    found = plan(report)
+    found = plan_fix(report)
     assert any("installed package, not edited" in r for r in found.refusals)
     assert "donate_argnames" in found.diff or "donate_argnums" in found.diff
     assert train.read_text() == before
@@ -179,7 +179,7 @@ def test_which_files_are_the_users(installed, tmp_path):
     assert user_code(Script("trainer.train", module=True)).roots == (site + "trainer" + os.sep,)
     assert user_code(Script("trainer.train", module=True, packages=("helpers.sub",))).roots[1:] \
         == (site + "helpers" + os.sep + "sub" + os.sep,)
-    with pytest.raises(TargetError, match="--user-package nope"):
+    with pytest.raises(ProgramError, match="--user-package nope"):
         check_script(Script("trainer.train", module=True, packages=("nope",)))
 
 

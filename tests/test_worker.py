@@ -266,7 +266,7 @@ def test_real_sized_sample_one_advised_compile_and_memscope_cost_reported():
 def test_candidates_too_small_to_matter_get_no_advised_compile():
     """A candidate holding under 1% of the peak cannot save more than it holds:
     no compile, and a note (not a warning) that says why it is not advised."""
-    from memscope.report.summary import summarize_function
+    from memscope.views.summary import summarize_function
 
     def f(s, w):
         return s + jnp.sum(w @ w.T)

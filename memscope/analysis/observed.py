@@ -62,7 +62,7 @@ def _hits(before: Addresses, landed: dict[int, list[int]]) -> list[int]:
 def misses(seen: Observation) -> bool:
     """Did the call delete an input whose buffer no output took, or one whose
     buffer could not be read before the call (still being computed on CPU)?
-    Then the next call is observed too (:func:`check`'s ``again``). From the
+    Then the next call is observed too (:func:`check_buffers`'s ``again``). From the
     integers alone: the compiled program's fates are not known yet when this is
     asked."""
     landed = _landed(seen)
@@ -77,9 +77,9 @@ def _lines_up(seen: Observation | None, inputs: Sequence[InputBuffer],
             and len(seen.outputs_after) == len(outputs))
 
 
-def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
-          seen: Observation, again: Observation | None = None
-          ) -> tuple[tuple[InputBuffer, ...], tuple[str, ...]]:
+def check_buffers(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
+                  seen: Observation, again: Observation | None = None
+                  ) -> tuple[tuple[InputBuffer, ...], tuple[str, ...]]:
     """Every input with ``observed`` and ``deleted`` set, and the findings: each
     place where the call's buffers disagree with the compiled program.
 
@@ -89,7 +89,7 @@ def check(inputs: Sequence[InputBuffer], outputs: Sequence[OutputBuffer],
     which have no device buffer to compare). A donated input whose output
     lands in its buffer there, though not at the first call, is
     ``confirmed_later``: no disagreement with the compiled program, which the
-    report says apart (:func:`memscope.report.summary.findings`)."""
+    report says apart (:func:`memscope.views.summary.findings`)."""
     if not _lines_up(seen, inputs, outputs):
         return tuple(inputs), ("the call's buffers do not line up with the compiled "
                                "program's leaves; nothing was checked",)
@@ -174,7 +174,7 @@ def _ref_check(b: InputBuffer, before: Addresses, after: Addresses, end: Address
 
 
 def check_closed(refs: Sequence[InputBuffer], seen: Observation
-                 ) -> tuple[tuple[InputBuffer, ...], tuple[str, ...]]:
+                         ) -> tuple[tuple[InputBuffer, ...], tuple[str, ...]]:
     """The closed-over Refs with ``observed`` set, and the findings (as for
     Ref arguments: each must keep its buffer through the call). The arrays of
     closed-over hijax values, after the Refs, are not observed."""

@@ -54,7 +54,7 @@ def explain(earlier: Sequence[SignatureShape], now: SignatureShape) -> Recompile
     one with the fewest differences, the latest on a tie); ``None`` without any."""
     best: tuple[int, list[RecompileReason]] | None = None
     for number, then in enumerate(earlier, start=1):
-        found = differences(then, now)
+        found = signature_differences(then, now)
         if best is None or len(found) <= len(best[1]):
             best = (number, found)
     if best is None:
@@ -64,7 +64,7 @@ def explain(earlier: Sequence[SignatureShape], now: SignatureShape) -> Recompile
                      more=max(0, len(found) - MAX_REASONS))
 
 
-def differences(then: SignatureShape, now: SignatureShape) -> list[RecompileReason]:
+def signature_differences(then: SignatureShape, now: SignatureShape) -> list[RecompileReason]:
     """Every difference between two signatures, the call as a whole first."""
     out: list[RecompileReason] = []
     if then.donation != now.donation:

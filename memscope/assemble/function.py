@@ -52,7 +52,7 @@ def function_report(entry: Entry, forecast: Forecast | None = None) -> FunctionR
         inputs = advice.annotate(inputs, outputs,
                                  same_size_donors=_compat.SAME_SIZE_DONORS)
         if entry.observation is not None:
-            inputs, findings = observed.check(inputs, outputs, entry.observation,
+            inputs, findings = observed.check_buffers(inputs, outputs, entry.observation,
                                                entry.observation_again)
             refs, closed_findings = observed.check_closed(refs, entry.observation)
             findings += closed_findings

@@ -20,8 +20,8 @@ def request(base: Report, now: Report, failing: set[str], script: Script | None,
                       "to bisect; the change is the program's or its other packages'")
     if not (is_release(then) and is_release(current)):
         return None, f"--bisect: JAX {then} -> {current}: not two releases of the package index"
-    if script is None and now.run is not None and now.run.target:
-        script = Script(now.run.target, tuple(now.run.argv), module=now.run.module)
+    if script is None and now.run is not None and now.run.program:
+        script = Script(now.run.program, tuple(now.run.argv), module=now.run.module)
     if script is None:
         return None, "--bisect: the report names no program to run on other releases"
     low, high = sorted((then, current), key=key)

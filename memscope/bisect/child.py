@@ -23,21 +23,33 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memscope.capturing.deferred import capture_on_import
-from memscope.check.compare import FIGURES
-from memscope.cli._common import open_target
+from memscope.check.compare import MEMORY_FIGURES
 from memscope.errors import MemscopeError
 from memscope.flow import run_and_report
 from memscope.program.runner import Script, run_script
 from memscope.report import save_report
 
+if TYPE_CHECKING:
+    from memscope.compiled.targets import Target
+
 _PASS_FILE = re.compile(r"\.(\d{4})\.[^.]+\.after_([^.]+)\.before_")
 
 
+def _accelerator(spec: str | None) -> Target | None:
+    """The ``--target`` the bisect was given, set up before the program runs
+    (as ``memscope run --target`` sets it up); ``None`` for this machine."""
+    if spec is None:
+        return None
+    from memscope.compiled.targets import open_target
+
+    return open_target(spec)
+
+
 def _script(request: dict[str, Any]) -> Script:
-    return Script(request["target"], tuple(request["args"]), module=request["module"],
+    return Script(request["program"], tuple(request["args"]), module=request["module"],
                   packages=tuple(request.get("user_packages", ())))
 
 
@@ -46,7 +58,7 @@ def run_try(request: dict[str, Any]) -> int:
         save_report(report, request["report"])
 
     report = run_and_report(_script(request), advise="off", deliver=deliver,
-                            target=open_target(request.get("target_spec")),
+                            target=_accelerator(request.get("target_spec")),
                             stop_at_function=request.get("function"))
     return report.run.exit_code if report.run is not None else 0
 
@@ -76,7 +88,7 @@ def run_passes(request: dict[str, Any]) -> int:
     from memscope.variants.fit import retrace
 
     target_spec = request.get("target_spec")
-    chips = open_target(target_spec)
+    chips = _accelerator(target_spec)
     name = request["function"]
     with capture_on_import(advise="off", keep_calls=True, stop_at_function=name,
                            target=chips) as pending:
@@ -96,7 +108,7 @@ def run_passes(request: dict[str, Any]) -> int:
         def figures(options: dict[str, Any]) -> dict[str, int | None]:
             compiled = compile_to_read(target, traced, lowered, options={**base, **options})
             memory = target.memory(traced, lowered, compiled)
-            return {f: getattr(memory, f, None) for f in FIGURES}
+            return {f: getattr(memory, f, None) for f in MEMORY_FIGURES}
 
         passes = request.get("passes", ())
         if request.get("discover"):

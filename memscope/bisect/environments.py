@@ -41,7 +41,7 @@ class NotInstalled(MemscopeError):
 
 
 @dataclass(frozen=True)
-class Environment:
+class ReleaseEnvironment:
     """A built environment: its folder, its Python, what it has installed, and
     the user's packages it holds at another version than the user's
     (``changed``: name, the user's version, its version or ``None`` where it
@@ -157,7 +157,7 @@ def _tiers(pins: Sequence[tuple[str, str]], carried: Carried) -> list[list[str]]
 
 def ensure(pins: Sequence[tuple[str, str]], carried: Carried, *,
            progress: Callable[[str], None] = lambda _: None,
-           pythons: Sequence[Python] | None = None) -> Environment:
+           pythons: Sequence[Python] | None = None) -> ReleaseEnvironment:
     """The environment with ``pins`` (``[("jax", "0.9.1"), ("jaxlib", "0.9.1")]``)
     and the ``carried`` packages, built now or found from an earlier bisect.
 
@@ -175,14 +175,14 @@ def ensure(pins: Sequence[tuple[str, str]], carried: Carried, *,
 
 def _ensure(path: Path, pins: Sequence[tuple[str, str]], carried: Carried,
             progress: Callable[[str], None], pythons: Sequence[Python] | None
-            ) -> Environment:
+            ) -> ReleaseEnvironment:
     import time
 
     mark = path / _MARK
     if mark.is_file():
         try:
             facts = json.loads(mark.read_text())
-            found = Environment(path, str(path / "bin" / "python"), facts["python_version"],
+            found = ReleaseEnvironment(path, str(path / "bin" / "python"), facts["python_version"],
                                 facts["installed"], tuple(tuple(c) for c in facts["changed"]),
                                 reused=True)
             if os.path.exists(found.executable):
@@ -224,7 +224,7 @@ def _ensure(path: Path, pins: Sequence[tuple[str, str]], carried: Carried,
         mark.write_text(json.dumps({"python_version": version, "installed": installed,
                                     "changed": [list(c) for c in changed],
                                     "pins": [list(p) for p in pins]}, indent=1))
-        return Environment(path, executable, version, installed, changed,
+        return ReleaseEnvironment(path, executable, version, installed, changed,
                            seconds=time.monotonic() - start, log=tuple(log))
     shutil.rmtree(path, ignore_errors=True)
     raise NotInstalled(f"{wanted} could not be installed: {why}")

@@ -51,14 +51,14 @@ def normal_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _program_files(target: str, module: bool) -> tuple[Path | None, list[Path]]:
+def _program_files(program: str, module: bool) -> tuple[Path | None, list[Path]]:
     """The program's first file and the folder its own imports are found in."""
     if not module:
-        path = Path(target)
+        path = Path(program)
         if path.is_dir():
             path = path / "__main__.py"
         return path.parent, [path]
-    parts = target.split(".")
+    parts = program.split(".")
     for root in ["", *sys.path]:
         base = Path(root or os.getcwd()).joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__main__.py", base / "__init__.py"):
@@ -82,10 +82,10 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-def imported_modules(target: str, module: bool) -> set[str]:
+def imported_modules(program: str, module: bool) -> set[str]:
     """The top-level names of what the program's own files import, its own
     modules (those found beside it) followed into."""
-    root, queue = _program_files(target, module)
+    root, queue = _program_files(program, module)
     if root is None:
         return set()
     seen: set[Path] = set()
@@ -146,13 +146,13 @@ def _installed(distribution: str) -> str | None:
         return None
 
 
-def carried(target: str, module: bool, also: Iterable[str] = ()) -> Carried:
-    """What to install beside each release of JAX for the program ``target``:
+def carried(program: str, module: bool, also: Iterable[str] = ()) -> Carried:
+    """What to install beside each release of JAX for the program ``program``:
     the distributions of the modules it imports, memscope's own dependencies
     and ``also``, with everything they require, each at the version installed
     here (those not installed left out)."""
     by_module = importlib.metadata.packages_distributions()
-    roots = {normal_name(d) for top in imported_modules(target, module) for d in by_module.get(top, ())}
+    roots = {normal_name(d) for top in imported_modules(program, module) for d in by_module.get(top, ())}
     roots.update(_requires(DISTRIBUTION))
     roots.update(normal_name(a) for a in also)
     versions: dict[str, str] = {}

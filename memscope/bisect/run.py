@@ -22,20 +22,20 @@ from typing import Any
 
 from memscope import _versions
 from memscope.bisect import environments, packages, releases
-from memscope.bisect.environments import Environment, NotInstalled
+from memscope.bisect.environments import NotInstalled, ReleaseEnvironment
 from memscope.bisect.search import (
     DEFAULT_MIN_CHANGE,
-    FIGURES,
+    MEMORY_FIGURES,
     Move,
     Search,
     Tried,
     moved,
-    search,
+    search_releases,
 )
 from memscope.check.compare import FunctionDiff, compare_reports
 from memscope.errors import MemscopeError
 from memscope.program.runner import Script
-from memscope.progress import SILENT, Reporter, Step
+from memscope.progress import SILENT, ProgressStep, Reporter
 from memscope.report import FunctionReport, Report, load_report
 
 #: the packages whose releases change what XLA compiles: a move there is asked
@@ -117,7 +117,7 @@ class Result:
         return self.found.order
 
 
-def function_key(fn: FunctionReport, seen: dict[str, int]) -> str:
+def report_function_key(fn: FunctionReport, seen: dict[str, int]) -> str:
     """One function of a report, the same in every release's: its name and
     source line, and which of its signatures (``#2``) where it has several."""
     base = f"{fn.name} ({fn.source})" if fn.source else fn.name
@@ -131,9 +131,9 @@ def report_figures(report: Report) -> dict[str, dict[str, Any]]:
     for fn in report.functions:
         if fn.memory is None:
             continue
-        figures: dict[str, Any] = {f: getattr(fn.memory, f, None) for f in FIGURES}
+        figures: dict[str, Any] = {f: getattr(fn.memory, f, None) for f in MEMORY_FIGURES}
         figures["peak_rule"] = getattr(fn.memory, "peak_rule", None)
-        out[function_key(fn, seen)] = figures
+        out[report_function_key(fn, seen)] = figures
     return out
 
 
@@ -158,7 +158,7 @@ class Runner:
                 {n: v for n, v in self.carried.versions.items() if n != request.package},
                 self.carried.need_jax - {request.package})
         self.jaxlib_versions: list[str] = []
-        self.environments: dict[str, Environment] = {}
+        self.environments: dict[str, ReleaseEnvironment] = {}
         self.built = 0
         self.reused = 0
         self.tried_so_far: list[str] = []
@@ -179,10 +179,10 @@ class Runner:
         """``what`` is being done for ``release``, with the releases tried so far
         of about how many."""
         done = len(self.tried_so_far)
-        self.progress(Step(f"{_label(self.request.package, release)}: {what}", done,
+        self.progress(ProgressStep(f"{_label(self.request.package, release)}: {what}", done,
                            max(self.expected, done + 1), about=True))
 
-    def environment(self, release: str) -> Environment:
+    def environment(self, release: str) -> ReleaseEnvironment:
         env = environments.ensure(self.pins(release), self.carried,
                                   progress=lambda line: self.say(release, line))
         self.environments[release] = env
@@ -192,7 +192,7 @@ class Runner:
             self.built += 1
         return env
 
-    def child(self, env: Environment, request: dict[str, Any], name: str) -> tuple[int, str]:
+    def child(self, env: ReleaseEnvironment, request: dict[str, Any], name: str) -> tuple[int, str]:
         """Run the child in ``env``; its exit code and the last line of its output."""
         spec = self.work / f"{name}.request.json"
         spec.write_text(json.dumps(request))
@@ -212,7 +212,7 @@ class Runner:
 
     def base_request(self) -> dict[str, Any]:
         s = self.request.script
-        return {"target": s.name, "args": list(s.args), "module": s.module,
+        return {"program": s.name, "args": list(s.args), "module": s.module,
                 "user_packages": list(s.packages), "function": self.request.function,
                 "target_spec": self.request.target_spec}
 
@@ -256,7 +256,7 @@ class Runner:
         finding = PassFinding()
         request = {**self.base_request(), "kind": "passes", "function": name,
                    "out": str(out), "discover": True, "passes": "discovered"}
-        self.progress(Step(f"{_label(self.request.package, move.release)}: reading which XLA "
+        self.progress(ProgressStep(f"{_label(self.request.package, move.release)}: reading which XLA "
                            f"passes changed {name}'s program, and compiling it with each "
                            "disabled in turn", 0))
         self.child(env, request, f"{move.release}.passes")
@@ -267,7 +267,7 @@ class Runner:
                 (r["error"] for r in records if "error" in r), "its dump could not be read")
             return finding
         if any(moved(move.after.get(f), listed["memory"].get(f), self.request.min_change)
-               for f in FIGURES):
+               for f in MEMORY_FIGURES):
             # compiled again from the call in shapes, it is not the program that ran
             finding.note = (f"{name} compiled again on {move.release} (with XLA's dump) does "
                             "not give its run's figures, so no pass can be compared")
@@ -280,7 +280,7 @@ class Runner:
             if not left:
                 break
             if restart:
-                self.progress(Step(f"{_label(self.request.package, move.release)}: XLA "
+                self.progress(ProgressStep(f"{_label(self.request.package, move.release)}: XLA "
                                    f"crashed without {finding.crashed[-1]}; compiling {name} "
                                    f"again with each of the {len(left)} passes left disabled "
                                    "in turn", 0))
@@ -298,10 +298,10 @@ class Runner:
                 finding.tried += 1
                 if "error" in r:
                     finding.failed.append(r["pass"])
-                elif all(move.before.get(f) == r["memory"].get(f) for f in FIGURES):
+                elif all(move.before.get(f) == r["memory"].get(f) for f in MEMORY_FIGURES):
                     finding.passes.append(r["pass"])
                 elif all(not moved(move.before.get(f), r["memory"].get(f),
-                                   self.request.min_change) for f in FIGURES):
+                                   self.request.min_change) for f in MEMORY_FIGURES):
                     finding.near.append((r["pass"], r["memory"]))
             done = ended | set(crashed)
             left = [p for p in left if p not in done]
@@ -368,7 +368,7 @@ def _temporaries_moved(then: FunctionReport, now: FunctionReport
     return sorted(out, key=lambda t: -abs(t[2] - t[1]))
 
 
-def bisect(request: Request, *, progress: Reporter = SILENT,
+def run_bisect(request: Request, *, progress: Reporter = SILENT,
            work: Path | None = None) -> Result:
     """Bisect ``request.package``'s releases in ``request.range`` for the program;
     ``progress`` is told what is being done (reading the index, building each
@@ -380,7 +380,7 @@ def bisect(request: Request, *, progress: Reporter = SILENT,
     """
     start = time.monotonic()
     environments.uv()  # before anything: a missing uv is one line
-    progress(Step(f"reading the releases of {request.package} in {request.range} from the "
+    progress(ProgressStep(f"reading the releases of {request.package} in {request.range} from the "
                   "package index", 0))
     listed = releases.index_versions(request.package)
     chosen = request.range.select(listed)
@@ -392,7 +392,7 @@ def bisect(request: Request, *, progress: Reporter = SILENT,
         unsupported = [r for r in chosen if _versions.support_problem(r, r) is not None]
         chosen = [r for r in chosen if r not in unsupported]
         if unsupported:
-            progress(Step(f"left out JAX {', '.join(unsupported)}: memscope runs on JAX "
+            progress(ProgressStep(f"left out JAX {', '.join(unsupported)}: memscope runs on JAX "
                           f"{_versions.SUPPORTED_SERIES[0][0]}."
                           f"{_versions.SUPPORTED_SERIES[0][1]} and later", 0))
         if not chosen:
@@ -408,7 +408,7 @@ def bisect(request: Request, *, progress: Reporter = SILENT,
     explained: list[Explained] = []
     interrupted = False
     try:
-        search(chosen, runner.attempt, min_change=request.min_change, into=found)
+        search_releases(chosen, runner.attempt, min_change=request.min_change, into=found)
         for move in found.moves:
             item = _explain(move, found.tried)
             explained.append(item)

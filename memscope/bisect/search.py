@@ -1,5 +1,5 @@
 """Which releases to try, and where each function's figures moved: pure, no
-environments and no JAX (:func:`search` is given a way to try a release).
+environments and no JAX (:func:`search_releases` is given a way to try a release).
 
 The two ends first, then halving: a stretch whose two ends have the same
 figures (within the threshold) for every function is taken as unmoved; one
@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from memscope.bisect.releases import key
-from memscope.check.compare import FIGURES
+from memscope.check.compare import MEMORY_FIGURES
 
 #: a figure moved when it changed by more than this fraction of the larger of
 #: its two values (``--min-change``)
 DEFAULT_MIN_CHANGE = 0.01
 
-#: a function's figures on a release (FIGURES, and the rule of its peak: ``peak_rule``)
+#: a function's figures on a release (MEMORY_FIGURES, and the rule of its peak: ``peak_rule``)
 Figures = dict[str, Any]
-Status = Literal["ran", "not_installed", "failed"]
+TryStatus = Literal["ran", "not_installed", "failed"]
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Tried:
     how, in one line)."""
 
     release: str
-    status: Status
+    status: TryStatus
     functions: dict[str, Figures] = field(default_factory=dict)
     error: str | None = None
     #: anything the caller keeps with it (the report's path, the environment)
@@ -92,13 +92,14 @@ def differing(a: Tried, b: Tried, min_change: float) -> list[str]:
     for name in names:
         x, y = a.functions.get(name), b.functions.get(name)
         if x is None or y is None or any(moved(x.get(f), y.get(f), min_change)
-                                         for f in FIGURES):
+                                         for f in MEMORY_FIGURES):
             out.append(name)
     return out
 
 
-def search(releases: Sequence[str], attempt: Callable[[str], Tried], *,
-           min_change: float = DEFAULT_MIN_CHANGE, into: Search | None = None) -> Search:
+def search_releases(releases: Sequence[str], attempt: Callable[[str], Tried], *,
+                    min_change: float = DEFAULT_MIN_CHANGE, into: Search | None = None
+                    ) -> Search:
     """Find every move among ``releases`` (oldest first), trying each release
     with ``attempt`` at most once; recorded in ``into`` as it goes (what was
     tried before an interruption stays there)."""
@@ -120,7 +121,7 @@ class _Walk:
             self.found.tried[r] = self.attempt(r)
         return self.found.tried[r]
 
-    def status(self, i: int) -> Status:
+    def status(self, i: int) -> TryStatus:
         return self.get(i).status
 
     def run(self) -> None:

@@ -54,7 +54,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
     advised saves the most peak within ``remat_flops`` more FLOPs. ``None``
     (the default) skips this: it costs about one compile per policy.
     ``stop_after`` ends the block's code with
-    :class:`~memscope.errors.TargetStopped` once that many jitted calls ran;
+    :class:`~memscope.errors.ProgramStopped` once that many jitted calls ran;
     ``stop_at_repeat`` at the first call of a signature called before (a loop
     has begun); given a function's name, at the first such call of that
     function (an evaluation loop before the training loop does not stop it).

@@ -38,8 +38,8 @@ from memscope.compiled.read import (
 )
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
-from memscope.errors import MemscopeError, TargetStopped
-from memscope.progress import SILENT, Reporter, Step
+from memscope.errors import MemscopeError, ProgramStopped
+from memscope.progress import SILENT, ProgressStep, Reporter
 from memscope.report import (
     Device,
     Environment,
@@ -220,7 +220,7 @@ class Session:
         now = self.target.progress()
         if now.left:
             names = ", ".join(what for what, _ in now.running) or "the next"
-            self.progress(Step(f"compiling {names} for {now.target}", now.done,
+            self.progress(ProgressStep(f"compiling {names} for {now.target}", now.done,
                                now.done + now.left))
 
     def wait(self) -> None:
@@ -314,7 +314,7 @@ class Session:
         once the function ``stop_at_function`` names has run).
 
         Raises:
-            TargetStopped: this call was number ``stop_after``.
+            ProgramStopped: this call was number ``stop_after``.
         """
         wanted = self.stop_at_repeat
         with self._lock:
@@ -326,7 +326,7 @@ class Session:
         if stop:
             self._stop_hit = True
             self.active = False  # nothing more to record, even if the target goes on
-            raise TargetStopped(self.calls)
+            raise ProgramStopped(self.calls)
 
     def records(self, leaves: Sequence[Any] = ()) -> bool:
         """The one rule for what memscope records: a call (or an ahead-of-time

@@ -17,17 +17,17 @@ from memscope.check.pairing import pair_functions, signature_changes
 from memscope.check.peak import PartChange, peak_changes
 from memscope.check.records import Tolerances
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, Report, Variant
-from memscope.report.leaves import parenthesized, short_signature
 from memscope.report.paths import argument_of, bounded_leaves
+from memscope.views.leaves import parenthesized, short_signature
 
 Verdict = Literal["worse", "better", "changed", "same", "new", "gone", "error"]
 
 #: The memory figures compared, by report field.
-FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
+MEMORY_FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
 
 
 @dataclass(frozen=True)
-class FigureChange:
+class FigureDiff:
     name: str
     before: int | None
     after: int | None
@@ -70,7 +70,7 @@ class FunctionDiff:
     verdict: Verdict
     before_setting: str | None = None
     after_setting: str | None = None
-    figures: tuple[FigureChange, ...] = ()
+    figures: tuple[FigureDiff, ...] = ()
     leaves: tuple[LeafChange, ...] = ()
     error: str | None = None
     #: why it is ``worse``, and what else was noticed (``memscope check``'s lines)
@@ -156,8 +156,8 @@ def compare_reports(old: Report, new: Report, tolerances: Tolerances | None = No
 
 def _diff(before: FunctionReport, after: FunctionReport, before_setting: str | None,
           after_setting: str | None, tolerances: Tolerances | None) -> FunctionDiff:
-    figures = tuple(FigureChange(name, getattr(before.memory, name, None),
-                                 getattr(after.memory, name, None)) for name in FIGURES)
+    figures = tuple(FigureDiff(name, getattr(before.memory, name, None),
+                                 getattr(after.memory, name, None)) for name in MEMORY_FIGURES)
     leaves = (_leaf_changes("input", before.inputs, after.inputs)
               + _leaf_changes("output", before.outputs, after.outputs))
     problems, notes = judge(before, after, tolerances or Tolerances())
@@ -190,7 +190,7 @@ def _leaf_changes(kind: Literal["input", "output"], old: Sequence[InputBuffer | 
                  for p in paths if before.get(p) != after.get(p))
 
 
-def _verdict(figures: Sequence[FigureChange], leaves: Sequence[LeafChange],
+def _verdict(figures: Sequence[FigureDiff], leaves: Sequence[LeafChange],
              problems: Sequence[str]) -> Verdict:
     # memscope check's rules: what it fails is worse; a lower peak is better.
     if problems:

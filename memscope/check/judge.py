@@ -4,7 +4,7 @@ The records are :mod:`memscope.check.records`; which function is which,
 :mod:`memscope.check.pairing`.
 
 Nothing here prints or touches a file: the command line reads the inputs, calls
-:func:`check`, and hands the :class:`~memscope.check.records.CheckResult` to the renderers.
+:func:`check_report`, and hands the :class:`~memscope.check.records.CheckResult` to the renderers.
 
 Three figures are compared per function: ``peak`` (memscope's one peak, see
 :func:`memscope.report.peak_rule`), ``temp`` and ``io`` (argument + output
@@ -38,23 +38,24 @@ from memscope.check.records import (
     Figure,
     FigureChange,
     FunctionVerdict,
-    Status,
     Tolerance,
     Tolerances,
+    VerdictStatus,
 )
-from memscope.report import Environment, FunctionReport, InputBuffer, Report, run_text
-from memscope.report.leaves import parenthesized, short_signature
-from memscope.report.paths import MAX_LISTED, bounded, bounded_leaves
-from memscope.report.roles_text import made_of, part_text
-from memscope.report.summary import growth_text, recompile_text
+from memscope.report import Environment, FunctionReport, InputBuffer, Report
+from memscope.report.paths import MAX_LEAVES_LISTED, bounded, bounded_leaves
 from memscope.report.units import format_bytes, format_change
+from memscope.views import run_text
+from memscope.views.leaves import parenthesized, short_signature
+from memscope.views.roles_text import made_of, part_text
+from memscope.views.summary import growth_text, recompile_text
 
 # --- the check -----------------------------------------------------------------------
 
 
-def check(current: Report, baseline: Report | None, config: Config = Config(), *,
-          strict_env: bool = False, baseline_source: str | None = None,
-          allow_empty: bool = False) -> CheckResult:
+def check_report(current: Report, baseline: Report | None, config: Config = Config(), *,
+                 strict_env: bool = False, baseline_source: str | None = None,
+                 allow_empty: bool = False) -> CheckResult:
     """Compare ``current`` with ``baseline`` (if any) and with ``config``'s budgets.
 
     Each function is paired with its baseline by :func:`pair_functions` (across
@@ -90,7 +91,7 @@ def check(current: Report, baseline: Report | None, config: Config = Config(), *
         for budget in budgets.get(now.name, ()):
             problems.extend(budget_problems(now, budget))
         checked = then is not None or now.name in budgets or id(now) in pairing.unpaired
-        status: Status = ("fail" if problems else "pass" if checked
+        status: VerdictStatus = ("fail" if problems else "pass" if checked
                           else "new" if baseline is not None else "unchecked")
         verdicts.append(FunctionVerdict(
             now.name, now.signature, now.source, status, _figures(then, now),
@@ -197,7 +198,7 @@ def judge(then: FunctionReport, now: FunctionReport, tolerances: Tolerances = To
     if gained:
         what = (" is" if len(gained) == 1 else " are") + " donated but no output can take the buffer"
         problems.append(f"gained an unusable donation: {leaves_text(gained)}{what}"
-                        if len(gained) <= MAX_LISTED else
+                        if len(gained) <= MAX_LEAVES_LISTED else
                         f"gained an unusable donation: {len(gained)} leaves{what}: "
                         + leaves_text(gained))
     for fate, paths in lost_aliases(then.inputs, now.inputs).items():
@@ -265,7 +266,7 @@ def budget_problems(fn: FunctionReport, budget: Budget) -> list[str]:
                             "or under it")
         others = [b for b in leaves if b.fate != "aliased"]
         listed = bounded([f"{b.path} is {b.fate}" for b in others])
-        if others and len(others) <= MAX_LISTED:
+        if others and len(others) <= MAX_LEAVES_LISTED:
             problems.append(f"require_aliased {prefix!r}: {listed}")
         elif others:
             fates = ", ".join(f"{n} {fate}" for fate, n in _fate_counts(others).items())
@@ -313,7 +314,7 @@ def run_peak_verdicts(report: Report, limit: int | None) -> list[FunctionVerdict
             f"max_run_peak {format_bytes(limit)} cannot be checked: the report has no "
             "device memory over the run (no call was sampled)",))]
     high = run.high_water
-    text = run_text.headline(high)
+    text = run_text.high_water_headline(high)
     if high.bytes <= limit:
         return [FunctionVerdict(RUN_PEAK, None, None, "pass", notes=(
             f"{text} (max_run_peak {format_bytes(limit)})",))]
@@ -340,13 +341,13 @@ def environment_differences(baseline: Environment, now: Environment
     return tuple(EnvDifference(k, then[k], current[k]) for k in then if then[k] != current[k])
 
 
-def target_failure(report: Report) -> str | None:
+def program_failure(report: Report) -> str | None:
     """One line saying how the report's run failed, or ``None`` when it completed."""
     run = report.run
     if run is None or (run.outcome == "completed" and run.exit_code == 0):
         return None
     error = f": {run.error}" if run.error else ""
-    return f"{run.target} {run.outcome} (exit code {run.exit_code}){error}"
+    return f"{run.program} {run.outcome} (exit code {run.exit_code}){error}"
 
 
 def limit_problems(functions: Sequence[FunctionReport], limit: int, *,
@@ -413,7 +414,7 @@ def largest_buffers(fn: FunctionReport, count: int = 3) -> str:
 def leaves_text(leaves: Sequence[InputBuffer]) -> str:
     """A handful of leaves with their avals and sizes, or, for more, counted by argument
     with a few named: a failure message stays short however many leaves fail."""
-    if len(leaves) <= MAX_LISTED:
+    if len(leaves) <= MAX_LEAVES_LISTED:
         return ", ".join(_leaf(b) for b in leaves)
     total = format_bytes(sum(b.bytes for b in leaves))
     return f"{len(leaves)} leaves, {total}: {bounded_leaves([b.path for b in leaves])}"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from memscope.report import ROLE_WORDS, LiveAtPeak, PeakPart
-from memscope.report.roles_text import package_path, part_where, shape_text
 from memscope.report.units import format_bytes_apart, format_change
+from memscope.views.roles_text import package_path, part_where, shape_text
 
 ChangeKind = Literal["appeared", "grew", "shrank", "went"]
 #: Changes named where a line names the largest.

@@ -11,7 +11,7 @@ Figure = Literal["peak", "temp", "io"]
 FIGURES: tuple[str, ...] = get_args(Figure)
 FIGURE_LABELS: dict[str, str] = {"peak": "peak", "temp": "temp", "io": "argument+output"}
 
-Status = Literal["pass", "fail", "new", "vanished", "not_called", "unchecked"]
+VerdictStatus = Literal["pass", "fail", "new", "vanished", "not_called", "unchecked"]
 #: Statuses that fail the check.
 FAILING: tuple[str, ...] = ("fail", "not_called")
 
@@ -142,7 +142,7 @@ class FunctionVerdict:
     name: str
     signature: str | None
     source: str | None
-    status: Status
+    status: VerdictStatus
     figures: tuple[FigureChange, ...] = ()
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()

@@ -4,7 +4,7 @@ A :class:`CheckRequest` is made from the command line's options and nothing
 else: :meth:`CheckRequest.make` raises :class:`~memscope.errors.MemscopeError`
 for a combination that cannot work (a SCRIPT and ``--report`` both, nothing to
 check against, ``--update-baseline`` without a file). Reading the baseline,
-running the target and writing the results are the command's
+running the program and writing the results are the command's
 (:mod:`memscope.cli.check`).
 """
 
@@ -25,7 +25,7 @@ class CheckRequest:
     what (``baseline``, ``config``'s budgets), and where its results go."""
 
     #: the script or module to run (with ``args``), or ``None`` for ``report_file``
-    target: str | None
+    program: str | None
     args: tuple[str, ...]
     as_module: bool
     report_file: str | None
@@ -39,7 +39,7 @@ class CheckRequest:
     misplaced: str = ""
 
     @classmethod
-    def make(cls, *, target: str | None, args: tuple[str, ...], as_module: bool,
+    def make(cls, *, program: str | None, args: tuple[str, ...], as_module: bool,
              report_file: str | None, baseline: str | None, update_baseline: bool,
              config: Config, strict_env: bool, allow_empty: bool, output_format: str,
              target_spec: str | None, misplaced: str = "") -> CheckRequest:
@@ -50,10 +50,10 @@ class CheckRequest:
                 without a module; ``--update-baseline`` without ``--baseline``;
                 nothing to check against; ``--target`` without a SCRIPT.
         """
-        if (target is None) == (report_file is None):
+        if (program is None) == (report_file is None):
             raise MemscopeError("give a SCRIPT to run or --report REPORT.json, not both or "
                                 "neither")
-        if as_module and target is None:
+        if as_module and program is None:
             raise MemscopeError("-m needs a MODULE to run")
         if update_baseline and baseline is None:
             raise MemscopeError("--update-baseline needs --baseline FILE.json to write"
@@ -63,10 +63,10 @@ class CheckRequest:
             raise MemscopeError("nothing to check against: give --baseline FILE.json, or "
                                 "budgets in [tool.memscope.functions.NAME] of pyproject.toml "
                                 "or --config" + misplaced)
-        if target_spec is not None and target is None:
+        if target_spec is not None and program is None:
             raise MemscopeError("--target compiles a SCRIPT's functions: give the SCRIPT")
         assert output_format in ("terminal", "markdown")
-        return cls(target=target, args=args, as_module=as_module, report_file=report_file,
+        return cls(program=program, args=args, as_module=as_module, report_file=report_file,
                    baseline=baseline, update_baseline=update_baseline, config=config,
                    strict_env=strict_env, allow_empty=allow_empty,
                    output_format=output_format,  # type: ignore[arg-type]

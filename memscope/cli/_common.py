@@ -1,4 +1,4 @@
-"""Options and checks shared by the subcommands that run a target."""
+"""Options and checks shared by the subcommands that run a program."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from memscope.errors import MemscopeError
 from memscope.program.runner import Script
 from memscope.render.text import visible
 from memscope.report import INPUT_FATES, OUTPUT_FATES, REF_ACCESSES, Report, write_whole
-from memscope.report.leaves import LeafFilter, unmatched_pattern
+from memscope.views.leaves import LeafFilter, unmatched_pattern
 
 if TYPE_CHECKING:
     from memscope.compiled.targets import Target
@@ -41,7 +41,7 @@ def output_option(f: F) -> F:
 
 def stop_after_option(f: F) -> F:
     return click.option("--stop-after", type=click.IntRange(min=1), metavar="N",
-                        help="End the target once N jitted calls have run (each "
+                        help="End the program once N jitted calls have run (each "
                              "signature needs only its first call); the run's outcome "
                              "is then 'stopped'.")(f)
 
@@ -66,15 +66,15 @@ def check_writable(path: str, option: str = "--output") -> None:
         raise MemscopeError(f"cannot write the report to {path}: {folder} is not writable")
 
 
-def output_paths(target: Script | None, **given: str | None) -> dict[str, str | None]:
-    """Each output path checked and made absolute before the target runs (which may
+def output_paths(script: Script | None, **given: str | None) -> dict[str, str | None]:
+    """Each output path checked and made absolute before the program runs (which may
     change the working directory); keys are option names (``output``, ``html``).
 
     Raises:
-        MemscopeError: as :func:`check_writable`; a path that is the target's own
+        MemscopeError: as :func:`check_writable`; a path that is the program's own
             file; two options naming the same file.
     """
-    script = _target_file(target)
+    script_file = _program_file(script)
     resolved: dict[str, str | None] = {}
     for name, path in given.items():
         option = f"--{name.replace('_', '-')}"
@@ -83,7 +83,7 @@ def output_paths(target: Script | None, **given: str | None) -> dict[str, str | 
             continue
         check_writable(path, option)
         full = os.path.abspath(path)
-        if script is not None and os.path.realpath(full) == script:
+        if script_file is not None and os.path.realpath(full) == script_file:
             raise MemscopeError(f"cannot write the report to {path}: it is the script "
                                 "to run; give another file")
         if os.path.realpath(full) in {os.path.realpath(p) for p in resolved.values() if p}:
@@ -92,17 +92,17 @@ def output_paths(target: Script | None, **given: str | None) -> dict[str, str | 
     return resolved
 
 
-def _target_file(target: Script | None) -> str | None:
-    if target is None:
+def _program_file(script: Script | None) -> str | None:
+    if script is None:
         return None
-    if target.module:
+    if script.module:
         try:
-            spec = importlib.util.find_spec(target.name)
+            spec = importlib.util.find_spec(script.name)
         except (ImportError, ValueError):
             return None
         origin = spec.origin if spec is not None else None
         return os.path.realpath(origin) if origin else None
-    return os.path.realpath(target.name)
+    return os.path.realpath(script.name)
 
 
 def unreadable_line(report: Report) -> str | None:
@@ -126,9 +126,9 @@ def unverified_jax_line() -> str | None:
     return None if line is None else f"memscope: warning: {line}"
 
 
-def nothing_called(target: str, outcome: str, hint: str = "") -> str:
+def nothing_called(program: str, outcome: str, hint: str = "") -> str:
     ended = "" if outcome in ("completed", "stopped") else f" before it {outcome}"
-    return visible(f"memscope: {target} called no jitted function{ended}; nothing to "
+    return visible(f"memscope: {program} called no jitted function{ended}; nothing to "
                    f"report{hint}")
 
 
@@ -237,7 +237,7 @@ def target_option(f: F) -> F:
                              "accelerator.")(f)
 
 
-def open_target(text: str | None) -> Target | None:
+def given_target(text: str | None) -> Target | None:
     """The ``--target`` accelerator, set up before the script runs; ``None`` if
     not given (the script's functions are compiled for this machine).
     It starts JAX, on the CPU with the target's devices, before the program runs

@@ -7,7 +7,7 @@ import click
 
 from memscope.cli._common import check_writable, module_option, target_option
 from memscope.cli._pipes import PipeSafeHelp, printing
-from memscope.errors import EXIT_INTERRUPTED, EXIT_TARGET_FAILED, MemscopeError
+from memscope.errors import EXIT_INTERRUPTED, EXIT_PROGRAM_FAILED, MemscopeError
 from memscope.program.runner import Script, check_script
 from memscope.report import write_whole
 from memscope.report.units import parse_percent
@@ -35,12 +35,12 @@ from memscope.report.units import parse_percent
                    "one line per step).")
 @module_option
 @target_option
-@click.argument("target", metavar="SCRIPT")
+@click.argument("program", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str | None,
            output: str | None, min_change: str, no_passes: bool, quiet: bool,
            as_module: bool,
-           user_packages: tuple[str, ...], target_spec: str | None, target: str,
+           user_packages: tuple[str, ...], target_spec: str | None, program: str,
            args: tuple[str, ...]) -> None:
     """Find the release that moved a function's memory figures: each release
     tried in an environment of its own (built with uv from the package index,
@@ -60,8 +60,7 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     (what was tried is printed and written).
     """
     from memscope.bisect.releases import Range
-    from memscope.bisect.run import Request
-    from memscope.bisect.run import bisect as run_bisect
+    from memscope.bisect.run import Request, run_bisect
     from memscope.render.bisect import render_bisect, render_bisect_json
     from memscope.render.progress import terminal_progress
 
@@ -74,7 +73,7 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     if name in ("jaxlib",):
         raise MemscopeError("jaxlib moves with JAX: bisect it with --jax FROM..TO")
     fraction = parse_percent(min_change) / 100.0
-    script = Script(target, tuple(args), module=as_module, packages=user_packages)
+    script = Script(program, tuple(args), module=as_module, packages=user_packages)
     check_script(script)
     request = Request(script, name, Range.parse(text or ""), function=function,
                       target_spec=target_spec, min_change=fraction, passes=not no_passes)
@@ -88,4 +87,4 @@ def bisect(jax_range: str | None, package: tuple[str, str] | None, function: str
     if result.interrupted:
         raise SystemExit(EXIT_INTERRUPTED)
     if not any(t.status == "ran" for t in result.tried):
-        raise SystemExit(EXIT_TARGET_FAILED)
+        raise SystemExit(EXIT_PROGRAM_FAILED)

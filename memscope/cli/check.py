@@ -9,14 +9,13 @@ from typing import IO
 import click
 
 from memscope.check.config import load_config, with_options
-from memscope.check.judge import check as check_report
-from memscope.check.judge import target_failure
+from memscope.check.judge import check_report, program_failure
 from memscope.check.records import CheckResult
 from memscope.check.request import CheckRequest
 from memscope.cli._common import (
+    given_target,
     misplaced_hint,
     module_option,
-    open_target,
     output_option,
     output_paths,
     target_option,
@@ -25,8 +24,8 @@ from memscope.cli._common import (
 )
 from memscope.cli._pipes import PipeSafeHelp
 from memscope.errors import (
+    EXIT_PROGRAM_FAILED,
     EXIT_REGRESSION,
-    EXIT_TARGET_FAILED,
     EXIT_UNREADABLE,
     MemscopeError,
 )
@@ -69,7 +68,7 @@ from memscope.report import Report, load_report, save_report
 @output_option
 @module_option
 @target_option
-@click.argument("target", metavar="[SCRIPT]", required=False)
+@click.argument("program", metavar="[SCRIPT]", required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
@@ -78,7 +77,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
           output_format: str, junit_xml: str | None, bisect_jax: bool, output: str | None,
           as_module: bool,
           user_packages: tuple[str, ...],
-          target_spec: str | None, target: str | None, args: tuple[str, ...]) -> None:
+          target_spec: str | None, program: str | None, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or check --report REPORT.json) and compare every jitted
     function with --baseline and the budgets in [tool.memscope].
 
@@ -86,10 +85,10 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
     function gains an unusable donation, an aliased leaf loses its alias, a
     budget is broken, or no function of the baseline was compared (unless
     --allow-empty). Exit codes: 0 pass, 1 regression, 2 usage or input
-    error, 3 the target itself failed, 4 a compiled program could not be read.
+    error, 3 the program itself failed, 4 a compiled program could not be read.
     """
     request = CheckRequest.make(
-        target=target, args=tuple(args), as_module=as_module, report_file=report_file,
+        program=program, args=tuple(args), as_module=as_module, report_file=report_file,
         baseline=baseline, update_baseline=update_baseline,
         config=with_options(load_config(config_file), max_increase, max_increase_bytes),
         strict_env=strict_env, allow_empty=allow_empty, output_format=output_format,
@@ -98,7 +97,7 @@ def check(ctx: click.Context, baseline: str | None, update_baseline: bool,
                                             "[ARGS]..."))
     base = (_load_baseline(request.baseline)
             if request.compares and request.baseline is not None else None)
-    what = None if target is None else Script(target, tuple(args), module=as_module,
+    what = None if program is None else Script(program, tuple(args), module=as_module,
                                               packages=user_packages)
     if what is not None:
         check_script(what)
@@ -122,7 +121,7 @@ def _bisect(result: CheckResult, base: Report, report: Report, what: Script | No
             target_spec: str | None, guard: Guard) -> None:
     """``--bisect``: the first JAX release that moved each function that failed."""
     from memscope.bisect import baseline
-    from memscope.bisect.run import bisect
+    from memscope.bisect.run import run_bisect
     from memscope.render.bisect import check_lines
     from memscope.render.progress import terminal_progress
 
@@ -132,14 +131,14 @@ def _bisect(result: CheckResult, base: Report, report: Report, what: Script | No
         said = [why or ""]
     else:
         with terminal_progress(lines="memscope bisect") as progress:
-            found = bisect(asked, progress=progress)
+            found = run_bisect(asked, progress=progress)
         said = check_lines(found, failing)
     guard.write(lambda out: print("\n".join(visible(line) for line in said), file=out))
 
 
 def _current_report(request: CheckRequest, what: Script | None, guard: Guard,
                     output: str | None, target_spec: str | None) -> Report:
-    """The report to judge: the saved one, or the target's run (saved to ``output``
+    """The report to judge: the saved one, or the program's run (saved to ``output``
     however it ends)."""
     if what is None:
         assert request.report_file is not None
@@ -152,19 +151,19 @@ def _current_report(request: CheckRequest, what: Script | None, guard: Guard,
         click.echo(warning, err=True)
     return run_and_report(what, guard=guard, deliver=None if output is None
                           else partial(save_report, path=output),
-                          target=open_target(target_spec))
+                          target=given_target(target_spec))
 
 
 def _gate(ctx: click.Context, request: CheckRequest, report: Report) -> None:
-    """End the command where the report cannot be judged: the target failed (exit
+    """End the command where the report cannot be judged: the program failed (exit
     3), no jitted function ran (2), a compiled program was not read (4)."""
-    failure = target_failure(report)
+    failure = program_failure(report)
     if failure is not None:
         click.echo(visible(f"memscope: {failure}; nothing was checked{request.misplaced}"),
                    err=True)
-        ctx.exit(EXIT_TARGET_FAILED)
+        ctx.exit(EXIT_PROGRAM_FAILED)
     if not report.functions:
-        raise MemscopeError(f"{request.target or request.report_file} called no jitted "
+        raise MemscopeError(f"{request.program or request.report_file} called no jitted "
                             "function; nothing to check")
     unreadable = unreadable_line(report)
     if unreadable is not None:

@@ -38,11 +38,11 @@ from memscope.variants.donation import VariantRequest, parse_donation
 @module_option
 @stop_after_option
 @output_option
-@click.argument("target", metavar="SCRIPT|OLD.json")
+@click.argument("program", metavar="SCRIPT|OLD.json")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_changed: bool,
-         as_module: bool, user_packages: tuple[str, ...], stop_after: int | None, output: str | None, target: str,
+         as_module: bool, user_packages: tuple[str, ...], stop_after: int | None, output: str | None, program: str,
          args: tuple[str, ...]) -> None:
     """Compare a script's functions as written with another donation, each compiled
     and measured:
@@ -57,11 +57,11 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
     which runs as under `memscope run`. The exit code is the script's own (0 when
     --stop-after ended it), or 2 when a SPEC or function name does not apply.
     """
-    if target.endswith(".json") and not as_module:
+    if program.endswith(".json") and not as_module:
         if len(args) != 1 and any(a.startswith("-") for a in args):
             raise MemscopeError("memscope's options go before the reports, as in memscope "
                                 "diff --only-changed OLD.json NEW.json")
-        _diff_reports(target, args, spec, functions, only_changed, stop_after, output)
+        _diff_reports(program, args, spec, functions, only_changed, stop_after, output)
         return
     if spec is None:
         hint = misplaced_hint(ctx, args, "memscope diff --donate 0 train.py --lr 3e-4")
@@ -69,7 +69,7 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
                             "numbers, names, all or none); to compare two reports give "
                             "OLD.json NEW.json" + hint)
     request = VariantRequest(parse_donation(spec), frozenset(functions) or None)
-    what = Script(target, tuple(args), module=as_module,
+    what = Script(program, tuple(args), module=as_module,
                      packages=user_packages)
     check_script(what)
     saved = output_paths(what, output=output)["output"]
@@ -78,14 +78,14 @@ def diff(ctx: click.Context, spec: str | None, functions: tuple[str, ...], only_
                             deliver=None if saved is None else partial(save_report, path=saved))
     assert report.run is not None
     if not report.functions:
-        click.echo(nothing_called(target, report.run.outcome,
+        click.echo(nothing_called(program, report.run.outcome,
                                   misplaced_hint(ctx, args, "memscope diff --donate 0 train.py --lr 3e-4")), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
     chosen = _chosen(report.functions, functions)
     diffs = [compare_variant(fn, v) for fn in chosen
              if (v := fn.variant("requested")) is not None]
     shown = [d for d in diffs if not (only_changed and d.verdict == "same")]
-    guard.write(lambda out: render_diff(f"{target}: as written vs --donate {spec}", shown,
+    guard.write(lambda out: render_diff(f"{program}: as written vs --donate {spec}", shown,
                                         out, before="as written", after=f"--donate {spec}"))
     failed = [d for d in diffs if d.verdict == "error"]
     if failed:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from memscope.cli._common import (
+    given_target,
     module_option,
-    open_target,
     stop_after_option,
     target_option,
 )
@@ -52,12 +52,12 @@ from memscope.report.units import parse_size
 @click.option("-q", "--quiet", is_flag=True,
               help="Do not show the compiles' progress (shown on stderr where it is a "
                    "terminal).")
-@click.argument("target", metavar="SCRIPT")
+@click.argument("program", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], function: str | None, batch: tuple[str, ...],
         memory: str | None, stop_after: int | None, target_spec: str | None, plan: bool,
-        fmt: str, quiet: bool, target: str, args: tuple[str, ...]) -> None:
+        fmt: str, quiet: bool, program: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... until its loop begins (a jitted signature called a
     second time, or --stop-after N calls), then compile the chosen function at
     other batch sizes (abstract arguments with the same shardings: nothing runs
@@ -82,11 +82,11 @@ def fit(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], fun
     """
     if fmt in ("markdown", "html") and not plan:
         raise click.UsageError(f"--format {fmt} is --plan's: fit alone writes text or json")
-    what = Script(target, tuple(args), module=as_module,
+    what = Script(program, tuple(args), module=as_module,
                   packages=user_packages)
     check_script(what)
     budget = parse_size(memory) if memory is not None else None
-    chips = open_target(target_spec)
+    chips = given_target(target_spec)
     with terminal_progress(quiet) as progress:  # gone before the answer is printed
         done = run_fit(what, function=function, batch=batch, memory=budget,
                        stop_after=stop_after, target=chips, plan=plan, progress=progress)

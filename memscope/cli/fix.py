@@ -11,7 +11,7 @@ from memscope.cli._pipes import PipeSafeHelp, printing
 from memscope.errors import EXIT_FIX_REFUSED, EXIT_FIX_UNVERIFIED, MemscopeError
 from memscope.fix import plan as fixing
 from memscope.program.runner import Script, check_script
-from memscope.render.fix import render_checks, render_diff, render_problems
+from memscope.render.fix import render_checks, render_fix_diff, render_problems
 
 
 @click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
@@ -27,11 +27,11 @@ from memscope.render.fix import render_checks, render_diff, render_problems
 @click.option("--stop-after", type=click.IntRange(min=1), metavar="N",
               default=fixing.DEFAULT_STOP_AFTER, show_default=True,
               help="End each run of the script once N jitted calls have run.")
-@click.argument("target", metavar="SCRIPT")
+@click.argument("program", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], write: bool, functions: tuple[str, ...],
-        keep: bool, stop_after: int, target: str, args: tuple[str, ...]) -> None:
+        keep: bool, stop_after: int, program: str, args: tuple[str, ...]) -> None:
     """Write memscope's donation advice into SCRIPT's own jit calls.
 
     Runs SCRIPT [ARGS]... under memscope (stopping early, in a fresh process)
@@ -43,19 +43,19 @@ def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], wri
     5 an edit was refused (nothing written); 6 the edited program measured
     differently from the advice (files restored unless --keep).
     """
-    what = Script(target, tuple(args), module=as_module,
+    what = Script(program, tuple(args), module=as_module,
                      packages=user_packages)
     check_script(what)
     try:
-        before = fixing.capture(what, stop_after=stop_after, advice="advised")
+        before = fixing.measure_script(what, stop_after=stop_after, advice="advised")
     except MemscopeError as e:  # memscope's options after SCRIPT went to the script
         hint = misplaced_hint(ctx, args, "memscope fix --write train.py --steps 5")
         raise MemscopeError(f"{e}{hint}", exit_code=e.exit_code) from None
-    plan = fixing.plan(before, functions or None)
+    plan = fixing.plan_fix(before, functions or None)
     render_problems(plan, sys.stderr)
     if plan.refusals:
         with printing() as out:
-            render_diff(plan, out)
+            render_fix_diff(plan, out)
         click.echo("memscope fix: nothing written (an edit was refused)", err=True)
         ctx.exit(EXIT_FIX_REFUSED)
     if not plan.changes:
@@ -63,11 +63,11 @@ def fix(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], wri
         ctx.exit(0)
     if not write:
         with printing() as out:
-            render_diff(plan, out)
+            render_fix_diff(plan, out)
         ctx.exit(0)
     fixing.apply(plan.changes)
     try:
-        after = fixing.capture(what, stop_after=stop_after, advice="off")
+        after = fixing.measure_script(what, stop_after=stop_after, advice="off")
     except BaseException:
         fixing.restore(plan.changes)
         raise

@@ -7,18 +7,17 @@ from typing import TextIO
 import click
 
 from memscope.analysis.advice import ADVICE_LEVELS, AdviceLevel
-from memscope.cli._advice import advice_options
 from memscope.cli._common import (
     buffers_option,
     detail_option,
     format_option,
+    given_target,
     html_option,
     leaf_filter,
     leaves_options,
     misplaced_hint,
     module_option,
     nothing_called,
-    open_target,
     output_option,
     output_paths,
     stop_after_option,
@@ -33,11 +32,12 @@ from memscope.cli._common import (
 from memscope.cli._pipes import PipeSafeHelp
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE
 from memscope.flow import run_and_report
+from memscope.options import advice_options
 from memscope.program.ending import Guard
 from memscope.program.runner import Script, check_script
 from memscope.render.progress import terminal_progress
 from memscope.report import Report, save_report
-from memscope.report.leaves import LeafFilter
+from memscope.views.leaves import LeafFilter
 
 
 @click.command(cls=PipeSafeHelp, context_settings={"allow_interspersed_args": False})
@@ -73,7 +73,7 @@ from memscope.report.leaves import LeafFilter
 @trace_option
 @target_option
 @leaves_options
-@click.argument("target", metavar="SCRIPT")
+@click.argument("program", metavar="SCRIPT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], output: str | None, quiet: bool,
@@ -82,7 +82,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
         detail: bool, output_format: str, buffers: bool, html: str | None, trace: str | None, target_spec: str | None,
         leaves: bool, path_pattern: str | None,
         fate: str | None,
-        target: str, args: tuple[str, ...]) -> None:
+        program: str, args: tuple[str, ...]) -> None:
     """Run SCRIPT [ARGS]... (or -m MODULE [ARGS]...) as python would, then report
     every jitted function it called: memory figures, the fate of each buffer, and
     what other donations would change (each compiled and measured).
@@ -98,13 +98,13 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     compiled program could not be read.
     """
     level, remat_at = advice_options(advice, no_advice, remat, remat_flops)
-    what = Script(target, tuple(args), module=as_module,
+    what = Script(program, tuple(args), module=as_module,
                      packages=user_packages)
     check_script(what)
     paths = output_paths(what, output=output, html=html, trace=trace)
     guard = ctx.with_resource(Guard())
     which = leaf_filter(leaves, path_pattern, fate)
-    chips = open_target(target_spec)
+    chips = given_target(target_spec)
 
     progress = ctx.with_resource(terminal_progress(quiet))
 
@@ -130,7 +130,7 @@ def run(ctx: click.Context, as_module: bool, user_packages: tuple[str, ...], out
     assert report.run is not None
     if not report.functions:
         hint = misplaced_hint(ctx, args, "memscope run -o report.json train.py --lr 3e-4")
-        click.echo(nothing_called(target, report.run.outcome, hint), err=True)
+        click.echo(nothing_called(program, report.run.outcome, hint), err=True)
         ctx.exit(report.run.exit_code or EXIT_USAGE)
     unmatched = unmatched_path_line(report, which)
     if unmatched is not None:

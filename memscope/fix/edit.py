@@ -28,10 +28,10 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from memscope.errors import EXIT_FIX_REFUSED, MemscopeError
 
-Framework = Literal["jax", "equinox", "nnx"]
+JitKind = Literal["jax", "equinox", "nnx"]
 
 #: The keywords through which each spelling donates.
-DONATION_KEYWORDS: dict[Framework, tuple[str, ...]] = {
+DONATION_KEYWORDS: dict[JitKind, tuple[str, ...]] = {
     "jax": ("donate_argnums", "donate_argnames"),
     "nnx": ("donate_argnums", "donate_argnames"),
     "equinox": ("donate",),
@@ -48,7 +48,7 @@ class FixRefused(MemscopeError):
 class Donate:
     """A donation to write: keyword -> Python source of its value, in a framework's terms."""
 
-    framework: Framework
+    framework: JitKind
     keywords: tuple[tuple[str, str], ...]
 
 
@@ -70,7 +70,7 @@ def parse_setting(setting: str) -> Donate:
             prose because the wrapper cannot donate exactly that).
     """
     text = setting.strip()
-    framework: Framework = "jax"
+    framework: JitKind = "jax"
     if text.startswith("eqx.filter_jit("):
         framework, text = "equinox", text[len("eqx.filter_jit("):-1]
     elif text.startswith("nnx.jit("):
@@ -139,7 +139,7 @@ class _Found:
     """The jit expression of one request: a bare decorator (``@jax.jit``) or a call."""
 
     node: cst.CSTNode
-    kind: Framework
+    kind: JitKind
     decorator: bool
     jitted: cst.BaseExpression | None  # the function a call-style jit is given
 
@@ -153,7 +153,7 @@ def _dotted(node: cst.CSTNode) -> str | None:
     return None
 
 
-def _jit_kind(node: cst.CSTNode) -> Framework | None:
+def _jit_kind(node: cst.CSTNode) -> JitKind | None:
     """Which jit a name is: ``jax.jit``/``jit``/``pjit``, ``eqx.filter_jit``, ``nnx.jit``."""
     name = _dotted(node)
     if name is None:

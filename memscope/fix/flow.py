@@ -27,7 +27,7 @@ class FlowVerdict:
     unchecked: str | None = None
 
 
-def parameters(text: str, line: int) -> tuple[str, ...] | None:
+def positional_parameters(text: str, line: int) -> tuple[str, ...] | None:
     """The positional parameter names of the function defined at ``line``; ``None``
     if no ``def`` is there."""
     try:

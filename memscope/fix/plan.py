@@ -1,7 +1,7 @@
 """``memscope fix``: write the advice into the user's source, then measure it again.
 
-The flow: :func:`capture` runs the script under ``memscope run`` (a fresh
-process, stopping early) and reads its report; :func:`plan` turns each
+The flow: :func:`measure_script` runs the script under ``memscope run`` (a fresh
+process, stopping early) and reads its report; :func:`plan_fix` turns each
 function's advice into an edit of the jit call that made it (found by the
 report's ``jit_site``), refusing, one line each, what it cannot make safely;
 :func:`apply` writes every edit or none; :func:`verify` compares a second
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from memscope.analysis.advice import AdviceLevel
 from memscope.compiled.program import WRITTEN_BACK
-from memscope.errors import EXIT_TARGET_FAILED, MemscopeError
+from memscope.errors import EXIT_PROGRAM_FAILED, MemscopeError
 from memscope.fix.edit import Donate, EditRequest, FixRefused, edit_source, parse_setting
-from memscope.fix.flow import check_call, parameters
+from memscope.fix.flow import check_call, positional_parameters
 from memscope.program import sites
 from memscope.program.runner import Script
 from memscope.report import FunctionReport, Report, load_report
@@ -40,7 +40,7 @@ DEFAULT_STOP_AFTER = 10
 
 @dataclass(frozen=True)
 class Advised:
-    """One function whose advice :func:`plan` writes into its jit call.
+    """One function whose advice :func:`plan_fix` writes into its jit call.
 
     ``leaves`` are the input leaves the advice makes ``aliased``;
     ``peak_predicted`` is the peak memscope measured by compiling the advice.
@@ -67,7 +67,7 @@ class FileChange:
 
 
 @dataclass(frozen=True)
-class Plan:
+class FixPlan:
     """What ``memscope fix`` would change. ``refusals`` and ``notes`` are one line
     each; with any refusal nothing is written. ``diff`` is the unified diff of
     ``changes``."""
@@ -106,19 +106,19 @@ class Check:
 # --------------------------------------------------------------- capture --
 
 
-def capture(target: Script, *, stop_after: int, advice: AdviceLevel) -> Report:
-    """The report of ``memscope run --stop-after N`` of ``target``, run in a fresh
+def measure_script(script: Script, *, stop_after: int, advice: AdviceLevel) -> Report:
+    """The report of ``memscope run --stop-after N`` of ``script``, run in a fresh
     process with its output held back (shown only if it fails).
 
     Raises:
-        MemscopeError: the target failed (exit code 3) or wrote no report.
+        MemscopeError: the program failed (exit code 3) or wrote no report.
     """
     with tempfile.TemporaryDirectory(prefix="memscope-fix-") as folder:
         out = os.path.join(folder, "report.json")
         command = [sys.executable, "-m", "memscope", "run", "-q", "--advice", advice,
                    "--stop-after", str(stop_after), "-o", out,
-                   *(f"--user-package={name}" for name in target.packages),
-                   *(["-m"] if target.module else []), target.name, *target.args]
+                   *(f"--user-package={name}" for name in script.packages),
+                   *(["-m"] if script.module else []), script.name, *script.args]
         done = subprocess.run(command, capture_output=True, text=True, env=_env(),
                               check=False)
         report = load_report(out) if os.path.exists(out) else None
@@ -129,8 +129,8 @@ def capture(target: Script, *, stop_after: int, advice: AdviceLevel) -> Report:
         else:
             lines = (done.stderr or done.stdout).strip().splitlines()
             why = lines[-1] if lines else f"exit code {done.returncode}"
-        raise MemscopeError(f"{target.name} failed under memscope run ({why}); nothing "
-                            "was changed", exit_code=EXIT_TARGET_FAILED)
+        raise MemscopeError(f"{script.name} failed under memscope run ({why}); nothing "
+                            "was changed", exit_code=EXIT_PROGRAM_FAILED)
     return report
 
 
@@ -145,7 +145,7 @@ def _env() -> dict[str, str]:
 # ------------------------------------------------------------------ plan --
 
 
-def plan(report: Report, functions: Iterable[str] | None = None) -> Plan:
+def plan_fix(report: Report, functions: Iterable[str] | None = None) -> FixPlan:
     """The edits that write each function's advice into its jit call.
 
     ``functions`` limits it to those names. Paths in the report are relative
@@ -189,7 +189,7 @@ def plan(report: Report, functions: Iterable[str] | None = None) -> Plan:
     refusals.extend(f"{c.path}: it is in an installed package, not edited (reinstalling "
                     "the package would undo it): the diff below is the change to make in "
                     "its source" for c in changes if sites.is_installed(c.full_path))
-    return Plan(tuple(advised), tuple(changes), tuple(refusals), tuple(notes),
+    return FixPlan(tuple(advised), tuple(changes), tuple(refusals), tuple(notes),
                 "".join(_diff(c) for c in changes))
 
 
@@ -240,7 +240,7 @@ def _flow(f: FunctionReport, item: Advised) -> tuple[str | None, str | None]:
     params = None
     if f.source is not None:
         source_text = _read(_site(f.source)[0])
-        params = parameters(source_text, _site(f.source)[1]) if source_text else None
+        params = positional_parameters(source_text, _site(f.source)[1]) if source_text else None
     callees = [f.name, *_assigned(_site(item.jit_site))]
     # An argument the framework writes back into the same objects (nnx.jit: the
     # model's and optimizer's Variables get the new arrays) stays valid after the

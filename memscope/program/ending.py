@@ -1,11 +1,11 @@
 """How a run's report survives every ending python itself survives.
 
-One :class:`Guard` per ``memscope run``/``diff``/``check`` of a target. It keeps:
+One :class:`Guard` per ``memscope run``/``diff``/``check`` of a program. It keeps:
 
-* the process that started the run: a child the target forks returns through
-  memscope's code too, and must end as the target's child would, without
+* the process that started the run: a child the program forks returns through
+  memscope's code too, and must end as the program's child would, without
   writing (over) the parent's report;
-* the stdout memscope started with, as a stream of its own: the target may
+* the stdout memscope started with, as a stream of its own: the program may
   reassign ``sys.stdout`` (its log file must not receive the report) or close
   it (memscope must still print);
 * SIGTERM: python dies of it at once, so memscope delivers what was captured so
@@ -55,15 +55,15 @@ class Guard:
                 self.stdout.close()
 
     def owns_the_report(self) -> bool:
-        """False in a child the target forked: only the starting process reports."""
+        """False in a child the program forked: only the starting process reports."""
         return os.getpid() == self.pid
 
     @contextlib.contextmanager
     def terminated_by(self, deliver: Callable[[], None]) -> Iterator[None]:
-        """While the target runs, SIGTERM calls ``deliver`` (the report so far) and
+        """While the program runs, SIGTERM calls ``deliver`` (the report so far) and
         then ends the process by SIGTERM, as it would have ended under python.
 
-        A handler the target installs itself replaces this one, as under python.
+        A handler the program installs itself replaces this one, as under python.
         """
         def on_sigterm(signum: int, frame: Any) -> None:
             if self._deferring:

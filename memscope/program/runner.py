@@ -1,9 +1,9 @@
 """Run a script or module as ``__main__``, the way ``python`` does.
 
 ``sys.argv`` is ``[SCRIPT, *ARGS]``, ``sys.path[0]`` is the script's folder (the
-working directory for ``-m``), and the target's stdout is left alone. However
-the target ends (returning, ``sys.exit(n)``, an uncaught exception, Ctrl-C, or
-memscope's own :class:`~memscope.errors.TargetStopped` for ``--stop-after``), the
+working directory for ``-m``), and the program's stdout is left alone. However
+the program ends (returning, ``sys.exit(n)``, an uncaught exception, Ctrl-C, or
+memscope's own :class:`~memscope.errors.ProgramStopped` for ``--stop-after``), the
 caller gets a :class:`RunResult` back instead of an exception, so what was
 captured can still be reported.
 """
@@ -26,9 +26,9 @@ from typing import Any
 
 from memscope.errors import (
     EXIT_INTERRUPTED,
-    EXIT_TARGET_RAISED,
-    TargetError,
-    TargetStopped,
+    EXIT_PROGRAM_RAISED,
+    ProgramError,
+    ProgramStopped,
     described,
     text_of,
 )
@@ -44,7 +44,7 @@ class Script:
     is true.
 
     ``packages`` names more packages as the user's code (``--user-package``),
-    beside the target's own (see :func:`user_code`)."""
+    beside the program's own (see :func:`user_code`)."""
 
     name: str
     args: tuple[str, ...] = ()
@@ -60,73 +60,73 @@ class RunResult:
     error: str | None = None
 
 
-def check_script(target: Script) -> None:
-    """Fail early, with one line, for a target ``python`` could not start.
+def check_script(script: Script) -> None:
+    """Fail early, with one line, for a program ``python`` could not start.
 
     Raises:
-        TargetError: missing file, a folder without ``__main__.py``, a file that
+        ProgramError: missing file, a folder without ``__main__.py``, a file that
             is not Python source, a syntax error, an unknown module, or an
             unknown ``--user-package``.
     """
-    if target.module:
-        _check_module(target.name)
-        user_code(target)
+    if script.module:
+        _check_module(script.name)
+        user_code(script)
         return
-    user_code(target)
-    path = target.name
+    user_code(script)
+    path = script.name
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, "__main__.py")):
-            raise TargetError(f"{path} is a folder with no __main__.py; give a Python script")
+            raise ProgramError(f"{path} is a folder with no __main__.py; give a Python script")
         return
     if not os.path.exists(path):
-        raise TargetError(f"cannot run {path}: no such file")
+        raise ProgramError(f"cannot run {path}: no such file")
     try:
         with open(path, "rb") as f:
             source = f.read()
     except OSError as e:
-        raise TargetError(f"cannot read {path}: {e.strerror}") from None
+        raise ProgramError(f"cannot read {path}: {e.strerror}") from None
     try:
         compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as e:
         if not path.endswith(_PYTHON_SUFFIXES) or b"\0" in source:
-            raise TargetError(f"{path} is not a Python script") from None
+            raise ProgramError(f"{path} is not a Python script") from None
         where = f"{path}:{e.lineno}" if isinstance(e, SyntaxError) and e.lineno else path
         message = e.msg if isinstance(e, SyntaxError) else str(e)
-        raise TargetError(f"{where}: syntax error: {message}") from None
+        raise ProgramError(f"{where}: syntax error: {message}") from None
 
 
-def user_code(target: Script) -> sites.UserCode:
-    """The files that are the user's code in ``target``'s run, wherever they are
+def user_code(script: Script) -> sites.UserCode:
+    """The files that are the user's code in ``script``'s run, wherever they are
     installed: a script's own folder; for ``-m``, the top-level package (or
-    module) the target runs from; and each package of ``target.packages``.
+    module) the program runs from; and each package of ``script.packages``.
     Found through the import system's finders, importing nothing.
 
     Raises:
-        TargetError: a package of ``target.packages`` that cannot be found.
+        ProgramError: a package of ``script.packages`` that cannot be found.
     """
     roots: list[str] = []
-    if target.module:
-        top = target.name.split(".")[0]  # the whole package the module is in
-        roots.extend(_package_roots(top, Script(target.name, module=True)))
+    if script.module:
+        top = script.name.split(".")[0]  # the whole package the module is in
+        roots.extend(_package_roots(top, Script(script.name, module=True)))
     else:
-        folder = os.path.abspath(target.name)
+        folder = os.path.abspath(script.name)
         roots.append(os.path.realpath(folder if os.path.isdir(folder)
                                       else os.path.dirname(folder)) + os.sep)
-    for name in target.packages:
-        found = _package_roots(name, target)
+    for name in script.packages:
+        found = _package_roots(name, script)
         if not found:
-            raise TargetError(f"--user-package {name}: no package or module {name!r} "
+            raise ProgramError(f"--user-package {name}: no package or module {name!r} "
                               "is installed where the target would import it from")
         roots.extend(found)
-    return sites.UserCode(roots=tuple(dict.fromkeys(roots)), packages=target.packages)
+    return sites.UserCode(roots=tuple(dict.fromkeys(roots)), packages=script.packages)
 
 
-def _package_roots(name: str, target: Script) -> list[str]:
+def _package_roots(name: str, script: Script) -> list[str]:
     """Where the package (``maxtext``) or module named ``name`` lives, as the
-    target's ``sys.path`` finds it: its folders, or its file; a dotted name
+    program's ``sys.path`` finds it: its folders, or its file; a dotted name
     (``maxtext.trainers``) names the folder of that subpackage."""
     top, *rest = name.split(".")
-    with _main_sys_path(target):
+    with _main_sys_path(script):
         try:
             spec = importlib.machinery.PathFinder.find_spec(top, sys.path)
         except (ImportError, ValueError):
@@ -144,23 +144,23 @@ def _check_module(name: str) -> None:
         with _main_sys_path(Script(name, module=True)):
             _main_spec(name)
     except (ImportError, ValueError) as e:
-        raise TargetError(f"cannot run module {name!r}: {e}") from None
+        raise ProgramError(f"cannot run module {name!r}: {e}") from None
 
 
-def run_script(target: Script, *, on_finish: Callable[[], None] | None = None,
+def run_script(script: Script, *, on_finish: Callable[[], None] | None = None,
                on_error: Callable[[BaseException], None] | None = None) -> RunResult:
-    """Run ``target`` as ``__main__`` and say how it ended; never raises for it.
+    """Run ``script`` as ``__main__`` and say how it ended; never raises for it.
 
-    ``on_finish`` is called once the target's code has ended and its
+    ``on_finish`` is called once the program's code has ended and its
     non-daemon threads have too (python waits for them before it exits), while
     what it left behind still exists: the ``__main__`` namespace a script ends
     with, or the frames of the exception that ended it. ``on_error`` is given
-    the exception that ended the target, while its frames are at hand.
+    the exception that ended the program, while its frames are at hand.
     """
-    with _as_main(target), sites.as_program_code(user_code(target)):
+    with _as_main(script), sites.as_program_code(user_code(script)):
         try:
             try:
-                _run(target)
+                _run(script)
             finally:
                 _flush(sys.stdout)
         except BaseException as e:
@@ -176,24 +176,24 @@ def run_script(target: Script, *, on_finish: Callable[[], None] | None = None,
     return result
 
 
-def _run(target: Script) -> None:
-    """Execute the target's code in a fresh ``__main__`` module set up as python 3.11
+def _run(script: Script) -> None:
+    """Execute the program's code in a fresh ``__main__`` module set up as python 3.11
     does: ``__file__`` absolute, ``__loader__``, ``__spec__`` (``None`` for a script),
     ``__cached__``, and the module itself in ``sys.modules["__main__"]``."""
-    if target.module:
-        spec = _main_spec(target.name)
+    if script.module:
+        spec = _main_spec(script.name)
         assert spec.loader is not None and spec.origin is not None
         code = spec.loader.get_code(spec.name)  # type: ignore[attr-defined]
         sys.argv[0] = spec.origin
         module = _fresh_main(__file__=spec.origin, __cached__=spec.cached,
                              __loader__=spec.loader, __package__=spec.parent,
                              __spec__=spec)
-    elif os.path.isdir(target.name):
+    elif os.path.isdir(script.name):
         # A folder runs its __main__.py through the import system, as python does.
-        runpy.run_path(target.name, run_name="__main__")
+        runpy.run_path(script.name, run_name="__main__")
         return
     else:
-        path = os.path.abspath(target.name)
+        path = os.path.abspath(script.name)
         with open(path, "rb") as f:
             code = compile(f.read(), path, "exec", dont_inherit=True)
         module = _fresh_main(__file__=path, __cached__=None,
@@ -224,7 +224,7 @@ def _main_spec(name: str) -> importlib.machinery.ModuleSpec:
 
 
 def _wait_for_threads(result: RunResult) -> RunResult:
-    """Wait for the target's non-daemon threads, as python does before it exits,
+    """Wait for the program's non-daemon threads, as python does before it exits,
     so the calls they make after the main script ended are counted too.
 
     Idle ``concurrent.futures`` workers are left alone: python ends those through
@@ -245,33 +245,33 @@ def _wait_for_threads(result: RunResult) -> RunResult:
 
 
 def _flush(stream: Any) -> None:
-    # The target may have closed or replaced sys.stdout; that is its business.
+    # The program may have closed or replaced sys.stdout; that is its business.
     with contextlib.suppress(Exception):
         stream.flush()
 
 
 def _ended_by(e: BaseException) -> RunResult:
-    """How ``e`` ended the target, after printing it as python would."""
+    """How ``e`` ended the program, after printing it as python would."""
     if isinstance(e, SystemExit):
         if e.code is not None and not isinstance(e.code, int):
             with contextlib.suppress(Exception):
                 print(e.code, file=sys.stderr)
-    elif not isinstance(e, TargetStopped):
+    elif not isinstance(e, ProgramStopped):
         _print_traceback(e)
     return ended_by(e)
 
 
 def ended_by(e: BaseException) -> RunResult:
-    """How the exception ``e`` that ended a target ends its run, with the exit code
+    """How the exception ``e`` that ended a program ends its run, with the exit code
     python would give it (``sys.exit(n)``, an uncaught exception, Ctrl-C) or
-    ``stopped`` for :class:`~memscope.errors.TargetStopped`; prints nothing."""
+    ``stopped`` for :class:`~memscope.errors.ProgramStopped`; prints nothing."""
     if isinstance(e, SystemExit):
         return _exit_result(e.code)
-    if isinstance(e, TargetStopped):
+    if isinstance(e, ProgramStopped):
         return RunResult("stopped", 0)
     if isinstance(e, KeyboardInterrupt):
         return RunResult("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt")
-    return RunResult("failed", EXIT_TARGET_RAISED, described(e, whole=False))
+    return RunResult("failed", EXIT_PROGRAM_RAISED, described(e, whole=False))
 
 
 def exit_status(code: int) -> int:
@@ -293,7 +293,7 @@ def _exit_result(code: object) -> RunResult:
 
 
 def _print_traceback(e: BaseException) -> None:
-    # Drop the frames of memscope and runpy above the target's own, as python
+    # Drop the frames of memscope and runpy above the program's own, as python
     # shows none of its own machinery either.
     tb = e.__traceback__
     here = sites.OWN_ROOT
@@ -307,14 +307,14 @@ def _print_traceback(e: BaseException) -> None:
 
 
 @contextlib.contextmanager
-def _main_sys_path(target: Script) -> Iterator[None]:
+def _main_sys_path(script: Script) -> Iterator[None]:
     """``sys.path[0]`` as python sets it: the script's folder, or the working
     directory for ``-m``."""
     saved = sys.path[:]
-    if target.module:
+    if script.module:
         folder = os.getcwd()
     else:
-        folder = os.path.abspath(target.name)
+        folder = os.path.abspath(script.name)
         if not os.path.isdir(folder):
             folder = os.path.dirname(folder)
     sys.path[0:1] = [folder]
@@ -325,11 +325,11 @@ def _main_sys_path(target: Script) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _as_main(target: Script) -> Iterator[None]:
+def _as_main(script: Script) -> Iterator[None]:
     saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
-    sys.argv = [target.name, *target.args]  # for -m, argv[0] becomes the file
+    sys.argv = [script.name, *script.args]  # for -m, argv[0] becomes the file
     try:
-        with _main_sys_path(target):
+        with _main_sys_path(script):
             yield
     finally:
         sys.argv = saved_argv

@@ -72,7 +72,7 @@ _INSTALLED = installed_roots()
 class UserCode:
     """Which source files are the program's own: those outside installed packages,
     the standard library and memscope, and, wherever they are installed, the
-    files under ``roots``: the package a ``python -m`` target runs from, a script's
+    files under ``roots``: the package a ``python -m`` program runs from, a script's
     own folder, and packages the user names (``--user-package``). A user's
     installed trainer (``memscope run -m maxtext.trainers.pre_train.train``) is
     then the user's code: its functions get the advice, and its lines are the

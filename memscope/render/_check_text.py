@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memscope.check.records import CheckResult, EnvDifference, FunctionVerdict
-from memscope.report.leaves import parenthesized
+from memscope.views.leaves import parenthesized
 
 
 def against(result: CheckResult, code: str = "") -> str:
@@ -21,14 +21,14 @@ def environment_note(result: CheckResult) -> str:
     head = ("FAIL (--strict-env): the environment differs from the baseline's"
             if result.environment_failed else
             "The environment differs from the baseline's, so the figures may not be comparable")
-    text = f"{head}: {differences(result.environment)}"
+    text = f"{head}: {environment_text(result.environment)}"
     if result.failed and any(d.field == "jax" for d in result.environment):
         text += ("; memscope check --bisect names the JAX release between the two that moved "
                  "what failed")
     return text
 
 
-def differences(diffs: tuple[EnvDifference, ...]) -> str:
+def environment_text(diffs: tuple[EnvDifference, ...]) -> str:
     return "; ".join(f"{d.field} {d.baseline} -> {d.now}" for d in diffs)
 
 

@@ -14,8 +14,8 @@ from memscope.bisect.search import Tried, moved
 from memscope.render.console import Lines, make_console
 from memscope.render.diff import render_diff
 from memscope.render.text import visible
-from memscope.report.roles_text import package_path
 from memscope.report.units import format_bytes, format_change
+from memscope.views.roles_text import package_path
 
 _NAMES = {"peak_bytes": "peak", "temp_bytes": "temporaries", "argument_bytes": "arguments",
           "output_bytes": "outputs", "alias_bytes": "aliased"}
@@ -258,7 +258,7 @@ def render_bisect_json(result: Result) -> str:
         "schema": "memscope.bisect/1",
         "package": req.package,
         "range": str(req.range),
-        "program": {"target": req.script.name, "argv": list(req.script.args),
+        "program": {"name": req.script.name, "argv": list(req.script.args),
                     "module": req.script.module},
         "function": req.function,
         "target": req.target_spec,

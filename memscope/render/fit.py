@@ -86,7 +86,7 @@ def render_fit_text(f: Forecast, file: IO[str]) -> None:
 
 def render_fit_json(f: Forecast, file: IO[str], *, outcome: str) -> None:
     """The forecast as JSON (schema ``memscope.fit/1``)."""
-    data = {"schema": FIT_SCHEMA, "target_outcome": outcome, **dataclasses.asdict(f)}
+    data = {"schema": FIT_SCHEMA, "program_outcome": outcome, **dataclasses.asdict(f)}
     file.write(json.dumps(data, indent=2) + "\n")
 
 

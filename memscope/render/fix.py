@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
-from memscope.fix.plan import Check, Plan
+from memscope.fix.plan import Check, FixPlan
 from memscope.render.text import visible
 from memscope.report.units import format_bytes
 
@@ -17,7 +17,7 @@ from memscope.report.units import format_bytes
 LISTED_LEAVES = 5
 
 
-def render_problems(plan: Plan, err: TextIO) -> None:
+def render_problems(plan: FixPlan, err: TextIO) -> None:
     """One line per refusal and per note."""
     for refusal in plan.refusals:
         err.write(f"memscope fix: refused: {visible(refusal)}\n")
@@ -25,7 +25,7 @@ def render_problems(plan: Plan, err: TextIO) -> None:
         err.write(f"memscope fix: note: {visible(note)}\n")
 
 
-def render_diff(plan: Plan, out: TextIO) -> None:
+def render_fix_diff(plan: FixPlan, out: TextIO) -> None:
     """The unified diff of every edit, as ``patch -p1`` or ``git apply`` take it."""
     out.write(plan.diff)
 

@@ -32,16 +32,16 @@ from memscope.report import (
     LiveSample,
     Memory,
     Report,
-    remat_text,
 )
-from memscope.report.leaves import LeafGroup
-from memscope.report.summary import (
+from memscope.report.units import format_bytes
+from memscope.views import remat_text
+from memscope.views.leaves import LeafGroup
+from memscope.views.summary import (
     FunctionSummary,
     ReportSummary,
     summarize,
     summarize_function,
 )
-from memscope.report.units import format_bytes
 
 #: The report's own rules, after the shared ones (:data:`memscope.render.html_page.CSS`).
 _CSS = """
@@ -138,7 +138,7 @@ def scoped(css: str, root: str) -> str:
 def _title(report: Report) -> str:
     title = "memscope report"
     if report.run is not None:
-        title += f": {report.run.command if report.run.cell else report.run.target}"
+        title += f": {report.run.command if report.run.cell else report.run.program}"
     return title
 
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from memscope.render.text import html_text as _t
 from memscope.report import FunctionReport, InputBuffer, OutputBuffer, is_host_kind
-from memscope.report.leaves import fate_label, leaf_reason, observed_label
 from memscope.report.units import format_bytes
+from memscope.views.leaves import fate_label, leaf_reason, observed_label
 
 #: The leaf table's sorting and filtering. It holds no report data: it reads the
 #: rows' data attributes, so nothing from the report ever runs as script.

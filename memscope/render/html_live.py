@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from memscope.render.html_page import hover_columns
 from memscope.render.text import html_text as _t
 from memscope.report import ROLE_WORDS, FunctionReport, LiveAtPeak, MemoryTimeline
-from memscope.report.roles_text import PARTS_PER_ROLE, part_where, percent, shape_text
 from memscope.report.units import format_bytes
+from memscope.views.roles_text import PARTS_PER_ROLE, part_where, percent, shape_text
 
 #: ``hoverCharts(chart, mark, list)``, shared with the run's chart
 #: (:mod:`memscope.render.html_run`): in each element matching ``chart``,

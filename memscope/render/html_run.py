@@ -14,8 +14,8 @@ from itertools import pairwise
 from memscope.render.html_page import hover_columns
 from memscope.render.text import html_text as _t
 from memscope.report import HighWater, RunMemory, RunPoint
-from memscope.report.run_text import headline, parts
 from memscope.report.units import format_bytes
+from memscope.views.run_text import high_water_headline, parts
 
 #: Hovering a call shows its figures; hovering or clicking the high-water mark
 #: opens the list of what made it up. It calls :data:`memscope.render.html_live.SCRIPT`'s
@@ -38,7 +38,7 @@ def run_chart(run: RunMemory, *, ids: str = "", script: bool = True) -> str:
     h = run.high_water
     out = [f'<section id="{ids}run-memory"><h2>Device memory over the run</h2>']
     if h is not None:
-        out.append(f'<p class="answer"><b>{_t(headline(h))}</b> {_t(parts(h))}.</p>')
+        out.append(f'<p class="answer"><b>{_t(high_water_headline(h))}</b> {_t(parts(h))}.</p>')
     else:
         out.append('<p class="answer">High-water mark: n/a (no call was sampled)</p>')
     out.append('<div class="runchart">')
@@ -135,7 +135,7 @@ def _mark(h: HighWater, x: Callable[[int], float], y: Callable[[int], float]) ->
             f'stroke="{_MARK}" stroke-dasharray="3 3"/>'
             f'<circle class="hwm" cx="{cx:.1f}" cy="{cy:.1f}" r="7" fill="{_MARK}" '
             f'stroke="{_TOTAL}" data-call="{h.call}" data-bytes="{h.bytes}" '
-            f'data-label="{_t(headline(h))} {_t(parts(h))}"><title>high-water mark</title>'
+            f'data-label="{_t(high_water_headline(h))} {_t(parts(h))}"><title>high-water mark</title>'
             "</circle>"
             f'<text class="guide" x="{min(cx + 10, _WIDTH - 120):.1f}" y="14" font-size="11" '
             f'fill="{_MARK}">high-water mark</text>')

@@ -30,7 +30,7 @@ def report_text(report: Report, *, buffers: bool = False,
     return out.getvalue()
 
 
-def shown(kind: Kind, record: Any) -> str:
+def render_inline(kind: Kind, record: Any) -> str:
     """``record`` (a :class:`Report` or :class:`FunctionReport`) as ``kind``:
     ``text`` the terminal report, plain; ``html`` an element to embed.
 

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from typing import IO
 
 from memscope.check.records import CheckResult, FunctionVerdict
-from memscope.render._check_text import differences, function_label
+from memscope.render._check_text import environment_text, function_label
 from memscope.render.text import visible
 
 _SKIPPED = {"new": "new: not in the baseline", "vanished": "vanished: in the baseline only",
@@ -20,7 +20,7 @@ def render_check_junit(result: CheckResult, file: IO[str]) -> None:
     if result.environment:
         env = ET.Element("testcase", classname="memscope.environment", name="environment")
         text = visible("the environment differs from the baseline's: "
-                       + differences(result.environment))
+                       + environment_text(result.environment))
         if result.environment_failed:
             ET.SubElement(env, "failure", message=text, type="environment").text = text
         else:

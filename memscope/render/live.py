@@ -6,8 +6,8 @@ from rich.text import Text
 
 from memscope.render.text import sparkline, visible
 from memscope.report import FunctionReport, LiveAtPeak, MemoryTimeline
-from memscope.report.roles_text import role_lines
 from memscope.report.units import format_bytes
+from memscope.views.roles_text import role_lines
 
 #: Source lines (and buffers) at the peak shown in the terminal; JSON and HTML hold more.
 TOP_LINES = 5

@@ -1,7 +1,7 @@
 """The markdown view of a run's report (``memscope run/show --format markdown``),
 to paste into a pull request or an issue: the answer and the figures, bounded
 like check's (a row per function up to :data:`MAX_ROWS`, the findings of at most
-:data:`MAX_SECTIONS` functions, each finding's leaves already bounded), so a
+:data:`MAX_MARKDOWN_SECTIONS` functions, each finding's leaves already bounded), so a
 model with hundreds of leaves still makes a comment a reader can take in.
 Nothing is computed here: the text is the summary's, as the terminal shows it.
 """
@@ -10,21 +10,22 @@ from __future__ import annotations
 
 from typing import IO
 
-from memscope.render.text import markdown_cell, markdown_code, markdown_text, source_text
-from memscope.report import Report, run_text
-from memscope.report.summary import (
+from memscope.render.text import markdown_cell, markdown_code, markdown_text, where_text
+from memscope.report import Report
+from memscope.report.units import format_bytes
+from memscope.views import run_text
+from memscope.views.summary import (
     FIGURES_SHOWN,
     FunctionSummary,
     summarize,
     target_line,
 )
-from memscope.report.units import format_bytes
-from memscope.report.view import View, choose_view
+from memscope.views.view import View, choose_view
 
 #: Functions given a row of the figures table; the rest are counted.
 MAX_ROWS = 20
 #: Functions whose findings and advice are listed; the rest are counted.
-MAX_SECTIONS = 8
+MAX_MARKDOWN_SECTIONS = 8
 
 _LABELS = {"problem": "**problem:**", "warning": "**warning:**", "info": "note:"}
 
@@ -56,7 +57,7 @@ def render_run_markdown(report: Report, file: IO[str]) -> None:
         lines += ["No jitted function was called.", ""]
         file.write("\n".join(lines))
         return
-    view = choose_view(report, summary, rows=MAX_ROWS, sections=MAX_SECTIONS)
+    view = choose_view(report, summary, rows=MAX_ROWS, sections=MAX_MARKDOWN_SECTIONS)
     lines += _figures(summary.functions, view)
     for text, computed in view.peak_rules:
         lines.append(("\\* " if computed else "") + markdown_text(text) + "  ")
@@ -85,7 +86,7 @@ def _figures(functions: tuple[FunctionSummary, ...], view: View) -> list[str]:
         if m is not None and m.peak_is_computed:
             figures[-1] += "\\*"
         which = f" ({s.variant_of[0]} of {s.variant_of[1]})" if s.variant_of else ""
-        lines.append(f"| {markdown_cell(s.name)}{which} | {markdown_cell(source_text(s.source))} "
+        lines.append(f"| {markdown_cell(s.name)}{which} | {markdown_cell(where_text(s.source))} "
                      f"| {s.calls} | " + " | ".join(figures) + " |")
     if len(functions) > MAX_ROWS:
         rest = len(functions) - MAX_ROWS
@@ -106,7 +107,7 @@ def _roles(functions: tuple[FunctionSummary, ...], view: View) -> list[str]:
 def _sections(functions: tuple[FunctionSummary, ...], view: View) -> list[str]:
     lines = []
     for s in (functions[i] for i in view.sections):
-        lines += [f"**{markdown_text(s.name)}** at {markdown_code(source_text(s.source))}: "
+        lines += [f"**{markdown_text(s.name)}** at {markdown_code(where_text(s.source))}: "
                   f"peak {format_bytes(s.peak)} per device", ""]
         lines += [f"- {_LABELS[f.severity]} {markdown_text(f.text)}"
                   + (f": {markdown_text(f.leaves)}" if f.leaves else "") for f in s.findings]

@@ -44,7 +44,7 @@ def _cells(row: PlanRow, peak: str) -> tuple[str, ...]:
     return (row.setting, batch, peak, flops, ratio, host)
 
 
-def headline(p: FitPlan) -> list[str]:
+def plan_headline(p: FitPlan) -> list[str]:
     """The answer: the winner, its batch against the program as written, its code."""
     written = next((r for r in p.rows if r.kind == "written"), None)
     top = p.rows[0] if p.winner is not None else None
@@ -79,7 +79,7 @@ def notes(p: FitPlan) -> list[tuple[str, str]]:
 def render_plan_text(p: FitPlan, file: IO[str]) -> None:
     """The plan as plain text: the answer, the table, the notes, the cost."""
     lines = [f"memscope fit --plan: {visible(p.function)} ({visible(p.source or 'n/a')})",
-             visible(budget_line(p)), *(visible(x) for x in headline(p)),
+             visible(budget_line(p)), *(visible(x) for x in plan_headline(p)),
              f"batch axis: {visible(p.choice_note or p.argument)}; now {p.batch}, "
              f"step {p.step}", ""]
     lines += aligned(COLUMNS, [[visible(c) for c in row] for row in table(p)],
@@ -96,13 +96,13 @@ def render_plan_text(p: FitPlan, file: IO[str]) -> None:
 
 def render_plan_json(p: FitPlan, file: IO[str], *, outcome: str) -> None:
     """The plan as JSON (schema ``memscope.fit-plan/1``)."""
-    data = {"schema": PLAN_SCHEMA, "target_outcome": outcome, **dataclasses.asdict(p)}
+    data = {"schema": PLAN_SCHEMA, "program_outcome": outcome, **dataclasses.asdict(p)}
     file.write(json.dumps(data, indent=2) + "\n")
 
 
 def render_plan_markdown(p: FitPlan, file: IO[str]) -> None:
     """The plan as markdown (a pull request's comment, a notebook's cell)."""
-    head = headline(p)
+    head = plan_headline(p)
     lines = [f"### memscope fit --plan: {markdown_text(p.function)}"
              + (f" at {markdown_code(p.source)}" if p.source else ""), "",
              markdown_text(budget_line(p)), "", f"**{markdown_text(head[0])}**"]
@@ -129,7 +129,7 @@ table{margin:8px 0 12px}tr.winner td{font-weight:600}tr.none td{color:#5b6673}
 
 def render_plan_html(p: FitPlan, file: IO[str]) -> None:
     """The plan as one self-contained HTML page: no script, no network."""
-    head = headline(p)
+    head = plan_headline(p)
     best = f"<div class=\"best\"><b>{_t(head[0])}</b>"
     if len(head) > 1:
         best += f"<br><code>{_t(head[1].strip())}</code>"

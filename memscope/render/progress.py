@@ -5,7 +5,7 @@ while memscope works and gone when it ends (``transient``): the answer that
 follows is what stays. Shown only on a terminal: piped, redirected or with
 ``-q`` nothing at all is written (or, where a command asks for it, one plain
 line per step: ``bisect``'s, read in CI logs). Nothing is drawn before the
-first :class:`~memscope.progress.Step`, so output written before the work
+first :class:`~memscope.progress.ProgressStep`, so output written before the work
 (the program's own) is never drawn over.
 
 The API: :func:`terminal_progress` (a context manager) yields a :class:`Shown`,
@@ -23,10 +23,10 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from memscope.progress import Step
+from memscope.progress import ProgressStep
 
 
-def progress_text(step: Step, seconds: float | None = None) -> str:
+def progress_text(step: ProgressStep, seconds: float | None = None) -> str:
     """``step`` in one line: ``compiling step as written at batch 64 for this
     machine (1 of 2 done, 12 s)`` (:func:`count_text` in brackets, where it says
     anything)."""
@@ -34,7 +34,7 @@ def progress_text(step: Step, seconds: float | None = None) -> str:
     return f"{step.what} ({count})" if count else step.what
 
 
-def count_text(step: Step, seconds: float | None = None) -> str:
+def count_text(step: ProgressStep, seconds: float | None = None) -> str:
     """How far ``step`` has come: ``1 of 2 done, 12 s``; the seconds where given,
     the count where there is one (none for a step with no total and nothing
     done); ``""`` where neither."""
@@ -99,10 +99,10 @@ class Shown:
         self._lock = threading.Lock()
         self._live: Any = None  # rich's Live, made at the first step
         self._spinner: Any = None
-        self._step: Step | None = None
+        self._step: ProgressStep | None = None
         self._started = 0.0
 
-    def __call__(self, step: Step) -> None:
+    def __call__(self, step: ProgressStep) -> None:
         with self._lock:
             if self._out is None:
                 return

@@ -24,18 +24,19 @@ from memscope.errors import first_line
 from memscope.render.console import Lines, make_console
 from memscope.render.oom import post_mortem_lines
 from memscope.render.terminal_leaves import LeafFilter, leaf_detail, remat_section
-from memscope.render.text import fates_text, shorten, source_text, visible, wrap
+from memscope.render.text import fates_text, shorten, visible, where_text, wrap
 from memscope.report import (
     FunctionReport,
     Memory,
     Report,
-    run_text,
-)
-from memscope.report.leaves import (
-    LeafGroup,
 )
 from memscope.report.paths import bounded_leaves
-from memscope.report.summary import (
+from memscope.report.units import format_bytes, format_change
+from memscope.views import run_text
+from memscope.views.leaves import (
+    LeafGroup,
+)
+from memscope.views.summary import (
     FIGURES_SHOWN,
     Finding,
     FunctionSummary,
@@ -45,8 +46,7 @@ from memscope.report.summary import (
     summarize_function,
     target_line,
 )
-from memscope.report.units import format_bytes, format_change
-from memscope.report.view import choose_view, urgency
+from memscope.views.view import choose_view, urgency
 
 #: The widest a group's path is shown in its line (the whole path: --leaves, JSON).
 GROUP_PATH_WIDTH = 36
@@ -74,7 +74,7 @@ def render_report(report: Report, file: IO[str], *, width: int | None = None,
         out.para(line, "    ", style="bold red" if line.startswith("OUT OF MEMORY") else "")
     _high_water(out, report, detail)
     view = choose_view(report, summary, rows=None if detail else MAX_FUNCTIONS,
-                       sections=MAX_SECTIONS, sections_bounded=MAX_SECTIONS_BOUNDED,
+                       sections=MAX_TERMINAL_SECTIONS, sections_bounded=MAX_SECTIONS_BOUNDED,
                        every_section=detail)
     _answer(out, summary, view.answer, detail, notes=not view.bounded)
     _between(out, summary, detail)
@@ -166,7 +166,7 @@ def _high_water(out: Lines, report: Report, detail: bool = True) -> None:
 #: first, the rest counted (all with --detail; every one is in the JSON report).
 MAX_FUNCTIONS = 12
 #: The function sections shown by default, worst first.
-MAX_SECTIONS = 4
+MAX_TERMINAL_SECTIONS = 4
 #: ... and where the run had more functions than the answer lists (a test
 #: suite, a sweep): there the answer carries the run, and a section of each of
 #: a few small functions would only lengthen it. The answer then also leaves
@@ -181,7 +181,7 @@ def _answer(out: Lines, summary: ReportSummary, shown: Sequence[int], detail: bo
     and what to change (without its notes unless ``notes``); the functions not
     shown counted, by what they have to say."""
     for s in (summary.functions[i] for i in shown):
-        where = source_text(s.source)
+        where = where_text(s.source)
         variant = f", signature {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
         clean = not s.findings and s.advice is None and s.remat_advice is None
         out.para(f"{visible(s.name)} ({where}{variant}): peak {format_bytes(s.peak)} per "
@@ -310,7 +310,7 @@ def _function_section(out: Lines, fn: FunctionReport, s: FunctionSummary,
     calls = f"{fn.calls} call{'s' if fn.calls != 1 else ''}"
     where = f"  processes {', '.join(map(str, fn.processes))}" if fn.processes else ""
     out.console.print(Text.assemble((visible(fn.name), "bold"),
-                                    f"  {source_text(fn.source)}  {calls}{where}"),
+                                    f"  {where_text(fn.source)}  {calls}{where}"),
                       soft_wrap=True)
     which = f" {s.variant_of[0]} of {s.variant_of[1]}" if s.variant_of else ""
     out.para(f"signature{which}: {visible(s.signature)}", "    ", "  ")

@@ -14,16 +14,16 @@ from memscope.report import (
     OutputBuffer,
     Remat,
     is_host_kind,
-    remat_text,
 )
-from memscope.report.leaves import (
+from memscope.report.units import format_bytes
+from memscope.views import remat_text
+from memscope.views.leaves import (
     LeafFilter,
     fate_label,
     leaf_reason,
     observed_label,
     select_leaves,
 )
-from memscope.report.units import format_bytes
 
 
 def _shape(shape: tuple[int, ...]) -> str:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from memscope.report.paths import from_the_package
 
 if TYPE_CHECKING:
-    from memscope.report.leaves import LeafGroup
+    from memscope.views.leaves import LeafGroup
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -77,7 +77,7 @@ def wrap(text: str, width: int, indent: str = "", first: str | None = None) -> l
     return [ln.replace(_GLUE, " ") for ln in lines]
 
 
-def source_text(source: str | None) -> str:
+def where_text(source: str | None) -> str:
     """A function's ``path:line`` for a reader: ``optax/_src/base.py:78`` for a
     file of an installed package, the path as recorded otherwise; ``n/a``."""
     if source is None:

@@ -1,6 +1,6 @@
 """The run as a Chrome / Perfetto trace (JSON, the Trace Event Format).
 
-Opens in the Perfetto UI and in ``chrome://tracing``. One process, the target:
+Opens in the Perfetto UI and in ``chrome://tracing``. One process, the program:
 
 * a thread ``jitted calls`` with a slice per top-level call (its function,
   signature, peak and that peak's bytes by role, ``peak_by_role``, in the
@@ -30,7 +30,8 @@ import json
 from collections.abc import Iterable
 from typing import IO, Any
 
-from memscope.report import Report, RoleBytes, RunMemory, run_text
+from memscope.report import Report, RoleBytes, RunMemory
+from memscope.views import run_text
 
 PID = 1
 CALLS_TID = 1
@@ -39,9 +40,9 @@ CALLS_TID = 1
 def trace_events(report: Report) -> dict[str, Any]:
     """The trace of ``report``'s run as a JSON object (``traceEvents``)."""
     run = report.runtime.run_memory if report.runtime is not None else None
-    target = report.run.command if report.run is not None else "memscope capture"
+    program = report.run.command if report.run is not None else "memscope capture"
     events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": f"memscope: {target}"}},
+        {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": f"memscope: {program}"}},
         {"name": "thread_name", "ph": "M", "pid": PID, "tid": CALLS_TID,
          "args": {"name": "jitted calls"}},
     ]
@@ -117,7 +118,7 @@ def _high_water_mark(run: RunMemory) -> list[dict[str, Any]]:
         (p.seconds for p in run.points if p.call == high.call), None)
     if high is None or at is None:
         return []
-    args: dict[str, Any] = {"summary": run_text.headline(high), "bytes": high.bytes,
+    args: dict[str, Any] = {"summary": run_text.high_water_headline(high), "bytes": high.bytes,
             "resident": high.resident_bytes, "call peak": high.call_peak_bytes,
             "groups": [run_text.group_text(g) for g in high.groups]}
     if high.call_roles:

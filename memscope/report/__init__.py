@@ -1,4 +1,4 @@
-"""The report: frozen dataclasses, JSON in and out, DataFrame views.
+"""The report's records: frozen dataclasses, JSON in and out, files, DataFrames.
 
 The JSON form (``"schema": "memscope.report/1"``) is a public interface,
 documented in docs/report-format.md. Later versions only add fields; readers
@@ -10,10 +10,17 @@ Unknown is ``None`` (``null`` in JSON), never a fake zero.
 This package's namespace is the report's public one: every record is importable
 from ``memscope.report``. The records live in :mod:`memscope.report.memory`
 (figures and buffers), :mod:`memscope.report.function` (one function),
-:mod:`memscope.report.run` (the whole report); JSON is read by
-:mod:`memscope.report.decode` and files by :mod:`memscope.report.files`. The
-summary, merge, units and the building of a report from captured calls are
-modules of this package too, imported by name.
+:mod:`memscope.report.run` (the whole report), :mod:`memscope.report.run_memory`
+(the run's memory over its calls) and :mod:`memscope.report.plan` (``fit
+--plan``'s rows); JSON is read by :mod:`memscope.report.decode` and files by
+:mod:`memscope.report.files`. Beside them, imported by name: units (sizes in and
+out), paths (leaf paths and bounded lists: the words records and the analysis
+share), display (the slot a record asks to show itself) and merge (the
+processes' reports of one run -> one report: records in, a record out).
+
+A report is built from captured calls in :mod:`memscope.assemble`; what a reader
+is shown of it is computed in :mod:`memscope.views`. This package imports no
+other stage.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ show as the terminal report in plain text (``repr``, ``print``, IPython's
 ``_repr_pretty_``) and as the HTML report's body (Jupyter's ``_repr_html_``).
 Rendering is :mod:`memscope.render`'s, which the records must not import (data
 flows report -> render, tests/test_layout.py), so they ask this slot, and
-``memscope/__init__.py`` fills it with :func:`memscope.render.inline.shown`,
+``memscope/__init__.py`` fills it with :func:`memscope.render.inline.render_inline`,
 imported when a record is first shown.
 """
 

@@ -509,7 +509,7 @@ class LiveArray:
 
 @dataclass(frozen=True)
 class LiveArrays:
-    """``jax.live_arrays()`` when the target ended (the largest listed)."""
+    """``jax.live_arrays()`` when the program ended (the largest listed)."""
 
     count: int
     total_bytes: int

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 #: How many leaves a bounded list names before "and N more".
-MAX_LISTED = 5
+MAX_LEAVES_LISTED = 5
 
 
 # --- paths ---------------------------------------------------------------------------
@@ -55,14 +55,14 @@ def path_matches(path: str, pattern: str) -> bool:
 # --- bounded lists -------------------------------------------------------------------
 
 
-def bounded(items: Sequence[str], limit: int = MAX_LISTED) -> str:
+def bounded(items: Sequence[str], limit: int = MAX_LEAVES_LISTED) -> str:
     """``a, b, c and 12 more``: at most ``limit`` items named."""
     if len(items) <= limit:
         return ", ".join(items)
     return f"{', '.join(items[:limit])} and {len(items) - limit} more"
 
 
-def bounded_leaves(paths: Sequence[str], limit: int = MAX_LISTED) -> str:
+def bounded_leaves(paths: Sequence[str], limit: int = MAX_LEAVES_LISTED) -> str:
     """A few leaves by name, counted by argument (when more than one) when there are
     more than ``limit``: ``134 in params, 269 in opt_state; e.g. params['embed']``.
     """

@@ -75,29 +75,31 @@ class TargetInfo:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """How the target ran; ``error`` is the uncaught exception, as one line.
+    """How the program ran; ``error`` is the uncaught exception, as one line.
 
-    A notebook cell run under ``%%memscope`` is the target ``In[5]`` with
+    A notebook cell run under ``%%memscope`` is the program ``In[5]`` with
     ``cell`` true (its ``exit_code`` as python's would be for a script that
     ended alike).
     """
 
-    target: str
+    #: the script path or module name, as given (JSON ``"program"``; reports
+    #: saved before it was so named call it ``"target"``, and are read alike)
+    program: str
     argv: tuple[str, ...]
     outcome: Outcome
     exit_code: int
     module: bool = False
     error: str | None = None
-    #: the target was a notebook cell (``%%memscope``, ``%memscope``), ``target`` its ``In[N]``
+    #: the program was a notebook cell (``%%memscope``, ``%memscope``), ``program`` its ``In[N]``
     cell: bool = False
 
     @property
     def command(self) -> str:
-        """The target and its arguments as a shell would take them (``-m`` for a
+        """The program and its arguments as a shell would take them (``-m`` for a
         module); a notebook cell as ``notebook cell In[5]``."""
         if self.cell:
-            return f"notebook cell {self.target}"
-        text = shlex.join(["-m", self.target] if self.module else [self.target])
+            return f"notebook cell {self.program}"
+        text = shlex.join(["-m", self.program] if self.module else [self.program])
         return f"{text} {shlex.join(self.argv)}" if self.argv else text
 
     @property
@@ -350,7 +352,7 @@ class Report:
         if data["schema"] != SCHEMA:
             raise ReportFormatError(
                 f"unsupported report schema {data['schema']!r}; this memscope reads {SCHEMA!r}")
-        report = _decode(cls, data, "report")
+        report = _decode(cls, _with_program_key(data), "report")
         # A report saved before memscope stated its peak rule has no "peak_rule" key.
         raw = data.get("functions")
         old = {i for i, fn in enumerate(raw if isinstance(raw, list) else ())
@@ -431,3 +433,13 @@ def _with_peak_rule(report: Report, old: set[int]) -> Report:
     functions = tuple(function(fn) if i in old else fn
                       for i, fn in enumerate(report.functions))
     return dataclasses.replace(report, functions=functions)
+
+
+def _with_program_key(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its run's script under ``"program"``: a report saved before
+    the key was so named has it under ``"target"`` (which now names only the
+    accelerator, the report's own ``target``)."""
+    run = data.get("run")
+    if isinstance(run, dict) and "program" not in run and isinstance(run.get("target"), str):
+        return {**data, "run": {**run, "program": run["target"]}}
+    return data

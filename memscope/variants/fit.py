@@ -25,7 +25,7 @@ from memscope.compiled.compile import compile_to_read
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
 from memscope.errors import MemscopeError
-from memscope.progress import SILENT, Reporter, Step
+from memscope.progress import SILENT, ProgressStep, Reporter
 from memscope.report import FitRow, Forecast
 from memscope.variants.batch import BatchChoice as BatchChoice  # (fit's public names)
 from memscope.variants.batch import KeptCall as KeptCall
@@ -92,14 +92,14 @@ class Compiles:
     def say(self, what: str) -> None:
         """``what`` is being done now."""
         with self._lock:  # (told in order: a count never goes back)
-            self.progress(Step(what, self.done, self.total))
+            self.progress(ProgressStep(what, self.done, self.total))
 
     def finished(self, what: str | None = None) -> None:
         """One more done; ``what`` is being done now, where given."""
         with self._lock:
             self.done += 1
             if what is not None:
-                self.progress(Step(what, self.done, self.total))
+                self.progress(ProgressStep(what, self.done, self.total))
 
 
 def compile_peak(call: KeptCall, choice: BatchChoice, batch: int,

@@ -10,7 +10,7 @@ its leaf count: every list of leaves here is bounded and ends with "and N more";
 the full detail stays in the report (``--leaves``, JSON).
 
 No printing and no JAX: a :class:`~memscope.report.Report` in, frozen records out.
-The leaves' grouping, reasons and signatures are :mod:`memscope.report.leaves`.
+The leaves' grouping, reasons and signatures are :mod:`memscope.views.leaves`.
 """
 
 from __future__ import annotations
@@ -28,24 +28,24 @@ from memscope.report import (
     Report,
     TargetInfo,
     Variant,
-    remat_text,
 )
 from memscope.report.function import MEANINGFUL_SAVING, NOT_XLAS, advice_verdict
-from memscope.report.leaves import (
+from memscope.report.paths import argument_of, bounded_leaves
+from memscope.report.units import format_bytes, format_change
+from memscope.views import remat_text
+from memscope.views.leaves import (
     ArgumentSignature,
     Buffer,
     LeafGroup,
     ReasonGroup,
     argument_signatures,
-    differences,
+    arguments_text,
+    differs_text,
     leaf_groups,
     reason_groups,
     short_signature,
-    signature_text,
 )
-from memscope.report.paths import argument_of, bounded_leaves
-from memscope.report.roles_text import roles_line
-from memscope.report.units import format_bytes, format_change
+from memscope.views.roles_text import roles_line
 
 #: A function with at most this many leaves (inputs and outputs) is shown leaf by leaf.
 SMALL_FUNCTION = 16
@@ -212,12 +212,12 @@ class FunctionSummary:
         program holds host memory; else ``""``."""
         host = self.memory.host.peak_bytes if self.memory is not None else None
         return f" (+{format_bytes(host)} in host memory)" if host else ""
-    #: the checkpoint policy to apply and what it saves (see :mod:`memscope.report.remat_text`)
+    #: the checkpoint policy to apply and what it saves (see :mod:`memscope.views.remat_text`)
     remat_advice: str | None = None
     #: with ``--target``: the peak's share of the target's HBM and the peak here
     #: (`` on tpu:v5p:2x2x1, 3.1% of its 95.0 GiB HBM; here (cpu) 12.0 MiB``)
     target_text: str = ""
-    #: what the peak is made of, by role (:func:`memscope.report.roles_text.roles_line`)
+    #: what the peak is made of, by role (:func:`memscope.views.roles_text.roles_line`)
     roles_text: str | None = None
     #: figures the user asked for beyond the advice: other donations measured
     #: (``--advice full``, ``diff``), the backward pass's residuals (``--remat``)
@@ -370,8 +370,8 @@ def summarize_function(fn: FunctionReport, siblings: Sequence[FunctionReport] = 
     return FunctionSummary(
         name=fn.name, source=fn.source, calls=fn.calls,
         peak=fn.memory.peak_bytes if fn.memory else None,
-        signature=signature_text(arguments) if fn.inputs else short_signature(fn),
-        arguments=arguments, variant_of=position, differs=differences(fn, others),
+        signature=arguments_text(arguments) if fn.inputs else short_signature(fn),
+        arguments=arguments, variant_of=position, differs=differs_text(fn, others),
         findings=findings(fn, len(siblings) or 1), advice=advice_summary(fn),
         inputs=inputs, outputs=outputs,
         input_leaves=len(fn.inputs), input_bytes=sum(b.bytes for b in fn.inputs),
@@ -380,7 +380,7 @@ def summarize_function(fn: FunctionReport, siblings: Sequence[FunctionReport] = 
         setting=fn.setting, memory=fn.memory, variants=variant_summaries(fn),
         unusable=sum(b.fate == "unusable" for b in fn.inputs),
         small=len(fn.inputs) + len(fn.outputs) <= SMALL_FUNCTION,
-        remat_advice=remat_text.headline(fn.remat) if fn.remat is not None else None,
+        remat_advice=remat_text.remat_headline(fn.remat) if fn.remat is not None else None,
         asked_for=fn.remat is not None or any(v.name != "advised" for v in fn.variants))
 
 

@@ -12,7 +12,7 @@ from memscope.report import (
     OutputBuffer,
 )
 from memscope.report.paths import (
-    MAX_LISTED,
+    MAX_LEAVES_LISTED,
     argument_of,
     bounded,
     path_matches,
@@ -291,7 +291,7 @@ def static_arguments(signature: str) -> list[tuple[str, str]]:
     return found
 
 
-def signature_text(arguments: Sequence[ArgumentSignature]) -> str:
+def arguments_text(arguments: Sequence[ArgumentSignature]) -> str:
     """``params: 134 arrays, 6.6 MiB; batch: {tokens: int32[8,64]}``; ``()`` for none."""
     return "; ".join(f"{a.name}={a.text}" if a.static else f"{a.name}: {a.text}"
                      for a in arguments) or "()"
@@ -301,7 +301,7 @@ def short_signature(fn: FunctionReport) -> str:
     """The abbreviated signature of ``fn`` (the full one is ``fn.signature``)."""
     if not fn.inputs:
         return fn.signature if len(fn.signature) <= 80 else f"{fn.signature[:77]}..."
-    return signature_text(argument_signatures(fn))
+    return arguments_text(argument_signatures(fn))
 
 
 def parenthesized(signature: str) -> str:
@@ -310,7 +310,7 @@ def parenthesized(signature: str) -> str:
     return signature if signature.startswith("(") else f"({signature})"
 
 
-def differences(fn: FunctionReport, others: Sequence[FunctionReport]) -> str | None:
+def differs_text(fn: FunctionReport, others: Sequence[FunctionReport]) -> str | None:
     """What sets ``fn`` apart from the other signatures of the same function: the
     leaves whose dtype and shape differ (a bounded list), and static arguments."""
     if not others:
@@ -360,7 +360,7 @@ def unmatched_pattern(functions: Sequence[FunctionReport], pattern: str) -> str 
     for path in paths:
         examples.setdefault(argument_of(path), path)
     return (f"{said}; leaf paths look like "
-            f"{bounded(list(examples.values()), MAX_LISTED)} (a path and what is under "
+            f"{bounded(list(examples.values()), MAX_LEAVES_LISTED)} (a path and what is under "
             "it, or a glob: *, ?; brackets are literal)")
 
 

@@ -29,7 +29,7 @@ class PolicyRow:
     host: str = ""
 
 
-def headline(remat: Remat) -> str | None:
+def remat_headline(remat: Remat) -> str | None:
     """The advice in one line: the change, then what it saves at what cost;
     ``None`` when there is none."""
     a = remat.advice

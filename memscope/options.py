@@ -1,4 +1,4 @@
-"""The advice flags every face that runs a program takes (``--advice``,
+"""The flags the faces share: the advice flags every face that runs a program takes (``--advice``,
 ``--no-advice``, ``--remat/--no-remat``, ``--remat-flops``: ``memscope run``,
 ``%%memscope``), parsed here into the plain values the capture takes."""
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from memscope.report.memory import ROLE_WORDS
 from memscope.report.paths import from_the_package
-from memscope.report.roles_text import LINE_ROLES, percent
 from memscope.report.run_memory import HighWater, ResidentGroup, RunMemory
 from memscope.report.units import format_bytes
+from memscope.views.roles_text import LINE_ROLES, percent
 
 #: Resident groups and buffers named on the terminal; the rest are counted.
 SHOWN = 4
 
 
-def headline(h: HighWater) -> str:
+def high_water_headline(h: HighWater) -> str:
     """``Run's high-water mark: 14.0 MiB on cpu:0 at call 21, eval_step (train.py:88),
     sampled``."""
     where = f" ({from_the_package(h.line)})" if h.line else ""
@@ -50,7 +50,7 @@ def high_water_lines(run: RunMemory, shown: int = SHOWN, roles: bool = True) -> 
         return []
     host = (f"; {format_bytes(run.host_bytes)} more in host memory, not counted"
             if run.host_bytes else "")
-    lines = [f"{headline(h)} ({run.sampled} of {run.calls} calls)", f"  {parts(h)}{host}"]
+    lines = [f"{high_water_headline(h)} ({run.sampled} of {run.calls} calls)", f"  {parts(h)}{host}"]
     if roles and h.call_roles:
         total = sum(r.bytes for r in h.call_roles)
         lines.append(f"  its own peak by role ({format_bytes(total)} live at the schedule's): "

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memscope.report import Report
-from memscope.report.summary import FunctionSummary, ReportSummary
+from memscope.views.summary import FunctionSummary, ReportSummary
 
 
 def urgency(s: FunctionSummary) -> int:

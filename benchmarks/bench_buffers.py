@@ -30,7 +30,7 @@ from memscope import _compat
 from memscope.analysis.live import memory_view
 from memscope.compiled.buffers import breakdown, read_buffer_assignment
 from memscope.compiled.hlo import parse_module
-from memscope.compiled.liveness import analyze
+from memscope.compiled.liveness import schedule_liveness
 from memscope.compiled.read import memory_figures
 
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     live_times = []
     for _ in range(args.repeat):
         start = time.perf_counter()
-        liveness = analyze(module, assignment)
+        liveness = schedule_liveness(module, assignment)
         if liveness is not None:
             timeline, live = memory_view(liveness, assignment, memory)
         live_times.append(time.perf_counter() - start)

@@ -1200,7 +1200,7 @@ _REF_TYPE: Any = (getattr(_core, "Ref", None) or getattr(_core, "ArrayRef", None
 
 #: What a jitted function does with a Ref it is given or closes over, from the
 #: read, write and accumulate effects JAX records on the traced jaxpr.
-RefAccess = str  # "updated" | "read" | "written" | "unused"
+RefEffectKind = str  # "updated" | "read" | "written" | "unused"
 
 
 def is_ref(x: Any) -> bool:
@@ -1282,8 +1282,8 @@ def closed_over_refs(lowered: Any) -> list[Any]:
     return [] if mut is None else list(mut.in_mut)
 
 
-def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefAccess | None, ...],
-                                             list[tuple[Any, RefAccess]]]:
+def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefEffectKind | None, ...],
+                                             list[tuple[Any, RefEffectKind]]]:
     """What the traced program does with each Ref: per argument (``None`` for
     one that is not a Ref), and ``(ref, access)`` for each Ref it closes over.
 
@@ -1307,7 +1307,7 @@ def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefAccess | None, ...],
                 "written" if isinstance(effect, _state_types.WriteEffect) else "updated")
         seen.setdefault(where, set()).add(kind)
 
-    def access(i: int) -> RefAccess:
+    def access(i: int) -> RefEffectKind:
         kinds = seen.get(i, set())
         if "updated" in kinds or kinds == {"read", "written"}:
             return "updated"

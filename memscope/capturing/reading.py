@@ -15,7 +15,7 @@ from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, Hold
 from memscope.capturing.session import Session
 from memscope.capturing.worker import release_free_memory
-from memscope.compiled.compile import dumped_compile
+from memscope.compiled.compile import compile_again_dumped
 from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
 from memscope.compiled.targets.base import Target
@@ -131,7 +131,7 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
                 session.publish(lambda: setattr(entry, "facts", facts))
                 return facts, None, foreign
             read = read_handles(handles, shardings=shardings, ref_names=ref_names,
-                                dump=functools.partial(dumped_compile, cache=session.cache))
+                                dump=functools.partial(compile_again_dumped, cache=session.cache))
             session.count_dump(read.dumped)
             flops = (_compat.flops(handles.compiled)
                      if hold.plan is not None and session.target.runs_here else None)

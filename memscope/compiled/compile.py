@@ -80,7 +80,7 @@ def reads_back(traced: Any, lowered: Any, built: Built, kept: Kept) -> bool:
         return False
 
 
-def dumped_compile(lowered: Any, cache: CompileCache | None) -> tuple[Built | Kept, str]:
+def compile_again_dumped(lowered: Any, cache: CompileCache | None) -> tuple[Built | Kept, str]:
     """``lowered`` (a function's own lowering, whose compile's
     ``memory_analysis()`` lacks the buffer assignment) compiled once more with
     XLA's dump, as JAX compiles it (XLA's default options), through ``cache``;

@@ -80,7 +80,7 @@ def compile_variants(variants: Sequence[LoweredVariant], target: Target, *,
         return compile_lowered(v, target, settings, cache)
 
     def read_one(v: LoweredVariant, compiled: Any) -> CompiledFacts | Exception:
-        return read_compiled(v, compiled, target, shardings)
+        return read_variant(v, compiled, target, shardings)
 
     target.expect(len(variants))
     workers = min(len(variants), workers or os.cpu_count() or 1)
@@ -121,7 +121,7 @@ def compile_lowered(v: LoweredVariant, target: Target, settings: _compat.ConfigS
         return e
 
 
-def read_compiled(v: LoweredVariant, compiled: Built | Kept | Exception, target: Target,
+def read_variant(v: LoweredVariant, compiled: Built | Kept | Exception, target: Target,
                   shardings: Sequence[Any] = ()) -> CompiledFacts | Exception:
     """The facts of a variant's compile (:func:`compile_lowered`'s result), read
     for ``target``; its exception where the compile or the read failed."""

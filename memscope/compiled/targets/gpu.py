@@ -326,7 +326,7 @@ def ptxas() -> str | None:
     (``nvidia/cu13`` from CUDA 13, ``nvidia/cuda_nvcc`` before), else one on
     ``PATH``; ``None`` where there is none."""
     if not _plugin():
-        return compilers.ptxas()
+        return compilers.own_ptxas()
     try:  # NVIDIA's wheels share the namespace package ``nvidia``
         spec = importlib.util.find_spec("nvidia")
         roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
@@ -401,7 +401,7 @@ def _check_installed(spec: GpuSpec) -> None:
         TargetSetupError: it could not be installed or loaded, or has no ptxas.
     """
     if not _plugin():
-        compilers.load("cuda")
+        compilers.load_compiler("cuda")
     if ptxas() is None:
         where = ("beside the CUDA plugin JAX finds" if _plugin()
                  else f"in {compilers.compiler('cuda').folder}")

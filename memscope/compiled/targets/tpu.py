@@ -163,7 +163,7 @@ def _check_installed(spec: TpuSpec) -> None:
     Raises:
         TargetSetupError: it could not be installed or loaded.
     """
-    compilers.load("tpu")
+    compilers.load_compiler("tpu")
 
 
 def _topology(spec: TpuSpec) -> list[Any]:

@@ -31,6 +31,7 @@ from memscope.analysis.live import memory_view
 from memscope.compiled.buffers import breakdown, read_buffer_assignment
 from memscope.compiled.hlo import parse_module
 from memscope.compiled.liveness import schedule_liveness
+from memscope.compiled.raw import compile_uncached
 from memscope.compiled.read import memory_figures
 
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lowered = jax.jit(make_step(args.layers)).lower(params, x)
     start = time.perf_counter()
-    compiled = _compat.compile_uncached(lowered)
+    compiled = compile_uncached(lowered)
     compile_s = time.perf_counter() - start
 
     start = time.perf_counter()

@@ -850,46 +850,29 @@ def without_call_arrays(traced: Any) -> Any:
                         traced._num_consts)
 
 
-def compile_uncached(lowered: Any, options: dict[str, Any] | None = None, *,
-                     device_memory_size: int | None = None) -> Any:
-    """Compile ``lowered`` without storing the executable on the lowering.
-
-    ``Lowered.compile()`` keeps the executable on the lowering object; with
-    explicit compiler options (empty by default) it does not. With
-    :func:`with_donation`'s own jaxpr, nothing else keeps it either (see there).
-    ``options`` are XLA's debug options (e.g. :data:`UNTUNED_GPU`).
-
-    ``device_memory_size``: the device memory XLA compiles for, in its build
-    options (``ExecutableBuildOptions.device_memory_size``), as jaxlib sets it
-    to the allocator's limit when it compiles for a device it holds
-    (``PyClient::CompileAndLoadIfrtProgram``, jaxlib 0.7 to 0.12) and leaves it
-    unset for compile-only devices; XLA:GPU's scheduler and rematerialization
-    then take 80% of the device description's memory instead. JAX's Python
-    API cannot set it: it is added to the serialized compile options JAX hands
-    its compile (:func:`_with_device_memory`). JAX's in-memory cache of
-    compiles keys on ``options``, not on it: a caller compiling one lowering
-    under two sizes gives options that differ (memscope's dump folder does).
-    """
-    if device_memory_size is None:
-        return lowered.compile(compiler_options=dict(options or {}))
+@contextlib.contextmanager
+def compile_options_edited(edit: Callable[[Any], Any]) -> Iterator[None]:
+    """Within the block, each compile this thread makes takes JAX's compile options
+    (an ``xla_client.CompileOptions``) as ``edit`` returns them, before JAX's
+    persistent cache key is made (which then names the edit too). JAX's Python
+    API cannot set XLA's build options (:mod:`memscope.compiled.raw`). Private:
+    ``compiler.compile_or_get_cached``, which pxla calls by attribute with the
+    compile options fourth (JAX 0.7 to 0.12), wrapped once."""
     _hook_compile_options()
-    _build_options.device_memory_size = device_memory_size
+    previous = getattr(_compile_edit, "edit", None)
+    _compile_edit.edit = edit
     try:
-        return lowered.compile(compiler_options=dict(options or {}))
+        yield
     finally:
-        _build_options.device_memory_size = None
+        _compile_edit.edit = previous
 
 
-#: this thread's compile's ``device_memory_size`` (:func:`compile_uncached`)
-_build_options = threading.local()
+#: this thread's edit of its compiles' options (:func:`compile_options_edited`)
+_compile_edit = threading.local()
 _hook_lock = threading.Lock()
 
 
 def _hook_compile_options() -> None:
-    """Wrap ``compiler.compile_or_get_cached`` (JAX 0.7 to 0.12: pxla calls it by
-    attribute, with the compile options fourth) once, so that a compile made by
-    :func:`compile_uncached` in this thread takes its ``device_memory_size``;
-    before JAX's persistent cache key is made, which then names it too."""
     with _hook_lock:
         original = _compiler.compile_or_get_cached
         if getattr(original, "_memscope_device_memory", False):
@@ -898,35 +881,13 @@ def _hook_compile_options() -> None:
         @functools.wraps(original)
         def compile_or_get_cached(backend: Any, computation: Any, devices: Any,
                                   compile_options: Any, *args: Any, **kwargs: Any) -> Any:
-            size = getattr(_build_options, "device_memory_size", None)
-            if size is not None:
-                compile_options = _with_device_memory(compile_options, size)
+            edit = getattr(_compile_edit, "edit", None)
+            if edit is not None:
+                compile_options = edit(compile_options)
             return original(backend, computation, devices, compile_options, *args, **kwargs)
 
         compile_or_get_cached._memscope_device_memory = True  # type: ignore[attr-defined]
         _compiler.compile_or_get_cached = compile_or_get_cached
-
-
-def _with_device_memory(options: Any, size: int) -> Any:
-    """``options`` (an ``xla_client.CompileOptions``) with its build options'
-    ``device_memory_size`` set: protobuf merges a message serialized after
-    another into it, so the field is appended to the serialized options
-    (``CompileOptionsProto.executable_build_options``, field 3, holding
-    ``ExecutableBuildOptionsProto.device_memory_size``, field 15:
-    xla/pjrt/proto/compile_options.proto) and the whole parsed back."""
-    build = b"\x78" + _varint(size)  # field 15, varint
-    extra = b"\x1a" + _varint(len(build)) + build  # field 3, length-delimited
-    return type(options).ParseFromString(options.SerializeAsString() + extra)
-
-
-def _varint(value: int) -> bytes:
-    """``value`` (not negative) as a protobuf varint."""
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 #: The JAX settings that JAX's ``get_compile_options`` reads into XLA's build
@@ -1073,22 +1034,6 @@ def partition_spec_text(spec: Any) -> str:
 # memscope.compiled.targets.
 
 
-def tpu_topology_devices(name: str, chips_per_host: tuple[int, ...] | None = None
-                         ) -> list[Any]:
-    """The devices of the TPU topology ``name`` (``v5p:2x2x1``), compile-only.
-
-    ``jax.experimental.topologies.get_topology_desc`` asks libtpu; a layout
-    smaller than the default host (2x2x1 chips) needs ``chips_per_host`` given.
-    """
-    from jax.experimental import topologies
-
-    kwargs: dict[str, Any] = {}
-    if chips_per_host is not None:
-        kwargs = {"chips_per_host_bounds": chips_per_host, "num_slices": 1}
-    return list(topologies.get_topology_desc(platform="tpu", topology_name=name,
-                                             **kwargs).devices)
-
-
 def pjrt_plugin_loaded(platform: str) -> bool:
     """Whether this process has loaded the PJRT plugin of ``platform`` (``tpu``,
     ``cuda``): JAX did, finding it installed, or :func:`load_cuda_plugin` /
@@ -1121,69 +1066,41 @@ def load_tpu_plugin(library: str) -> None:
     _xla_client.load_pjrt_plugin_dynamically("tpu", library)
 
 
-def gpu_topology_devices(target_config: str, topology: str) -> list[Any]:
-    """The devices of a GPU topology (``1x1x8``: slices x hosts x devices) of the
-    device ``target_config`` describes (a ``GpuTargetConfigProto`` in text),
-    compile-only, from the installed CUDA plugin: JAX's topology API hands both
-    to the plugin (``make_c_api_device_topology``'s options, JAX 0.7 to 0.12).
-    Without the topology it would need a GPU here."""
-    from jax.experimental import topologies
+def mesh_compile_args(lowered: Any) -> dict[str, Any]:
+    """What JAX compiles ``lowered`` (a ``jax.stages.Lowered``) with: its backend,
+    shardings and context mesh. Private: ``Lowered._lowering`` is JAX's
+    ``MeshComputation``, whose ``compile`` reads them from ``compile_args``
+    (``jax/_src/interpreters/pxla.py``, JAX 0.7 to 0.10).
 
-    return list(topologies.get_topology_desc(platform="cuda", target_config=target_config,
-                                             topology=topology).devices)
-
-
-def retargeted(traced: Any, devices: dict[int, Any], platform: str,
-               sharding: Callable[[Any], Any]) -> Any:
-    """``traced`` (a ``jax.stages.Traced`` of a call made here) lowered for
-    ``platform`` and set to compile for other devices: ``devices`` maps each
-    device id of the call's device assignment to the target's device, and
-    ``sharding`` maps each of its shardings (arguments, results, the context
-    mesh) to the target's.
-
-    The program is the very one JAX traced here (the jit's own shardings, its
-    sharding constraints and mesh context included), lowered with the target's
-    lowering rules (``lowering_platforms``, JAX's cross-platform lowering). Its
-    shardings name devices by their place in the device assignment, so the
-    target's devices take the places of this machine's, id for id. Private:
-    ``Lowered._lowering`` is JAX's ``MeshComputation``, whose ``compile`` reads
-    the backend, device list and shardings from ``compile_args`` and
-    ``_device_list`` (``jax/_src/interpreters/pxla.py``, JAX 0.7 to 0.10).
+    Raises:
+        TypeError: the lowering is not a ``MeshComputation``.
     """
-    import copy
+    lowering = lowered._lowering
+    if not isinstance(lowering, _pxla.MeshComputation):
+        raise TypeError(f"cannot retarget a {type(lowering).__name__} lowering")
+    args: dict[str, Any] = lowering.compile_args
+    return args
 
-    from jax._src.interpreters import pxla
 
-    lowered = traced.lower(lowering_platforms=(platform,))
-    here = lowered._lowering
-    if not isinstance(here, pxla.MeshComputation):
-        raise TypeError(f"cannot retarget a {type(here).__name__} lowering")
-    there = copy.copy(here)
-    args = dict(here.compile_args)
-    first = next(iter(devices.values()))
-    args["backend"] = first.client
-    args["in_shardings"] = tuple(sharding(s) for s in args["in_shardings"])
-    args["out_shardings"] = tuple(sharding(s) for s in args["out_shardings"])
-    if args.get("intermediate_shardings"):
-        args["intermediate_shardings"] = tuple(sharding(s)
-                                               for s in args["intermediate_shardings"])
-    if args.get("context_mesh") is not None:
-        args["context_mesh"] = sharding(args["context_mesh"])
+def device_assignment(lowered: Any) -> tuple[Any, ...] | None:
+    """The devices ``lowered`` compiles for, in the order its shardings name them
+    (``MeshComputation._device_list``, JAX 0.7 to 0.10); ``None`` where it names none."""
+    assignment = lowered._lowering._device_list
+    return None if assignment is None else tuple(assignment)
+
+
+def with_compile_args(lowered: Any, args: dict[str, Any],
+                      devices: tuple[Any, ...] | None) -> Any:
+    """``lowered`` set to compile with other ``args`` (:func:`mesh_compile_args`)
+    for other ``devices`` (:func:`device_assignment`), as a lowering of its own
+    with no executable yet (``MeshComputation._executable``)."""
+    there = copy.copy(lowered._lowering)
     there.compile_args = args
-    assignment = here._device_list
-    there._device_list = (None if assignment is None else pxla._create_device_list(
-        tuple(_target_device(devices, d) for d in assignment)))
+    there._device_list = None if devices is None else _pxla._create_device_list(devices)
     there._executable = None
     out = copy.copy(lowered)
     out._lowering = there
     return out
-
-
-def _target_device(devices: dict[int, Any], device: Any) -> Any:
-    try:
-        return devices[device.id]
-    except KeyError:
-        raise LookupError(device.id) from None
 
 
 def is_unspecified_sharding(s: Any) -> bool:

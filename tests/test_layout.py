@@ -186,7 +186,7 @@ def test_no_function_is_longer_than_a_screen():
 COMPILE_CALLS = {"compile", "_compile", "compile_uncached", "compile_dumped"}
 MAY_COMPILE = {"memscope.compiled.compile", "memscope.compiled.dump", "memscope.compiled.read",
                "memscope.compiled.targets.base", "memscope.compiled.targets.here",
-               "memscope.compiled.targets.gpu", "memscope._compat", "memscope.capturing.jit",
+               "memscope.compiled.targets.gpu", "memscope.compiled.raw", "memscope.capturing.jit",
                "memscope.capturing.aot"}
 
 

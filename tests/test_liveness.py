@@ -25,10 +25,9 @@ import jax.numpy as jnp
 import pytest
 
 import memscope
-from memscope import _compat
 from memscope.analysis.live import memory_view
 from memscope.compiled._hlo_schema import HloModuleProto, message_class
-from memscope.compiled.buffers import MAX_LISTED, read_buffer_assignment
+from memscope.compiled.buffers import MAX_DETAIL_ROWS, read_buffer_assignment
 from memscope.compiled.dump import HloProto
 from memscope.compiled.hlo import parse_module
 from memscope.compiled.liveness import (
@@ -38,6 +37,7 @@ from memscope.compiled.liveness import (
     live_ranges,
     schedule_liveness,
 )
+from memscope.compiled.raw import compile_uncached
 from memscope.report import InputBuffer, Memory
 from tests.samples import sample_module
 from tests.truth import assigned
@@ -273,7 +273,7 @@ def _xla_live_ranges(fn, *args):
     (instruction, shape index) its (start, end)); ``None`` where XLA wrote none."""
     lowered = jax.jit(fn).lower(*args)
     with tempfile.TemporaryDirectory() as folder:
-        _compat.compile_uncached(lowered, {"xla_dump_to": folder, "xla_dump_hlo_as_proto": True,
+        compile_uncached(lowered, {"xla_dump_to": folder, "xla_dump_hlo_as_proto": True,
                                            "xla_dump_hlo_as_text": True})
         dumped = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))
         text = sorted(Path(folder).glob("*after_optimizations-live-range.txt"))
@@ -372,7 +372,7 @@ def _assert_peak_adds_up(fn) -> None:
         assert (temps, held) == (peak - t.held_bytes, t.held_bytes)
     lines = sum(s.bytes for s in live.by_source)
     assert lines <= live.bytes - live.argument_bytes
-    if len(live.by_source) < MAX_LISTED:
+    if len(live.by_source) < MAX_DETAIL_ROWS:
         assert lines == live.bytes - live.argument_bytes
 
 

@@ -707,86 +707,22 @@ def _traced_with(traced: Any, params: dict[str, Any], consts: Any = None) -> Any
                         traced._num_consts)
 
 
-@dataclass(frozen=True)
-class WeakConsts:
-    """A traced call split in two: ``view``, the traced program with none of the
-    arrays it closes over (``None`` in their place: its jaxpr's constants, and
-    from JAX 0.8 the ``Traced``'s hoisted ones) nor the call's; and weak
-    references to those arrays, in their places. The view serves reading what
-    was compiled (argument and result info, names, effects, Refs); :meth:`traced`
-    puts the arrays back for a lowering, while the program still holds them.
-
-    Held for pending work, the traced program itself would keep the program's
-    closed-over arrays (a table, an embedding) alive after the program let go of
-    them; JAX's own caches of a function hold them only as long as the function
-    lives. Refs it closes over stay in the view (the reading names them)."""
-
-    view: Any
-    jaxpr_refs: tuple[weakref.ref[Any] | None, ...]
-    hoisted_refs: tuple[weakref.ref[Any] | None, ...] | None
-
-    def traced(self) -> Any:
-        """The traced program with its arrays, for lowering it now; ``None`` where
-        one of them is gone (the program let go of it, and of the function)."""
-        jaxpr = self.view._params["jaxpr"]
-        consts = _joined(jaxpr.consts, self.jaxpr_refs)
-        hoisted: Any = getattr(self.view, "_consts", None)
-        again = (None if self.hoisted_refs is None or hoisted is None
-                 else _joined(hoisted, self.hoisted_refs))
-        if consts is None or (self.hoisted_refs is not None and again is None):
-            return None
-        params = dict(self.view._params, jaxpr=_with_consts(jaxpr, consts))
-        return _traced_with(self.view, params,
-                            None if again is None else type(hoisted)(again))
-
-
-def _split(values: Any) -> tuple[list[Any], tuple[weakref.ref[Any] | None, ...]]:
-    kept: list[Any] = []
-    refs: list[weakref.ref[Any] | None] = []
-    for v in values:
-        if isinstance(v, jax.Array | np.ndarray) and not is_ref(v):
-            kept.append(None)
-            refs.append(weakref.ref(v))
-        else:
-            kept.append(v)
-            refs.append(None)
-    return kept, tuple(refs)
-
-
-def _joined(values: Any, refs: tuple[weakref.ref[Any] | None, ...]) -> list[Any] | None:
-    out = []
-    for v, ref in zip(values, refs, strict=True):
-        if ref is None:
-            out.append(v)
-            continue
-        value = ref()
-        if value is None:
-            return None
-        out.append(value)
-    return out
-
-
-def weak_consts(traced: Any) -> WeakConsts:
-    """``traced`` (a ``jax.stages.Traced``) split from the arrays it holds
-    (:class:`WeakConsts`)."""
-    traced = without_call_arrays(traced)
-    jaxpr = traced._params["jaxpr"]
-    consts, refs = _split(jaxpr.consts)
-    params = dict(traced._params, jaxpr=_with_consts(jaxpr, consts))
+def traced_consts(traced: Any) -> tuple[list[Any], Any]:
+    """The values a traced program (a ``jax.stages.Traced``) holds: its jaxpr's
+    constants, and the ``Traced``'s hoisted ones from JAX 0.8 (``None`` on 0.7).
+    Private: ``Traced._params["jaxpr"]`` and ``Traced._consts``."""
     hoisted = getattr(traced, "_consts", None) if _TRACED_META_TYS else None
-    hoisted_refs = None
-    new_hoisted = None
-    if hoisted is not None:
-        kept, hoisted_refs = _split(hoisted)
-        new_hoisted = type(hoisted)(kept)
-    return WeakConsts(_traced_with(traced, params, new_hoisted), refs, hoisted_refs)
+    return list(traced._params["jaxpr"].consts), hoisted
 
 
-def reading_view(traced: Any) -> Any:
-    """``traced`` holding none of the arrays the function closes over, nor the
-    call's: for reading what was compiled, never for lowering again
-    (:class:`WeakConsts`)."""
-    return weak_consts(traced).view
+def with_consts(traced: Any, consts: list[Any], hoisted: list[Any] | None = None) -> Any:
+    """``traced`` with other jaxpr ``consts`` and (from JAX 0.8) other ``hoisted``
+    ones in place of those :func:`traced_consts` reads, in a closed jaxpr of its
+    own (the same equations)."""
+    jaxpr = traced._params["jaxpr"]
+    params = dict(traced._params, jaxpr=_with_consts(jaxpr, consts))
+    return _traced_with(traced, params,
+                        None if hoisted is None else type(traced._consts)(hoisted))
 
 
 def without_const_args(lowered: Any) -> Any:

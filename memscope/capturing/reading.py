@@ -16,6 +16,7 @@ from memscope.capturing.hold import CLEARED, Hold
 from memscope.capturing.session import Session
 from memscope.capturing.worker import release_free_memory
 from memscope.compiled.compile import compile_again_dumped
+from memscope.compiled.held import reading_view
 from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
 from memscope.compiled.targets.base import Target
@@ -52,8 +53,8 @@ def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
 
 def reading_handles(handles: CompiledHandles) -> CompiledHandles:
     """``handles`` for the reading: the traced program as a view that holds none
-    of the arrays the function closes over (:func:`memscope._compat.reading_view`)."""
-    return CompiledHandles(_compat.reading_view(handles.traced), handles.lowered,
+    of the arrays the function closes over (:func:`memscope.compiled.held.reading_view`)."""
+    return CompiledHandles(reading_view(handles.traced), handles.lowered,
                            handles.compiled, handles.built)
 
 

@@ -18,6 +18,7 @@ from memscope import _compat
 from memscope.compiled.cache import CompileCache, Kept
 from memscope.compiled.compile import compile_to_read
 from memscope.compiled.dump import Built
+from memscope.compiled.held import reading_view
 from memscope.compiled.read import CompiledFacts
 from memscope.compiled.targets.base import Target
 
@@ -40,7 +41,7 @@ class LoweredVariant:
         """``traced`` and its ``lowered`` program as kept for the compile and the
         read: holding none of the program's arrays (the constants it closes
         over), whose types alone are compiled."""
-        return cls(_compat.reading_view(traced), _compat.without_const_args(lowered), what)
+        return cls(reading_view(traced), _compat.without_const_args(lowered), what)
 
 
 def lower_variant(traced: Any, donated: Sequence[bool], target: Target,

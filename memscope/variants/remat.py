@@ -40,6 +40,7 @@ from memscope.analysis.advice import DEFAULT_MAX_FLOPS_INCREASE as DEFAULT_MAX_F
 from memscope.analysis.advice import remat_setting as remat_setting
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.compile import compile_to_read
+from memscope.compiled.held import reading_view
 from memscope.compiled.read import CompiledFacts
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
@@ -544,7 +545,7 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
                     return Remat(differentiations=(), error=LET_GO)
                 lowered = _compat.without_const_args(target.lower(program))
                 flops = target.flops(program, compile_to_read(
-                    target, _compat.reading_view(program), lowered, cache=host.cache,
+                    target, reading_view(program), lowered, cache=host.cache,
                     counted=False))
         except Exception as e:
             return Remat(differentiations=(), error=described(e))

@@ -225,7 +225,6 @@ def measure(traced: Any, lowered: Any, policy: str,
 
 # ----------------------------------------------------- the user's terms --
 
-_FRAMEWORKS = ("equinox", "flax")
 _JAX_APIS = {"value_and_grad_f": "jax.value_and_grad", "grad_f": "jax.grad",
              "grad_f_aux": "jax.grad", "vjp": "jax.vjp"}
 
@@ -243,13 +242,11 @@ def _caller() -> tuple[str, str | None, str | None]:
         if package == "jax" and code.co_name in _JAX_APIS:
             api = _JAX_APIS[code.co_name]
             name = _name(frame.f_locals.get("fun")) or name
-        elif package in _FRAMEWORKS:
-            wrapper, wrapped = _framework_api(package, frame)
-            api, name = wrapper or api, wrapped or name
+        elif package in _frameworks.DIFFERENTIATING:
+            wrapper, wrapped = _frameworks.differentiation_api(package, frame)
+            api, name = wrapper or api, _name(wrapped) or name
         frame = frame.f_back  # type: ignore[assignment]
     return api, name, None
-
-
 
 
 class _Code:
@@ -257,24 +254,6 @@ class _Code:
 
     def __init__(self, code: Any) -> None:
         self.__code__ = code
-
-
-def _framework_api(package: str, frame: Any) -> tuple[str | None, str | None]:
-    """The wrapper's name (``eqx.filter_grad``) and the function it differentiates,
-    where ``frame`` is the wrapper's own; else ``(None, None)``."""
-    local = frame.f_locals
-    if package == "equinox":
-        owner = local.get("self")
-        kind = type(owner).__name__
-        if "Grad" not in kind:
-            return None, None
-        api = "eqx.filter_value_and_grad" if "ValueAndGrad" in kind else "eqx.filter_grad"
-        return api, _name(getattr(owner, "_fun", None))
-    transform = local.get("transform")
-    if frame.f_code.co_name not in ("grad_wrapper", "tree_grad_wrapper") or transform is None:
-        return None, None
-    api = "nnx.value_and_grad" if transform is jax.value_and_grad else "nnx.grad"
-    return api, _name(local.get("f"))
 
 
 def _name(fun: Any) -> str | None:

@@ -28,7 +28,6 @@ import copy
 import functools
 import importlib
 import os
-import re
 import threading
 import types
 import weakref
@@ -153,6 +152,8 @@ _ir: Any = _private("jax._src.lib.mlir", "ir")
 _xla_client: Any = _private("jax._src.lib", "xla_client")
 _compiler: Any = _private("jax._src", "compiler")
 _state_types: Any = _private("jax._src.state", "types")
+_ad_checkpoint: Any = _private("jax._src", "ad_checkpoint")
+_api: Any = _private("jax._src", "api")
 
 #: What capturing reads on the program's own path (at each ``jax.jit`` made and
 #: each call). A failure there would be the program's, so where one is missing
@@ -220,7 +221,7 @@ def patched_eval_shape(unwrap: Callable[[Any], Any]) -> Iterator[None]:
     it again and trace the user's function a second time (its trace-time prints,
     JAX's tracing-cache counts). ``unwrap`` gives the jit object a stand-in
     stands for, anything else as it is."""
-    api = _private("jax._src", "api")
+    api = _api
     original: Any = getattr(api, "eval_shape", None)
     if original is None or getattr(jax, "eval_shape", None) is not original:
         yield  # a JAX that moved it: left as it is
@@ -1483,8 +1484,6 @@ def vjp_hook(hook: VjpHook) -> Iterator[None]:
     a library) are seen. Other threads (the user's program) go straight to
     JAX's own; the hook is off while it runs, so its own tracing is not hooked.
     """
-    from jax._src import api as _api
-
     name = "vjp" if _VJP_TAKES_CALLABLE else "_vjp"
     original = getattr(_api, name)
 
@@ -1523,46 +1522,14 @@ def vjp_hook(hook: VjpHook) -> Iterator[None]:
             jax.vjp = original
 
 
-@dataclass(frozen=True)
-class SavedResidual:
-    """One value JAX's forward pass saves for the backward pass, as
-    ``jax.ad_checkpoint.saved_residuals`` lists it (``text`` is its own words)."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    text: str
-    primitive: str | None
-    source: str | None
-    function: str | None
-
-
-_RESIDUAL_TEXT = re.compile(
-    r"^(?:output of (?:jitted function '(?P<jit>[^']*)'|(?P<prim>\S+))|named '[^']*')"
-    r" from (?P<file>.+?):(?P<line>\d+)(?::\d+)? \((?P<fn>[^)]*)\)$")
-
-
-def saved_residuals(fun: Callable[..., Any], primals: tuple[Any, ...]
-                    ) -> list[SavedResidual]:
-    """What differentiating ``fun`` at ``primals`` saves, by JAX's own
-    ``saved_residuals`` (``primals`` may be tracers of an enclosing trace).
-
-    JAX words each residual as ``output of dot_general from file.py:12:4 (fn)``,
-    ``from the argument x``, ``from a constant``, ...; the primitive and source
-    line are read from those words, the only form all supported series share.
-    """
-    from jax._src import ad_checkpoint  # public in 0.7 to 0.9; only print_... in 0.10
-
-    listing: list[tuple[Any, str]] = ad_checkpoint.saved_residuals(fun, *primals)
-    result = []
-    for aval, text in listing:
-        match = _RESIDUAL_TEXT.match(text)
-        prim = None if match is None else (match["prim"] or "jit")
-        where = None if match is None else f"{match['file']}:{match['line']}"
-        result.append(SavedResidual(
-            shape=tuple(int(d) for d in aval.shape), dtype=str(aval.dtype), text=text,
-            primitive=prim if prim is not None or match is None else "name",
-            source=where, function=None if match is None else match["fn"]))
-    return result
+def saved_residual_listing(fun: Callable[..., Any], primals: tuple[Any, ...]
+                           ) -> list[tuple[Any, str]]:
+    """JAX's own listing of what differentiating ``fun`` at ``primals`` saves:
+    ``(aval, text)`` per residual (:func:`memscope.variants.jaxpr_facts.saved_residuals`
+    reads the words). Private: ``ad_checkpoint.saved_residuals``, public in JAX
+    0.7 to 0.9; 0.10 makes only ``print_saved_residuals`` public."""
+    listing: list[tuple[Any, str]] = _ad_checkpoint.saved_residuals(fun, *primals)
+    return listing
 
 
 def flops(compiled: Any) -> float | None:
@@ -1581,69 +1548,6 @@ def flops(compiled: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def checkpoint_policies(jaxpr: Any) -> tuple[tuple[str, ...], bool]:
-    """The policies of the ``jax.checkpoint`` equations in ``jaxpr`` (a closed
-    jaxpr), by the policy function's name (``"none"`` for no policy), and
-    whether it has a ``scan``: the rematerialization the user already wrote."""
-    names: list[str] = []
-    scan = False
-    for eqn in _all_eqns(jaxpr):
-        if eqn.primitive.name in ("checkpoint", "remat2", "remat"):
-            policy = eqn.params.get("policy")
-            names.append(_policy_name(policy))
-        scan = scan or eqn.primitive.name == "scan"
-    return tuple(dict.fromkeys(names)), scan
-
-
-def transposes(jaxpr: Any) -> bool:
-    """Whether ``jaxpr`` (a closed jaxpr) holds a reverse-mode derivative.
-
-    JAX names what it transposes ``transpose(jvp(...))`` in each equation's
-    name stack (0.7 to 0.10); a function with no such equation differentiates
-    nothing in reverse mode, and is not traced again to look for it.
-    """
-    return any("transpose(" in str(eqn.source_info.name_stack)
-               for eqn in _all_eqns(jaxpr))
-
-
-def _policy_name(policy: Any) -> str:
-    """A checkpoint policy by its ``jax.checkpoint_policies`` name where it is one,
-    else by the ``jax.checkpoint_policies`` function that made it, else by its
-    own name.
-
-    The policies a function makes are closures on JAX 0.7 to 0.9
-    (``save_only_these_names.<locals>.policy``) and, one by one, frozen
-    dataclasses from 0.10: ``SaveOnlyTheseNames`` and ``SaveAnyNamesButThese``
-    (0.10), ``SaveAndOffloadOnlyTheseNames`` and ``OffloadDotWithNoBatchDims``
-    (0.11, read, not run), each named as its function in snake case. JAX 0.10
-    also makes the dot policies objects that print as their class; they compare
-    equal to ``jax.checkpoint_policies``' own.
-    """
-    if policy is None:
-        return "none"
-    policies = jax.checkpoint_policies
-    standard = ("everything_saveable", "nothing_saveable", "dots_saveable",
-                "dots_with_no_batch_dims_saveable")  # before aliases (checkpoint_dots)
-    for name in (*standard, *dir(policies)):
-        with contextlib.suppress(Exception):
-            known = getattr(policies, name)
-            if not name.startswith("_") and (known is policy or known == policy):
-                return name
-    maker = str(getattr(policy, "__qualname__", "")).split(".<locals>.")[0]
-    if isinstance(policy, types.FunctionType):
-        return maker if callable(getattr(policies, maker, None)) else policy.__name__
-    made_by = re.sub(r"(?<!^)(?=[A-Z])", "_", type(policy).__name__).lower()
-    return made_by if callable(getattr(policies, made_by, None)) else type(policy).__name__
-
-
-def checkpoint_names(jaxpr: Any) -> tuple[str, ...]:
-    """The names ``jax.ad_checkpoint.checkpoint_name`` gave values in ``jaxpr``
-    (a closed jaxpr), in order of first use (the ``name`` primitive, 0.7 to 0.10)."""
-    names = [str(eqn.params.get("name")) for eqn in _all_eqns(jaxpr)
-             if eqn.primitive.name == "name" and eqn.params.get("name") is not None]
-    return tuple(dict.fromkeys(names))
-
-
 def lowers_with_foreign_rules(jaxpr: Any) -> bool:
     """True when lowering ``jaxpr`` runs code from outside JAX: a lowering rule
     registered with ``mlir.register_lowering`` by the program or a library
@@ -1651,7 +1555,7 @@ def lowers_with_foreign_rules(jaxpr: Any) -> bool:
     code may count or print, as Equinox's own tests do."""
     tables = [_mlir._lowerings, *_mlir._platform_specific_lowerings.values()]
     seen: set[Any] = set()
-    for eqn in _all_eqns(jaxpr):
+    for eqn in all_eqns(jaxpr):
         primitive = eqn.primitive
         if primitive in seen:
             continue
@@ -1684,49 +1588,26 @@ def _runs_foreign_code(fun: Any, depth: int = 3) -> bool:
     return False
 
 
-def count_equations(jaxpr: Any, limit: int) -> int:
-    """The equations of ``jaxpr`` and the jaxprs inside it, counted up to ``limit``."""
-    count = 0
-    for _ in _all_eqns(jaxpr):
-        count += 1
-        if count >= limit:
-            break
-    return count
-
-
 def traced_donation(traced: Any) -> tuple[bool, ...]:
     """The flat donation a ``jax.stages.Traced`` was jitted with (hoisted
     constants first, never donated; see :func:`with_donation`)."""
     return tuple(traced._params["donated_invars"])
 
 
-def _all_eqns(jaxpr: Any) -> Iterator[Any]:
+def all_eqns(jaxpr: Any) -> Iterator[Any]:
     """Every equation of ``jaxpr`` (open or closed) and of the jaxprs inside it."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr's open jaxpr
     for eqn in jaxpr.eqns:
         yield eqn
         for sub in _core.jaxprs_in_params(eqn.params):
-            yield from _all_eqns(sub)
+            yield from all_eqns(sub)
 
 
-def traced_once(fun: Callable[..., Any], primals: tuple[Any, ...]) -> Callable[..., Any]:
-    """``fun`` traced once at ``primals``, as a function that replays its jaxpr.
-
-    Some differentiated functions may be called only once per differentiation
-    (``nnx.grad``'s pops the states its wrapper split off; a ``lu.WrappedFun``
-    fills its stores). Listing residuals and differentiating then use the
-    replay; ``eval_jaxpr`` binds each equation under its own source info, so
-    the residuals keep the user's lines.
-    """
-    closed, shape = jax.make_jaxpr(fun, return_shape=True)(*primals)
-    out_tree = jax.tree_util.tree_structure(shape)
-
-    def replay(*args: Any) -> Any:
-        flat = jax.tree_util.tree_leaves(args)
-        return jax.tree_util.tree_unflatten(
-            out_tree, _core.eval_jaxpr(closed.jaxpr, closed.consts, *flat))
-
-    return functools.wraps(fun)(replay) if hasattr(fun, "__name__") else replay
+def eval_jaxpr(closed: Any, *args: Any) -> list[Any]:
+    """Evaluate ``closed`` (a closed jaxpr) at ``args``, binding each equation
+    under its own source info. Private: ``core.eval_jaxpr`` (JAX 0.7 to 0.12)."""
+    out: list[Any] = _core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+    return out
 
 
 # --- address reads that leave arrays behind ---------------------------------------------
@@ -1752,9 +1633,8 @@ def _address_twin(x: Any) -> Any:
     """A second array object over ``x``'s device buffers (see :data:`ARRAY_TWINS`)."""
     if ARRAY_TWINS:
         return x._rewrap_with_aval_and_sharding(x.aval, x.sharding)
-    from jax._src.lib import xla_client  # 0.7, 0.8
-
-    return xla_client.reorder_shards(x, x.sharding, xla_client.ArrayCopySemantics.REUSE_INPUT)
+    return _xla_client.reorder_shards(  # 0.7, 0.8
+        x, x.sharding, _xla_client.ArrayCopySemantics.REUSE_INPUT)
 
 
 def buffer_addresses(x: Any) -> tuple[int, ...]:

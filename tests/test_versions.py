@@ -32,6 +32,7 @@ from memscope import _compat, _versions
 from memscope.capturing import capture, recorder
 from memscope.cli import cli
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE, MemscopeError
+from memscope.variants import jaxpr_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_programs"
@@ -313,21 +314,21 @@ def test_a_private_module_missing_where_programs_are_read_is_that_functions_erro
 
 def test_policies_are_named_by_the_function_that_made_them():
     policies = jax.checkpoint_policies
-    assert _compat._policy_name(None) == "none"
-    assert _compat._policy_name(policies.dots_saveable) == "dots_saveable"
-    assert _compat._policy_name(policies.save_only_these_names("h")) == "save_only_these_names"
-    assert _compat._policy_name(policies.save_any_names_but_these("h")) == \
+    assert jaxpr_facts.policy_name(None) == "none"
+    assert jaxpr_facts.policy_name(policies.dots_saveable) == "dots_saveable"
+    assert jaxpr_facts.policy_name(policies.save_only_these_names("h")) == "save_only_these_names"
+    assert jaxpr_facts.policy_name(policies.save_any_names_but_these("h")) == \
         "save_any_names_but_these"
-    assert _compat._policy_name(policies.save_and_offload_only_these_names(
+    assert jaxpr_facts.policy_name(policies.save_and_offload_only_these_names(
         names_which_can_be_saved=[], names_which_can_be_offloaded=["h"],
         offload_src="device", offload_dst="pinned_host")) == "save_and_offload_only_these_names"
-    assert _compat._policy_name(policies.offload_dot_with_no_batch_dims(
+    assert jaxpr_facts.policy_name(policies.offload_dot_with_no_batch_dims(
         "device", "pinned_host")) == "offload_dot_with_no_batch_dims"
 
     def mine(prim, *_, **__):
         return False
 
-    assert _compat._policy_name(mine) == "mine"
+    assert jaxpr_facts.policy_name(mine) == "mine"
 
 
 def test_class_valued_offload_policies_of_jax_0_11_are_named_by_their_function():
@@ -358,12 +359,12 @@ def test_class_valued_offload_policies_of_jax_0_11_are_named_by_their_function()
         def __call__(self, prim, *_, **params):
             return False
 
-    names = _compat._policy_name(SaveAndOffloadOnlyTheseNames(
+    names = jaxpr_facts.policy_name(SaveAndOffloadOnlyTheseNames(
         frozenset(), frozenset({"h"}), "device", "pinned_host"))
     assert names == "save_and_offload_only_these_names"
-    assert _compat._policy_name(OffloadDotWithNoBatchDims("device", "pinned_host")) == \
+    assert jaxpr_facts.policy_name(OffloadDotWithNoBatchDims("device", "pinned_host")) == \
         "offload_dot_with_no_batch_dims"
-    assert _compat._policy_name(MyPolicy()) == "MyPolicy"
+    assert jaxpr_facts.policy_name(MyPolicy()) == "MyPolicy"
 
 
 @pytest.mark.skipif(not _compat._TRACED_META_TYS, reason="JAX 0.7's Traced binds the call")

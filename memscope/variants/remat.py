@@ -54,6 +54,7 @@ from memscope.report import (
     Residual,
     ResidualLine,
 )
+from memscope.variants import jaxpr_facts
 from memscope.variants.compile import LoweredVariant
 from memscope.variants.donations import LET_GO, Host, TracedSource, VariantFacts
 
@@ -108,7 +109,7 @@ class Found:
     api: str
     function: str | None
     source: str | None
-    residuals: tuple[_compat.SavedResidual, ...]
+    residuals: tuple[jaxpr_facts.SavedResidual, ...]
 
 
 # -------------------------------------------------------------- tracing --
@@ -148,7 +149,7 @@ def find(fun: Callable[..., Any], options: dict[str, Any],
     The listing is JAX's ``saved_residuals`` of each differentiated function,
     after which JAX calls it again. A function that cannot be called twice
     (``nnx.grad``'s) is then traced once and replayed, for the listing and
-    for JAX (:func:`memscope._compat.traced_once`); the replay's listing may
+    for JAX (:func:`memscope.variants.jaxpr_facts.traced_once`); the replay's listing may
     differ from JAX's in scalars JAX would fold into literals.
     """
     try:
@@ -165,8 +166,8 @@ def _find(fun: Callable[..., Any], options: dict[str, Any],
     def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool
              ) -> Callable[..., Any] | None:
         api, name, source = _caller()
-        once = _compat.traced_once(f, primals) if replay else f
-        listed = _compat.saved_residuals(_without_aux(once) if has_aux else once, primals)
+        once = jaxpr_facts.traced_once(f, primals) if replay else f
+        listed = jaxpr_facts.saved_residuals(_without_aux(once) if has_aux else once, primals)
         found.append(Found(api, name, source, tuple(listed)))
         return once if replay else None
 
@@ -440,8 +441,8 @@ def analyse(plan: Plan, written: RematVariant, *, compile_in: Callable[[Callable
     del fun  # each policy's trace takes the function again, while the program holds it
     if not found:
         return None
-    policies, scan = _compat.checkpoint_policies(traced.jaxpr)
-    names = _compat.checkpoint_names(traced.jaxpr)
+    policies, scan = jaxpr_facts.checkpoint_policies(traced.jaxpr)
+    names = jaxpr_facts.checkpoint_names(traced.jaxpr)
     del traced
     written = replace(written, offloads=any("offload" in p for p in policies))
     variants = [written]
@@ -512,7 +513,7 @@ def measure_call(plan: Plan, facts: CompiledFacts, view: Any, traced: TracedSour
     donation variants, the advised one measured together with the chosen
     policy. Compiles in the threads the donation variants do while the program
     runs (:meth:`Worker.compiler_for`: the lowest priority where it runs here)."""
-    if not _compat.transposes(view.jaxpr):
+    if not jaxpr_facts.transposes(view.jaxpr):
         return None  # no grad or vjp: nothing to trace again for
     target = host.target
     plan = replace(plan, target=target, cache=host.cache)

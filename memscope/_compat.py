@@ -29,7 +29,6 @@ import functools
 import importlib
 import os
 import threading
-import types
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -884,20 +883,6 @@ def assignment_in_memory_analysis(lowered: Any) -> bool:
     return str(_client(lowered).platform) == "cpu"
 
 
-def memory_stats_fields(stats: Any) -> dict[str, int]:
-    """The figures of ``memory_analysis()`` (every integer field this jaxlib
-    gives), without the serialized buffer assignment (:func:`buffer_assignment_bytes`)."""
-    return {name: int(getattr(stats, name)) for name in dir(stats)
-            if not name.startswith("_") and isinstance(getattr(stats, name, None), int)
-            and not isinstance(getattr(stats, name), bool)}
-
-
-def memory_stats(fields: dict[str, int], assignment: bytes) -> Any:
-    """A stand-in for ``memory_analysis()``'s result, from
-    :func:`memory_stats_fields` and :func:`buffer_assignment_bytes`."""
-    return types.SimpleNamespace(**fields, serialized_buffer_assignment_proto=assignment)
-
-
 def optimized_hlo_module_protos(compiled: Any) -> list[bytes]:
     """Serialized ``HloModuleProto`` of each module of the executable JAX runs."""
     return [m.as_serialized_hlo_module_proto()
@@ -1442,7 +1427,8 @@ def sharding_key(sharding: Any, ndim: int) -> Any:
 
 
 def add_duration_listener(listener: Callable[..., None]) -> None:
-    """Hear JAX's monitoring duration events (compile times) until removed."""
+    """Hear JAX's monitoring duration events (compile times) until removed
+    (:func:`remove_duration_listener`, whose name JAX 0.8 made private)."""
     jax.monitoring.register_event_duration_secs_listener(listener)
 
 

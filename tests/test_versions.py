@@ -219,7 +219,7 @@ def test_capture_on_an_older_jax_raises_the_one_line(monkeypatch):
 
 
 def test_a_private_module_that_does_not_import_is_said_where_used():
-    missing = _compat._private("jax._src", "no_such_module_in_any_jax")
+    missing = _compat._jax._private("jax._src", "no_such_module_in_any_jax")
     assert getattr(missing, "make_jit", None) is None  # getattr's default still works
     with pytest.raises(_compat.JaxInternalMissing) as e:
         missing.make_jit  # noqa: B018
@@ -227,7 +227,7 @@ def test_a_private_module_that_does_not_import_is_said_where_used():
         "memscope cannot read jax._src.no_such_module_in_any_jax.make_jit on JAX "
         f"{jax.__version__}: jax._src.no_such_module_in_any_jax did not import (")
     assert isinstance(e.value, AttributeError)
-    assert _compat._private("jax._src.lib.mlir", "ir") is _compat._ir  # an attribute, not a file
+    assert _compat._jax._private("jax._src.lib.mlir", "ir") is _compat._jax.ir  # an attribute, not a file
 
 
 def test_compat_imports_where_a_private_module_moved(tmp_path):
@@ -258,12 +258,12 @@ def test_compat_imports_where_a_private_module_moved(tmp_path):
 @pytest.fixture
 def no_pjit(monkeypatch):
     """A JAX that moved ``jax._src.pjit``, where memscope hooks ``jax.jit``."""
-    missing = _compat._Missing("jax._src.pjit",
-                               ModuleNotFoundError("No module named 'jax._src.pjit'"))
-    monkeypatch.setattr(_compat, "_pjit", missing)
-    monkeypatch.setattr(_compat, "_NEEDED_TO_CAPTURE", tuple(
+    missing = _compat._jax._Missing("jax._src.pjit",
+                                    ModuleNotFoundError("No module named 'jax._src.pjit'"))
+    monkeypatch.setattr(_compat._jax, "pjit", missing)
+    monkeypatch.setattr(_compat.capture, "_NEEDED_TO_CAPTURE", tuple(
         (name, missing if name == "jax._src.pjit" else module, attrs)
-        for name, module, attrs in _compat._NEEDED_TO_CAPTURE))
+        for name, module, attrs in _compat.capture._NEEDED_TO_CAPTURE))
 
 
 def test_capture_refuses_in_one_line_where_what_it_hooks_is_missing(tmp_path, no_pjit):
@@ -292,7 +292,7 @@ def test_a_private_module_missing_where_programs_are_read_is_that_functions_erro
         tmp_path, monkeypatch):
     """Reading the lowered module needs JAX's MLIR bindings; without them every
     function says so, and the program runs on."""
-    monkeypatch.setattr(_compat, "_ir", _compat._Missing(
+    monkeypatch.setattr(_compat._jax, "ir", _compat._jax._Missing(
         "jax._src.lib.mlir.ir", ImportError("moved")))
     script, marker = _writes_marker(tmp_path)
     result = invoke("run", "-q", "-o", str(tmp_path / "r.json"), str(script))
@@ -367,7 +367,7 @@ def test_class_valued_offload_policies_of_jax_0_11_are_named_by_their_function()
     assert jaxpr_facts.policy_name(MyPolicy()) == "MyPolicy"
 
 
-@pytest.mark.skipif(not _compat._TRACED_META_TYS, reason="JAX 0.7's Traced binds the call")
+@pytest.mark.skipif(not _compat._jax._TRACED_META_TYS, reason="JAX 0.7's Traced binds the call")
 def test_a_donation_variant_keeps_the_traced_functions_source_info():
     """JAX's main branch after 0.11.0 adds ``fun_sourceinfo`` to ``Traced``'s
     constructor (read, not run): a subclass of this JAX's ``Traced`` with that

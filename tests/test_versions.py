@@ -261,9 +261,9 @@ def no_pjit(monkeypatch):
     missing = _compat._jax._Missing("jax._src.pjit",
                                     ModuleNotFoundError("No module named 'jax._src.pjit'"))
     monkeypatch.setattr(_compat._jax, "pjit", missing)
-    monkeypatch.setattr(_compat.capture, "_NEEDED_TO_CAPTURE", tuple(
+    monkeypatch.setattr(_compat.hooks, "_NEEDED_TO_CAPTURE", tuple(
         (name, missing if name == "jax._src.pjit" else module, attrs)
-        for name, module, attrs in _compat.capture._NEEDED_TO_CAPTURE))
+        for name, module, attrs in _compat.hooks._NEEDED_TO_CAPTURE))
 
 
 def test_capture_refuses_in_one_line_where_what_it_hooks_is_missing(tmp_path, no_pjit):

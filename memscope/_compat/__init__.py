@@ -15,7 +15,7 @@ report.
 One module per concern, each read through this package (``_compat.name``):
 
 - :mod:`~memscope._compat._jax`: the versions, their flags, the private modules;
-- :mod:`~memscope._compat.capture`: the jit hook, tracing state, settings, the
+- :mod:`~memscope._compat.hooks`: the jit hook, tracing state, settings, the
   reverse-mode hook: what capturing reads on the program's path;
 - :mod:`~memscope._compat.values`: tracers, buffers, addresses, Refs, hijax values;
 - :mod:`~memscope._compat.stages`: traced and lowered programs beyond the stages API;
@@ -51,7 +51,16 @@ from memscope._compat._jax import (
     unverified_line,
     unverified_note,
 )
-from memscope._compat.capture import (
+from memscope._compat.executables import (
+    buffer_assignment_bytes,
+    executable_fingerprint,
+    executable_id,
+    flops,
+    optimized_hlo_module_protos,
+    peak_memory_bytes,
+    serialized_executable_payloads,
+)
+from memscope._compat.hooks import (
     ConfigSnapshot,
     JitSpec,
     VjpHook,
@@ -75,15 +84,6 @@ from memscope._compat.capture import (
     pmap_user_function,
     remove_duration_listener,
     vjp_hook,
-)
-from memscope._compat.executables import (
-    buffer_assignment_bytes,
-    executable_fingerprint,
-    executable_id,
-    flops,
-    optimized_hlo_module_protos,
-    peak_memory_bytes,
-    serialized_executable_payloads,
 )
 from memscope._compat.stages import (
     COMPILE_SETTINGS,

@@ -1,4 +1,4 @@
-"""What capturing reads of JAX on the program's own path: the ``jax.jit`` hook,
+"""What capturing hooks and reads of JAX on the program's own path: the ``jax.jit`` hook,
 pmap, tracing state, the lowering's warnings, the per-thread settings, the
 jit options JAX resolved, compile-time events, and the reverse-mode hook.
 

@@ -30,7 +30,8 @@ from memscope import _compat
 from memscope.analysis.live import memory_view
 from memscope.compiled.buffers import breakdown, read_buffer_assignment
 from memscope.compiled.hlo import parse_module
-from memscope.compiled.liveness import analyze
+from memscope.compiled.liveness import schedule_liveness
+from memscope.compiled.raw import compile_uncached
 from memscope.compiled.read import memory_figures
 
 
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lowered = jax.jit(make_step(args.layers)).lower(params, x)
     start = time.perf_counter()
-    compiled = _compat.compile_uncached(lowered)
+    compiled = compile_uncached(lowered)
     compile_s = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     live_times = []
     for _ in range(args.repeat):
         start = time.perf_counter()
-        liveness = analyze(module, assignment)
+        liveness = schedule_liveness(module, assignment)
         if liveness is not None:
             timeline, live = memory_view(liveness, assignment, memory)
         live_times.append(time.perf_counter() - start)

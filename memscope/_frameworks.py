@@ -301,6 +301,38 @@ def retrace_context(fun: Any) -> Any:
     return contextlib.nullcontext()
 
 
+#: The frameworks whose differentiation wrappers :func:`differentiation_api` reads.
+DIFFERENTIATING = ("equinox", "flax")
+
+
+def differentiation_api(package: str, frame: Any) -> tuple[str | None, Any]:
+    """The wrapper's name (``eqx.filter_grad``) and the function it differentiates,
+    where ``frame`` (of a module of ``package``, one of :data:`DIFFERENTIATING`)
+    is the wrapper's own; else ``(None, None)``.
+
+    Equinox's ``filter_grad`` and ``filter_value_and_grad`` are ``_GradWrapper``
+    and ``_ValueAndGradWrapper`` objects holding the function as ``_fun``, seen
+    as the ``self`` of their ``__call__``; Flax's ``nnx.grad`` and
+    ``nnx.value_and_grad`` differentiate in ``grad_wrapper`` (or
+    ``tree_grad_wrapper``), whose locals hold the JAX ``transform`` and the
+    function ``f``.
+    """
+    local = frame.f_locals
+    if package == "equinox":
+        owner = local.get("self")
+        kind = type(owner).__name__
+        if "Grad" not in kind:
+            return None, None
+        api = "eqx.filter_value_and_grad" if "ValueAndGrad" in kind else "eqx.filter_grad"
+        return api, getattr(owner, "_fun", None)
+    transform = local.get("transform")
+    if frame.f_code.co_name not in ("grad_wrapper", "tree_grad_wrapper") or transform is None:
+        return None, None
+    import jax
+
+    api = "nnx.value_and_grad" if transform is jax.value_and_grad else "nnx.grad"
+    return api, local.get("f")
+
 # ------------------------------------------------------------------- roles --
 
 #: Flax NNX's Variable types by what they hold (``flax.nnx.variablelib``, and

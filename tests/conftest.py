@@ -109,7 +109,7 @@ _BREADTH_PARAMETERS = {
 }
 # The end-to-end tests: each runs memscope (or the program) in a process of its
 # own, through its command line, the import of JAX it hooks and the runner.
-# Every version difference memscope follows is read in-process (_compat.py), and
+# Every version difference memscope follows is read in-process (memscope._compat), and
 # tested there by the rest; CI runs these on the oldest series, on 0.10 (the
 # newest Python 3.11 installs, whose XLA:CPU allocates outputs late) and on the
 # newest (.ci/run's "in-process" runs leave them out).

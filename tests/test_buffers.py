@@ -230,13 +230,13 @@ def test_breakdown_replays_the_largest_trace_and_adds_what_lives_throughout():
 
 
 def test_breakdown_lists_the_largest_and_totals_the_rest():
-    n = buffers.MAX_LISTED + 10
+    n = buffers.MAX_DETAIL_ROWS + 10
     bufs = {i: _buf(i, 4 * (i + 1), line=1 + i % 3) for i in range(n)}
     slots = [Slot(i, 0, 4 * (i + 1)) for i in range(n)]
     assignment = BufferAssignment(
         allocations=(_alloc(0, "temporary", 4 * n, slots),), buffers=bufs, traces=())
     b = breakdown(assignment, Memory(temp_bytes=4 * n))
-    assert len(b.temp_buffers) == buffers.MAX_LISTED
+    assert len(b.temp_buffers) == buffers.MAX_DETAIL_ROWS
     assert [t.bytes for t in b.temp_buffers] == sorted((t.bytes for t in b.temp_buffers),
                                                        reverse=True)
     assert b.more_buffers == 10 and b.more_bytes == sum(4 * (i + 1) for i in range(10))

@@ -24,7 +24,7 @@ from memscope.analysis.live import memory_view
 from memscope.compiled.buffers import breakdown, read_buffer_assignment
 from memscope.compiled.dump import HloProto
 from memscope.compiled.hlo import parse_module, read_module
-from memscope.compiled.liveness import analyze
+from memscope.compiled.liveness import schedule_liveness
 from memscope.report import Memory
 
 DATA = Path(__file__).parent / "data" / "gpu"
@@ -78,7 +78,7 @@ def test_the_schedule_replays_over_the_dumped_module(name, slack):
     # condition, a constant: 32 B here) are held whole by memscope's replay,
     # where the heap simulator packs them.
     module, assignment = _dumped(name)
-    liveness = analyze(module, assignment)
+    liveness = schedule_liveness(module, assignment)
     assert liveness is not None and liveness.scheduled
     assert liveness.temp_block == H200[name][3]
     assert 0 <= liveness.peak_bytes - H200[name][4] <= slack
@@ -100,7 +100,7 @@ def test_the_timeline_follows_xla_gpus_heap_trace(name):
     argument, output, alias, temp, xla_peak = H200[name]
     memory = Memory(argument_bytes=argument, output_bytes=output, alias_bytes=alias,
                     temp_bytes=temp, xla_peak_bytes=xla_peak)
-    liveness = analyze(module, assignment)
+    liveness = schedule_liveness(module, assignment)
     assert liveness is not None
     timeline, _ = memory_view(liveness, assignment, memory)
     assert timeline.rule == "heap_trace" and timeline.peak_bytes == xla_peak

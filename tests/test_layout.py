@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import re
 import types
 from pathlib import Path
 
@@ -249,7 +250,7 @@ def test_no_function_is_longer_than_a_screen():
 COMPILE_CALLS = {"compile", "_compile", "compile_uncached", "compile_dumped"}
 MAY_COMPILE = {"memscope.compiled.compile", "memscope.compiled.dump", "memscope.compiled.read",
                "memscope.compiled.targets.base", "memscope.compiled.targets.here",
-               "memscope.compiled.targets.gpu", "memscope._compat", "memscope.capturing.calls",
+               "memscope.compiled.targets.gpu", "memscope.compiled.raw", "memscope.capturing.calls",
                "memscope.capturing.aot"}
 
 
@@ -311,3 +312,68 @@ def test_the_public_names_stay_functions_after_every_module_is_imported() -> Non
     if without_ipython:
         pytest.skip("IPython is not installed: every module was imported but "
                     "memscope.notebook, which imports it")
+
+
+# ------------------------------------------------- private JAX and frameworks --
+
+#: The frameworks whose internals memscope reads, only in memscope._frameworks.
+FRAMEWORKS = ("equinox", "flax")
+
+
+def _imported_modules(path: Path) -> list[tuple[str, int]]:
+    """Every module an ``import`` in ``path`` names (``from a import b``: ``a``
+    and ``a.b``), with its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.module, node.lineno))
+            found += [(f"{node.module}.{a.name}", node.lineno) for a in node.names]
+    return found
+
+
+def test_no_module_imports_jax_src():
+    # JAX's private modules are read through memscope._compat's guard
+    # (``_private``), so that memscope imports on a JAX that moved one.
+    bare = sorted(f"{name}:{line} imports {module}" for name, path in MODULES.items()
+                  for module, line in _imported_modules(path)
+                  if _under(("jax._src",), module))
+    assert bare == []
+
+
+def test_the_rule_for_jax_src_sees_an_import(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from jax._src import core\nfrom jax import _src\nimport jax._src.api\n")
+    assert [m for m, _ in _imported_modules(source) if _under(("jax._src",), m)] == [
+        "jax._src", "jax._src.core", "jax._src", "jax._src.api"]
+
+
+def test_compat_is_modules_within_the_size_limit():
+    # memscope._compat is JAX's differences and private reads only: one
+    # module per concern, none over the limit (no docstring excuses one).
+    modules = {name: path for name, path in MODULES.items()
+               if _under(("memscope._compat",), name)}
+    assert len(modules) > 1  # a package
+    long = sorted(name for name, path in modules.items()
+                  if path.read_text(encoding="utf-8").count("\n") > MAX_LINES)
+    assert long == []
+
+
+def _names_a_framework_module(path: Path) -> list[str]:
+    """Framework modules ``path`` imports, or names as a string (``sys.modules``'
+    keys: ``"flax.nnx.graph"``)."""
+    found = [m for m, _ in _imported_modules(path) if _under(FRAMEWORKS, m)]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and re.fullmatch(r"(equinox|flax)(\.\w+)+", node.value):
+            found.append(node.value)
+    return found
+
+
+def test_only_frameworks_reads_framework_internals():
+    elsewhere = {name: found for name, path in MODULES.items()
+                 if name != "memscope._frameworks"
+                 and (found := _names_a_framework_module(path))}
+    assert elsewhere == {}
+    assert _names_a_framework_module(MODULES["memscope._frameworks"])  # the rule sees them

@@ -25,13 +25,19 @@ import jax.numpy as jnp
 import pytest
 
 import memscope
-from memscope import _compat
 from memscope.analysis.live import memory_view
 from memscope.compiled._hlo_schema import HloModuleProto, message_class
-from memscope.compiled.buffers import MAX_LISTED, read_buffer_assignment
+from memscope.compiled.buffers import MAX_DETAIL_ROWS, read_buffer_assignment
 from memscope.compiled.dump import HloProto
 from memscope.compiled.hlo import parse_module
-from memscope.compiled.liveness import LiveRange, _sweep, analyze, flatten, live_ranges
+from memscope.compiled.liveness import (
+    LiveRange,
+    _sweep,
+    flatten,
+    live_ranges,
+    schedule_liveness,
+)
+from memscope.compiled.raw import compile_uncached
 from memscope.report import InputBuffer, Memory
 from tests.samples import sample_module
 from tests.truth import assigned
@@ -101,7 +107,7 @@ def test_hand_built_module_gives_the_exact_curve():
     named = {assignment.buffers[b].instruction: r for b, r in ranges.items()}
     assert named == {"p0": (0, 1), "a": (1, 2), "b": (2, 6), "t": (3, 4), "cx": (6, 8),
                      "c": (8, 8)}
-    live = analyze(module, assignment)
+    live = schedule_liveness(module, assignment)
     assert live is not None
     # per entry step, the most held while it (and the call's body) runs
     assert live.entry_bytes == (66, 166, 366, 282, 282, 296, 96)
@@ -114,14 +120,14 @@ def test_hand_built_module_gives_the_exact_curve():
 
 def test_without_a_schedule_the_instruction_order_stands_in():
     module, assignment = hand_built(schedule=False)
-    live = analyze(module, assignment)
+    live = schedule_liveness(module, assignment)
     assert live is not None and not live.scheduled
     assert live.entry_bytes == (66, 166, 366, 282, 282, 296, 96)
 
 
 def test_the_peak_view_adds_up_and_says_what_differs():
     module, assignment = hand_built()
-    live = analyze(module, assignment)
+    live = schedule_liveness(module, assignment)
     assert live is not None
     memory = Memory(argument_bytes=16, output_bytes=50, alias_bytes=0, temp_bytes=430,
                     peak_bytes=496, peak_rule="sum")
@@ -253,7 +259,7 @@ def test_loops_and_branches_agree_with_xla_packing(name):
     # which fuses its generators with their use: one temporary.
     temporaries = sum(len(a.slots) for a in assignment.of_kind("temporary"))
     assert checked > 0 or (jax.default_backend() != "cpu" and temporaries == 1), temporaries
-    live = analyze(module, assignment)
+    live = schedule_liveness(module, assignment)
     assert live is not None and live.scheduled and live.unplaced == 0
     assert live.temp_block == stats.temp_size_in_bytes
     assert 0 < live.live_temp <= live.temp_block
@@ -267,7 +273,7 @@ def _xla_live_ranges(fn, *args):
     (instruction, shape index) its (start, end)); ``None`` where XLA wrote none."""
     lowered = jax.jit(fn).lower(*args)
     with tempfile.TemporaryDirectory() as folder:
-        _compat.compile_uncached(lowered, {"xla_dump_to": folder, "xla_dump_hlo_as_proto": True,
+        compile_uncached(lowered, {"xla_dump_to": folder, "xla_dump_hlo_as_proto": True,
                                            "xla_dump_hlo_as_text": True})
         dumped = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))
         text = sorted(Path(folder).glob("*after_optimizations-live-range.txt"))
@@ -316,7 +322,7 @@ def test_the_replay_is_xla_own_live_range(name):
             mine.append(LiveRange(s.buffer, alloc.index, s.offset, s.size, *ours[s.buffer]))
     curve = _sweep(theirs, len(order))
     assert _sweep(mine, len(order)) == curve
-    live = analyze(module, assignment)
+    live = schedule_liveness(module, assignment)
     assert live is not None and live.live_temp == max(curve) <= live.temp_block
 
 
@@ -328,7 +334,7 @@ def test_what_is_live_at_the_peak_is_disjoint_memory_in_xla_packing(name):
     value and once as the body's parameter, in one slot, and the initial value
     lived on over memory XLA gave the body's temporaries.)"""
     module, assignment, _ = _compiled_liveness(*_program(name))
-    live = analyze(module, assignment)
+    live = schedule_liveness(module, assignment)
     assert live is not None and live.live
     assert sum(r.size for r in live.live) == live.live_temp <= live.temp_block
     sizes = {a.index: a.size for a in live.temp_allocations}
@@ -366,7 +372,7 @@ def _assert_peak_adds_up(fn) -> None:
         assert (temps, held) == (peak - t.held_bytes, t.held_bytes)
     lines = sum(s.bytes for s in live.by_source)
     assert lines <= live.bytes - live.argument_bytes
-    if len(live.by_source) < MAX_LISTED:
+    if len(live.by_source) < MAX_DETAIL_ROWS:
         assert lines == live.bytes - live.argument_bytes
 
 

@@ -26,7 +26,7 @@ from memscope import _compat
 from memscope.capturing import capture
 from memscope.compiled.read import memory_figures
 from memscope.report import Differentiation, Remat, RematVariant, Report
-from memscope.variants import remat
+from memscope.variants import jaxpr_facts, remat
 from memscope.views import remat_text
 from tests.samples import sample_module
 
@@ -299,9 +299,9 @@ def test_choose_takes_the_largest_saving_within_the_flops_limit():
 
 def test_text_of_a_remat_section():
     d = remat.differentiation(remat.Found("jax.grad", "loss", "train.py:9", (
-        _compat.SavedResidual((1024, 1024), "float32", "output of tanh from t.py:3:4 (f)",
-                              "tanh", "t.py:3", "f"),
-        _compat.SavedResidual((8,), "float32", "from the argument w", None, None, None))))
+        jaxpr_facts.SavedResidual((1024, 1024), "float32", "output of tanh from t.py:3:4 (f)",
+                            "tanh", "t.py:3", "f"),
+        jaxpr_facts.SavedResidual((8,), "float32", "from the argument w", None, None, None))))
     variants = _variants(("as_written", 8 << 20, 100.0), ("nothing_saveable", 4 << 20, 130.0))
     r = Remat(differentiations=(d,), variants=tuple(variants), max_flops_increase=0.35,
               advice=remat.advice([d], variants, variants[1], 0.35))

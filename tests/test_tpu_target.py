@@ -50,7 +50,7 @@ def _devices(topology: str) -> list:
     # JAX's CPU backend has started in this process (8 devices): the topology
     # API needs no backend of its own, only libtpu loaded (memscope's own, where
     # it is not installed beside JAX).
-    compilers.load("tpu")
+    compilers.load_compiler("tpu")
     return tpu._topology(tpu.parse_spec(f"tpu:{topology}"))
 
 

@@ -32,6 +32,7 @@ from memscope import _compat, _versions
 from memscope.capturing import capture, recorder
 from memscope.cli import cli
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE, MemscopeError
+from memscope.variants import jaxpr_facts
 from memscope.version import DISTRIBUTION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -224,7 +225,7 @@ def test_capture_on_an_older_jax_raises_the_one_line(monkeypatch):
 
 
 def test_a_private_module_that_does_not_import_is_said_where_used():
-    missing = _compat._private("jax._src", "no_such_module_in_any_jax")
+    missing = _compat._jax._private("jax._src", "no_such_module_in_any_jax")
     assert getattr(missing, "make_jit", None) is None  # getattr's default still works
     with pytest.raises(_compat.JaxInternalMissing) as e:
         missing.make_jit  # noqa: B018
@@ -232,7 +233,7 @@ def test_a_private_module_that_does_not_import_is_said_where_used():
         "memscope cannot read jax._src.no_such_module_in_any_jax.make_jit on JAX "
         f"{jax.__version__}: jax._src.no_such_module_in_any_jax did not import (")
     assert isinstance(e.value, AttributeError)
-    assert _compat._private("jax._src.lib.mlir", "ir") is _compat._ir  # an attribute, not a file
+    assert _compat._jax._private("jax._src.lib.mlir", "ir") is _compat._jax.ir  # an attribute, not a file
 
 
 def test_compat_imports_where_a_private_module_moved(tmp_path):
@@ -263,12 +264,12 @@ def test_compat_imports_where_a_private_module_moved(tmp_path):
 @pytest.fixture
 def no_pjit(monkeypatch):
     """A JAX that moved ``jax._src.pjit``, where memscope hooks ``jax.jit``."""
-    missing = _compat._Missing("jax._src.pjit",
-                               ModuleNotFoundError("No module named 'jax._src.pjit'"))
-    monkeypatch.setattr(_compat, "_pjit", missing)
-    monkeypatch.setattr(_compat, "_NEEDED_TO_CAPTURE", tuple(
+    missing = _compat._jax._Missing("jax._src.pjit",
+                                    ModuleNotFoundError("No module named 'jax._src.pjit'"))
+    monkeypatch.setattr(_compat._jax, "pjit", missing)
+    monkeypatch.setattr(_compat.hooks, "_NEEDED_TO_CAPTURE", tuple(
         (name, missing if name == "jax._src.pjit" else module, attrs)
-        for name, module, attrs in _compat._NEEDED_TO_CAPTURE))
+        for name, module, attrs in _compat.hooks._NEEDED_TO_CAPTURE))
 
 
 def test_capture_refuses_in_one_line_where_what_it_hooks_is_missing(tmp_path, no_pjit):
@@ -297,7 +298,7 @@ def test_a_private_module_missing_where_programs_are_read_is_that_functions_erro
         tmp_path, monkeypatch):
     """Reading the lowered module needs JAX's MLIR bindings; without them every
     function says so, and the program runs on."""
-    monkeypatch.setattr(_compat, "_ir", _compat._Missing(
+    monkeypatch.setattr(_compat._jax, "ir", _compat._jax._Missing(
         "jax._src.lib.mlir.ir", ImportError("moved")))
     script, marker = _writes_marker(tmp_path)
     result = invoke("run", "-q", "-o", str(tmp_path / "r.json"), str(script))
@@ -319,21 +320,21 @@ def test_a_private_module_missing_where_programs_are_read_is_that_functions_erro
 
 def test_policies_are_named_by_the_function_that_made_them():
     policies = jax.checkpoint_policies
-    assert _compat._policy_name(None) == "none"
-    assert _compat._policy_name(policies.dots_saveable) == "dots_saveable"
-    assert _compat._policy_name(policies.save_only_these_names("h")) == "save_only_these_names"
-    assert _compat._policy_name(policies.save_any_names_but_these("h")) == \
+    assert jaxpr_facts.policy_name(None) == "none"
+    assert jaxpr_facts.policy_name(policies.dots_saveable) == "dots_saveable"
+    assert jaxpr_facts.policy_name(policies.save_only_these_names("h")) == "save_only_these_names"
+    assert jaxpr_facts.policy_name(policies.save_any_names_but_these("h")) == \
         "save_any_names_but_these"
-    assert _compat._policy_name(policies.save_and_offload_only_these_names(
+    assert jaxpr_facts.policy_name(policies.save_and_offload_only_these_names(
         names_which_can_be_saved=[], names_which_can_be_offloaded=["h"],
         offload_src="device", offload_dst="pinned_host")) == "save_and_offload_only_these_names"
-    assert _compat._policy_name(policies.offload_dot_with_no_batch_dims(
+    assert jaxpr_facts.policy_name(policies.offload_dot_with_no_batch_dims(
         "device", "pinned_host")) == "offload_dot_with_no_batch_dims"
 
     def mine(prim, *_, **__):
         return False
 
-    assert _compat._policy_name(mine) == "mine"
+    assert jaxpr_facts.policy_name(mine) == "mine"
 
 
 def test_class_valued_offload_policies_of_jax_0_11_are_named_by_their_function():
@@ -364,15 +365,15 @@ def test_class_valued_offload_policies_of_jax_0_11_are_named_by_their_function()
         def __call__(self, prim, *_, **params):
             return False
 
-    names = _compat._policy_name(SaveAndOffloadOnlyTheseNames(
+    names = jaxpr_facts.policy_name(SaveAndOffloadOnlyTheseNames(
         frozenset(), frozenset({"h"}), "device", "pinned_host"))
     assert names == "save_and_offload_only_these_names"
-    assert _compat._policy_name(OffloadDotWithNoBatchDims("device", "pinned_host")) == \
+    assert jaxpr_facts.policy_name(OffloadDotWithNoBatchDims("device", "pinned_host")) == \
         "offload_dot_with_no_batch_dims"
-    assert _compat._policy_name(MyPolicy()) == "MyPolicy"
+    assert jaxpr_facts.policy_name(MyPolicy()) == "MyPolicy"
 
 
-@pytest.mark.skipif(not _compat._TRACED_META_TYS, reason="JAX 0.7's Traced binds the call")
+@pytest.mark.skipif(not _compat._jax._TRACED_META_TYS, reason="JAX 0.7's Traced binds the call")
 def test_a_donation_variant_keeps_the_traced_functions_source_info():
     """JAX's main branch after 0.11.0 adds ``fun_sourceinfo`` to ``Traced``'s
     constructor (read, not run): a subclass of this JAX's ``Traced`` with that

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from memscope.analysis import roles
 from memscope.compiled.buffers import (
-    MAX_LISTED,
+    MAX_DETAIL_ROWS,
     MAX_TIMELINE_POINTS,
     Allocation,
     BufferAssignment,
@@ -101,9 +101,9 @@ def memory_view(liveness: Liveness, assignment: BufferAssignment, memory: Memory
         peak_note=peak_note(liveness, memory, _constant_bytes(liveness.held)))
     traced = _trace_timeline(liveness, assignment, timeline)
     live = LiveAtPeak(
-        bytes=sum(b.bytes for b in buffers), buffers=tuple(buffers[:MAX_LISTED]),
-        more_buffers=max(0, len(buffers) - MAX_LISTED),
-        more_bytes=sum(b.bytes for b in buffers[MAX_LISTED:]),
+        bytes=sum(b.bytes for b in buffers), buffers=tuple(buffers[:MAX_DETAIL_ROWS]),
+        more_buffers=max(0, len(buffers) - MAX_DETAIL_ROWS),
+        more_bytes=sum(b.bytes for b in buffers[MAX_DETAIL_ROWS:]),
         by_source=_by_source([b for b in buffers if b.argument is None
                               and b.kind not in ("parameter", "aliased")]),
         argument_bytes=sum(b.bytes for b in buffers if b.kind in ("parameter", "aliased")),

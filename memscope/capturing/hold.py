@@ -6,10 +6,10 @@ per signature, and let go as soon as it can be:
 
 * for the reading of the compiled program: JAX's executable and lowering, and
   a view of the traced program that holds none of the arrays the function closes
-  over (:func:`memscope._compat.reading_view`); let go once read;
+  over (:func:`memscope.compiled.held.reading_view`); let go once read;
 * for the variants (donation settings, ``--target``): the traced program
   *without* its arrays, and weak references to them
-  (:class:`memscope._compat.WeakConsts`): a lowering puts them back for as long
+  (:class:`memscope.compiled.held.WeakConsts`): a lowering puts them back for as long
   as it runs, and what it leaves for the compile holds none of them
   (:func:`memscope.variants.compile.lower_variant`). Where the program let go of
   them, and of the function (JAX's own caches of a function hold them as long
@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from memscope import _compat
+from memscope.compiled.held import WeakConsts, weak_consts
 from memscope.compiled.read import CompiledHandles
 
 #: Why a hold let go before its work was done, as the report says it.
@@ -64,7 +64,7 @@ class Hold:
                  plan: Any = None) -> None:
         self._lock = threading.Condition()
         self._handles: CompiledHandles | None = handles
-        self._traced: _compat.WeakConsts | None = _compat.weak_consts(traced)
+        self._traced: WeakConsts | None = weak_consts(traced)
         self._plan = plan
         self._reading = False
         self._users = 0

@@ -16,7 +16,8 @@ from memscope.capturing.entry import Entry
 from memscope.capturing.hold import CLEARED, Hold
 from memscope.capturing.session import Session
 from memscope.capturing.worker import release_free_memory
-from memscope.compiled.compile import dumped_compile
+from memscope.compiled.compile import compile_again_dumped
+from memscope.compiled.held import reading_view
 from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
 from memscope.compiled.targets.base import Target
@@ -53,8 +54,8 @@ def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
 
 def reading_handles(handles: CompiledHandles) -> CompiledHandles:
     """``handles`` for the reading: the traced program as a view that holds none
-    of the arrays the function closes over (:func:`memscope._compat.reading_view`)."""
-    return CompiledHandles(_compat.reading_view(handles.traced), handles.lowered,
+    of the arrays the function closes over (:func:`memscope.compiled.held.reading_view`)."""
+    return CompiledHandles(reading_view(handles.traced), handles.lowered,
                            handles.compiled, handles.built)
 
 
@@ -133,7 +134,7 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
                 facts = wrappers.renamed(entry.wrapper, read)
                 return facts, _publish(session, entry, facts), None, foreign
             read = read_handles(handles, shardings=shardings, ref_names=ref_names,
-                                dump=functools.partial(dumped_compile, cache=session.host.cache))
+                                dump=functools.partial(compile_again_dumped, cache=session.host.cache))
             session.host.counts.count_dump(read.dumped)
             flops = (_compat.flops(handles.compiled)
                      if hold.plan is not None and session.target.runs_here else None)

@@ -37,7 +37,7 @@ _CompilationResult = message_class("CompilationResultProto")
 ALLOCATION_KINDS: tuple[AllocationKind, ...] = get_args(AllocationKind)
 #: The report lists this many of the largest temporary buffers and source lines
 #: (plus totals of the rest), so that reports of big models stay small.
-MAX_LISTED = 50
+MAX_DETAIL_ROWS = 50
 #: Why there is no timeline where XLA kept no heap-simulator trace.
 NO_TRACE_NOTE = ("XLA recorded no heap-simulator trace for this program (it does not on "
                  "CPU), so memory over program order is unknown; the temporaries share "
@@ -451,7 +451,7 @@ def breakdown(assignment: BufferAssignment, memory: Memory | None,
     slots = sorted(((a, s) for a in temps for s in a.slots),
                    key=lambda pair: (-pair[1].size, pair[1].buffer))
     listed = [_temp_buffer(assignment.buffers[s.buffer], a, s, display)
-              for a, s in slots[:MAX_LISTED] if s.buffer in assignment.buffers]
+              for a, s in slots[:MAX_DETAIL_ROWS] if s.buffer in assignment.buffers]
     reconciled, note = reconcile(assignment, memory)
     timeline, timeline_note, peak, live = _timeline(assignment, memory, display)
     return BufferBreakdown(
@@ -508,7 +508,7 @@ def _by_source(assignment: BufferAssignment, slots: Sequence[tuple[Allocation, S
 def by_source_line(buffers: Iterable[tuple[str | None, int, str | None]]
                    ) -> tuple[SourceLine, ...]:
     """``(source, bytes, op)`` of each buffer grouped by source line, largest first
-    (ties by name), each line's ops largest first; the first :data:`MAX_LISTED`."""
+    (ties by name), each line's ops largest first; the first :data:`MAX_DETAIL_ROWS`."""
     lines: dict[str | None, list[Any]] = {}
     for source, size, op in buffers:
         entry = lines.setdefault(source, [0, 0, {}])
@@ -518,7 +518,7 @@ def by_source_line(buffers: Iterable[tuple[str | None, int, str | None]]
     ranked = sorted(lines.items(), key=lambda kv: (-kv[1][0], kv[0] or ""))
     return tuple(SourceLine(source=src, bytes=total, buffers=count,
                             ops=tuple(sorted(ops, key=lambda o: -ops[o])))
-                 for src, (total, count, ops) in ranked[:MAX_LISTED])
+                 for src, (total, count, ops) in ranked[:MAX_DETAIL_ROWS])
 
 
 def _timeline(assignment: BufferAssignment, memory: Memory | None,
@@ -543,7 +543,7 @@ def _timeline(assignment: BufferAssignment, memory: Memory | None,
     slot_of = {s.buffer: (a, s) for a in assignment.allocations for s in a.slots}
     live = []
     known = [b for b in result.live_at_peak if b in assignment.buffers]
-    for b in sorted(known, key=lambda b: -assignment.buffers[b].size)[:MAX_LISTED // 5]:
+    for b in sorted(known, key=lambda b: -assignment.buffers[b].size)[:MAX_DETAIL_ROWS // 5]:
         if b in slot_of:
             a, s = slot_of[b]
             live.append(_temp_buffer(assignment.buffers[b], a, s, display))

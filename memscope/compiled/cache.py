@@ -36,6 +36,7 @@ import platform
 import struct
 import tempfile
 import threading
+import types
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,7 @@ class Kept:
     ``cost_analysis()``'s FLOPs, the input and output shardings), with the
     optimized module and buffer assignment beside it, whatever the target."""
 
-    #: ``memory_analysis()``'s figures (:func:`memscope._compat.memory_stats_fields`)
+    #: ``memory_analysis()``'s figures (:func:`memory_stats_fields`)
     fields: dict[str, int]
     #: the serialized buffer assignment
     assignment: bytes
@@ -84,7 +85,7 @@ class Kept:
     options: dict[str, Any] = field(default_factory=dict)
 
     def memory_analysis(self) -> Any:
-        return _compat.memory_stats(self.fields, self.assignment)
+        return memory_stats(self.fields, self.assignment)
 
     def cost_analysis(self) -> dict[str, float]:
         if self.flops is None:
@@ -117,11 +118,25 @@ class Kept:
                            else _compat.optimized_hlo_module_protos(executable))
             if assignment is None or len(modules) != 1:
                 return None
-            return cls(_compat.memory_stats_fields(stats), assignment, modules[0],
+            return cls(memory_stats_fields(stats), assignment, modules[0],
                        _kept_inputs(executable), _kept_outputs(executable),
                        _compat.flops(executable), dict(built.options))
         except Exception:  # read from the executable itself, as without the cache
             return None
+
+
+def memory_stats_fields(stats: Any) -> dict[str, int]:
+    """The figures of ``memory_analysis()`` (every integer field this jaxlib
+    gives), without the serialized buffer assignment (:func:`memscope._compat.buffer_assignment_bytes`)."""
+    return {name: int(getattr(stats, name)) for name in dir(stats)
+            if not name.startswith("_") and isinstance(getattr(stats, name, None), int)
+            and not isinstance(getattr(stats, name), bool)}
+
+
+def memory_stats(fields: dict[str, int], assignment: bytes) -> Any:
+    """A stand-in for ``memory_analysis()``'s result, from
+    :func:`memory_stats_fields` and :func:`memscope._compat.buffer_assignment_bytes`."""
+    return types.SimpleNamespace(**fields, serialized_buffer_assignment_proto=assignment)
 
 
 def _kept_inputs(executable: Any) -> tuple[KeptSharding | None, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memscope import _compat
-from memscope.compiled.cache import CompileCache, Kept
+from memscope.compiled.cache import CompileCache, Kept, memory_stats_fields
 from memscope.compiled.dump import Built
 from memscope.compiled.read import compiled_memory
 from memscope.compiled.targets.base import Target
@@ -73,14 +73,14 @@ def reads_back(traced: Any, lowered: Any, built: Built, kept: Kept) -> bool:
     given; else as XLA gives them)."""
     try:
         if traced is None:
-            return kept.fields == _compat.memory_stats_fields(built.compiled.memory_analysis())
+            return kept.fields == memory_stats_fields(built.compiled.memory_analysis())
         return (compiled_memory(traced, lowered, built.compiled, module=built.module)
                 == compiled_memory(traced, lowered, kept, module=kept.module))
     except Exception:  # a compile whose figures cannot be read twice is not kept
         return False
 
 
-def dumped_compile(lowered: Any, cache: CompileCache | None) -> tuple[Built | Kept, str]:
+def compile_again_dumped(lowered: Any, cache: CompileCache | None) -> tuple[Built | Kept, str]:
     """``lowered`` (a function's own lowering, whose compile's
     ``memory_analysis()`` lacks the buffer assignment) compiled once more with
     XLA's dump, as JAX compiles it (XLA's default options), through ``cache``;

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memscope import _compat
 from memscope.compiled._hlo_schema import message_class
+from memscope.compiled.raw import compile_uncached
 
 HloProto = message_class("HloProto")
 
@@ -38,12 +38,12 @@ class Built:
 def compile_dumped(lowered: Any, options: dict[str, Any] | None = None, *,
                    device_memory_size: int | None = None) -> Built:
     """Compile ``lowered`` (with XLA debug ``options`` too, and the device memory
-    XLA compiles for where given: :func:`memscope._compat.compile_uncached`),
+    XLA compiles for where given: :func:`memscope.compiled.raw.compile_uncached`),
     keeping what XLA dumps of the optimized module and its buffer assignment.
     (The dump's folder, new each time, also keeps JAX's in-memory cache from
     answering one compile with another's.)"""
     with tempfile.TemporaryDirectory(prefix="memscope-dump-") as folder:
-        compiled = _compat.compile_uncached(lowered, {
+        compiled = compile_uncached(lowered, {
             **(options or {}), "xla_dump_to": folder, "xla_dump_hlo_as_proto": True},
             device_memory_size=device_memory_size)
         found = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))

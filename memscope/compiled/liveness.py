@@ -363,7 +363,7 @@ def _overlay(base: _Node, own: Mapping[tuple[int, ...], int]) -> _Node:
     return root
 
 
-def analyze(module: Any, assignment: BufferAssignment) -> Liveness | None:
+def schedule_liveness(module: Any, assignment: BufferAssignment) -> Liveness | None:
     """Bytes live over the entry computation's order of ``module`` (the decoded
     optimized ``HloModuleProto``) under its buffer ``assignment``; ``None`` for
     a module with no entry instructions."""

@@ -25,7 +25,7 @@ from memscope.compiled.buffers import (
 )
 from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.hlo import parse_module, read_module
-from memscope.compiled.liveness import Liveness, analyze
+from memscope.compiled.liveness import Liveness, schedule_liveness
 from memscope.compiled.program import WRITTEN_BACK, Leaf, Program
 from memscope.compiled.shardings import describe_sharding
 from memscope.report import (
@@ -120,7 +120,7 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     assignment where XLA gave them apart (its dump: :mod:`memscope.compiled.targets`).
     Where neither they nor the executable carry the assignment (XLA:GPU),
     ``lowered`` is compiled once more with XLA's dump: by ``dump`` where given
-    (:func:`memscope.compiled.compile.dumped_compile`, through memscope's
+    (:func:`memscope.compiled.compile.compile_again_dumped`, through memscope's
     cache), else here."""
     stats = compiled.memory_analysis()
     decoded = parse_module(module if module is not None
@@ -217,7 +217,7 @@ def read_liveness(module: Any, buffers: BufferAssignment | None
     if buffers is None:
         return None, "no buffer assignment to replay the schedule over"
     try:
-        return analyze(module, buffers), None
+        return schedule_liveness(module, buffers), None
     except (KeyError, IndexError, ValueError) as e:  # a module shaped unlike any seen
         return None, f"the schedule could not be replayed ({type(e).__name__}: {e})"
 

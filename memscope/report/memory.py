@@ -319,7 +319,7 @@ class BufferBreakdown:
     """What holds the memory of one compiled function, from XLA's buffer assignment.
 
     ``temp_buffers`` lists the largest temporary buffers (at most
-    :data:`memscope.compiled.buffers.MAX_LISTED`); ``more_buffers`` and ``more_bytes``
+    :data:`memscope.compiled.buffers.MAX_DETAIL_ROWS`); ``more_buffers`` and ``more_bytes``
     count the rest. ``temp_bytes`` adds the temporary allocations, as XLA's
     ``temp_size_in_bytes`` does; ``reconciled`` says whether they agree and
     ``reconcile_note`` why not. ``timeline`` is the replayed heap-simulator trace

@@ -18,6 +18,7 @@ from memscope import _compat
 from memscope.compiled.cache import CompileCache, Kept
 from memscope.compiled.compile import compile_to_read
 from memscope.compiled.dump import Built
+from memscope.compiled.held import reading_view
 from memscope.compiled.read import CompiledFacts
 from memscope.compiled.targets.base import Target
 
@@ -40,7 +41,7 @@ class LoweredVariant:
         """``traced`` and its ``lowered`` program as kept for the compile and the
         read: holding none of the program's arrays (the constants it closes
         over), whose types alone are compiled."""
-        return cls(_compat.reading_view(traced), _compat.without_const_args(lowered), what)
+        return cls(reading_view(traced), _compat.without_const_args(lowered), what)
 
 
 def lower_variant(traced: Any, donated: Sequence[bool], target: Target,
@@ -80,7 +81,7 @@ def compile_variants(variants: Sequence[LoweredVariant], target: Target, *,
         return compile_lowered(v, target, settings, cache)
 
     def read_one(v: LoweredVariant, compiled: Any) -> CompiledFacts | Exception:
-        return read_compiled(v, compiled, target, shardings)
+        return read_variant(v, compiled, target, shardings)
 
     target.expect(len(variants))
     workers = min(len(variants), workers or os.cpu_count() or 1)
@@ -121,7 +122,7 @@ def compile_lowered(v: LoweredVariant, target: Target, settings: _compat.ConfigS
         return e
 
 
-def read_compiled(v: LoweredVariant, compiled: Built | Kept | Exception, target: Target,
+def read_variant(v: LoweredVariant, compiled: Built | Kept | Exception, target: Target,
                   shardings: Sequence[Any] = ()) -> CompiledFacts | Exception:
     """The facts of a variant's compile (:func:`compile_lowered`'s result), read
     for ``target``; its exception where the compile or the read failed."""

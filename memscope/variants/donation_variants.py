@@ -32,7 +32,7 @@ from memscope.variants.compile import (
     LoweredVariant,
     compile_variants,
     lower_variant,
-    read_compiled,
+    read_variant,
 )
 from memscope.variants.donation import (
     Argument,
@@ -181,8 +181,8 @@ def donation_variants(call: Call, facts: CompiledFacts, traced: TracedSource,
     done += _compiled(call, pending, shardings, host)
     for ready, begun in started:
         assert begun.lowered is not None
-        done.append(_recorded(call, ready, read_compiled(begun.lowered, begun.take(),
-                                                         host.target, shardings)))
+        done.append(_recorded(call, ready, read_variant(begun.lowered, begun.take(),
+                                                        host.target, shardings)))
     by_name = {v.name: v for v in done}
     done += [replace(v, facts=by_name[v.same_as].facts, warnings=by_name[v.same_as].warnings,
                      error=by_name[v.same_as].error, fates=by_name[v.same_as].fates)

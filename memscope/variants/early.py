@@ -36,6 +36,7 @@ import numpy as np
 
 from memscope import _compat
 from memscope.report.function import MEANINGFUL_SAVING
+from memscope.variants import jaxpr_facts
 from memscope.variants.compile import LoweredVariant, compile_lowered, lower_variant
 from memscope.variants.donation import Argument, Donation, Spelling, advised
 from memscope.variants.donation_variants import Host, TracedSource
@@ -135,7 +136,7 @@ def predict(traced: Any, leaves: Sequence[Any], arguments: Sequence[Argument],
     n = len(leaves)
     if (any(_compat.traced_donation(traced)) or closed.effects
             or sum(len(a.leaves) for a in arguments) != n or len(jaxpr.invars) < n
-            or _compat.count_equations(closed, MIN_EQUATIONS) < MIN_EQUATIONS):
+            or jaxpr_facts.count_equations(closed, MIN_EQUATIONS) < MIN_EQUATIONS):
         return None
     invars = jaxpr.invars[len(jaxpr.invars) - n:]
     if any(_memory_kind(x) not in (None, "device") for x in leaves):

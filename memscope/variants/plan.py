@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from memscope import _compat
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.compile import compile_to_read
 from memscope.compiled.targets.base import Target
@@ -35,7 +34,7 @@ from memscope.errors import MemscopeError
 from memscope.progress import SILENT, Reporter
 from memscope.report.plan import FitPlan, PlanPoint, PlanRow, SettingKind
 from memscope.report.units import format_bytes_apart
-from memscope.variants import remat
+from memscope.variants import jaxpr_facts, remat
 from memscope.variants.batch import BatchChoice, KeptCall, Recorded
 from memscope.variants.compile import LoweredVariant, lower_variant, side_by_side
 from memscope.variants.fit import (
@@ -216,7 +215,7 @@ def levers(entry: Recorded, call: KeptCall, choice: BatchChoice) -> Levers:
     if not found:
         return Levers(donation, no_donation, (), (), "the function differentiates nothing "
                       "(no jax.grad, value_and_grad or vjp): no checkpoint policy applies")
-    names = _compat.checkpoint_names(traced.jaxpr)
+    names = jaxpr_facts.checkpoint_names(traced.jaxpr)
     return Levers(donation, no_donation, tuple(remat.differentiation(f) for f in found),
                   names, None)
 

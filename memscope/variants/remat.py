@@ -39,6 +39,7 @@ from memscope import _compat, _frameworks
 from memscope.analysis.advice import DEFAULT_MAX_FLOPS_INCREASE as DEFAULT_MAX_FLOPS_INCREASE
 from memscope.compiled.cache import CompileCache
 from memscope.compiled.compile import compile_to_read
+from memscope.compiled.held import reading_view
 from memscope.compiled.read import CompiledFacts
 from memscope.compiled.targets.base import Target
 from memscope.compiled.targets.here import HereTarget
@@ -52,6 +53,7 @@ from memscope.report import (
     Residual,
     ResidualLine,
 )
+from memscope.variants import jaxpr_facts
 from memscope.variants.compile import LoweredVariant
 from memscope.variants.donation_variants import LET_GO, Host, TracedSource, VariantFacts
 
@@ -106,7 +108,7 @@ class Found:
     api: str
     function: str | None
     source: str | None
-    residuals: tuple[_compat.SavedResidual, ...]
+    residuals: tuple[jaxpr_facts.SavedResidual, ...]
 
 
 # -------------------------------------------------------------- tracing --
@@ -146,7 +148,7 @@ def find(fun: Callable[..., Any], options: dict[str, Any],
     The listing is JAX's ``saved_residuals`` of each differentiated function,
     after which JAX calls it again. A function that cannot be called twice
     (``nnx.grad``'s) is then traced once and replayed, for the listing and
-    for JAX (:func:`memscope._compat.traced_once`); the replay's listing may
+    for JAX (:func:`memscope.variants.jaxpr_facts.traced_once`); the replay's listing may
     differ from JAX's in scalars JAX would fold into literals.
     """
     try:
@@ -163,8 +165,8 @@ def _find(fun: Callable[..., Any], options: dict[str, Any],
     def hook(f: Callable[..., Any], primals: tuple[Any, ...], has_aux: bool
              ) -> Callable[..., Any] | None:
         api, name, source = _caller()
-        once = _compat.traced_once(f, primals) if replay else f
-        listed = _compat.saved_residuals(_without_aux(once) if has_aux else once, primals)
+        once = jaxpr_facts.traced_once(f, primals) if replay else f
+        listed = jaxpr_facts.saved_residuals(_without_aux(once) if has_aux else once, primals)
         found.append(Found(api, name, source, tuple(listed)))
         return once if replay else None
 
@@ -223,7 +225,6 @@ def measure(traced: Any, lowered: Any, policy: str,
 
 # ----------------------------------------------------- the user's terms --
 
-_FRAMEWORKS = ("equinox", "flax")
 _JAX_APIS = {"value_and_grad_f": "jax.value_and_grad", "grad_f": "jax.grad",
              "grad_f_aux": "jax.grad", "vjp": "jax.vjp"}
 
@@ -241,13 +242,11 @@ def _caller() -> tuple[str, str | None, str | None]:
         if package == "jax" and code.co_name in _JAX_APIS:
             api = _JAX_APIS[code.co_name]
             name = _name(frame.f_locals.get("fun")) or name
-        elif package in _FRAMEWORKS:
-            wrapper, wrapped = _framework_api(package, frame)
-            api, name = wrapper or api, wrapped or name
+        elif package in _frameworks.DIFFERENTIATING:
+            wrapper, wrapped = _frameworks.differentiation_api(package, frame)
+            api, name = wrapper or api, _name(wrapped) or name
         frame = frame.f_back  # type: ignore[assignment]
     return api, name, None
-
-
 
 
 class _Code:
@@ -255,24 +254,6 @@ class _Code:
 
     def __init__(self, code: Any) -> None:
         self.__code__ = code
-
-
-def _framework_api(package: str, frame: Any) -> tuple[str | None, str | None]:
-    """The wrapper's name (``eqx.filter_grad``) and the function it differentiates,
-    where ``frame`` is the wrapper's own; else ``(None, None)``."""
-    local = frame.f_locals
-    if package == "equinox":
-        owner = local.get("self")
-        kind = type(owner).__name__
-        if "Grad" not in kind:
-            return None, None
-        api = "eqx.filter_value_and_grad" if "ValueAndGrad" in kind else "eqx.filter_grad"
-        return api, _name(getattr(owner, "_fun", None))
-    transform = local.get("transform")
-    if frame.f_code.co_name not in ("grad_wrapper", "tree_grad_wrapper") or transform is None:
-        return None, None
-    api = "nnx.value_and_grad" if transform is jax.value_and_grad else "nnx.grad"
-    return api, _name(local.get("f"))
 
 
 def _name(fun: Any) -> str | None:
@@ -459,8 +440,8 @@ def analyse(plan: RematPlan, written: RematVariant, *, compile_in: Callable[[Cal
     del fun  # each policy's trace takes the function again, while the program holds it
     if not found:
         return None
-    policies, scan = _compat.checkpoint_policies(traced.jaxpr)
-    names = _compat.checkpoint_names(traced.jaxpr)
+    policies, scan = jaxpr_facts.checkpoint_policies(traced.jaxpr)
+    names = jaxpr_facts.checkpoint_names(traced.jaxpr)
     del traced
     written = replace(written, offloads=any("offload" in p for p in policies))
     variants = [written]
@@ -531,7 +512,7 @@ def measure_call(plan: RematPlan, facts: CompiledFacts, view: Any, traced: Trace
     donation variants, the advised one measured together with the chosen
     policy. Compiles in the threads the donation variants do while the program
     runs (:meth:`~memscope.variants.donation_variants.VariantThread.compiler_for`: the lowest priority where it runs here)."""
-    if not _compat.transposes(view.jaxpr):
+    if not jaxpr_facts.transposes(view.jaxpr):
         return None  # no grad or vjp: nothing to trace again for
     target = host.target
     plan = replace(plan, target=target, cache=host.cache)
@@ -543,7 +524,7 @@ def measure_call(plan: RematPlan, facts: CompiledFacts, view: Any, traced: Trace
                     return Remat(differentiations=(), error=LET_GO)
                 lowered = _compat.without_const_args(target.lower(program))
                 flops = target.flops(program, compile_to_read(
-                    target, _compat.reading_view(program), lowered, cache=host.cache,
+                    target, reading_view(program), lowered, cache=host.cache,
                     counted=False))
         except Exception as e:
             return Remat(differentiations=(), error=described(e))

@@ -347,7 +347,7 @@ class Target:
             TargetMismatch: its shardings do not map onto the target's devices.
         """
         try:
-            return _compat.retargeted(traced, self.devices, self.platform, self.sharding)
+            return retargeted(traced, self.devices, self.platform, self.sharding)
         except LookupError as e:
             raise TargetMismatch(f"the program runs on device {e.args[0]}; "
                                  f"{self.name} has {len(self.devices)}") from None
@@ -411,3 +411,44 @@ def pieces(compiled: Built | Kept) -> tuple[Any, bytes | None, bytes | None]:
     if isinstance(compiled, Kept):
         return compiled, compiled.module, compiled.assignment
     return compiled.compiled, compiled.module, compiled.assignment
+
+
+def retargeted(traced: Any, devices: dict[int, Any], platform: str,
+               sharding: Callable[[Any], Any]) -> Any:
+    """``traced`` (a ``jax.stages.Traced`` of a call made here) lowered for
+    ``platform`` and set to compile for other devices: ``devices`` maps each
+    device id of the call's device assignment to the target's device, and
+    ``sharding`` maps each of its shardings (arguments, results, the context
+    mesh) to the target's.
+
+    The program is the very one JAX traced here (the jit's own shardings, its
+    sharding constraints and mesh context included), lowered with the target's
+    lowering rules (``lowering_platforms``, JAX's cross-platform lowering). Its
+    shardings name devices by their place in the device assignment, so the
+    target's devices take the places of this machine's, id for id (what JAX
+    compiles with: :func:`memscope._compat.mesh_compile_args`).
+
+    Raises:
+        LookupError: the call's devices name one ``devices`` lacks (its id).
+    """
+    lowered = traced.lower(lowering_platforms=(platform,))
+    args = dict(_compat.mesh_compile_args(lowered))
+    first = next(iter(devices.values()))
+    args["backend"] = first.client
+    args["in_shardings"] = tuple(sharding(s) for s in args["in_shardings"])
+    args["out_shardings"] = tuple(sharding(s) for s in args["out_shardings"])
+    if args.get("intermediate_shardings"):
+        args["intermediate_shardings"] = tuple(sharding(s)
+                                               for s in args["intermediate_shardings"])
+    if args.get("context_mesh") is not None:
+        args["context_mesh"] = sharding(args["context_mesh"])
+    assignment = _compat.device_assignment(lowered)
+    return _compat.with_compile_args(lowered, args, None if assignment is None else tuple(
+        _target_device(devices, d) for d in assignment))
+
+
+def _target_device(devices: dict[int, Any], device: Any) -> Any:
+    try:
+        return devices[device.id]
+    except KeyError:
+        raise LookupError(device.id) from None

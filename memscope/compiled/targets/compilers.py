@@ -7,7 +7,7 @@ machine without the accelerator, every plain JAX program then prints libtpu's
 errors about TPU environment variables, or the CUDA plugin's tracebacks, and
 starts slower. So memscope keeps them in a folder of its own, where JAX never
 looks, and loads them by path into its own process only, when a ``--target``
-asks (:func:`load`).
+asks (:func:`load_compiler`).
 
 The versions are JAX's own pins: its ``tpu`` extra's libtpu, its
 ``cuda13-local`` extra's ``jax-cuda13-plugin`` (whose ``jax-cuda13-pjrt`` holds
@@ -189,7 +189,7 @@ def install(c: Compiler) -> Path:
     return c.library
 
 
-def load(kind: str) -> None:
+def load_compiler(kind: str) -> None:
     """Load the compiler of ``kind`` into this process for ``--target``: the one
     JAX found in the environment where it found one, else memscope's own
     (installed first where it is not yet).
@@ -232,7 +232,7 @@ def in_environment(kind: str) -> bool:
     return False
 
 
-def ptxas() -> str | None:
+def own_ptxas() -> str | None:
     """The ptxas memscope's own CUDA compiler comes with, where it is installed."""
     try:
         c = compiler("cuda")

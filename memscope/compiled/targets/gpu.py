@@ -326,7 +326,7 @@ def ptxas() -> str | None:
     (``nvidia/cu13`` from CUDA 13, ``nvidia/cuda_nvcc`` before), else one on
     ``PATH``; ``None`` where there is none."""
     if not _plugin():
-        return compilers.ptxas()
+        return compilers.own_ptxas()
     try:  # NVIDIA's wheels share the namespace package ``nvidia``
         spec = importlib.util.find_spec("nvidia")
         roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
@@ -368,12 +368,23 @@ def make_target(spec: GpuSpec) -> GpuTarget:
     _check_installed(spec)
     try:
         with stderr_to_nowhere(), _no_cuda_check():
-            devices = _compat.gpu_topology_devices(target_config(spec.model), spec.topology)
+            devices = _topology_devices(target_config(spec.model), spec.topology)
     except Exception as e:
         raise TargetSetupError(f"the CUDA plugin could not make {spec.name} "
                                f"({first_line(e)})") from None
     return GpuTarget(spec, {d.id: d for d in devices}, space)
 
+
+def _topology_devices(target_config: str, topology: str) -> list[Any]:
+    """The devices of a GPU topology (``1x1x8``: slices x hosts x devices) of the
+    device ``target_config`` describes (a ``GpuTargetConfigProto`` in text),
+    compile-only, from the installed CUDA plugin: JAX's topology API hands both
+    to the plugin (``make_c_api_device_topology``'s options, JAX 0.7 to 0.12).
+    Without the topology it would need a GPU here."""
+    from jax.experimental import topologies
+
+    return list(topologies.get_topology_desc(platform="cuda", target_config=target_config,
+                                             topology=topology).devices)
 
 @contextlib.contextmanager
 def _no_cuda_check() -> Iterator[None]:
@@ -401,7 +412,7 @@ def _check_installed(spec: GpuSpec) -> None:
         TargetSetupError: it could not be installed or loaded, or has no ptxas.
     """
     if not _plugin():
-        compilers.load("cuda")
+        compilers.load_compiler("cuda")
     if ptxas() is None:
         where = ("beside the CUDA plugin JAX finds" if _plugin()
                  else f"in {compilers.compiler('cuda').folder}")

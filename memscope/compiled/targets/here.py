@@ -11,6 +11,7 @@ import jax
 from memscope import _compat
 from memscope.compiled.cache import Kept
 from memscope.compiled.dump import Built, compile_dumped
+from memscope.compiled.raw import compile_uncached
 from memscope.compiled.read import compiled_memory
 from memscope.compiled.targets.base import Target, pieces
 from memscope.report import Memory, TargetInfo
@@ -82,7 +83,7 @@ class HereTarget(Target):
         compile alone; elsewhere (XLA:GPU) made with XLA's dump, which holds it.
         Not kept in JAX's caches either way."""
         if not self.dump and _compat.assignment_in_memory_analysis(lowered):
-            return Built(_compat.compile_uncached(lowered, options), None, None)
+            return Built(compile_uncached(lowered, options), None, None)
         return compile_dumped(lowered, options)
 
     def memory(self, traced: Any, lowered: Any, compiled: Built | Kept) -> Memory:

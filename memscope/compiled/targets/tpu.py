@@ -4,7 +4,7 @@
 machine's CPU, with as many simulated CPU devices as the topology has TPU
 devices, and compiles every captured function once more with the real XLA:TPU
 compiler (libtpu, through JAX's topology API): the program JAX traced here, its
-shardings carried over device for device (:func:`memscope._compat.retargeted`).
+shardings carried over device for device (:func:`memscope.compiled.targets.base.retargeted`).
 Nothing runs on the target; its figures are the TPU compiler's own.
 
 XLA:TPU's ``peak_memory_in_bytes`` is not the HBM a call needs: it also counts
@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memscope import _compat
 from memscope.compiled.read import HOST_MEMORY_SPACE, CompiledFacts
 from memscope.compiled.targets import compilers
 from memscope.compiled.targets.base import (
@@ -163,19 +162,34 @@ def _check_installed(spec: TpuSpec) -> None:
     Raises:
         TargetSetupError: it could not be installed or loaded.
     """
-    compilers.load("tpu")
+    compilers.load_compiler("tpu")
 
 
 def _topology(spec: TpuSpec) -> list[Any]:
     try:
-        return _compat.tpu_topology_devices(spec.topology)
+        return _topology_devices(spec.topology)
     except Exception as e:
         # A layout smaller than a host (2x2x1 chips) needs its own host bounds.
         if "chips_per_host_bounds" not in str(e):
             raise
         bounds = (*spec.dims, 1) if len(spec.dims) == 2 else spec.dims
-        return _compat.tpu_topology_devices(spec.topology, bounds)
+        return _topology_devices(spec.topology, bounds)
 
+
+def _topology_devices(name: str, chips_per_host: tuple[int, ...] | None = None
+                      ) -> list[Any]:
+    """The devices of the TPU topology ``name`` (``v5p:2x2x1``), compile-only.
+
+    ``jax.experimental.topologies.get_topology_desc`` asks libtpu; a layout
+    smaller than the default host (2x2x1 chips) needs ``chips_per_host`` given.
+    """
+    from jax.experimental import topologies
+
+    kwargs: dict[str, Any] = {}
+    if chips_per_host is not None:
+        kwargs = {"chips_per_host_bounds": chips_per_host, "num_slices": 1}
+    return list(topologies.get_topology_desc(platform="tpu", topology_name=name,
+                                             **kwargs).devices)
 
 class TpuTarget(Target):
     """The TPU topology the captured programs are compiled for."""

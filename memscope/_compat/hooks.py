@@ -1,0 +1,468 @@
+"""What capturing hooks and reads of JAX on the program's own path: the ``jax.jit`` hook,
+pmap, tracing state, the lowering's warnings, the per-thread settings, the
+jit options JAX resolved, compile-time events, and the reverse-mode hook.
+
+What of it capturing needs is checked once, before anything runs
+(:func:`capture_problem`): a failure there would be the program's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from memscope._compat import _jax
+from memscope._compat._jax import (
+    _JAX_SERIES,
+    JAX_VERSION,
+    REPORT_TO,
+    _private,
+)
+from memscope._compat.values import is_tracer
+
+#: What capturing reads on the program's own path (at each ``jax.jit`` made and
+#: each call). A failure there would be the program's, so where one is missing
+#: memscope refuses to start instead (:func:`capture_problem`).
+_NEEDED_TO_CAPTURE: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
+    ("jax._src.pjit", _jax.pjit, ("make_jit",)),
+    ("jax._src.core", _jax.core, ("trace_state_clean", "Tracer")),
+    ("jax._src.config", _jax.config, ("disable_jit", "config_states", "config_ext", "State",
+                                  "StateContextManager")),
+    ("jax._src.interpreters.mlir", _jax.mlir, ("warnings",)),
+    ("jax._src.linear_util", _jax.linear_util, ("WrappedFun",)),
+    ("jax._src.xla_bridge", _jax.xla_bridge, ("backends_are_initialized",)),
+)
+
+
+def capture_problem() -> str | None:
+    """Why memscope cannot capture on this JAX, as one line naming each private
+    attribute it needs and this JAX lacks; ``None`` when all are there."""
+    missing = []
+    for module_name, module, names in _NEEDED_TO_CAPTURE:
+        missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
+    if not missing:
+        try:
+            _thread_settings()
+        except Exception as e:
+            missing.append(f"jax._src.config's settings ({type(e).__name__}: {e})")
+    if not missing:
+        return None
+    return (f"memscope cannot capture on JAX {JAX_VERSION}: this JAX has no "
+            f"{', '.join(missing)}, which memscope reads to see each jitted call (report "
+            f"it to {REPORT_TO})")
+
+
+# ---------------------------------------------------------------- capture --
+
+
+@contextlib.contextmanager
+def patched_make_jit(wrap: Callable[[Any, Callable[..., Any], dict[str, Any]], Any]
+                     ) -> Iterator[None]:
+    """Route every ``jax.jit`` made inside the block through ``wrap(jitted, fun, options)``.
+
+    ``jax.jit`` in all its spellings (decorator, decorator factory, ``from jax
+    import jit``, ``functools.partial(jax.jit, ...)``) and ``pjit`` build their
+    object with ``pjit.make_jit``, looked up as a module attribute at call time.
+    Replacing that one attribute therefore reaches jits created anywhere after
+    this point, including inside libraries the target imports later.
+    """
+    original = _jax.pjit.make_jit
+
+    def make_jit(fun: Callable[..., Any], **options: Any) -> Any:
+        return wrap(original(fun, **options), fun, options)
+
+    _jax.pjit.make_jit = make_jit
+    try:
+        yield
+    finally:
+        _jax.pjit.make_jit = original
+
+
+@contextlib.contextmanager
+def patched_eval_shape(unwrap: Callable[[Any], Any]) -> Iterator[None]:
+    """Within the block, ``jax.eval_shape(f, ...)`` sees ``unwrap(f)``: JAX takes
+    its own path for a jit object only where ``type(f) is PjitFunction``
+    (``api.eval_shape``, 0.7 to 0.12), so given memscope's stand-in it would jit
+    it again and trace the user's function a second time (its trace-time prints,
+    JAX's tracing-cache counts). ``unwrap`` gives the jit object a stand-in
+    stands for, anything else as it is."""
+    api = _jax.api
+    original: Any = getattr(api, "eval_shape", None)
+    if original is None or getattr(jax, "eval_shape", None) is not original:
+        yield  # a JAX that moved it: left as it is
+        return
+
+    real: Callable[..., Any] = original  # type: ignore[assignment]  # (None returned above)
+
+    @functools.wraps(real)
+    def eval_shape(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return real(unwrap(fun), *args, **kwargs)
+
+    api.eval_shape = jax.eval_shape = eval_shape
+    try:
+        yield
+    finally:
+        api.eval_shape = jax.eval_shape = real
+
+
+def make_jit(fun: Callable[..., Any], options: dict[str, Any]) -> Any:
+    """A jit object made as the one with ``options`` was (the keywords
+    :func:`patched_make_jit` hands its ``wrap``: ``pjit.make_jit``'s own, which
+    ``jax.jit``'s signature does not take); no options: ``jax.jit``'s defaults."""
+    return _jax.pjit.make_jit(fun, **options) if options else jax.jit(fun)
+
+
+def pmap_user_function(fun: Any) -> Callable[..., Any] | None:
+    """The user's function behind a jit that ``jax.pmap`` made, else ``None``.
+
+    From JAX 0.8, ``pmap`` jits ``shard_map(_fun)``, where ``_fun`` (in
+    ``jax._src.pmap``) closes over the user's function as a ``lu.WrappedFun``.
+    JAX 0.7 with ``jax_pmap_shmap_merge`` set jits ``shard_map`` of the
+    ``lu.WrappedFun``'s ``call_wrapped`` (in ``jax._src.shard_map``).
+    """
+    inner = getattr(fun, "__wrapped__", None)
+    if getattr(inner, "__module__", None) == "jax._src.pmap":
+        for cell in getattr(inner, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if isinstance(value, _jax.linear_util.WrappedFun):
+                return _innermost(value)
+        return None
+    owner = getattr(inner, "__self__", None)  # 0.7: a bound WrappedFun.call_wrapped
+    if isinstance(owner, _jax.linear_util.WrappedFun):
+        return _innermost(owner)
+    return None
+
+
+def exclude_from_source_info(folder: str) -> None:
+    """Make JAX skip frames in ``folder`` when it records an op's source line, as it
+    skips its own: a jitted call made through memscope's stand-in is then
+    attributed to the user's (or library's) line, exactly as without memscope.
+    Equinox and Flax register their own folders the same way."""
+    source_info_util = _private("jax._src", "source_info_util")
+    path = os.path.join(os.path.abspath(folder), "")
+    with _exclusion_lock:
+        if path in _excluded:
+            return
+        _excluded.add(path)
+    register = getattr(source_info_util, "register_exclusion", None)
+    if register is not None:
+        register(path)
+
+
+_excluded: set[str] = set()
+_exclusion_lock = threading.Lock()
+
+
+def _innermost(wrapped: Any) -> Callable[..., Any]:
+    user: Callable[..., Any] = wrapped.f
+    return user
+
+
+def pmap_captured() -> bool:
+    """True when ``jax.pmap`` runs through ``jax.jit`` here, so memscope sees it
+    (see :data:`PMAP_THROUGH_JIT_DEFAULT`)."""
+    flag = getattr(_jax.config, "pmap_shmap_merge", None)  # gone in JAX 0.10: always
+    return True if flag is None else bool(flag.value)
+
+
+@contextlib.contextmanager
+def pmap_outside_jit(compiled: Callable[[], None]) -> Iterator[None]:
+    """Call ``compiled()`` each time ``jax.pmap`` compiles outside ``jax.jit``.
+
+    That is JAX 0.7's default (``jax_pmap_shmap_merge`` off): its pmap path
+    looks up ``pxla.xla_pmap_impl_lazy`` at each cache miss, once per new
+    signature. memscope cannot read those programs; it can say they ran.
+    JAX 0.10 has no such path (pmap always goes through ``jax.jit``).
+    """
+    pxla: Any = _jax.pxla  # the attribute exists in JAX 0.7 to 0.9 only
+    original = getattr(pxla, "xla_pmap_impl_lazy", None)
+    if original is None:
+        yield
+        return
+
+    def lazy(*args: Any, **kwargs: Any) -> Any:
+        if not pmap_captured():
+            compiled()
+        return original(*args, **kwargs)
+
+    pxla.xla_pmap_impl_lazy = lazy
+    try:
+        yield
+    finally:
+        pxla.xla_pmap_impl_lazy = original
+
+
+def is_top_level_call() -> bool:
+    """True when a call to a jitted function will execute, not be staged.
+
+    Inside ``jit``, ``grad``, ``vmap`` or ``scan`` tracing the trace state is not
+    clean, and under ``jax.disable_jit`` nothing is compiled at all.
+    """
+    return _jax.core.trace_state_clean() and not _jax.config.disable_jit.value
+
+
+def is_concrete_call(leaves: Any) -> bool:
+    """True when a call (or an ahead-of-time stage) with these flat ``leaves``
+    runs at the top level on concrete values: what memscope records.
+
+    Anything else is staged into an enclosing trace (``jit``, ``grad``,
+    ``eval_shape``, a ``scan`` or ``while_loop`` body), or holds tracers that
+    leaked into a call at the top level (``ensure_compile_time_eval``), and
+    passes through to JAX untouched: a tracer has no ``sharding``, no buffer
+    and no address to read.
+    """
+    return is_top_level_call() and not any(is_tracer(x) for x in leaves)
+
+
+class _WarningsProxy:
+    """Stands in for the ``warnings`` module inside JAX's MLIR lowering.
+
+    JAX raises "Some donated buffers were not usable" from ``mlir.py`` while it
+    lowers. The proxy lets the lowering thread record that text and then emits it
+    through the real ``warnings.warn`` one frame up, so the user's filters, the
+    warning's location and its once-per-location registry are exactly JAX's own.
+    """
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def warn(self, message: Any, category: Any = None, stacklevel: int = 1,
+             source: Any = None, **kwargs: Any) -> None:
+        sink = getattr(self._local, "sink", None)
+        if sink is not None:
+            sink.append(str(message))
+        if getattr(self._local, "emit", True):
+            self._real.warn(message, category, stacklevel + 1, source, **kwargs)
+
+    @contextlib.contextmanager
+    def recording(self, *, emit: bool = True) -> Iterator[list[str]]:
+        """Record the lowering's warnings; ``emit=False`` keeps them from the user
+        (for memscope's own compiles of variants the program never runs)."""
+        previous = getattr(self._local, "sink", None), getattr(self._local, "emit", True)
+        sink: list[str] = []
+        self._local.sink, self._local.emit = sink, emit
+        try:
+            yield sink
+        finally:
+            self._local.sink, self._local.emit = previous
+
+
+@contextlib.contextmanager
+def lowering_warnings() -> Iterator[_WarningsProxy]:
+    """Install the warnings proxy in JAX's lowering module for the block."""
+    proxy = _WarningsProxy(_jax.mlir.warnings)
+    _jax.mlir.warnings = proxy
+    try:
+        yield proxy
+    finally:
+        _jax.mlir.warnings = proxy._real
+
+
+ConfigSnapshot = tuple[tuple[Any, Any], ...]
+
+
+@functools.cache
+def _thread_settings() -> tuple[Any, ...]:
+    """JAX's per-thread settings: every option (``State``) and the mesh and device
+    contexts (plain ``Config`` objects of the same kind, outside ``config_states``)."""
+    return tuple({id(c): c for c in (
+        *_jax.config.config_states.values(),
+        *(v for v in vars(_jax.config).values() if isinstance(v, _jax.config.config_ext.Config)),
+    )}.values())
+
+
+def config_snapshot() -> ConfigSnapshot:
+    """Every JAX setting as the calling thread sees it.
+
+    JAX keeps ``with jax.enable_x64(...)`` and ``with jax.sharding.use_mesh(...)``
+    settings per thread, and its lowering reads them; memscope's worker lowers a
+    call's variants under the values the call itself ran with
+    (:func:`applied_config`).
+    """
+    return tuple((setting, setting.value) for setting in _thread_settings())
+
+
+@contextlib.contextmanager
+def applied_config(snapshot: ConfigSnapshot) -> Iterator[None]:
+    """Set, for this thread only, each value of ``snapshot`` that differs here."""
+    with contextlib.ExitStack() as stack:
+        for setting, value in snapshot:
+            if not _same(setting.value, value):
+                stack.enter_context(_thread_local(setting, value))
+        yield
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:  # values without a plain equality (arrays)
+        return False
+
+
+@contextlib.contextmanager
+def _thread_local(setting: Any, value: Any) -> Iterator[None]:
+    if isinstance(setting, _jax.config.State):  # runs the option's own hooks too
+        with _jax.config.StateContextManager(setting, value):
+            yield
+        return
+    previous = setting.swap_local(value)
+    try:
+        yield
+    finally:
+        setting.set_local(previous)
+
+
+def backends_initialized() -> bool:
+    """True once JAX has started its backends (asking for devices starts them)."""
+    return bool(_jax.xla_bridge.backends_are_initialized())
+
+
+@dataclass(frozen=True)
+class JitSpec:
+    """The options of one ``jax.jit`` object that decide what it compiles."""
+
+    static_argnums: tuple[int, ...]
+    static_argnames: tuple[str, ...]
+    donate_argnums: tuple[int, ...]
+    donate_argnames: tuple[str, ...]
+    #: hashable stand-in for every option, to merge jit objects made alike
+    token: Any
+
+    @property
+    def donates(self) -> bool:
+        """The jit donates some argument (by position or by name)."""
+        return bool(self.donate_argnums or self.donate_argnames)
+
+
+def is_jit_object(obj: Any) -> bool:
+    """True for what ``jax.jit`` returns (it carries the ``_jit_info`` JAX resolved)."""
+    return callable(obj) and hasattr(obj, "_jit_info")
+
+
+def jit_spec(jitted: Any) -> JitSpec:
+    """Read the options JAX resolved when the jit object was made.
+
+    JAX resolves static and donated names to positions (and back) from the
+    function's signature once, at ``jax.jit`` time, and keeps the result in
+    ``_jit_info``; reading it there gives exactly JAX's interpretation.
+    """
+    info = jitted._jit_info
+    # PjitInfo compares by identity; its fields (less the function's own) say
+    # what the jit does.
+    options = tuple(getattr(info, name) for name in info._fields
+                    if name not in ("fun_sourceinfo", "fun_signature"))
+    try:
+        hash(options)
+        token: Any = options
+    except TypeError:
+        token = id(jitted)
+    return JitSpec(
+        static_argnums=tuple(info.static_argnums),
+        static_argnames=tuple(info.static_argnames),
+        donate_argnums=tuple(info.donate_argnums),
+        donate_argnames=tuple(info.donate_argnames),
+        token=token,
+    )
+
+
+def add_duration_listener(listener: Callable[..., None]) -> None:
+    """Hear JAX's monitoring duration events (compile times) until removed
+    (:func:`remove_duration_listener`, whose name JAX 0.8 made private)."""
+    jax.monitoring.register_event_duration_secs_listener(listener)
+
+
+def remove_duration_listener(listener: Callable[..., None]) -> None:
+    """Stop hearing them. JAX 0.8 named the remover privately
+    (``_unregister_event_duration_listener_by_callback``); 0.7, 0.9 and later
+    publicly."""
+    monitoring = _private("jax._src", "monitoring")
+    remove = getattr(monitoring, "unregister_event_duration_listener", None) or getattr(
+        monitoring, "_unregister_event_duration_listener_by_callback", None)
+    if remove is not None:
+        with contextlib.suppress(Exception):
+            remove(listener)
+
+
+# ------------------------------------------------------ differentiation --
+
+#: JAX 0.10 made ``jax.grad`` and ``jax.value_and_grad`` call ``api.vjp`` (the
+#: public ``jax.vjp``) with a Python callable; before, all three go through
+#: ``api._vjp`` with a ``lu.WrappedFun``.
+_VJP_TAKES_CALLABLE: bool = _JAX_SERIES >= (0, 10)
+
+#: ``hook(fun, primals, has_aux)`` for the thread that set it (see :func:`vjp_hook`)
+_VJP_HOOK = threading.local()
+
+VjpHook = Callable[[Callable[..., Any], tuple[Any, ...], bool], "Callable[..., Any] | None"]
+
+
+@contextlib.contextmanager
+def vjp_hook(hook: VjpHook) -> Iterator[None]:
+    """Hand every reverse-mode differentiation the calling thread traces in the
+    block to ``hook(fun, primals, has_aux)`` first; a callable it returns is
+    differentiated in ``fun``'s place.
+
+    ``jax.grad``, ``jax.value_and_grad``, ``jax.vjp`` and the framework wrappers
+    over them (``eqx.filter_value_and_grad``, ``nnx.grad``) all reach one
+    private entry point (see :data:`_VJP_TAKES_CALLABLE`), looked up as a module
+    attribute at call time, so differentiations set up anywhere (at import, in
+    a library) are seen. Other threads (the user's program) go straight to
+    JAX's own; the hook is off while it runs, so its own tracing is not hooked.
+    """
+    name = "vjp" if _VJP_TAKES_CALLABLE else "_vjp"
+    original = getattr(_jax.api, name)
+
+    def replacement_for(fun: Callable[..., Any], primals: tuple[Any, ...],
+                        has_aux: bool) -> Callable[..., Any] | None:
+        active = getattr(_VJP_HOOK, "hook", None)
+        if active is None:
+            return None
+        _VJP_HOOK.hook = None
+        try:
+            return active(fun, primals, has_aux)
+        finally:
+            _VJP_HOOK.hook = active
+
+    @functools.wraps(original)
+    def hooked(fun: Any, *primals: Any, has_aux: bool = False, **kwargs: Any) -> Any:
+        if _VJP_TAKES_CALLABLE:
+            new = replacement_for(fun, primals, has_aux)
+            return original(new or fun, *primals, has_aux=has_aux, **kwargs)
+        new = replacement_for(fun.call_wrapped, primals, has_aux)
+        if new is not None:
+            fun = _jax.linear_util.wrap_init(new, debug_info=fun.debug_info)
+        return original(fun, *primals, has_aux=has_aux, **kwargs)
+
+    public = jax.vjp is original
+    setattr(_jax.api, name, hooked)
+    if public:
+        jax.vjp = hooked
+    _VJP_HOOK.hook = hook
+    try:
+        yield
+    finally:
+        _VJP_HOOK.hook = None
+        setattr(_jax.api, name, original)
+        if public:
+            jax.vjp = original
+
+
+def default_device() -> Any:
+    """The device a call runs on when no argument commits it to one: the
+    ``jax_default_device`` setting's where set, else the default backend's first
+    local device (``pxla.get_default_device``, JAX 0.7 to 0.10)."""
+    return _jax.pxla.get_default_device()

@@ -151,8 +151,8 @@ def test_arguments_and_errors_print_verbatim(tmp_path):
                        cwd=tmp_path)
     assert result.returncode == 1, result.stderr  # the script's own exit code
     assert "args: ['tags=[a,b]', '[bold]x[/bold]']" in result.stdout
-    expected = ["target: prog.py 'tags=[a,b]' '[bold]x[/bold]'",
-                "run:    failed (exit code 1): KeyError: '[bold]missing[/bold] \\x1b[31m'"]
+    expected = ["program: prog.py 'tags=[a,b]' '[bold]x[/bold]'",
+                "run:     failed (exit code 1): KeyError: '[bold]missing[/bold] \\x1b[31m'"]
     lines = result.stdout.splitlines()
     for line in expected:
         assert line in lines, result.stdout

@@ -247,8 +247,8 @@ def test_wrap_breaks_between_words_only():
 
 EXPECTED_80 = """\
 memscope report
-target: train.py --steps 3
-run:    completed (exit code 0)
+program: train.py --steps 3
+run:     completed (exit code 0)
 jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
 
 train_step (train.py:40): peak 90.0 KiB per device
@@ -321,8 +321,8 @@ def test_terminal_at_80_columns_answers_first_and_groups_leaves():
 
 EXPECTED_DEFAULT = """\
 memscope report
-target: train.py --steps 3
-run:    completed (exit code 0)
+program: train.py --steps 3
+run:     completed (exit code 0)
 jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
 
 train_step (train.py:40): peak 90.0 KiB per device
@@ -412,8 +412,8 @@ def test_user_text_is_printed_literally():
     report = dataclasses.replace(model_report(fn, argv=argv), run=RunInfo(
         "train.py", argv, "failed", 1, error="KeyError: '[bold]missing[/bold]'"))
     text = "\n".join(render(report, width=200))
-    assert "target: train.py 'tags=[a,b]' '[bold]x[/bold]' 'data.paths=[/data/a,/data/b]'" in text
-    assert "run:    failed (exit code 1): KeyError: '[bold]missing[/bold]'" in text
+    assert "program: train.py 'tags=[a,b]' '[bold]x[/bold]' 'data.paths=[/data/a,/data/b]'" in text
+    assert "run:     failed (exit code 1): KeyError: '[bold]missing[/bold]'" in text
     assert "step[red]\\x1b[2J  a[b].py:3" in text
     assert "ValueError: bad [shape] \\x07" in text
     assert "\x1b" not in text and "\x07" not in text

@@ -138,8 +138,8 @@ def test_format_bytes_uses_iec_units(n, text):
 
 EXPECTED_80 = """\
 memscope report
-target: train.py --lr 3e-4
-run:    failed (exit code 3)
+program: train.py --lr 3e-4
+run:     failed (exit code 3)
 jax 0.10.2, jaxlib 0.10.2, backend cpu, 1 device (cpu)
 
 train_step (train.py:12): peak 4.0 MiB per device

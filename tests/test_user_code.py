@@ -149,7 +149,7 @@ def test_memscope_run_takes_user_package_and_refuses_an_unknown_one(installed, t
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         "memscope: error: --user-package no_such_pkg: no package or module 'no_such_pkg' is "
-        "installed where the target would import it from"]
+        "installed where the program would import it from"]
 
 
 def test_fix_shows_the_change_for_an_installed_file_and_writes_nothing(installed):

@@ -235,6 +235,6 @@ _SLOTS: weakref.WeakKeyDictionary[type, tuple[tuple[str, Any, type], ...]] = (
 
 
 def main_globals() -> dict[str, Any] | None:
-    """The ``__main__`` module's globals (the target's, as it left them)."""
+    """The ``__main__`` module's globals (the program's, as it left them)."""
     main = sys.modules.get("__main__")
     return getattr(main, "__dict__", None)

@@ -1,7 +1,7 @@
 """The entries of one capture, and what the run showed between and after calls.
 
 A :class:`Session` keeps the entries in the order their first call happened,
-counts top-level calls (and ends the target at ``stop_after``), samples device
+counts top-level calls (and ends the program at ``stop_after``), samples device
 memory (:class:`~memscope.capturing.device_memory.DeviceMemory`) and live
 arrays after calls, and runs memscope's own work in its worker, off the
 program's path, waiting for it at the end. What the variants it schedules need of it is its
@@ -78,10 +78,10 @@ class Session:
         self.stop_after = stop_after
         #: keep each entry's call in shapes (``memscope fit`` compiles it again)
         self.keep_calls = False
-        #: end the target at a repeat: of any signature (``True``), or of the
+        #: end the program at a repeat: of any signature (``True``), or of the
         #: named function's only (a name: ``memscope fit --function NAME``)
         self.stop_at_repeat: bool | str = False
-        #: end the target once the function of this name has run its first call
+        #: end the program once the function of this name has run its first call
         #: (``memscope bisect --function NAME``: what it needs is compiled then)
         self.stop_at_function: str | None = None
         #: hears where the compiles stand while :meth:`wait` waits for them
@@ -107,7 +107,7 @@ class Session:
         #: the SHA-256 of each file a jit was made in (read once per run)
         self.file_hashes: dict[str, str | None] = {}
         #: the JAX and devices the figures were taken on, recorded at the capture's
-        #: end (None: the target started no device, and memscope started none)
+        #: end (None: the program started no device, and memscope started none)
         self.environment: Environment | None = None
 
     @property
@@ -123,17 +123,17 @@ class Session:
 
     @property
     def stopped(self) -> bool:
-        """True once ``stop_after`` calls ran and the target was told to end."""
+        """True once ``stop_after`` calls ran and the program was told to end."""
         return self._stop_hit or (self.stop_after is not None and self.calls >= self.stop_after)
 
     def finish(self) -> None:
-        """Note what the run left alive; the first call counts (the target's end)."""
+        """Note what the run left alive; the first call counts (the program's end)."""
         if self._finished:
             return
         self._finished = True
         self._prepare_for_target()
         if not _compat.backends_initialized():
-            return  # the target used no device; do not start one now
+            return  # the program used no device; do not start one now
         self.environment = describe_environment()
         with contextlib.suppress(Exception):
             self.live_sampler.at_end(self.calls)
@@ -325,7 +325,7 @@ class Session:
                     or (name is not None and name == self.stop_at_function))
         if stop:
             self._stop_hit = True
-            self.active = False  # nothing more to record, even if the target goes on
+            self.active = False  # nothing more to record, even if the program goes on
             raise ProgramStopped(self.calls)
 
     def records(self, leaves: Sequence[Any] = ()) -> bool:

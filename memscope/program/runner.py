@@ -116,7 +116,7 @@ def user_code(script: Script) -> sites.UserCode:
         found = _package_roots(name, script)
         if not found:
             raise ProgramError(f"--user-package {name}: no package or module {name!r} "
-                              "is installed where the target would import it from")
+                              "is installed where the program would import it from")
         roots.extend(found)
     return sites.UserCode(roots=tuple(dict.fromkeys(roots)), packages=script.packages)
 

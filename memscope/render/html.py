@@ -165,7 +165,7 @@ def _header(report: Report) -> list[str]:
     env = report.environment
     out = []
     if report.run is not None:
-        out.append(f'<p class="meta">target <code>{_t(report.run.command)}</code>; '
+        out.append(f'<p class="meta">program <code>{_t(report.run.command)}</code>; '
                    f"run {_t(report.run.ending)}</p>")
     kinds = ", ".join(sorted({d.kind for d in env.devices}))
     out.append(f'<p class="meta">jax {_t(env.jax)}, jaxlib {_t(env.jaxlib)}, '

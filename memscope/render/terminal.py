@@ -123,8 +123,8 @@ def _header(out: Lines, report: Report) -> None:
     devices = f"{len(env.devices)} device{'s' if len(env.devices) != 1 else ''}"
     out.line("memscope report", "bold")
     if report.run is not None:
-        out.para(f"target: {visible(report.run.command)}", "        ")
-        out.para(f"run:    {visible(report.run.ending)}", "        ")
+        out.para(f"program: {visible(report.run.command)}", "         ")
+        out.para(f"run:     {visible(report.run.ending)}", "         ")
     if env.backend is None:
         out.para(f"jax {visible(env.jax)}, jaxlib {visible(env.jaxlib)}: not started (the "
                  "program did not import JAX)")
@@ -296,7 +296,7 @@ def _runtime(report: Report) -> list[str]:
                      f"{timeline.sample_seconds * 1000:.3g} ms of sampling): {points}")
     live = rt.live_arrays
     if live is not None:  # the largest of them are in the JSON report
-        lines.append(f"Live arrays when the target ended: {live.count}, "
+        lines.append(f"Live arrays when the program ended: {live.count}, "
                      f"{format_bytes(live.total_bytes)}")
     return lines
 

@@ -33,10 +33,9 @@ from memscope.compiled.dump import HloProto
 from memscope.compiled.hlo import parse_module
 from memscope.compiled.liveness import LiveRange, _sweep, analyze, flatten, live_ranges
 from memscope.report import InputBuffer, Memory
-from tests.samples import sample_module
-from tests.truth import assigned
+from tests.support.samples import SAMPLES, sample_module
+from tests.support.truth import assigned
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
 BufferAssignmentProto = message_class("BufferAssignmentProto")
 
 # ------------------------------------------------------------ hand-built --

@@ -42,7 +42,7 @@ from memscope.report.leaves import (
 )
 from memscope.report.paths import bounded, bounded_leaves, path_matches, path_steps
 from memscope.report.summary import summarize
-from tests.test_cli_errors import invoke
+from tests.support.cli import invoke
 
 KiB = 1024
 

@@ -28,7 +28,8 @@ from memscope.flow import run_and_report
 from memscope.program.runner import Script, run_script
 from memscope.report import InputBuffer, OutputBuffer, load_report
 from memscope.report.summary import summarize
-from tests.test_samples import MEMSCOPE, SAMPLES
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import SAMPLES
 
 PROGRAMS = sorted(p.name for p in SAMPLES.glob("[a-z]*.py"))
 QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}

@@ -1,4 +1,4 @@
-"""The test suite's own layout: no test module imports another.
+"""The test suite's own layout: no test module imports another; each is on the map.
 
 What two test modules share (helpers, hand-built records, JAX's own figures)
 lives in ``tests/support/``; a test module imports from there, so moving,
@@ -9,6 +9,7 @@ with ``ast``, imports inside functions included.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -82,3 +83,10 @@ def test_the_reader_sees_every_spelling():
 def test_the_support_modules_are_not_collected():
     # pytest collects test_*.py: the helpers' modules are named otherwise
     assert not [p.name for p in (TESTS / "support").glob("*.py") if p.name.startswith("test_")]
+
+
+def test_every_test_module_is_on_the_map():
+    """tests/README.md groups the test modules by stage: a new one is added there."""
+    mapped = set(re.findall(r"`(test_\w+)\.py`", (TESTS / "README.md").read_text(encoding="utf-8")))
+    assert sorted(TEST_MODULES - mapped) == [], "add it to tests/README.md's map"
+    assert sorted(mapped - TEST_MODULES) == [], "tests/README.md names a module that is gone"

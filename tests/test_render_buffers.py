@@ -15,9 +15,7 @@ import pytest
 
 from memscope.render.buffers import render_buffers, sparkline
 from memscope.render.html import render_html
-from memscope.report import (
-    Report,
-)
+from memscope.report import Report
 from memscope.report.units import format_bytes
 from tests.support.browser import (
     chromium,

@@ -10,9 +10,7 @@ import re
 
 from memscope.render.html import render_html
 from memscope.render.html_run import run_chart
-from memscope.report import (
-    Report,
-)
+from memscope.report import Report
 from tests.support.browser import needs_driven_browser
 from tests.support.records import EVIL, POINTS, RUN, MiB, run_report, sample_report
 

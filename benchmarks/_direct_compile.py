@@ -1,7 +1,7 @@
 """JAX's own deviceless compile of benchmarks/short/scanned_lm.py's step for a
 target, timed: what ``memscope run --target`` is held to (bench_target.py).
 
-    python benchmarks/_direct_compile.py tpu:v5e:2x2 --layers 4 --width 256
+    python -m benchmarks._direct_compile tpu:v5e:2x2 --layers 4 --width 256
 
 memscope is used only to find the target's compiler (libtpu, JAX's CUDA plugin
 from memscope's compilers' folder) and its devices (a GPU model's description);
@@ -15,17 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ["JAX_PLATFORMS"] = "cpu"  # as memscope runs the program for a --target
-sys.path.insert(0, str(Path(__file__).resolve().parent / "short"))
 
 import jax
 
+from benchmarks.models import load_program
+from benchmarks.sizes import add_size_options, parse_with_size
 from memscope.compiled.targets import gpu, tpu
 from memscope.compiled.targets.compilers import load
+
+SHORT = Path(__file__).resolve().parent / "short"
 
 
 def devices(spec: str) -> tuple[list, str]:
@@ -47,10 +49,9 @@ def devices(spec: str) -> tuple[list, str]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("target")
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--width", type=int, default=256)
-    a = parser.parse_args()
-    import scanned_lm
+    add_size_options(parser, "target", ("layers", "width"))
+    a, _ = parse_with_size(parser)
+    scanned_lm = load_program(SHORT / "scanned_lm.py")
 
     found, platform = devices(a.target)
     place = jax.sharding.SingleDeviceSharding(found[0])

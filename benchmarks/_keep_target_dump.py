@@ -1,7 +1,7 @@
 """Run ``memscope`` with the target compiles' XLA dumps kept in DIR (a GPU
 session's look at what XLA:GPU compiled without the device):
 
-    python benchmarks/_keep_target_dump.py DIR run --target gpu:h200 prog.py
+    python -m benchmarks._keep_target_dump DIR run --target gpu:h200 prog.py
 
 memscope's compile cache is off for the run: a compile it kept from an earlier
 run (the target's compiles are kept too) would be read back, not made, and

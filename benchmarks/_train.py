@@ -4,22 +4,28 @@ step (a transformer with optax Adam), timed by the program itself.
 Prints one JSON line: seconds from ``--started`` (the launcher's clock) to the end
 of the first step, seconds of the steps after it, and the XLA compiles the
 program's own thread made (memscope's worker compiles on its own thread).
+
+A program, run as a script (plainly and under ``memscope run``) by bench_real,
+which gives it the model's size (benchmarks/sizes.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import sys
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_programs"))
-
 import jax
-import transformer_adam as model
 from jax import monitoring
+
+_SAMPLE = Path(__file__).resolve().parent.parent / "sample_programs" / "transformer_adam.py"
+_spec = importlib.util.spec_from_file_location("transformer_adam", _SAMPLE)
+assert _spec is not None and _spec.loader is not None
+model = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(model)
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 compiles: list[str] = []
@@ -37,10 +43,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--started", type=float, required=True)
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=64)
+    for figure in ("--layers", "--width", "--batch", "--seq"):
+        parser.add_argument(figure, type=int, required=True)
     args = parser.parse_args()
     params = model.init_params(jax.random.key(0), args.layers, args.width, args.seq)
     opt_state = model.optimizer.init(params)

@@ -1,13 +1,13 @@
 """What memscope's analysis costs next to XLA's compile of a large program.
 
-A 24-layer transformer training step (unrolled) is compiled as JAX compiles
-it for the program; then, side by side in one run, memscope's as-written
+A 24-layer transformer training step (benchmarks.models' plain one, unrolled)
+is compiled as JAX compiles it for the program; then, side by side in one run, memscope's as-written
 analysis of that compiled program is timed: reading it back through JAX's
 caches (trace, lower and compile are cache hits), the memory figures, the HLO
 facts, the fates, the reasons and the buffer breakdown. The donation variants
 are compiles of their own and are measured by bench_variants.py.
 
-    python benchmarks/bench_analysis.py [--layers 24] [--width 256] [--repeat 3]
+    python -m benchmarks.bench_analysis [--size long] [--layers 24] [--repeat 3]
 
 No figure is asserted by the test suite; tests/test_benchmarks.py runs it tiny.
 """
@@ -17,16 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax
-from _models import train_step, transformer_step_args
 
+from benchmarks.models import plain_step_args, plain_train_step
+from benchmarks.sizes import Size, add_size_options, parse_with_size
 from memscope import _compat
 from memscope.analysis import advice
 from memscope.analysis.fates import classify
@@ -35,10 +33,10 @@ from memscope.compiled.read import read_compiled
 from memscope.program.sites import display_path
 
 
-def analyze_once(layers: int, width: int) -> tuple[float, float, int]:
+def analyze_once(size: Size) -> tuple[float, float, int]:
     """(XLA compile seconds, memscope analysis seconds, HLO instructions)."""
-    step_args = transformer_step_args(layers, width)
-    jitted = jax.jit(train_step, donate_argnums=(0, 1))  # a fresh function: a real compile
+    step_args = plain_step_args(size)
+    jitted = jax.jit(plain_train_step, donate_argnums=(0, 1))  # a fresh function: a real compile
     lowered = jitted.trace(*step_args).lower()
     start = time.perf_counter()
     compiled = lowered.compile()
@@ -57,11 +55,10 @@ def analyze_once(layers: int, width: int) -> tuple[float, float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=24)
-    parser.add_argument("--width", type=int, default=256)
+    add_size_options(parser, "long")
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    runs = [analyze_once(args.layers, args.width) for _ in range(args.repeat)]
+    args, size = parse_with_size(parser)
+    runs = [analyze_once(size) for _ in range(args.repeat)]
     compile_s = statistics.median(r[0] for r in runs)
     analysis_s = statistics.median(r[1] for r in runs)
     print(f"transformer training step: {args.layers} layers, width {args.width}, "

@@ -16,7 +16,7 @@ range of releases (default 0.9.0..0.10.2, seven releases), in one invocation:
 Prints, per way: environments built, releases tried, wall seconds, and
 whether it found the same pair. No figure here is asserted by the test suite.
 
-    python benchmarks/bench_bisect.py [--range 0.9.0..0.10.2] [--skip-by-hand]
+    python -m benchmarks.bench_bisect [--range 0.9.0..0.10.2] [--skip-by-hand]
 """
 
 from __future__ import annotations
@@ -85,7 +85,6 @@ def main() -> None:
     parser.add_argument("--range", default="0.9.0..0.10.2")
     parser.add_argument("--skip-by-hand", action="store_true")
     options = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     from memscope.bisect.releases import Range, index_versions
 
     releases = Range.parse(options.range).select(index_versions("jax"))

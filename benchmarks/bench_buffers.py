@@ -8,7 +8,7 @@ every logical buffer to its instruction and source line, and summarizing it;
 then, apart, replaying the schedule for memory over program order and what is
 live at its peak (memscope.compiled.liveness, memscope.analysis.live).
 
-Run:  python benchmarks/bench_buffers.py [--layers N] [--repeat R]
+Run:  python -m benchmarks.bench_buffers [--size deep] [--layers N] [--repeat R]
 
 A runnable script, not a test: no timing is asserted anywhere.
 """
@@ -26,6 +26,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax
 import jax.numpy as jnp
 
+from benchmarks.sizes import add_size_options, parse_with_size
 from memscope import _compat
 from memscope.analysis.live import memory_view
 from memscope.compiled.buffers import breakdown, read_buffer_assignment
@@ -52,12 +53,11 @@ def make_step(layers: int):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=160,
-                        help="unrolled layers (160 give about ten thousand instructions on CPU)")
-    parser.add_argument("--width", type=int, default=64)
+    # unrolled layers: the deep size's 160 give about ten thousand instructions on CPU
+    add_size_options(parser, "deep", ("layers", "width"))
     parser.add_argument("--repeat", type=int, default=5,
                         help="times to repeat memscope's part (the median is printed)")
-    args = parser.parse_args(argv)
+    args, _ = parse_with_size(parser, argv)
 
     keys = jax.random.split(jax.random.key(0), args.layers)
     params = [(jax.random.normal(k, (args.width, args.width)) * 0.1,

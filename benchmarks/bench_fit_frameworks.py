@@ -9,7 +9,7 @@ forecast's own seconds (the ``seconds`` of its JSON: the compiling search, after
 the program stopped), its compiles, seconds per compile, the whole command's
 wall time, and the forecast's ratio to the plain step's.
 
-    python benchmarks/bench_fit_frameworks.py --layers 8 --width 1024 --repeat 3
+    python -m benchmarks.bench_fit_frameworks --size mlp --repeat 3
 
 No figure here is asserted by the test suite.
 """
@@ -23,7 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _cache import timed_json
+from benchmarks._cache import timed_json
+from benchmarks.sizes import add_size_options, parse_with_size
 
 COMMON = """
 import numpy as np
@@ -110,12 +111,10 @@ def measure(script: Path, memory: str) -> tuple[float, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=64)
+    add_size_options(parser, "mlp", ("layers", "width", "batch"))
     parser.add_argument("--memory", default="512MiB")
     parser.add_argument("--repeat", type=int, default=1)
-    a = parser.parse_args()
+    a, _ = parse_with_size(parser)
     runs: dict[str, list[tuple[float, dict]]] = {name: [] for name in PROGRAMS}
     with tempfile.TemporaryDirectory() as folder:
         scripts = {}

@@ -7,7 +7,7 @@ the samples of ``jax.live_arrays()`` taken before calls (memscope.capturing.resi
 what one sample costs at that count of live arrays, and what the per-call
 record (the call's output ids, for naming what made each array) costs:
 
-    python benchmarks/bench_live.py --steps 60
+    python -m benchmarks.bench_live --steps 60
 
 The first step (the compile) is left out of every median. No figure here is
 asserted by the test suite; tests/test_benchmarks.py only checks that it runs.
@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_programs"))
 
 import jax
-import transformer_adam as model
 
+from benchmarks.models import transformer_adam
+from benchmarks.sizes import add_size_options, parse_with_size
 from memscope.capturing import capture, residency
+
+model = transformer_adam()
 
 
 def steps(args: argparse.Namespace, step: object, after: object = None) -> list[float]:
@@ -48,11 +47,8 @@ def steps(args: argparse.Namespace, step: object, after: object = None) -> list[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=64)
-    args = parser.parse_args()
+    add_size_options(parser, "real")
+    args, _ = parse_with_size(parser)
     one = residency.RunSampler()
     plain = steps(args, model.train_step, lambda: one.at_end(args.steps))
     with capture(advise=False) as session:

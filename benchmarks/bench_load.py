@@ -7,7 +7,7 @@ then times, each in a fresh interpreter: ``json.loads`` of the file (the floor),
 commands ``memscope show`` and ``memscope check --report`` on it; and reports
 each one's peak resident memory next to the file's size.
 
-Run:  python benchmarks/bench_load.py [--functions N] [--leaves L]
+Run:  python -m benchmarks.bench_load [--functions N] [--leaves L]
 
 A runnable script, not a test: no timing is asserted anywhere.
 """
@@ -22,12 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from _cache import first_run_env  # noqa: E402
-
-from memscope.report import (  # noqa: E402
+from benchmarks._cache import first_run_env
+from memscope.report import (
     Device,
     Environment,
     FunctionReport,
@@ -45,6 +41,8 @@ BODIES = {
     "load_report": "import sys; from memscope.report import load_report; "
                    "load_report(sys.argv[1])",
 }
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_report(functions: int, leaves: int) -> Report:
@@ -81,7 +79,7 @@ def measure(command: list[str]) -> tuple[float, int]:
     """Seconds and peak resident bytes of a fresh interpreter running ``command``."""
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             env=first_run_env(PYTHONPATH=str(HERE.parent)))
+                             env=first_run_env(PYTHONPATH=str(ROOT)))
     _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - start
     child.returncode = os.waitstatus_to_exitcode(status)

@@ -4,8 +4,8 @@ Runs a sample program plainly (``python SCRIPT``) and under ``memscope run``
 (with and without the advisor), interleaved, in one invocation, and prints
 ratios to the plain run: medians of wall time, and the largest RSS of each.
 
-    python benchmarks/bench_overhead.py --steps 200 --repeat 5
-    python benchmarks/bench_overhead.py --program benchmarks/mnist_like.py --repeat 3
+    python -m benchmarks.bench_overhead --steps 200 --repeat 5
+    python -m benchmarks.bench_overhead --program benchmarks/mnist_like.py --repeat 3
 
 ``--program`` runs another program, with no arguments (benchmarks/mnist_like.py:
 JAX's MNIST example's way of training, thousands of small calls).
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from _cache import first_run_env
+from benchmarks._cache import first_run_env
 
 ROOT = Path(__file__).resolve().parent.parent
 

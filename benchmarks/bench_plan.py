@@ -10,8 +10,8 @@ that setting by hand (``jax.checkpoint`` with the policy, ``donate_argnames``):
 its batch fits the budget by memscope's peak rule and one step more does not; a
 row stopped early does not fit the size it names.
 
-    python benchmarks/bench_plan.py --memory 200MiB --verify
-    python benchmarks/bench_plan.py --memory 16GiB --target tpu:v5e --width 512 --seq 256
+    python -m benchmarks.bench_plan --memory 200MiB --verify
+    python -m benchmarks.bench_plan --memory 16GiB --target tpu:v5e --width 512 --seq 256
 
 No figure here is asserted by the test suite.
 """
@@ -27,26 +27,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _cache import timed_json as measure
-
-HERE = Path(__file__).resolve().parent
-SAMPLE = HERE.parent / "sample_programs" / "transformer_adam.py"
+from benchmarks._cache import timed_json as measure
+from benchmarks.models import TRANSFORMER_ADAM as SAMPLE
+from benchmarks.models import load_program
+from benchmarks.sizes import add_size_options, parse_with_size, size_options
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memory", default="200MiB")
     parser.add_argument("--target")
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--seq", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=8)
+    add_size_options(parser, "real")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--verify", action="store_true")
     parser.add_argument("--json", help="write the last plan here")
-    a = parser.parse_args()
-    shape = ["--steps", "2", "--layers", str(a.layers), "--width", str(a.width),
-             "--seq", str(a.seq), "--batch", str(a.batch)]
+    a, size = parse_with_size(parser)
+    shape = ["--steps", "2", *size_options(size)]
     fit = [sys.executable, "-m", "memscope", "fit", "--format", "json", "--memory", a.memory,
            *(["--target", a.target] if a.target else [])]
     runs: dict[str, list[tuple[float, dict]]] = {"fit": [], "fit --plan": [],
@@ -101,16 +97,11 @@ def _peak(compiled) -> int:
 
 def verify(plan: dict, a: argparse.Namespace) -> None:
     """Each row against the step written with its setting and compiled by JAX."""
-    import importlib.util
-
     import jax
     import jax.numpy as jnp
     import optax
 
-    spec = importlib.util.spec_from_file_location("transformer_adam", SAMPLE)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_program(SAMPLE)
     params = jax.eval_shape(functools.partial(mod.init_params, layers=a.layers, width=a.width,
                                               seq=a.seq), jax.random.key(0))
     opt_state = jax.eval_shape(mod.optimizer.init, params)

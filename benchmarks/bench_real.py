@@ -10,8 +10,8 @@ its ratio to python, the time to the end of the first step and how much later it
 came than under python, the largest peak RSS and its ratio, and the XLA compiles
 (the program's own plus the variants memscope compiled).
 
-    python benchmarks/bench_real.py                 # the sizes docs/performance.md reports
-    python benchmarks/bench_real.py --repeat 3
+    python -m benchmarks.bench_real                 # the sizes docs/performance.md reports
+    python -m benchmarks.bench_real --repeat 3
 
 No figure here is asserted by the test suite; tests/test_benchmarks.py runs it tiny.
 """
@@ -19,6 +19,7 @@ No figure here is asserted by the test suite; tests/test_benchmarks.py runs it t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -30,7 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _cache import first_run_env
+from benchmarks._cache import first_run_env
+from benchmarks.sizes import SIZES, add_size_options, parse_with_size, size_options
 
 HERE = Path(__file__).resolve().parent
 COMMANDS = ("python", "memscope run --no-advice", "memscope run", "memscope run --remat")
@@ -119,19 +121,19 @@ def bench(title: str, shape: list[str], repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=150, help="steps of the training run")
-    parser.add_argument("--layers", type=int, default=8, help="layers of the training run")
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--compile-layers", type=int, default=24,
-                        help="layers of the long-compile run (its width is 32, 3 steps)")
+    add_size_options(parser, "real")  # the training run's
+    long = SIZES["long_narrow"]
+    parser.add_argument("--compile-layers", type=int, default=long.layers,
+                        help=f"layers of the long-compile run (its width is {long.width}, "
+                             "3 steps)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--only", choices=("training", "long compile"),
                         help="run one of the two shapes")
-    args = parser.parse_args()
+    args, size = parse_with_size(parser)
     shapes = {
-        "training": ["--steps", str(args.steps), "--layers", str(args.layers),
-                     "--width", str(args.width)],
-        "long compile": ["--steps", "3", "--layers", str(args.compile_layers),
-                         "--width", "32"],
+        "training": ["--steps", str(args.steps), *size_options(size)],
+        "long compile": ["--steps", "3", *size_options(
+            dataclasses.replace(long, layers=args.compile_layers))],
     }
     for i, (title, shape) in enumerate(shapes.items()):
         if args.only in (None, title):

@@ -8,42 +8,31 @@ policy tracing again, lowering and compiling (never running). All of it runs in
 memscope's worker thread off the program's path; this measures it alone, on
 the calling thread, one piece after another.
 
-    python benchmarks/bench_remat.py [--layers 8] [--width 128] [--repeat 3]
+    python -m benchmarks.bench_remat [--size real] [--layers 8] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax
 
+from benchmarks.models import TRANSFORMER_ADAM, load_program
+from benchmarks.sizes import Size, add_size_options, parse_with_size
 from memscope.variants import remat
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
 
-
-def _sample():
-    spec = importlib.util.spec_from_file_location("transformer_adam", SAMPLES /
-                                                  "transformer_adam.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def timings(layers: int, width: int) -> dict[str, float]:
+def timings(size: Size) -> dict[str, float]:
     """Seconds for JAX's compile of the step and for each piece of the analysis."""
-    t = _sample()
-    params = t.init_params(jax.random.key(0), layers, width, 64)
-    call = ((params, t.optimizer.init(params), t.make_batch(jax.random.key(1), 8, 64)), {})
+    t = load_program(TRANSFORMER_ADAM)  # afresh: nothing of it in JAX's caches
+    params = t.init_params(jax.random.key(0), size.layers, size.width, size.seq)
+    call = ((params, t.optimizer.init(params), t.make_batch(jax.random.key(1), size.batch,
+                                                            size.seq)), {})
     call = remat.abstract(call)
 
     def fresh(*a):  # a new function each run: JAX's own trace and compile are real
@@ -67,11 +56,10 @@ def timings(layers: int, width: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=128)
+    add_size_options(parser, "real")
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    runs = [timings(args.layers, args.width) for _ in range(args.repeat)]
+    args, size = parse_with_size(parser)
+    runs = [timings(size) for _ in range(args.repeat)]
     names = list(runs[0])
     medians = {n: statistics.median(r[n] for r in runs) for n in names}
     base = medians[names[0]]
@@ -84,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

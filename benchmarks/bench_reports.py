@@ -8,7 +8,7 @@ writes the HTML file, and, where chromium, chromedriver and selenium are
 installed, sorts the page's leaf table by size and filters it by fate and path,
 timing each in the page with the layout it causes (performance.now()).
 
-Run:  python benchmarks/bench_reports.py [--sizes 1000,5000,20000] [--repeat 3]
+Run:  python -m benchmarks.bench_reports [--sizes 1000,5000,20000] [--repeat 3]
 
 A runnable script, not a test: no timing is asserted anywhere.
 """
@@ -19,12 +19,9 @@ import argparse
 import io
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memscope.analysis.advice import annotate
 from memscope.render.html import render_html

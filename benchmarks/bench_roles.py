@@ -8,7 +8,7 @@ arguments' roles, the results paired with them, each temporary's role, the sums)
 and the diff of two such reports (:func:`memscope.check.peak.peak_changes`), and
 prints them side by side with the analysis, and their share of it:
 
-    python benchmarks/bench_roles.py --repeat 3
+    python -m benchmarks.bench_roles --repeat 3
 
 No figure here is asserted by the test suite; tests/test_benchmarks.py only
 checks that it runs.
@@ -19,17 +19,14 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sample_programs"))
-
 import jax
-import transformer_adam as model
 
+from benchmarks.models import transformer_adam
+from benchmarks.sizes import add_size_options, parse_with_size
 from memscope.analysis import live, roles
 from memscope.check.peak import peak_changes
 from memscope.flow import analyze
@@ -37,6 +34,8 @@ from memscope.flow import analyze
 #: The functions that decide roles, as :mod:`memscope.analysis.live` calls them.
 TIMED = ("argument_roles", "paired_results", "temporary_role", "output_role", "summed",
          "backward_start")
+
+model = transformer_adam()
 
 
 def _timed(spent: list[float], fun: Callable[..., Any]) -> Callable[..., Any]:
@@ -53,11 +52,8 @@ def _timed(spent: list[float], fun: Callable[..., Any]) -> Callable[..., Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=64)
-    args = parser.parse_args()
+    add_size_options(parser, "real")
+    args, _ = parse_with_size(parser)
     params = model.init_params(jax.random.key(0), args.layers, args.width, args.seq)
     opt_state = model.optimizer.init(params)
     batch = model.make_batch(jax.random.key(1), args.batch, args.seq)

@@ -7,7 +7,7 @@ in the order plain, memscope, memscope, plain so that neither side gains from
 going first; each side's faster run counts. memscope's extra time per signature
 should stay flat as N grows.
 
-    python benchmarks/bench_scaling.py [--sizes 1,10,100,1000] [--calls 3]
+    python -m benchmarks.bench_scaling [--sizes 1,10,100,1000] [--calls 3]
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ added in a first run (its advised donations), how long the report waited after
 the program ended, and memscope's analysis time; then a markdown table for
 docs/performance.md.
 
-    python benchmarks/bench_short.py              # 3 runs each, interleaved
-    python benchmarks/bench_short.py --repeat 5
+    python -m benchmarks.bench_short              # 3 runs each, interleaved
+    python -m benchmarks.bench_short --repeat 5
 
 Both commands run with ``JAX_PLATFORMS=cpu`` (an installed libtpu would start
 its TPU client in each). No figure here is asserted by the test suite;
@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cache import first_run_env
+from benchmarks._cache import first_run_env
 
 HERE = Path(__file__).resolve().parent
 PROGRAMS = sorted(p.name for p in (HERE / "short").glob("*.py"))

@@ -12,7 +12,7 @@ once the program had ended, the XLA compiles for the target and their seconds,
 those read from the cache instead, and the donation variants compiled. The
 last lines hold a first run to python plus 1.5 times the direct compile.
 
-    python benchmarks/bench_target.py --target tpu:v5e:2x2 --target gpu:h100 --repeat 3
+    python -m benchmarks.bench_target --target tpu:v5e:2x2 --target gpu:h100 --repeat 3
 
 No figure here is asserted by the test suite.
 """
@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _cache import first_run_env
+from benchmarks._cache import first_run_env
+from benchmarks.sizes import add_size_options, parse_with_size, size_options
 
 HERE = Path(__file__).resolve().parent
 
@@ -57,8 +58,9 @@ def measure(command: list[str], report: str | None, cache: str | None = None) ->
 
 def direct(spec: str, shape: list[str]) -> float:
     """Seconds of JAX's own compile of the step for ``spec`` (a process of its own)."""
-    done = subprocess.run([sys.executable, str(HERE / "_direct_compile.py"), spec, *shape],
-                          capture_output=True, text=True, env=first_run_env())
+    done = subprocess.run([sys.executable, "-m", "benchmarks._direct_compile", spec, *shape],
+                          capture_output=True, text=True, env=first_run_env(),
+                          cwd=HERE.parent)
     if done.returncode != 0:
         raise SystemExit(f"failed: JAX's compile for {spec}\n{done.stderr[-2000:]}")
     return float(json.loads(done.stdout.splitlines()[-1])["compile_s"])
@@ -67,12 +69,11 @@ def direct(spec: str, shape: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", action="append", required=True, help="SPEC, repeatable")
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--width", type=int, default=256)
+    add_size_options(parser, "target", ("layers", "width"))
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
-    a = parser.parse_args()
-    shape = ["--layers", str(a.layers), "--width", str(a.width)]
+    a, size = parse_with_size(parser)
+    shape = size_options(size, ("layers", "width"))
     memscope_cmd = [sys.executable, "-m", "memscope"]  # this Python's, whatever is on PATH
     program = [str(HERE / "short" / "scanned_lm.py"), *shape, "--steps", str(a.steps)]
     with tempfile.TemporaryDirectory() as folder:

@@ -7,7 +7,7 @@ after the other, then side by side on the machine's cores; and the number of
 XLA compiles a captured call costs with the advisor on and off, counted from
 JAX's own monitoring events.
 
-    python benchmarks/bench_variants.py [--layers 8] [--width 256] [--repeat 3]
+    python -m benchmarks.bench_variants [--size wide] [--layers 8] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -15,18 +15,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax
-from _models import train_step, transformer_step_args
 from jax import monitoring
 
+from benchmarks.models import plain_step_args, plain_train_step
+from benchmarks.sizes import Size, add_size_options, parse_with_size
 from memscope.capturing import capture
 from memscope.compiled.targets.here import HereTarget
 from memscope.variants.compile import compile_variants, lower_variant
@@ -37,12 +35,12 @@ monitoring.register_event_duration_secs_listener(
     lambda name, secs, **kw: _compiles.append(name) if name == COMPILE_EVENT else None)
 
 
-def variant_times(layers: int, width: int) -> tuple[float, float, float]:
+def variant_times(size: Size) -> tuple[float, float, float]:
     """(JAX's compile, two variants one after another, the same two at once), seconds."""
-    step_args = transformer_step_args(layers, width)
+    step_args = plain_step_args(size)
 
     def fresh(*a):  # a new function each run: JAX's own compile is a real one
-        return train_step(*a)
+        return plain_train_step(*a)
 
     jitted = jax.jit(fresh)
     lowered = jitted.trace(*step_args).lower()
@@ -66,13 +64,13 @@ def variant_times(layers: int, width: int) -> tuple[float, float, float]:
     return jax_s, timings[0], timings[1]
 
 
-def compiles_per_call(advise: bool, layers: int, width: int, *, remat: bool = False) -> int:
+def compiles_per_call(advise: bool, size: Size, *, remat: bool = False) -> int:
     """XLA compiles for the first call of a function never compiled before
     (with ``remat``, the checkpoint policies too)."""
-    step_args = transformer_step_args(layers, width)
+    step_args = plain_step_args(size)
 
     def fresh(*a):  # a new function, so nothing is in JAX's caches for it
-        return train_step(*a)
+        return plain_train_step(*a)
 
     before = len(_compiles)
     with warnings.catch_warnings(), capture(advise=advise,
@@ -84,15 +82,14 @@ def compiles_per_call(advise: bool, layers: int, width: int, *, remat: bool = Fa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=256)
+    add_size_options(parser, "wide")
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    runs = [variant_times(args.layers, args.width) for _ in range(args.repeat)]
+    args, size = parse_with_size(parser)
+    runs = [variant_times(size) for _ in range(args.repeat)]
     jax_s, seq_s, par_s = (statistics.median(r[i] for r in runs) for i in range(3))
-    off = compiles_per_call(False, args.layers, args.width)
-    on = compiles_per_call(True, args.layers, args.width)
-    with_remat = compiles_per_call(True, args.layers, args.width, remat=True)
+    off = compiles_per_call(False, size)
+    on = compiles_per_call(True, size)
+    with_remat = compiles_per_call(True, size, remat=True)
     print(f"transformer training step: {args.layers} layers, width {args.width}, "
           f"{args.repeat} runs, {os.cpu_count()} cores")
     print(f"JAX's compile of the program        {jax_s * 1000:9.1f} ms")

@@ -12,7 +12,7 @@ registered), writes ``memory_stats()`` of the first device: its
 program's arrays and memscope's work alike. So "memscope adds none" reads as
 the same peak under python and under memscope.
 
-    python benchmarks/gpu_cost.py OUT_DIR     # OUT_DIR/cost.json, and a table printed
+    python -m benchmarks.gpu_cost OUT_DIR     # OUT_DIR/cost.json, and a table printed
 
 It runs without a GPU too (the peak is then ``None``, CPU has no allocator
 statistics); its figures mean what they say on one (docs/performance.md).

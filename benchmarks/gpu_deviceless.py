@@ -15,7 +15,7 @@ device's own compile of the same programs.
   - ``deviceless``: ``memscope run --target gpu:MODEL`` (the program run on the
     CPU, compiled for the model's description, without the device).
 
-    python benchmarks/gpu_deviceless.py OUT_DIR [config] [samples]
+    python -m benchmarks.gpu_deviceless OUT_DIR [config] [samples]
 
 Writes ``OUT_DIR/deviceless.json`` and ``OUT_DIR/deviceless.md``. The runs go
 beside each other (``--jobs``, 6 by default), each GPU run growing its memory
@@ -78,7 +78,6 @@ def text_fields(text: str) -> dict[str, str]:
 
 
 def config(out: Path) -> dict:
-    sys.path.insert(0, str(ROOT))
     from memscope.compiled.targets import gpu
     from memscope.compiled.targets.gpu_devices import MODELS
 

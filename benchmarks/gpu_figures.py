@@ -16,7 +16,7 @@ Every part runs in its own process, so each starts with a fresh allocator
 * ``fit``: ``memscope fit`` with the device's own limit, then the program run at
   the answer and at the next size up.
 
-    python benchmarks/gpu_figures.py OUT_DIR     # OUT_DIR/figures.json and .md
+    python -m benchmarks.gpu_figures OUT_DIR     # OUT_DIR/figures.json and .md
 
 It needs no GPU to run (``fit`` then needs a budget and is skipped), but its
 figures mean most on one; docs/performance.md (GPU) reports them.
@@ -93,10 +93,11 @@ def part_samples(out: Path) -> list[dict]:
 
 
 DIRECT = r'''
-import json, sys
+import importlib.util, json, sys
 import jax, jax.numpy as jnp
-sys.path.insert(0, "sample_programs")
-import transformer_adam as t
+spec = importlib.util.spec_from_file_location("transformer_adam", "sample_programs/transformer_adam.py")
+t = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(t)
 import memscope
 
 def stats():

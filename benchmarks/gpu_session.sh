@@ -24,16 +24,16 @@ set -u
 . benchmarks/_gpu_setup.sh
 COST_S="${COST_S:-140}" FIT_S="${FIT_S:-200}" SUITE_S="${SUITE_S:-200}"
 
-timeout "$COST_S" python3 benchmarks/gpu_cost.py "$OUT" >"$OUT/cost.log" 2>&1
+timeout "$COST_S" python3 -m benchmarks.gpu_cost "$OUT" >"$OUT/cost.log" 2>&1
 echo "cost exit $?" >>"$OUT/cost.log"
 
 mkdir -p /tmp/fig
-timeout "$FIT_S" python3 benchmarks/gpu_figures.py /tmp/fig fit_transformer fit_nnx \
+timeout "$FIT_S" python3 -m benchmarks.gpu_figures /tmp/fig fit_transformer fit_nnx \
   >"$OUT/fit.log" 2>&1
 echo "fit exit $?" >>"$OUT/fit.log"
 cp /tmp/fig/figures.json "$OUT/fit.json" 2>/dev/null
 
-( timeout "$SUITE_S" python3 benchmarks/gpu_deviceless.py /tmp/dl config fit \
+( timeout "$SUITE_S" python3 -m benchmarks.gpu_deviceless /tmp/dl config fit \
     >"$OUT/deviceless.log" 2>&1; echo "deviceless exit $?" >>"$OUT/deviceless.log"
   cp /tmp/dl/deviceless.json "$OUT/" 2>/dev/null ) &
 deviceless=$!

@@ -17,7 +17,7 @@ DEVICELESS_S="${DEVICELESS_S:-240}" GPU_TESTS_S="${GPU_TESTS_S:-150}"
 FIGURES_S="${FIGURES_S:-200}" SUITE_S="${SUITE_S:-240}"
 
 # The deviceless figures against the device's: CPU-bound for the most part.
-( timeout "$DEVICELESS_S" python3 benchmarks/gpu_deviceless.py "$OUT/deviceless" --jobs 6 \
+( timeout "$DEVICELESS_S" python3 -m benchmarks.gpu_deviceless "$OUT/deviceless" --jobs 6 \
     >"$OUT/deviceless.log" 2>&1; echo "deviceless exit $?" >>"$OUT/deviceless.log" ) &
 deviceless=$!
 
@@ -40,7 +40,7 @@ wait "$suite"
 # Then, alone on the device: fit at its own limit (its default allocator
 # settings), the answer and the next size run, and the loss repeated.
 mkdir -p /tmp/fig
-timeout "$FIGURES_S" python3 benchmarks/gpu_figures.py /tmp/fig fit_transformer repeat \
+timeout "$FIGURES_S" python3 -m benchmarks.gpu_figures /tmp/fig fit_transformer repeat \
   >"$OUT/figures.log" 2>&1
 echo "figures exit $?" >>"$OUT/figures.log"
 cp /tmp/fig/figures.json "$OUT/" 2>/dev/null

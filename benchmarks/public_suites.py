@@ -7,10 +7,10 @@ Then compares every test's outcome (passed / failed / error / skipped, keyed by
 ``classname::name``; pytest writes an xfail as skipped) between the two files. memscope
 promises never to change the program's behaviour, so every differing test is a bug.
 
-    python benchmarks/public_suites.py --project ../suites/optax --python VENV/bin/python \\
+    python -m benchmarks.public_suites --project ../suites/optax --python VENV/bin/python \\
         --name optax -- optax/
-    python benchmarks/public_suites.py --project DIR --python PY --json out.json -- tests/ -k jit
-    python benchmarks/public_suites.py --show a.json b.json     # the tables of earlier runs
+    python -m benchmarks.public_suites --project DIR --python PY --json out.json -- tests/ -k jit
+    python -m benchmarks.public_suites --show a.json b.json     # the tables of earlier runs
 
 Prints a table per suite (tests, same outcome, differing, time plain, time under memscope,
 their ratio), then each differing test with both outcomes and the first lines of the
@@ -32,8 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # (also when loaded by path)
-from _cache import first_run_env
+from benchmarks._cache import first_run_env
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
 MISSING = "missing"  # the test is in one file only (e.g. a collection error on the other side)

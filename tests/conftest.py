@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,3 +169,13 @@ def _skip_xla_cpu_facts_elsewhere(items: list[pytest.Item]) -> None:
         fact = marker.args[0] if marker.args else "what it compiles"
         item.add_marker(pytest.mark.skip(
             reason=f"an XLA:CPU fact: {fact} (this backend is {backend})"))
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """Headless Chromium under Selenium (tests/support/browser.py); a test that
+    takes it is marked ``needs_driven_browser``, skipped where it cannot run."""
+    from tests.support.browser import driven_chromium
+
+    with driven_chromium(tmp_path) as driver:
+        yield driver

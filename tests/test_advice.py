@@ -20,52 +20,25 @@ import jax.numpy as jnp
 import pytest
 from jax import monitoring
 
-from memscope import _compat
 from memscope._compat import SAME_SIZE_DONORS
 from memscope.capturing import capture
 from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Script
-from tests.truth import assert_matches_runtime, expected_peak, fates
-from tests.truth import run_and_report as run_truth
-from tests.versions import NO_SAME_SIZE_DONORS
-from tests.versions import SAME_SIZE_DONORS as SINCE_SAME_SIZE_DONORS
-
-#: XLA compiles memscope adds per captured function to read its buffer
-#: assignment: none where ``memory_analysis()`` carries it (XLA:CPU), else one
-#: with XLA's dump (XLA:GPU; memscope.compiled.read.read_stages)
-DUMPED = 0 if _compat.assignment_in_memory_analysis(jax.jit(lambda x: x).lower(1.0)) else 1
+from tests.support.compiles import (
+    DUMPED,
+    args,
+    direct_figures,
+    figures,
+    step,
+    without_the_assignment,
+)
+from tests.support.samples import SAMPLES
+from tests.support.truth import assert_matches_runtime, fates
+from tests.support.truth import run_and_report as run_truth
+from tests.support.versions import NO_SAME_SIZE_DONORS
+from tests.support.versions import SAME_SIZE_DONORS as SINCE_SAME_SIZE_DONORS
 
 NOT_USABLE = "ignore:Some donated buffers were not usable"
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
-FIGURES = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
-           "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
-           "xla_peak_bytes": "peak_memory_in_bytes"}
-
-
-def step(params, opt_state, batch):
-    grads = jax.tree.map(lambda p: p * jnp.mean(batch), params)
-    new_params = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
-    new_opt = jax.tree.map(lambda o, g: 0.9 * o + g, opt_state, grads)
-    return new_params, new_opt, jnp.mean(batch)
-
-
-def args():
-    params = {"w": jnp.ones((128, 64)), "b": jnp.ones(64)}
-    opt_state = {"w": jnp.zeros((128, 64)), "b": jnp.zeros(64)}
-    return params, opt_state, jnp.ones((16, 128))
-
-
-def direct_figures(donate):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        stats = jax.jit(step, donate_argnums=donate).lower(*args()).compile().memory_analysis()
-    # memscope's peak is held to XLA's own figures (tests.truth.expected_peak)
-    return {**{ours: getattr(stats, theirs) for ours, theirs in FIGURES.items()},
-            "peak_bytes": expected_peak(stats)}
-
-
-def figures(memory):
-    return {name: getattr(memory, name) for name in (*FIGURES, "peak_bytes")}
 
 
 @pytest.mark.parametrize("written", [(), (0,), (0, 1, 2)])
@@ -311,8 +284,6 @@ def test_a_function_compiled_again_for_xlas_dump_leaves_nothing_in_jaxs_caches(m
     """Where memory_analysis() has no buffer assignment (XLA:GPU), memscope compiles
     each function once more with XLA's dump: that compile goes with its read, not
     into JAX's executable cache beside the program's own for as long as it lives."""
-    from tests.test_compile_cache import without_the_assignment
-
     without_the_assignment(monkeypatch)
     jax_cache_growth(advise=False)
     table = jnp.arange(64.0)  # (a function that closes over an array: the same)

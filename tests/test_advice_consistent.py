@@ -20,8 +20,9 @@ from memscope.check.judge import check_report
 from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Script
 from memscope.report import FunctionReport, Report
-from tests.test_samples import SAMPLES, _run
-from tests.truth import expected_peak
+from tests.support.cli import run_memscope
+from tests.support.samples import SAMPLES
+from tests.support.truth import expected_peak
 
 
 def step(state, batch):
@@ -124,7 +125,7 @@ def test_applying_the_printed_advice_passes_check(tmp_path: Path, sample: str,
     report of the program as written."""
     base = tmp_path / "base.json"
     args = SAMPLE_ARGS[sample]
-    ran = _run("run", "-q", "-o", str(base), f"sample_programs/{sample}.py", *args)
+    ran = run_memscope("run", "-q", "-o", str(base), f"sample_programs/{sample}.py", *args)
     assert ran.returncode == 0, ran.stderr
     from memscope.report import load_report
 
@@ -139,7 +140,7 @@ def test_applying_the_printed_advice_passes_check(tmp_path: Path, sample: str,
     for helper in SAMPLES.glob("_*.py"):
         (tmp_path / helper.name).write_text(helper.read_text(encoding="utf-8"))
     new = tmp_path / "new.json"
-    result = _run("check", "--baseline", str(base), "-o", str(new), str(edited), *args)
+    result = run_memscope("check", "--baseline", str(base), "-o", str(new), str(edited), *args)
     assert result.returncode == 0, result.stdout + result.stderr
     (now,) = [f for f in load_report(str(new)).functions if f.name == function]
     assert not [b for b in now.inputs if b.fate == "unusable"]

@@ -31,7 +31,7 @@ from memscope.render.html import render_html
 from memscope.render.terminal import MAX_BETWEEN, render_report
 from memscope.report import Report, load_report, save_report
 from memscope.views.summary import summarize
-from tests.test_samples import SAMPLES
+from tests.support.samples import SAMPLES
 
 #: where the programs' arrays live, as reports name it (``cpu:0``; ``gpu:0`` on a GPU)
 DEVICE = f"{jax.devices()[0].platform}:{jax.devices()[0].id}"

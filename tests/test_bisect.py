@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from memscope.bisect.environments import uv
-from tests.test_samples import MEMSCOPE, ROOT
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import ROOT
 
 PROGRAMS = ROOT / "tests" / "programs"
 FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")

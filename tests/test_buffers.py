@@ -24,7 +24,7 @@ from memscope.compiled.buffers import (
 )
 from memscope.flow import analyze
 from memscope.report import Memory
-from tests.truth import assigned, split_product
+from tests.support.truth import assigned, split_product
 
 
 def forward(x, w):

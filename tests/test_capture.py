@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from memscope.capturing import capture
-from tests.versions import jax_since
+from tests.support.versions import jax_since
 
 
 def _names(session):

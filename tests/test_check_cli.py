@@ -17,9 +17,8 @@ from click.testing import CliRunner, Result
 from memscope.cli import cli
 from memscope.report import load_report
 from memscope.report.units import format_bytes
-from tests.test_cli_errors import assert_one_line_error, run_installed
-
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
+from tests.support.cli import assert_one_line_error, run_installed
+from tests.support.samples import SAMPLES
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:

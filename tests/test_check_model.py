@@ -21,15 +21,14 @@ from memscope.check.records import Budget, Config, FigureChange, Tolerance, Tole
 from memscope.errors import MemscopeError
 from memscope.report import (
     Device,
-    Environment,
     FunctionReport,
     InputBuffer,
     Memory,
     OutputBuffer,
-    Report,
     RunInfo,
 )
 from memscope.report.units import format_change, parse_percent, parse_size
+from tests.support.records import ENVIRONMENT, mem, report
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
@@ -99,15 +98,6 @@ def test_tolerances_fall_back_figure_by_figure() -> None:
 # --- hand-built reports --------------------------------------------------------------
 
 
-ENV = Environment(jax="0.10.2", jaxlib="0.10.2", backend="cpu",
-                  devices=(Device(0, "cpu", "cpu"),), python="3.11.7")
-
-
-def mem(peak: int, temp: int = 100, arg: int = 1000, out: int = 1000) -> Memory:
-    return Memory(argument_bytes=arg, output_bytes=out, alias_bytes=0, temp_bytes=temp,
-                  generated_code_bytes=0, peak_bytes=peak)
-
-
 def buf(path: str, fate: str, output: str | None = None, nbytes: int = 512) -> InputBuffer:
     return InputBuffer(path, (128,), "float32", nbytes, fate != "not_donated", fate,  # type: ignore[arg-type]
                        output=output)
@@ -119,10 +109,6 @@ def fn(name: str = "train_step", peak: int = 10 * KiB, *, sig: str = "(float32[1
     m = mem(peak) if memory is True else memory
     return FunctionReport(name=name, source=source, calls=1, signature=sig,
                           memory=m if isinstance(m, Memory) else None, inputs=inputs, **kw)  # type: ignore[arg-type]
-
-
-def report(*fns: FunctionReport, env: Environment = ENV, run: RunInfo | None = None) -> Report:
-    return Report(memscope_version="0.1.0", environment=env, run=run, functions=fns)
 
 
 STATE = (buf("state['w']", "aliased", "result[0]['w']"),
@@ -326,9 +312,9 @@ def test_budgets_and_baseline_combine() -> None:
 
 
 def test_environment_differences_and_strict_env() -> None:
-    other = dataclasses.replace(ENV, jax="0.10.1", xla_flags="--xla_force_host_platform_device_count=2",
+    other = dataclasses.replace(ENVIRONMENT, jax="0.10.1", xla_flags="--xla_force_host_platform_device_count=2",
                                 devices=(Device(0, "cpu", "cpu"), Device(1, "cpu", "cpu")))
-    diffs = environment_differences(other, ENV)
+    diffs = environment_differences(other, ENVIRONMENT)
     assert [(d.field, d.baseline, d.now) for d in diffs] == [
         ("jax", "0.10.1", "0.10.2"), ("device count", "2", "1"),
         ("XLA_FLAGS", "--xla_force_host_platform_device_count=2", "unset")]

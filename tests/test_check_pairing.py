@@ -15,8 +15,8 @@ from memscope.check.pairing import pair_functions, signature_changes
 from memscope.cli import cli
 from memscope.report import FunctionReport, InputBuffer, Memory, load_report
 from memscope.report.units import format_bytes
-from tests.test_check_model import mem, report
-from tests.truth import expected_peak
+from tests.support.records import mem, report
+from tests.support.truth import expected_peak
 
 
 def leaf(path: str, *shape: int, dtype: str = "float32") -> InputBuffer:

@@ -3,59 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner, Result
 
 from memscope.cli import COMMANDS, cli
-
-# --- helpers -----------------------------------------------------------------------
-
-
-def invoke(*args: str) -> Result:
-    # catch_exceptions=False: an exception that escapes the CLI fails the test
-    # with its traceback instead of turning into exit code 1.
-    return CliRunner().invoke(cli, list(args), prog_name="memscope", catch_exceptions=False)
-
-
-def assert_one_line_error(exit_code: int, stdout: str, stderr: str) -> str:
-    """Exit 2, exactly one stderr line ``memscope: error: ...``, no traceback; the message."""
-    assert exit_code == 2, (stdout, stderr)
-    lines = stderr.splitlines()
-    assert len(lines) == 1, stderr
-    assert stderr.endswith("\n")
-    assert lines[0].startswith("memscope: error: "), stderr
-    assert "Traceback" not in stdout + stderr
-    return lines[0].removeprefix("memscope: error: ")
-
-
-def cli_error(*args: str) -> str:
-    result = invoke(*args)
-    return assert_one_line_error(result.exit_code, result.stdout, result.stderr)
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
-
-
-def memscope_executable() -> str:
-    found = shutil.which("memscope") or os.path.join(os.path.dirname(sys.executable), "memscope")
-    if not os.access(found, os.X_OK):
-        pytest.skip("the memscope console script is not installed")
-    return found
-
-
-def run_installed(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    return subprocess.run([memscope_executable(), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env=env, check=False)
+from tests.support.cli import assert_one_line_error, cli_error, invoke, run_installed, write
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.samples import SAMPLES
+from tests.support.samples import SAMPLES
 
 pytestmark = pytest.mark.end_to_end
 

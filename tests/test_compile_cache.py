@@ -30,14 +30,20 @@ from memscope.compiled.dump import Built
 from memscope.compiled.shardings import describe_sharding
 from memscope.compiled.targets.here import HereTarget
 from memscope.variants.compile import lower_variant
-from tests.test_advice import FIGURES, args, direct_figures, figures, step
-from tests.test_early import arguments as early_arguments
-from tests.test_early import direct as early_direct
-from tests.test_early import update
-from tests.test_worker import count_compiles
-from tests.truth import expected_peak
-
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
+from tests.support.compiles import (
+    FIGURES,
+    args,
+    count_compiles,
+    direct_figures,
+    figures,
+    step,
+    update,
+    update_arguments,
+    update_direct,
+    without_the_assignment,
+)
+from tests.support.samples import SAMPLES
+from tests.support.truth import expected_peak
 
 
 def sharded_step(params, x):
@@ -95,7 +101,7 @@ def variants(session):
 
 @pytest.mark.parametrize("program,arguments,advise,direct,donate", [
     (step, args, "full", direct_figures, (0, 1)),
-    (update, early_arguments, "advised", early_direct, (0, 1, 2)),
+    (update, update_arguments, "advised", update_direct, (0, 1, 2)),
     (sharded_step, sharded_args, "full", sharded_direct, (0,)),
 ], ids=["every variant", "the advised one, begun early", "sharded over 8 devices"])
 def test_a_run_again_reads_its_variants_from_the_cache(cache_dir, monkeypatch, program,
@@ -254,14 +260,6 @@ def test_a_cache_that_fails_never_fails_a_variant(cache_dir, monkeypatch):
     got = figures(variants(session)["advised"].facts.memory)
     assert {k: got[k] for k in direct_figures((0, 1))} == direct_figures((0, 1))
     assert session.overhead().variant_compiles >= 1 and not cached_files(cache_dir)
-
-
-def without_the_assignment(monkeypatch):
-    """XLA:CPU read as XLA:GPU's plugin is: ``memory_analysis()`` and the
-    serialized executable carry no buffer assignment, XLA's dump does."""
-    monkeypatch.setattr(_compat, "buffer_assignment_bytes", lambda stats: None)
-    monkeypatch.setattr(_compat, "serialized_executable_payloads", lambda compiled: ())
-    monkeypatch.setattr(_compat, "assignment_in_memory_analysis", lambda lowered: False)
 
 
 def test_where_memory_analysis_has_no_assignment_one_dumped_compile_each_is_kept(

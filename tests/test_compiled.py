@@ -18,7 +18,7 @@ from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.read import read_buffers, read_stages
 from memscope.compiled.targets.here import HereTarget
 from memscope.flow import analyze
-from tests.truth import device_held, expected_peak
+from tests.support.truth import device_held, expected_peak
 
 BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 _events: list[str] = []

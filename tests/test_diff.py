@@ -20,8 +20,8 @@ from memscope.report import (
     save_report,
 )
 from memscope.report.units import format_bytes
-from tests.test_cli_errors import cli_error, invoke, write
-from tests.truth import expected_peak
+from tests.support.cli import cli_error, invoke, write
+from tests.support.truth import expected_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_programs"

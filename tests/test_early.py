@@ -11,12 +11,10 @@ and the advised variant compiled as usual; a small function is not predicted.
 from __future__ import annotations
 
 import threading
-import warnings
 from concurrent.futures import Future
 from types import SimpleNamespace
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -24,24 +22,7 @@ from memscope.capturing import capture
 from memscope.capturing import counts as counts_module
 from memscope.compiled.targets.here import HereTarget
 from memscope.variants import early
-from tests.test_advice import figures
-from tests.truth import expected_peak
-
-LEAVES, SIZE, STEPS = 8, 256, 15  # 8 x 256 KiB of parameters, 2 MiB with the state
-traces: list[int] = []
-
-
-def update(params, state, x):
-    traces.append(1)
-    for _ in range(STEPS):  # unrolled: a few hundred equations, as a model's step has
-        state = [0.9 * s + 0.1 * jnp.tanh(p * x) for s, p in zip(state, params, strict=True)]
-        params = [p - 1e-3 * s for p, s in zip(params, state, strict=True)]
-    return params, state, sum(jnp.sum(p) for p in params)
-
-
-def arguments():
-    params = [jnp.full((SIZE, SIZE), 0.5 + i, jnp.float32) for i in range(LEAVES)]
-    return params, [jnp.zeros_like(p) for p in params], jnp.float32(0.25)
+from tests.support.compiles import LEAVES, figures, traces, update, update_arguments, update_direct
 
 
 def run(monkeypatch, *, first: int = counts_module.EARLY_FOR_FIRST, program=update):
@@ -49,19 +30,8 @@ def run(monkeypatch, *, first: int = counts_module.EARLY_FOR_FIRST, program=upda
     traces.clear()
     jax.clear_caches()  # a first call lowers and compiles afresh
     with capture(advise="advised") as session:
-        out = jax.jit(program)(*arguments())
+        out = jax.jit(program)(*update_arguments())
     return session, out
-
-
-def direct(donate):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        stats = jax.jit(update, donate_argnums=donate).lower(*arguments()).compile(
-        ).memory_analysis()
-    return {"argument_bytes": stats.argument_size_in_bytes,
-            "output_bytes": stats.output_size_in_bytes,
-            "alias_bytes": stats.alias_size_in_bytes,
-            "temp_bytes": stats.temp_size_in_bytes, "peak_bytes": expected_peak(stats)}
 
 
 def advised_variant(session):
@@ -88,7 +58,7 @@ def test_the_early_compile_gives_the_figures_of_the_usual_one(monkeypatch):
     assert figures(a.facts.memory) == figures(b.facts.memory)
     # ... and both are JAX's own compile of that donation
     got = figures(b.facts.memory)
-    assert {k: got[k] for k in direct((0, 1, 2))} == direct((0, 1, 2))
+    assert {k: got[k] for k in update_direct((0, 1, 2))} == update_direct((0, 1, 2))
     assert got["alias_bytes"] > 0
 
 
@@ -106,7 +76,7 @@ def test_a_prediction_the_advice_does_not_take_is_dropped_and_counted(monkeypatc
     assert (overhead.early_compiles, overhead.early_unused) == (1, 1)
     assert overhead.variant_compiles == 2  # the dropped one was a real compile
     got = figures(advised_variant(session).facts.memory)
-    assert {k: got[k] for k in direct((0, 1, 2))} == direct((0, 1, 2))
+    assert {k: got[k] for k in update_direct((0, 1, 2))} == update_direct((0, 1, 2))
 
 
 def small(params, state, x):
@@ -126,9 +96,9 @@ def test_a_call_whose_trace_fails_raises_as_it_would_without_memscope(monkeypatc
 
     monkeypatch.setattr(counts_module, "EARLY_FOR_FIRST", 4)
     with pytest.raises(ValueError, match="the model's own error") as plain:
-        jax.jit(broken)(*arguments())
+        jax.jit(broken)(*update_arguments())
     with capture(advise="advised") as session, pytest.raises(ValueError) as measured:
-        jax.jit(broken)(*arguments())
+        jax.jit(broken)(*update_arguments())
     assert str(measured.value) == str(plain.value)
     assert type(measured.value) is type(plain.value)
     assert session.overhead().early_compiles == 0

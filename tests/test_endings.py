@@ -20,9 +20,7 @@ import pytest
 from memscope.flow import run_and_report
 from memscope.program.runner import Script
 from memscope.report import load_report
-from tests.test_samples import MEMSCOPE
-
-ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "JAX_PLATFORMS": "cpu"}
+from tests.support.cli import MEMSCOPE, PROGRAM_ENV
 
 JITTED = """\
 import jax, jax.numpy as jnp
@@ -43,11 +41,11 @@ def both(path: Path, *args: str, cwd: Path | None = None, options: tuple[str, ..
                                                subprocess.CompletedProcess[str]]:
     """``python path args`` and ``memscope run -q [-o report] options path args``."""
     folder = cwd or path.parent
-    plain = subprocess.run([sys.executable, str(path), *args], cwd=folder, env=ENV,
+    plain = subprocess.run([sys.executable, str(path), *args], cwd=folder, env=PROGRAM_ENV,
                            capture_output=True, text=True, timeout=120)
     saved = ("-o", str(report)) if report is not None else ()
     measured = subprocess.run([MEMSCOPE, "run", "-q", *saved, *options, str(path), *args],
-                              cwd=folder, env=ENV, capture_output=True, text=True,
+                              cwd=folder, env=PROGRAM_ENV, capture_output=True, text=True,
                               timeout=300)
     return plain, measured
 
@@ -72,10 +70,10 @@ def test_module_main_is_set_up_as_python_dash_m(tmp_path: Path) -> None:
     (package / "__init__.py").write_text("")
     script(package, JITTED + "print(__file__, __spec__.name, __package__, __cached__)\n",
            name="__main__.py")
-    plain = subprocess.run([sys.executable, "-m", "pkg_endings"], cwd=tmp_path, env=ENV,
+    plain = subprocess.run([sys.executable, "-m", "pkg_endings"], cwd=tmp_path, env=PROGRAM_ENV,
                            capture_output=True, text=True, timeout=120)
     measured = subprocess.run([MEMSCOPE, "run", "-q", "-m", "pkg_endings"], cwd=tmp_path,
-                              env=ENV, capture_output=True, text=True, timeout=300)
+                              env=PROGRAM_ENV, capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0, plain.stderr
     assert (measured.returncode, measured.stdout) == (0, plain.stdout)
 
@@ -151,7 +149,7 @@ def test_memscope_prints_on_the_stdout_it_started_with(tmp_path: Path) -> None:
         sys.stdout = open("user.log", "w")
         print("to the log")
     """)
-    done = subprocess.run([MEMSCOPE, "run", str(path)], cwd=tmp_path, env=ENV,
+    done = subprocess.run([MEMSCOPE, "run", str(path)], cwd=tmp_path, env=PROGRAM_ENV,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "user.log").read_text() == "to the log\n"
@@ -161,10 +159,10 @@ def test_memscope_prints_on_the_stdout_it_started_with(tmp_path: Path) -> None:
 def test_a_target_that_closes_stdout_still_gets_its_report(tmp_path: Path) -> None:
     path = script(tmp_path, JITTED + "import sys\nprint('bye')\nsys.stdout.close()\n")
     report = tmp_path / "r.json"
-    plain = subprocess.run([sys.executable, str(path)], env=ENV, capture_output=True,
+    plain = subprocess.run([sys.executable, str(path)], env=PROGRAM_ENV, capture_output=True,
                            text=True, timeout=120)
     done = subprocess.run([MEMSCOPE, "run", "-o", str(report), str(path)], cwd=tmp_path,
-                          env=ENV, capture_output=True, text=True, timeout=300)
+                          env=PROGRAM_ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == plain.returncode == 0, done.stderr
     assert done.stdout.startswith(plain.stdout) and "<lambda>" in done.stdout
     assert [fn.name for fn in load_report(str(report)).functions] == ["<lambda>"]
@@ -173,7 +171,7 @@ def test_a_target_that_closes_stdout_still_gets_its_report(tmp_path: Path) -> No
 @pytest.mark.parametrize("code", [0, 3])
 def test_a_reader_that_goes_away_keeps_the_exit_code(tmp_path: Path, code: int) -> None:
     path = script(tmp_path, JITTED + f"print('first')\nraise SystemExit({code})\n")
-    with subprocess.Popen([MEMSCOPE, "run", str(path)], env=ENV, stdout=subprocess.PIPE,
+    with subprocess.Popen([MEMSCOPE, "run", str(path)], env=PROGRAM_ENV, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as child:
         assert child.stdout is not None and child.stderr is not None
         assert child.stdout.readline() == "first\n"
@@ -193,7 +191,7 @@ def test_stop_after_under_a_target_that_catches_base_exception(tmp_path: Path) -
     """)
     report = tmp_path / "r.json"
     done = subprocess.run([MEMSCOPE, "run", "-q", "-o", str(report), "--stop-after", "2",
-                           str(path)], env=ENV, capture_output=True, text=True, timeout=300)
+                           str(path)], env=PROGRAM_ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     saved = load_report(str(report))
     assert (saved.run.outcome, saved.run.exit_code) == ("stopped", 0)
@@ -224,7 +222,7 @@ def test_a_relative_output_is_where_memscope_started_not_where_the_target_went(
     (tmp_path / "elsewhere").mkdir()
     path = script(tmp_path, JITTED + "import os\nos.chdir('elsewhere')\n")
     done = subprocess.run([MEMSCOPE, "run", "-q", "-o", "r.json", "--html", "r.html",
-                           str(path)], cwd=tmp_path, env=ENV, capture_output=True,
+                           str(path)], cwd=tmp_path, env=PROGRAM_ENV, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert load_report(str(tmp_path / "r.json")).functions
@@ -240,7 +238,7 @@ def test_outputs_that_would_destroy_a_file_are_refused_before_the_run(
     path = script(tmp_path, f"open({str(marker)!r}, 'w').close()\n" + JITTED)
     source = path.read_text()
     filled = [o.format(script=path) for o in options]
-    done = subprocess.run([MEMSCOPE, "run", *filled, str(path)], cwd=tmp_path, env=ENV,
+    done = subprocess.run([MEMSCOPE, "run", *filled, str(path)], cwd=tmp_path, env=PROGRAM_ENV,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert done.stderr.startswith("memscope: error: ") and len(done.stderr.splitlines()) == 1
@@ -254,7 +252,7 @@ def test_an_unwritable_existing_output_is_refused_before_the_run(tmp_path: Path)
     out = tmp_path / "r.json"
     out.write_text("{}")
     out.chmod(0o444)
-    done = subprocess.run([MEMSCOPE, "run", "-o", str(out), str(path)], env=ENV,
+    done = subprocess.run([MEMSCOPE, "run", "-o", str(out), str(path)], env=PROGRAM_ENV,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "not writable" in done.stderr
     assert not marker.exists()
@@ -331,9 +329,9 @@ def test_a_sigterm_the_process_was_started_ignoring_stays_ignored(tmp_path: Path
     """)
     ignoring = [sys.executable, "-c", "import os, signal, sys; "
                 "signal.signal(signal.SIGTERM, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"]
-    plain = subprocess.run([*ignoring, sys.executable, str(path)], env=ENV,
+    plain = subprocess.run([*ignoring, sys.executable, str(path)], env=PROGRAM_ENV,
                            capture_output=True, text=True, timeout=120)
-    measured = subprocess.run([*ignoring, MEMSCOPE, "run", "-q", str(path)], env=ENV,
+    measured = subprocess.run([*ignoring, MEMSCOPE, "run", "-q", str(path)], env=PROGRAM_ENV,
                               capture_output=True, text=True, timeout=300)
     assert (plain.returncode, plain.stdout) == (0, "still here\n")
     assert (measured.returncode, measured.stdout) == (0, plain.stdout)

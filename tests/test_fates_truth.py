@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import io_callback
 
-from tests.truth import assert_matches_runtime, fates, run_and_report
-from tests.versions import NO_SAME_SIZE_DONORS, SAME_SIZE_DONORS
+from tests.support.truth import assert_matches_runtime, fates, run_and_report
+from tests.support.versions import NO_SAME_SIZE_DONORS, SAME_SIZE_DONORS
 
 NOT_USABLE = "ignore:Some donated buffers were not usable"
 

@@ -23,9 +23,9 @@ from memscope.errors import MemscopeError
 from memscope.report import peak_rule
 from memscope.variants.donation import Argument
 from memscope.variants.fit import KeptCall, choose_batch
-from tests.samples import sample_module
-from tests.terminal import run_in_terminal, screen
-from tests.test_samples import MEMSCOPE, SAMPLES
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import SAMPLES, sample_module
+from tests.support.terminal import run_in_terminal, screen
 
 MLP = Path(__file__).parent / "programs" / "fit_mlp.py"
 QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}

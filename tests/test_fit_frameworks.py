@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 import memscope
-from tests.samples import sample_module
-from tests.test_samples import MEMSCOPE, SAMPLES
-from tests.truth import expected_peak
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import SAMPLES, sample_module
+from tests.support.truth import expected_peak
 
 PROGRAMS = Path(__file__).parent / "programs" / "frameworks"
 QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -47,7 +47,7 @@ def _fit(*args: str) -> tuple[int, dict[str, Any], str]:
 
 
 def _peak(compiled: Any) -> int:
-    """The peak of a compile, from XLA's own figures (tests/truth.py)."""
+    """The peak of a compile, from XLA's own figures (tests/support/truth.py)."""
     compiled = getattr(compiled, "compiled", compiled)  # Equinox wraps JAX's Compiled
     return expected_peak(compiled.memory_analysis())
 

@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from tests.samples import sample_module
-from tests.truth import expected_peak
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import sample_module
+from tests.support.truth import expected_peak
 
 PROGRAMS = Path(__file__).parent / "programs"
-MEMSCOPE = shutil.which("memscope") or str(Path(sys.executable).with_name("memscope"))
 QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}
 
 

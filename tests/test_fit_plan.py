@@ -32,8 +32,8 @@ from memscope.render.plan import (
     render_plan_text,
 )
 from memscope.report import FitPlan, PlanPoint, PlanRow, peak_rule
-from tests.samples import sample_module
-from tests.test_samples import MEMSCOPE
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import sample_module
 
 PROGRAM = Path(__file__).parent / "programs" / "plan_mlp.py"
 BUDGET = "4MiB"

@@ -34,7 +34,7 @@ from memscope.compiled.targets import compilers, gpu, parse_spec
 from memscope.compiled.targets.base import TargetSetupError
 from memscope.compiled.targets.gpu_devices import MODELS
 from memscope.report.function import MEANINGFUL_SAVING
-from tests.runs_again import run_twice_on_one_cache
+from tests.support.runs_again import run_twice_on_one_cache
 
 INSTALLED = gpu.available()
 needs_cuda = pytest.mark.skipif(

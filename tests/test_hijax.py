@@ -24,7 +24,7 @@ from jax import monitoring
 from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.report import FunctionReport
-from tests.versions import jax_before
+from tests.support.versions import jax_before
 
 nnx = pytest.importorskip("flax.nnx", reason="hijax Variables are Flax NNX's")
 

@@ -32,8 +32,8 @@ from memscope.render.html_live import BAR_WIDTH, ROLE_COLOURS, roles_view
 from memscope.report import ROLE_WORDS, LiveAtPeak, PeakPart, Report, RoleBytes
 from memscope.report.units import format_bytes
 from memscope.views.roles_text import percent
-from tests.test_check_model import report
-from tests.test_render_buffers import CHROMIUM, _chromium
+from tests.support.browser import chromium, needs_chromium
+from tests.support.records import report
 
 _OPT = optax.adam(1e-3)
 
@@ -250,11 +250,6 @@ pre.textContent = JSON.stringify(out);
 document.body.append(pre);
 </script>"""
 
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (.ci/run installs it with apt-get; "
-    "without apt the browser check cannot run)")
-
-
 def _page(rep: Report, tmp_path: Path) -> Path:
     page = tmp_path / "report.html"
     page.write_text(_html(rep).replace("</body>", MEASURE + "</body>"), encoding="utf-8")
@@ -262,7 +257,7 @@ def _page(rep: Report, tmp_path: Path) -> Path:
 
 
 def _measured(page: Path, tmp_path: Path) -> dict:
-    dom = _chromium(page, tmp_path, "--dump-dom")
+    dom = chromium(page, tmp_path, "--dump-dom")
     assert dom.returncode == 0, dom.stderr
     found = re.search(r'<pre id="measured">(.*?)</pre>', dom.stdout, re.S)
     assert found is not None, dom.stdout[-2000:]
@@ -292,7 +287,7 @@ def test_in_a_screenshot_each_roles_colour_is_as_wide_as_its_bytes(mlp, tmp_path
     page = _page(mlp, tmp_path)
     laid = _measured(page, tmp_path)
     shot = tmp_path / "shot.png"
-    result = _chromium(page, tmp_path, f"--screenshot={shot}")
+    result = chromium(page, tmp_path, f"--screenshot={shot}")
     assert result.returncode == 0, result.stderr
     left, top, width, _ = laid["bar"]
     row = png_row(shot.read_bytes(), math.ceil(top) + 2)  # above the segments' labels

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.inner_pytest import only_memscope_plugin
+from tests.support.inner_pytest import only_memscope_plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 

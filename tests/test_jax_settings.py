@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-MEMSCOPE = shutil.which("memscope") or str(Path(sys.executable).with_name("memscope"))
+from tests.support.cli import MEMSCOPE
 
 CONFIGURED = """
 import os, sys

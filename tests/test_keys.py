@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.program.sites import library
-from tests.versions import jax_since
+from tests.support.versions import jax_since
 
 
 def _output_bytes(fn, *args):
@@ -220,8 +220,7 @@ def test_two_runs_with_a_static_self_compare_function_by_function(tmp_path):
     import subprocess
 
     from memscope.report import load_report
-    from tests.test_endings import ENV
-    from tests.test_samples import MEMSCOPE
+    from tests.support.cli import MEMSCOPE, PROGRAM_ENV
 
     script = tmp_path / "model.py"
     script.write_text(
@@ -233,13 +232,13 @@ def test_two_runs_with_a_static_self_compare_function_by_function(tmp_path):
         "Model().apply(jnp.ones(4))\n")
     for name in ("a.json", "b.json"):
         done = subprocess.run([MEMSCOPE, "run", "-q", "-o", str(tmp_path / name), str(script)],
-                              env=ENV, capture_output=True, text=True, timeout=300)
+                              env=PROGRAM_ENV, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
     first, second = (load_report(str(tmp_path / n)) for n in ("a.json", "b.json"))
     assert [f.signature for f in first.functions] == ["(float32[4], #0=<Model>)"]
     assert [f.signature for f in second.functions] == [f.signature for f in first.functions]
     done = subprocess.run([MEMSCOPE, "check", "--report", str(tmp_path / "b.json"),
-                           "--baseline", str(tmp_path / "a.json")], env=ENV,
+                           "--baseline", str(tmp_path / "a.json")], env=PROGRAM_ENV,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "new" not in done.stdout.lower() and "vanished" not in done.stdout.lower()

@@ -16,12 +16,9 @@ import pytest
 from memscope.report import ROLE_WORDS, load_report
 from memscope.report.units import format_bytes
 from memscope.views.summary import summarize
-from tests.test_render_buffers import (
-    browser,  # noqa: F401  (a fixture)
-    drive_leaf_table,
-    needs_driven_browser,
-)
-from tests.test_samples import MEMSCOPE, ROOT
+from tests.support.browser import drive_leaf_table, needs_driven_browser
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import ROOT
 
 UNIT = re.compile(r"^\s*(B|KiB|MiB|GiB|TiB)\b")
 
@@ -115,7 +112,7 @@ def test_html_puts_the_advice_first_and_holds_every_leaf(transformer):
 
 @pytest.mark.browser
 @needs_driven_browser
-def test_html_of_the_transformer_in_a_browser(transformer, browser, tmp_path):  # noqa: F811
+def test_html_of_the_transformer_in_a_browser(transformer, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     folder, _, _ = transformer

@@ -23,8 +23,8 @@ import pytest
 
 from memscope.capturing.calls import CallRecorder
 from memscope.capturing.jit import MeasuredJit
-from tests.inner_pytest import only_memscope_plugin
-from tests.test_samples import MEMSCOPE
+from tests.support.cli import MEMSCOPE
+from tests.support.inner_pytest import only_memscope_plugin
 
 LEAKS = '''
 import jax

@@ -15,7 +15,6 @@ import copy
 import functools
 import inspect
 import pickle
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -26,8 +25,7 @@ import jax.numpy as jnp
 import pytest
 
 from memscope.capturing import capture
-
-MEMSCOPE = shutil.which("memscope") or str(Path(sys.executable).with_name("memscope"))
+from tests.support.cli import MEMSCOPE
 
 
 def _both(tmp_path: Path, source: str, *options: str) -> tuple[str, str]:

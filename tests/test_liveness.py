@@ -39,10 +39,9 @@ from memscope.compiled.liveness import (
 )
 from memscope.compiled.raw import compile_uncached
 from memscope.report import InputBuffer, Memory
-from tests.samples import sample_module
-from tests.truth import assigned
+from tests.support.samples import SAMPLES, sample_module
+from tests.support.truth import assigned
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
 BufferAssignmentProto = message_class("BufferAssignmentProto")
 
 # ------------------------------------------------------------ hand-built --

@@ -24,10 +24,8 @@ from memscope.render.html import report_fragment
 from memscope.render.terminal import render_function, render_report
 from memscope.report import Report
 from memscope.report.units import format_bytes
-from tests.test_render_buffers import browser, needs_driven_browser
-from tests.test_render_run import run_report
-
-__all__ = ["browser"]  # the fixture, used by name
+from tests.support.browser import needs_driven_browser
+from tests.support.records import run_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,7 +138,7 @@ def test_the_training_cell_displays_its_report_with_the_peak_xla_compiled(kernel
         "(lambda m: [int(m.peak_memory_in_bytes), int(m.argument_size_in_bytes "
         "+ m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes)])("
         "jax.jit(step, donate_argnums=0).lower(params, batch).compile().memory_analysis())")
-    peak = format_bytes(max(stats))  # memscope's rule (tests.truth.expected_peak)
+    peak = format_bytes(max(stats))  # memscope's rule (tests.support.truth.expected_peak)
     html = shown["text/html"]
     assert re.search(rf">step</a></b>: peak {re.escape(peak)} per device", html)
     assert f"step (In[{kernel.setup_at}]:7): peak {peak} per device" in shown["text/plain"]

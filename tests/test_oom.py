@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from memscope.report import load_report
-from tests.test_samples import MEMSCOPE, SAMPLES
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import SAMPLES
 
 PROGRAM = Path(__file__).parent / "programs" / "oom_async.py"
 EXPAND = Path(__file__).parent / "programs" / "oom_expand.py"

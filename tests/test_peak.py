@@ -3,7 +3,7 @@
 On XLA:CPU ``peak_memory_in_bytes`` is argument + output - alias: it leaves out
 the temporary allocation, which XLA allocates for the whole call. memscope's
 peak is the larger of XLA's figure and argument + output - alias + temp
-(``tests.truth.expected_peak``); these tests hold every figure memscope derives
+(``tests.support.truth.expected_peak``); these tests hold every figure memscope derives
 from "peak" to it.
 """
 
@@ -26,8 +26,8 @@ from memscope.flow import analyze
 from memscope.render.html import render_html
 from memscope.report import Report, load_report, peak_rule, save_report
 from memscope.report.units import format_bytes
-from tests.test_check_model import report
-from tests.truth import device_held, expected_peak
+from tests.support.records import report
+from tests.support.truth import device_held, expected_peak
 
 N = 1024
 

@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from benchmarks import public_suites as ps
+
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "public_suites", ROOT / "benchmarks" / "public_suites.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-ps = _load()
 
 PLAIN = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites name="pytest tests"><testsuite name="pytest" errors="0" failures="1" tests="6">

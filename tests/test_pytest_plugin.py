@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 
 from memscope.report.units import format_bytes
-from tests.inner_pytest import only_memscope_plugin
-from tests.truth import expected_peak
+from tests.support.inner_pytest import only_memscope_plugin
+from tests.support.truth import expected_peak
 
 pytest_plugins = ["pytester"]
 

@@ -30,7 +30,7 @@ from memscope.analysis.observed import Observation
 from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.report import FunctionReport, InputBuffer, load_report, peak_rule, save_report
-from tests.versions import jax_since
+from tests.support.versions import jax_since
 
 pytestmark = pytest.mark.skipif(
     not hasattr(jax, "new_ref") or jax.__version__.startswith(("0.7.0", "0.7.1")),

@@ -14,7 +14,6 @@ import io
 import re
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -28,9 +27,8 @@ from memscope.compiled.read import memory_figures
 from memscope.report import Differentiation, Remat, RematVariant, Report
 from memscope.variants import jaxpr_facts, remat
 from memscope.views import remat_text
-from tests.samples import sample_module
+from tests.support.samples import sample_module
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
 POLICY_ROWS = ("as_written", *remat.POLICIES)
 #: what the activations sample measures: it names no value, so no names policy
 MEASURED = (*POLICY_ROWS, "offload_dot_with_no_batch_dims")

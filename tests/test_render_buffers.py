@@ -10,51 +10,22 @@ import json
 import os
 import re
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from memscope.render.buffers import render_buffers, sparkline
 from memscope.render.html import render_html
-from memscope.report import (
-    AllocationGroup,
-    BufferBreakdown,
-    Report,
-    SourceLine,
-    TempBuffer,
-)
+from memscope.report import Report
 from memscope.report.units import format_bytes
-from tests.test_cli_errors import cli_error, invoke, write
-from tests.test_report import sample_report
-from tests.truth import split_product
-
-
-def breakdown(**changes) -> BufferBreakdown:
-    b = BufferBreakdown(
-        allocations=(AllocationGroup("parameter", 2, 4198400),
-                     AllocationGroup("aliased", 1, 4194304),
-                     AllocationGroup("temporary", 1, 3145728),
-                     AllocationGroup("thread_local", 6, 24)),
-        temp_bytes=3145728,
-        temp_buffers=(
-            TempBuffer("fusion.3", "fusion", "f32[512,1024]", 2097152, "dot_general",
-                       "jit(train_step)/dot_general", "train.py:57", 4, 0),
-            TempBuffer("tanh.1", "tanh", "f32[256,1024]", 1048576, "tanh",
-                       "jit(train_step)/tanh", "train.py:58", 4, 2097152),
-            TempBuffer("copy.2", "copy", "f32[256,1024]", 1048576, "copy", None, None, 4, 0)),
-        more_buffers=3, more_bytes=12,
-        by_source=(SourceLine("train.py:57", 2097152, 1, ("dot_general",)),
-                   SourceLine("train.py:58", 1048576, 2, ("tanh", "mul")),
-                   SourceLine(None, 1048588, 4, ("copy",))),
-        reconciled=True, timeline=None, timeline_note="XLA recorded no trace here")
-    return dataclasses.replace(b, **changes)
-
-
-def breakdown_report(b: BufferBreakdown | None = None) -> Report:
-    report = sample_report()
-    step = dataclasses.replace(report.functions[0], buffers=b or breakdown())
-    return dataclasses.replace(report, functions=(step, report.functions[1]))
+from tests.support.browser import (
+    chromium,
+    drive_leaf_table,
+    needs_chromium,
+    needs_driven_browser,
+)
+from tests.support.cli import MATMUL_PROGRAM, cli_error, invoke, write
+from tests.support.records import breakdown, breakdown_report, sample_report
+from tests.support.truth import split_product
 
 
 def _render(report: Report) -> list[str]:
@@ -168,27 +139,12 @@ def test_html_draws_the_timeline_where_known():
 
 # -------------------------------------------------------------------- CLI --
 
-PROGRAM = """\
-import jax
-import jax.numpy as jnp
-
-
-@jax.jit
-def forward(x, w):
-    y = x @ w
-    z = jnp.tanh(y) @ w.T
-    return (z * 2).sum() + y.sum()
-
-
-forward(jnp.ones((64, 128)), jnp.ones((128, 256)))
-"""
-
 
 @pytest.fixture
 def program(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "100")
-    write(tmp_path / "prog.py", PROGRAM)
+    write(tmp_path / "prog.py", MATMUL_PROGRAM)
     return tmp_path
 
 
@@ -198,7 +154,7 @@ def test_run_buffers_shows_the_matmul_line_and_show_repeats_it(program):
     assert result.exit_code == 0, result.output
     assert "What holds the memory: forward  prog.py:6" in result.stdout
     # the matmul's row: its product f32[64,256], 64.0 KiB, or where XLA:GPU split
-    # the contraction, its partial products (tests.truth.split_product)
+    # the contraction, its partial products (tests.support.truth.split_product)
     rows = re.findall(r"\| prog\.py:7 +\| dot_general +\| (f32\[[\d,]+\]) +\| ([\d.]+ \w+) ",
                       result.stdout)
     assert any((parts := split_product(shape, 64, 256)) is not None
@@ -222,28 +178,14 @@ def test_html_path_is_checked_before_the_run(program):
 
 # ---------------------------------------------------------------- browser --
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _chromium(page: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM is not None
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}",
-         "--window-size=1280,2000", *extra, page.as_uri()],
-        capture_output=True, text=True, timeout=120, check=False)
-
-
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs "
-                    "it with apt-get; without apt the browser check cannot run)")
+@needs_chromium
 def test_html_renders_in_headless_chromium(tmp_path):
     b = breakdown(timeline=((0, 10), (1, 40), (2, 20)), timeline_note=None, replayed_peak=40)
     page = tmp_path / "report.html"
     page.write_text(_html(breakdown_report(b)), encoding="utf-8")
 
-    dom = _chromium(page, tmp_path, "--dump-dom")
+    dom = chromium(page, tmp_path, "--dump-dom")
     assert dom.returncode == 0, dom.stderr
     for expected in ("train_step", "eval_step", "train.py:57", "dot_general"):
         assert expected in dom.stdout, expected
@@ -255,7 +197,7 @@ def test_html_renders_in_headless_chromium(tmp_path):
     assert re.search(r'<polyline points="[^"]+"', timeline.group(1))
 
     shot = tmp_path / "shot.png"
-    result = _chromium(page, tmp_path, f"--screenshot={shot}")
+    result = chromium(page, tmp_path, f"--screenshot={shot}")
     assert result.returncode == 0, result.stderr
     data = shot.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
@@ -264,104 +206,6 @@ def test_html_renders_in_headless_chromium(tmp_path):
     assert len(data) > 20_000, len(data)  # a blank page compresses to a few KiB
     if os.environ.get("MEMSCOPE_KEEP_SCREENSHOT"):
         shutil.copy(shot, os.environ["MEMSCOPE_KEEP_SCREENSHOT"])
-
-
-# ------------------------------------------------------- browser, driven --
-
-CHROMEDRIVER = shutil.which("chromedriver")
-try:
-    import selenium  # noqa: F401
-    SELENIUM = True
-except ImportError:
-    SELENIUM = False
-
-needs_driven_browser = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None or not SELENIUM,
-    reason="driving the HTML report needs chromium, chromedriver (apt: chromium "
-           "chromium-driver, as .ci/run installs) and selenium (the test extra)")
-
-
-@pytest.fixture
-def browser(tmp_path):
-    """Headless Chromium under Selenium, with a fresh profile and no network use."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-                "--window-size=1280,1600"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def leaf_rows(view) -> list:
-    from selenium.webdriver.common.by import By
-
-    return view.find_elements(By.CSS_SELECTOR, "table.leaves tbody tr")
-
-
-def page_rows(driver, view) -> list[tuple[str, int, str, bool]]:
-    """(path, bytes, fate, shown) of every row of the leaf table, in the page's order."""
-    return [tuple(r) for r in driver.execute_script(
-        "return Array.prototype.map.call(arguments[0].querySelectorAll("
-        "'table.leaves tbody tr'), function (r) { return [r.dataset.path, "
-        "Number(r.dataset.bytes), r.dataset.fate, !r.hidden]; });", view)]
-
-
-def drive_leaf_table(driver, view, shots: Path, name: str) -> list[tuple[str, int, str]]:
-    """Sort by size both ways, filter by fate and path text, show every match; returns
-    the rows in the page's first order. Only the first ``data-limit`` matches are laid
-    out until the button asks for every one."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
-
-    limit = int(view.get_attribute("data-limit"))
-    first = [r[:3] for r in page_rows(driver, view)]
-
-    def check_shown(matching: list[tuple[str, int, str]]) -> None:
-        rows = page_rows(driver, view)
-        shown = [r[:3] for r in rows if r[3]]
-        assert shown == [r for r in (r[:3] for r in rows) if r in matching][:limit]
-        assert view.find_element(By.CSS_SELECTOR, ".shown").text == str(len(matching))
-
-    size = view.find_element(By.CSS_SELECTOR, 'th[data-sort="bytes"] button')
-    size.click()
-    rows = [r[:3] for r in page_rows(driver, view)]
-    assert [b for _, b, _ in rows] == sorted((b for _, b, _ in first), reverse=True)
-    assert sorted(rows) == sorted(first)
-    check_shown(first)
-    size.click()
-    assert [r[1] for r in page_rows(driver, view)] == sorted(b for _, b, _ in first)
-    fate = first[-1][2]
-    Select(view.find_element(By.CSS_SELECTOR, ".fate-filter")).select_by_value(fate)
-    check_shown([r for r in first if r[2] == fate])
-    text = first[-1][0][-12:]
-    box = view.find_element(By.CSS_SELECTOR, ".path-filter")
-    box.send_keys(text)
-    matching = [r for r in first if r[2] == fate and text.lower() in r[0].lower()]
-    assert matching
-    check_shown(matching)
-    driver.execute_script("arguments[0].scrollIntoView()", view)
-    shot = shots / f"{name}.png"
-    assert driver.save_screenshot(str(shot))
-    assert shot.read_bytes().startswith(b"\x89PNG")
-    box.clear()
-    Select(view.find_element(By.CSS_SELECTOR, ".fate-filter")).select_by_value("")
-    check_shown(first)
-    more = view.find_element(By.CSS_SELECTOR, "button.more")
-    assert more.is_displayed() == (len(first) > limit)
-    if len(first) > limit:
-        more.click()
-        assert all(r[3] for r in page_rows(driver, view))
-    return first
 
 
 def many_leaves_report(leaves: int = 5000, functions: int = 4) -> Report:

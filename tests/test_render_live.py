@@ -11,9 +11,8 @@ import re
 from memscope.render.buffers import render_buffers
 from memscope.render.html import render_html
 from memscope.report import LiveAtPeak, LiveBuffer, MemoryTimeline, Report, SourceLine
-from tests.test_render_buffers import breakdown_report, browser, needs_driven_browser
-
-__all__ = ["browser"]  # the fixture, used by name
+from tests.support.browser import needs_driven_browser
+from tests.support.records import breakdown_report
 
 TIMELINE = MemoryTimeline(
     rule="schedule", steps=6, points=((0, 4096), (1, 6144), (2, 9216), (3, 7168), (5, 4096)),
@@ -141,12 +140,11 @@ def test_html_peak_lists_its_buffers_on_hover_and_click(browser, tmp_path):
 
 
 def test_run_buffers_shows_the_peak_and_saves_it(tmp_path, monkeypatch):
-    from tests.test_cli_errors import invoke, write
-    from tests.test_render_buffers import PROGRAM
+    from tests.support.cli import MATMUL_PROGRAM, invoke, write
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "100")
-    write(tmp_path / "prog.py", PROGRAM)
+    write(tmp_path / "prog.py", MATMUL_PROGRAM)
     result = invoke("run", "--no-advice", "--buffers", "-o", "r.json", "prog.py")
     assert result.exit_code == 0, result.output
     (fn,) = json.loads((tmp_path / "r.json").read_text())["functions"]

@@ -12,7 +12,7 @@ import pytest
 
 from memscope.progress import ProgressStep
 from memscope.render.progress import progress_text, terminal_progress
-from tests.terminal import screen
+from tests.support.terminal import screen
 
 
 class FakeTerminal(io.StringIO):

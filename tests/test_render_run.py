@@ -10,53 +10,9 @@ import re
 
 from memscope.render.html import render_html
 from memscope.render.html_run import run_chart
-from memscope.report import (
-    HighWater,
-    LiveBuffer,
-    Report,
-    ResidentGroup,
-    RunMemory,
-    RunPoint,
-    Runtime,
-)
-from tests.test_render_buffers import browser, needs_driven_browser
-from tests.test_report import sample_report
-
-__all__ = ["browser"]  # the fixture, used by name
-
-MiB = 1 << 20
-EVIL = "<script>alert(1)</script>"
-POINTS = (
-    RunPoint(call=1, function="train_step", seconds=0.1, device="cpu:0",
-             resident_bytes=1 * MiB, peak_bytes=2 * MiB, exact=True,
-             groups=(("train_step result[0] (state)", MiB),)),
-    RunPoint(call=2, function="train_step", seconds=0.2, device="cpu:0",
-             resident_bytes=1 * MiB, peak_bytes=2 * MiB, exact=False, from_call=1),
-    RunPoint(call=3, function="eval_step", seconds=0.3, device="cpu:0",
-             resident_bytes=3 * MiB, peak_bytes=4 * MiB, exact=True,
-             groups=(("train_step result[0] (state)", 2 * MiB), (EVIL, MiB))),
-    RunPoint(call=4, function="train_step", seconds=0.4, device="cpu:0",
-             resident_bytes=2 * MiB, peak_bytes=None, exact=True),
-)
-HIGH = HighWater(
-    call=3, function="eval_step", signature="(float32[1024,1024])", line="train.py:88",
-    device="cpu:0", bytes=7 * MiB, resident_bytes=3 * MiB, call_peak_bytes=4 * MiB,
-    peak_rule="sum", exact=True,
-    groups=(ResidentGroup(label="train_step result[0]", kind="output", arrays=52,
-                          bytes=2 * MiB, held_by="state", line="train.py:40"),
-            ResidentGroup(label=EVIL, kind="outside", arrays=1, bytes=MiB)),
-    more_groups=2, more_group_bytes=4096,
-    buffers=(LiveBuffer("temporary", 3 * MiB, "f32[768,1024]", "f32", "fusion.3", "fusion",
-                        "dot_general", source="train.py:57"),
-             LiveBuffer("parameter", MiB, "f32[256,1024]", "f32", "p.0", "parameter",
-                        "parameter", argument="params['w']")))
-RUN = RunMemory(devices=("cpu:0",), points=POINTS, high_water=HIGH, calls=4, sampled=3,
-                how="live arrays sampled before every call (3 of 4 calls)",
-                sample_seconds=0.002)
-
-
-def run_report(run: RunMemory | None = RUN) -> Report:
-    return dataclasses.replace(sample_report(), runtime=Runtime(run_memory=run))
+from memscope.report import Report
+from tests.support.browser import needs_driven_browser
+from tests.support.records import EVIL, POINTS, RUN, MiB, run_report, sample_report
 
 
 def _html(report: Report) -> str:

@@ -42,7 +42,7 @@ from memscope.views.leaves import (
     unmatched_pattern,
 )
 from memscope.views.summary import summarize
-from tests.test_cli_errors import invoke
+from tests.support.cli import invoke
 
 KiB = 1024
 

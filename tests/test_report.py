@@ -11,48 +11,10 @@ from memscope.errors import ReportFormatError
 from memscope.render.terminal import render_report
 from memscope.report import (
     SCHEMA,
-    Device,
-    Environment,
-    FunctionReport,
-    InputBuffer,
-    Memory,
-    OutputBuffer,
     Report,
-    RunInfo,
 )
 from memscope.report.units import format_bytes
-
-
-def sample_report() -> Report:
-    step = FunctionReport(
-        name="train_step", source="train.py:12", calls=20,
-        signature="(float32[1024,1024], float32[1024])",
-        memory=Memory(argument_bytes=4198400, output_bytes=4198408, alias_bytes=4194304,
-                      temp_bytes=2048, generated_code_bytes=0, peak_bytes=4204552,
-                      xla_peak_bytes=4204552),
-        inputs=(
-            InputBuffer("params['w']", (1024, 1024), "float32", 4194304, True, "aliased",
-                        output="result[0]['w']", sharding="cpu:0", parameter=0),
-            InputBuffer("x", (1024,), "float32", 4096, True, "unusable", sharding="cpu:0",
-                        parameter=1, in_warning=True),
-            InputBuffer("step", (), "int32", 4, False, "pruned", sharding="cpu:0"),
-        ),
-        outputs=(
-            OutputBuffer("result[0]['w']", (1024, 1024), "float32", 4194304, "reuses_input",
-                         input="params['w']"),
-            OutputBuffer("result[1]", (), "float32", 4, "new"),
-        ),
-        warnings=("Some donated buffers were not usable: float32[1024].\nSee an explanation.",),
-        donate_argnums=(0, 1),
-    )
-    broken = FunctionReport(name="eval_step", source=None, calls=1, signature="()",
-                            memory=None, error="could not read the compiled program: boom")
-    return Report(
-        memscope_version="0.1.0",
-        environment=Environment(jax="0.10.2", jaxlib="0.10.2", backend="cpu",
-                                devices=(Device(0, "cpu", "cpu"),), python="3.11.7"),
-        run=RunInfo(program="train.py", argv=("--lr", "3e-4"), outcome="failed", exit_code=3),
-        functions=(step, broken))
+from tests.support.records import sample_report
 
 
 def test_json_round_trip_is_exact():

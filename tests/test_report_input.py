@@ -11,8 +11,8 @@ import pytest
 
 from memscope.errors import ReportFormatError
 from memscope.report import Report, load_report
-from tests.test_cli_errors import assert_one_line_error, invoke
-from tests.test_report import sample_report
+from tests.support.cli import assert_one_line_error, invoke
+from tests.support.records import sample_report
 
 
 def _data() -> dict[str, Any]:

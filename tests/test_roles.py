@@ -35,7 +35,7 @@ from memscope.report import (
     load_report,
 )
 from memscope.views.roles_text import package_path, roles_line
-from tests.test_check_model import report
+from tests.support.records import report
 
 SIZES = (512, 1024, 1024, 256)
 BATCH = 128

@@ -26,7 +26,7 @@ from memscope.compiled.targets import gpu, tpu
 from memscope.report import LiveAtPeak, Memory, RoleBytes, hbm_peak_rule
 from memscope.report.units import format_bytes
 from memscope.views.roles_text import roles_line
-from tests.samples import sample_module
+from tests.support.samples import sample_module
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "roles_mlp.py"
 ROOT = PROGRAM.parent.parent.parent

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import pytest
 
 from memscope._compat import SAME_SIZE_DONORS
-from memscope.analysis.observed import NOT_XLAS, Observation, check, misses
+from memscope.analysis.observed import NOT_XLAS, Observation, check_buffers, misses
 from memscope.assemble.function import function_report
 from memscope.capturing import calls as capture_module
 from memscope.capturing import capture
@@ -28,7 +28,8 @@ from memscope.flow import run_and_report
 from memscope.program.runner import Script, run_script
 from memscope.report import InputBuffer, OutputBuffer, load_report
 from memscope.views.summary import summarize
-from tests.test_samples import MEMSCOPE, SAMPLES
+from tests.support.cli import MEMSCOPE
+from tests.support.samples import SAMPLES
 
 PROGRAMS = sorted(p.name for p in SAMPLES.glob("[a-z]*.py"))
 QUIET = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -176,7 +177,7 @@ def test_disagreements_with_the_compiled_program_are_findings():
     seen = Observation(inputs_before=((10,), (20,), (30,)),
                        inputs_deleted=(True, True, False),
                        outputs_after=((11,), (20,)))
-    checked, findings = check(inputs, outputs, seen)
+    checked, findings = check_buffers(inputs, outputs, seen)
     assert [(b.observed, b.deleted) for b in checked] == [
         ("not_reused", True), ("confirmed", True), ("n/a", False)]
     assert findings == (
@@ -188,7 +189,7 @@ def test_disagreements_with_the_compiled_program_are_findings():
         "its buffer",
     )
     agreeing = Observation(((10,), (20,), (30,)), (True, False, False), ((10,), (11,)))
-    assert check(inputs, outputs, agreeing)[1] == ()
+    assert check_buffers(inputs, outputs, agreeing)[1] == ()
 
 
 def test_a_buffer_taken_only_at_the_second_call_is_confirmed_later_and_no_disagreement():
@@ -200,11 +201,11 @@ def test_a_buffer_taken_only_at_the_second_call_is_confirmed_later_and_no_disagr
     assert not misses(Observation(((10,), (20,)), (True, True), ((10,), (20,))))
     assert not misses(Observation(((10,), (20,)), (False, False), ((11,), (21,))))  # kept
     second = Observation(((11,), (20,)), (True, True), ((11,), (20,)))
-    checked, findings = check(inputs, outputs, first, second)
+    checked, findings = check_buffers(inputs, outputs, first, second)
     assert [b.observed for b in checked] == ["confirmed_later", "confirmed"]
     assert findings == ()
     elsewhere_again = Observation(((11,), (20,)), (True, True), ((12,), (20,)))
-    checked, findings = check(inputs, outputs, first, elsewhere_again)
+    checked, findings = check_buffers(inputs, outputs, first, elsewhere_again)
     assert [b.observed for b in checked] == ["not_reused", "confirmed"]
     assert findings == ("a: the compiled program writes result[0] into its buffer, but "
                         f"result[0] did not land there at the first call nor at the next "

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,17 +11,9 @@ from typing import Any
 import pytest
 
 from memscope.report import load_report
-from tests.versions import NO_SAME_SIZE_DONORS, SAME_SIZE_DONORS
-
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT / "sample_programs"
-MEMSCOPE = shutil.which("memscope") or str(Path(sys.executable).with_name("memscope"))
-
-
-def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "120"}
-    return subprocess.run([MEMSCOPE, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+from tests.support.cli import MEMSCOPE, run_memscope
+from tests.support.samples import SAMPLES
+from tests.support.versions import NO_SAME_SIZE_DONORS, SAME_SIZE_DONORS
 
 
 def _fates(fn) -> dict[str, tuple[str, str | None]]:
@@ -54,7 +44,7 @@ def _jax_alias_map(sample: str, call: str) -> set[tuple[int, int]]:
 
 
 def test_forgot_to_donate(tmp_path):
-    result = _run("run", "-o", str(tmp_path / "r.json"),
+    result = run_memscope("run", "-o", str(tmp_path / "r.json"),
                   "sample_programs/forgot_to_donate.py", "--steps", "3")
     assert result.returncode == 0, result.stderr
     assert "final loss" in result.stdout
@@ -70,7 +60,7 @@ def test_forgot_to_donate(tmp_path):
 
 
 def test_donated(tmp_path):
-    result = _run("run", "-o", str(tmp_path / "r.json"),
+    result = run_memscope("run", "-o", str(tmp_path / "r.json"),
                   "sample_programs/donated.py", "--steps", "3", "--lr", "0.02")
     assert result.returncode == 0, result.stderr
     (fn,) = load_report(str(tmp_path / "r.json")).functions
@@ -93,7 +83,7 @@ def test_donated(tmp_path):
 
 
 def _unusable_donation(tmp_path: Path) -> tuple[Any, Any]:
-    result = _run("run", "-o", str(tmp_path / "r.json"),
+    result = run_memscope("run", "-o", str(tmp_path / "r.json"),
                   "sample_programs/unusable_donation.py", "--steps", "2")
     assert result.returncode == 0, result.stderr
     (fn,) = load_report(str(tmp_path / "r.json")).functions
@@ -126,7 +116,7 @@ def test_unusable_donation_before_jax_0_8(tmp_path):
 
 
 def test_passthrough_copy(tmp_path):
-    result = _run("run", "-o", str(tmp_path / "r.json"),
+    result = run_memscope("run", "-o", str(tmp_path / "r.json"),
                   "sample_programs/passthrough_copy.py", "--steps", "2")
     assert result.returncode == 0, result.stderr
     (fn,) = load_report(str(tmp_path / "r.json")).functions
@@ -136,7 +126,7 @@ def test_passthrough_copy(tmp_path):
 
 
 def test_two_shapes(tmp_path):
-    result = _run("run", "-o", str(tmp_path / "r.json"),
+    result = run_memscope("run", "-o", str(tmp_path / "r.json"),
                   "sample_programs/two_shapes.py", "--steps", "4")
     assert result.returncode == 0, result.stderr
     functions = load_report(str(tmp_path / "r.json")).functions
@@ -147,10 +137,10 @@ def test_two_shapes(tmp_path):
 
 def test_show_renders_a_saved_report_again(tmp_path):
     report = tmp_path / "r.json"
-    ran = _run("run", "-q", "-o", str(report), "sample_programs/passthrough_copy.py",
+    ran = run_memscope("run", "-q", "-o", str(report), "sample_programs/passthrough_copy.py",
                "--steps", "1")
     assert ran.returncode == 0 and "memscope report" not in ran.stdout
-    shown = _run("show", str(report))
+    shown = run_memscope("show", str(report))
     assert shown.returncode == 0
     assert "copy_of_input" in shown.stdout and "passthrough_copy.py" in shown.stdout
     assert "\x1b[" not in shown.stdout  # not a terminal: plain text
@@ -179,7 +169,7 @@ def test_a_failing_target_still_reports_what_was_captured(tmp_path):
         "import jax, jax.numpy as jnp\n"
         "jax.jit(lambda x: x + 1, donate_argnums=0)(jnp.ones(3))\n"
         "raise RuntimeError('diverged at step 7')\n")
-    result = _run("run", "-o", str(tmp_path / "r.json"), str(script))
+    result = run_memscope("run", "-o", str(tmp_path / "r.json"), str(script))
     assert result.returncode == 1
     assert "RuntimeError: diverged at step 7" in result.stderr
     assert "Traceback" in result.stderr and "memscope/program/runner.py" not in result.stderr

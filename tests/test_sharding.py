@@ -27,11 +27,11 @@ from memscope.flow import analyze, run_and_report
 from memscope.program.runner import Script
 from memscope.report import load_report
 from memscope.report.merge import merge_reports
-from tests.test_cli_errors import cli_error, invoke
-from tests.test_samples import MEMSCOPE, SAMPLES
-from tests.truth import assert_matches_runtime, expected_peak, fates
-from tests.truth import run_and_report as run_truth
-from tests.versions import JAX_SERIES, jax_before, jax_since
+from tests.support.cli import MEMSCOPE, cli_error, invoke
+from tests.support.samples import SAMPLES
+from tests.support.truth import assert_matches_runtime, expected_peak, fates
+from tests.support.truth import run_and_report as run_truth
+from tests.support.versions import JAX_SERIES, jax_before, jax_since
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (simulated) devices")
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import memscope
-from tests.test_samples import MEMSCOPE
+from tests.support.cli import MEMSCOPE
 
 PROGRAM = '''\
 import jax, jax.numpy as jnp, optax

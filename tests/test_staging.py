@@ -23,8 +23,7 @@ import optax
 import pytest
 
 import memscope
-from tests.test_endings import ENV
-from tests.test_samples import MEMSCOPE
+from tests.support.cli import MEMSCOPE, PROGRAM_ENV
 
 
 def _staged_programs() -> dict[str, Any]:
@@ -126,7 +125,7 @@ def test_the_patterns_run_alike_under_python_and_memscope_run(tmp_path: Path) ->
         for name, program in _staged_programs().items():
             print(name, program())
     """))
-    env = {**ENV, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    env = {**PROGRAM_ENV, "PYTHONPATH": str(Path(__file__).parent.parent)}
     plain = subprocess.run([sys.executable, str(path)], env=env, capture_output=True,
                            text=True, timeout=300)
     measured = subprocess.run([MEMSCOPE, "run", "-q", str(path)], env=env,
@@ -212,10 +211,10 @@ def test_a_program_s_own_lowering_rule_runs_as_often_as_under_python(
     path = tmp_path / "counted.py"
     path.write_text(program)
     report = tmp_path / "report.json"
-    plain = subprocess.run([sys.executable, str(path)], env=ENV, capture_output=True,
+    plain = subprocess.run([sys.executable, str(path)], env=PROGRAM_ENV, capture_output=True,
                            text=True, timeout=300)
     measured = subprocess.run([MEMSCOPE, "run", "-q", "--advice", "full", "-o", str(report),
-                               str(path)], env=ENV, capture_output=True, text=True, timeout=300)
+                               str(path)], env=PROGRAM_ENV, capture_output=True, text=True, timeout=300)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout == "lowerings: 1\n"
     assert (measured.returncode, measured.stdout) == (0, plain.stdout), measured.stderr

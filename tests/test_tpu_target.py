@@ -37,8 +37,8 @@ from memscope.compiled.compile import compile_to_read
 from memscope.compiled.targets import TargetMismatch, TargetSetupError, compilers, tpu
 from memscope.report import Memory, hbm_peak_rule
 from memscope.report.units import format_bytes
-from tests.runs_again import run_twice_on_one_cache
-from tests.terminal import run_in_terminal, screen
+from tests.support.runs_again import run_twice_on_one_cache
+from tests.support.terminal import run_in_terminal, screen
 
 pytestmark = pytest.mark.skipif(
     not tpu.available(), reason=f"libtpu is not installed ({tpu.libtpu_install_line()})")

@@ -22,26 +22,15 @@ import jax
 import jax.numpy as jnp
 import pytest
 from click.testing import CliRunner
-from jax import monitoring
 
 from memscope.capturing import capture
 from memscope.cli import cli
 from memscope.compiled.targets.here import HereTarget
 from memscope.flow import analyze
 from memscope.report import load_report
-from tests.test_advice import DUMPED, SAMPLES, args, direct_figures, figures, step
-from tests.versions import enable_x64
-
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_compiles: list[str] = []
-monitoring.register_event_duration_secs_listener(
-    lambda name, secs, **kw: _compiles.append(name) if name == COMPILE_EVENT else None)
-
-
-def count_compiles(run) -> int:
-    before = len(_compiles)
-    run()
-    return len(_compiles) - before
+from tests.support.compiles import DUMPED, args, count_compiles, direct_figures, figures, step
+from tests.support.samples import SAMPLES
+from tests.support.versions import enable_x64
 
 
 def hold_variant_compiles(monkeypatch

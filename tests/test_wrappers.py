@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -25,9 +24,8 @@ from memscope.assemble.function import function_report
 from memscope.capturing import capture
 from memscope.report import FunctionReport
 from memscope.variants.donation import Argument, Donation, FilterJit, NnxJit, wider_note
-from tests.samples import sample_module
+from tests.support.samples import sample_module
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
 NOT_USABLE = "Some donated buffers were not usable"
 
 # ------------------------------------------------------------ pure spelling --

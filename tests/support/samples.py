@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"
+#: the checkout's root folder
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_programs"
 
 
 def sample_module(name: str, path: Path | None = None) -> ModuleType:

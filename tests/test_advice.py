@@ -33,7 +33,7 @@ from tests.versions import SAME_SIZE_DONORS as SINCE_SAME_SIZE_DONORS
 #: XLA compiles memscope adds per captured function to read its buffer
 #: assignment: none where ``memory_analysis()`` carries it (XLA:CPU), else one
 #: with XLA's dump (XLA:GPU; memscope.compiled.read.read_stages)
-DUMPED = 0 if _compat.assignment_in_memory_analysis(jax.jit(lambda x: x).lower(1.0)) else 1
+DUMPED = 0 if _compat.stages.assignment_in_memory_analysis(jax.jit(lambda x: x).lower(1.0)) else 1
 
 NOT_USABLE = "ignore:Some donated buffers were not usable"
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_programs"

@@ -241,14 +241,14 @@ def test_kept_stands_in_for_the_compiled_program():
         describe_sharding(s) for s in outputs] == ["cpu:0", "cpu:0"]
     assert [s.memory_kind for s in kept.output_shardings] == [s.memory_kind for s in outputs]
     assert [s.shard_shape((8,)) for s in kept.output_shardings] == [(8,), (8,)]
-    assert kept.cost_analysis()["flops"] == _compat.flops(compiled)
+    assert kept.cost_analysis()["flops"] == _compat.executables.flops(compiled)
 
 
 def test_a_cache_that_fails_never_fails_a_variant(cache_dir, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a lowering this cache cannot key")
 
-    monkeypatch.setattr(_compat, "module_bytecode", broken)
+    monkeypatch.setattr(_compat.stages, "module_bytecode", broken)
     session, _ = captured(step, args, "full")
     assert all(v.error is None for v in variants(session).values())
     got = figures(variants(session)["advised"].facts.memory)
@@ -259,9 +259,9 @@ def test_a_cache_that_fails_never_fails_a_variant(cache_dir, monkeypatch):
 def without_the_assignment(monkeypatch):
     """XLA:CPU read as XLA:GPU's plugin is: ``memory_analysis()`` and the
     serialized executable carry no buffer assignment, XLA's dump does."""
-    monkeypatch.setattr(_compat, "buffer_assignment_bytes", lambda stats: None)
-    monkeypatch.setattr(_compat, "serialized_executable_payloads", lambda compiled: ())
-    monkeypatch.setattr(_compat, "assignment_in_memory_analysis", lambda lowered: False)
+    monkeypatch.setattr(_compat.executables, "buffer_assignment_bytes", lambda stats: None)
+    monkeypatch.setattr(_compat.executables, "serialized_executable_payloads", lambda compiled: ())
+    monkeypatch.setattr(_compat.stages, "assignment_in_memory_analysis", lambda lowered: False)
 
 
 def test_where_memory_analysis_has_no_assignment_one_dumped_compile_each_is_kept(

@@ -39,7 +39,7 @@ class Entry:
     name: str
     source: str | None
     signature: str
-    spec: _compat.JitSpec
+    spec: _compat.hooks.JitSpec
     calls: int = 0
     facts: CompiledFacts | None = None
     #: its buffers' fates, classified once when ``facts`` were read (the

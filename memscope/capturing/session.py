@@ -132,7 +132,7 @@ class Session:
             return
         self._finished = True
         self._prepare_for_target()
-        if not _compat.backends_initialized():
+        if not _compat.hooks.backends_initialized():
             return  # the target used no device; do not start one now
         self.environment = describe_environment()
         with contextlib.suppress(Exception):
@@ -333,8 +333,8 @@ class Session:
         stage) made while the capture is active, at the top level, on concrete
         values (the flat ``leaves``, where known). Anything else passes straight
         through to JAX with no work of memscope's (see
-        :func:`memscope._compat.is_concrete_call`)."""
-        return self.active and _compat.is_concrete_call(leaves)
+        :func:`memscope._compat.hooks.is_concrete_call`)."""
+        return self.active and _compat.hooks.is_concrete_call(leaves)
 
     def lookup(self, key: Any) -> Entry | None:
         return self._by_key.get(key)

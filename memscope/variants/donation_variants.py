@@ -206,7 +206,7 @@ def _compiled(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
                                shardings=shardings, workers=None if ended else 1,
                                pool=None if ended else host.worker.compiler_for(
                                    host.target.runs_here),
-                               settings=_compat.config_snapshot(), cache=host.cache)
+                               settings=_compat.hooks.config_snapshot(), cache=host.cache)
     return [_recorded(call, ready, result)
             for (ready, _), result in zip(pending, results, strict=True)]
 

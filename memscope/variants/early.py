@@ -134,7 +134,7 @@ def predict(traced: Any, leaves: Sequence[Any], arguments: Sequence[Argument],
     closed = traced.jaxpr
     jaxpr = closed.jaxpr
     n = len(leaves)
-    if (any(_compat.traced_donation(traced)) or closed.effects
+    if (any(_compat.stages.traced_donation(traced)) or closed.effects
             or sum(len(a.leaves) for a in arguments) != n or len(jaxpr.invars) < n
             or jaxpr_facts.count_equations(closed, MIN_EQUATIONS) < MIN_EQUATIONS):
         return None
@@ -171,7 +171,7 @@ def predict(traced: Any, leaves: Sequence[Any], arguments: Sequence[Argument],
 
 
 def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
-          settings: _compat.ConfigSnapshot) -> None:
+          settings: _compat.hooks.ConfigSnapshot) -> None:
     """Lower the predicted variant and start its compile in the worker's
     low-priority compile threads (a job for the worker thread). ``traced_now()``
     is a context giving the call's traced program, with its arrays, for the
@@ -180,13 +180,13 @@ def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
     try:
         with traced_now() as traced:
             if (traced is None or host.worker.cancelled
-                    or _compat.lowers_with_foreign_rules(traced.jaxpr)):
+                    or _compat.stages.lowers_with_foreign_rules(traced.jaxpr)):
                 return  # (lowering runs the program's own rules: not while it runs)
             _start_own(early, traced, host, settings)
             if early.mask is None:
                 return
             with (host.recording_warnings(emit=False) as warnings,
-                  _compat.applied_config(settings)):
+                  _compat.hooks.applied_config(settings)):
                 lowered = lower_variant(traced, early.mask, host.target,
                                         "with the advised donation")
         early.lowered, early.warnings = lowered, tuple(warnings)
@@ -200,7 +200,7 @@ def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
 
 
 def _start_own(early: EarlyVariant, traced: Any, host: Host,
-               settings: _compat.ConfigSnapshot) -> None:
+               settings: _compat.hooks.ConfigSnapshot) -> None:
     """For a ``--target``: the call's own program lowered for it, its compile
     begun at once (the reading takes it: :meth:`EarlyVariant.take_own`). An
     accelerator's compile holds no device memory of the program's, and XLA's
@@ -210,7 +210,7 @@ def _start_own(early: EarlyVariant, traced: Any, host: Host,
     if host.target.runs_here:
         return
     try:
-        with host.recording_warnings(emit=False), _compat.applied_config(settings):
+        with host.recording_warnings(emit=False), _compat.hooks.applied_config(settings):
             lowered = host.target.lower(traced)
         own = LoweredVariant.of(traced, lowered, f"{traced.fun_name} as written")
         host.target.expect()
@@ -222,7 +222,7 @@ def _start_own(early: EarlyVariant, traced: Any, host: Host,
 
 
 def _unless_cancelled(host: Host, early: EarlyVariant, lowered: LoweredVariant,
-                      settings: _compat.ConfigSnapshot) -> Any:
+                      settings: _compat.hooks.ConfigSnapshot) -> Any:
     """The compile, once JAX's call has returned, unless the report stopped
     waiting for variants (Ctrl-C) before it began: the process then ends without it."""
     early.released.wait()
@@ -247,10 +247,10 @@ def _key(aval: Any) -> tuple[Any, ...]:
 
 
 def _bytes(aval: Any) -> int:
-    """Bytes of an array or aval (:func:`memscope._compat.leaf_nbytes`: a PRNG
+    """Bytes of an array or aval (:func:`memscope._compat.values.leaf_nbytes`: a PRNG
     key by its physical representation, as the compiled program's figures);
     0 for anything without a shape and dtype JAX knows."""
     try:
-        return _compat.leaf_nbytes(tuple(aval.shape), aval.dtype)
+        return _compat.values.leaf_nbytes(tuple(aval.shape), aval.dtype)
     except Exception:
         return 0

@@ -58,6 +58,7 @@ from memscope.report import (
     MeasuredMemory,
 )
 from memscope.variants import early, remat
+from memscope.variants.compile import config_snapshot
 from memscope.variants.donation import Argument, Style
 from memscope.variants.fit import KeptCall
 
@@ -532,7 +533,7 @@ class CallRecorder:
         session.keep(hold)
         variant = early.EarlyVariant(mask)
         return variant, hold, functools.partial(early.start, variant, hold.lowering, session.host,
-                                                _compat.hooks.config_snapshot())
+                                                config_snapshot())
 
     def _refs_before(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                      ) -> tuple[list[tuple[str, Any]], dict[int, Any]]:

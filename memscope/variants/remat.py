@@ -54,7 +54,7 @@ from memscope.report import (
     ResidualLine,
 )
 from memscope.variants import jaxpr_facts
-from memscope.variants.compile import LoweredVariant
+from memscope.variants.compile import ConfigSnapshot, LoweredVariant, applied_config
 from memscope.variants.donation_variants import LET_GO, Host, TracedSource, VariantFacts
 
 #: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
@@ -503,7 +503,7 @@ def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any,
 
 
 def measure_call(plan: RematPlan, facts: CompiledFacts, view: Any, traced: TracedSource,
-                 written_flops: float | None, settings: _compat.hooks.ConfigSnapshot,
+                 written_flops: float | None, settings: ConfigSnapshot,
                  variants: Sequence[VariantFacts], host: Host) -> Remat | None:
     """Residuals and checkpoint policies of a recorded call, measured (see
     :func:`analyse`); ``view`` is the call's traced program without its arrays,
@@ -536,7 +536,7 @@ def measure_call(plan: RematPlan, facts: CompiledFacts, view: Any, traced: Trace
 
     def compile_in(thunk: Callable[[], Any]) -> Any:
         def run() -> Any:
-            with _compat.hooks.applied_config(settings):
+            with applied_config(settings):
                 return thunk()
         if host.worker.draining:
             return run()

@@ -13,7 +13,6 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import jax
@@ -25,7 +24,6 @@ from memscope._compat._jax import (
     REPORT_TO,
     _private,
 )
-from memscope._compat.values import is_tracer
 
 T = TypeVar("T")
 
@@ -213,19 +211,6 @@ def is_top_level_call() -> bool:
     return _jax.core.trace_state_clean() and not _jax.config.disable_jit.value
 
 
-def is_concrete_call(leaves: Any) -> bool:
-    """True when a call (or an ahead-of-time stage) with these flat ``leaves``
-    runs at the top level on concrete values: what memscope records.
-
-    Anything else is staged into an enclosing trace (``jit``, ``grad``,
-    ``eval_shape``, a ``scan`` or ``while_loop`` body), or holds tracers that
-    leaked into a call at the top level (``ensure_compile_time_eval``), and
-    passes through to JAX untouched: a tracer has no ``sharding``, no buffer
-    and no address to read.
-    """
-    return is_top_level_call() and not any(is_tracer(x) for x in leaves)
-
-
 @contextlib.contextmanager
 def lowering_warnings(replace: Callable[[Any], T]) -> Iterator[T]:
     """For the block, JAX's MLIR lowering (``mlir.warnings``, where it warns "Some
@@ -271,62 +256,25 @@ def backends_initialized() -> bool:
     return bool(_jax.xla_bridge.backends_are_initialized())
 
 
-@dataclass(frozen=True)
-class JitSpec:
-    """The options of one ``jax.jit`` object that decide what it compiles."""
-
-    static_argnums: tuple[int, ...]
-    static_argnames: tuple[str, ...]
-    donate_argnums: tuple[int, ...]
-    donate_argnames: tuple[str, ...]
-    #: hashable stand-in for every option, to merge jit objects made alike
-    token: Any
-
-    @property
-    def donates(self) -> bool:
-        """The jit donates some argument (by position or by name)."""
-        return bool(self.donate_argnums or self.donate_argnames)
-
-
 def is_jit_object(obj: Any) -> bool:
     """True for what ``jax.jit`` returns (it carries the ``_jit_info`` JAX resolved)."""
     return callable(obj) and hasattr(obj, "_jit_info")
 
 
-def jit_spec(jitted: Any) -> JitSpec:
-    """Read the options JAX resolved when the jit object was made.
+def jit_options(jitted: Any) -> dict[str, Any]:
+    """The options JAX resolved when the jit object was made, by name.
 
     JAX resolves static and donated names to positions (and back) from the
     function's signature once, at ``jax.jit`` time, and keeps the result in
-    ``_jit_info``; reading it there gives exactly JAX's interpretation.
-    """
+    ``_jit_info`` (a ``PjitInfo``); reading it there gives exactly JAX's
+    interpretation."""
     info = jitted._jit_info
-    # PjitInfo compares by identity; its fields (less the function's own) say
-    # what the jit does.
-    options = tuple(getattr(info, name) for name in info._fields
-                    if name not in ("fun_sourceinfo", "fun_signature"))
-    try:
-        hash(options)
-        token: Any = options
-    except TypeError:
-        token = id(jitted)
-    return JitSpec(
-        static_argnums=tuple(info.static_argnums),
-        static_argnames=tuple(info.static_argnames),
-        donate_argnums=tuple(info.donate_argnums),
-        donate_argnames=tuple(info.donate_argnames),
-        token=token,
-    )
-
-
-def add_duration_listener(listener: Callable[..., None]) -> None:
-    """Hear JAX's monitoring duration events (compile times) until removed
-    (:func:`remove_duration_listener`, whose name JAX 0.8 made private)."""
-    jax.monitoring.register_event_duration_secs_listener(listener)
+    return {name: getattr(info, name) for name in info._fields}
 
 
 def remove_duration_listener(listener: Callable[..., None]) -> None:
-    """Stop hearing them. JAX 0.8 named the remover privately
+    """Stop hearing JAX's monitoring duration events (compile times), heard
+    through the public ``jax.monitoring``. JAX 0.8 named the remover privately
     (``_unregister_event_duration_listener_by_callback``); 0.7, 0.9 and later
     publicly."""
     monitoring = _private("jax._src", "monitoring")

@@ -26,6 +26,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis.recompiles import LeafShape, SignatureShape
+from memscope.capturing.keys import JitSpec
 from memscope.compiled.read import array_names
 from memscope.errors import described
 from memscope.program import sites
@@ -48,7 +49,7 @@ class CompileClock:
         self._installed = False
 
     def install(self) -> None:
-        _compat.hooks.add_duration_listener(self._listen)
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
         self._installed = True
 
     def remove(self) -> None:
@@ -56,10 +57,10 @@ class CompileClock:
             _compat.hooks.remove_duration_listener(self._listen)
             self._installed = False
 
-    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
+    def _listen(self, event: str, duration_secs: float, **kwargs: Any) -> None:
         total = getattr(self._local, "total", None)
         if total is not None and event in COMPILE_EVENTS:
-            self._local.total = total + duration
+            self._local.total = total + duration_secs
 
     def start(self) -> None:
         self._local.total = 0.0
@@ -196,7 +197,7 @@ def caller_line() -> str | None:
     return None
 
 
-def donated_leaves(arguments: Sequence[Any], spec: _compat.hooks.JitSpec) -> tuple[int, ...]:
+def donated_leaves(arguments: Sequence[Any], spec: JitSpec) -> tuple[int, ...]:
     """The flat leaves that ``spec`` donates, of a call's JAX-level ``arguments``."""
     return tuple(leaf for a in arguments
                  if (a.position is not None and a.position in spec.donate_argnums)

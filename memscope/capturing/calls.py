@@ -146,7 +146,7 @@ class CallRecorder:
                  named_after: Callable[..., Any] | None = None) -> None:
         self.jitted = jitted
         self.session = session
-        self.spec = _compat.hooks.jit_spec(jitted)
+        self.spec = keys.jit_spec(jitted)
         self.fun = fun
         # None for a jit made outside a capture (analyze()): its options are unknown
         self.options = None if options is None else dict(options)

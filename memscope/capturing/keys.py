@@ -17,6 +17,7 @@ import re
 import types
 import weakref
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -28,6 +29,45 @@ from memscope import _compat
 _PLAIN = (int, float, complex, str, bytes, bool, type(None), enum.Enum, types.CodeType)
 #: Longest name shown for one static argument.
 MAX_STATIC_NAME = 80
+
+
+@dataclass(frozen=True)
+class JitSpec:
+    """The options of one ``jax.jit`` object that decide what it compiles."""
+
+    static_argnums: tuple[int, ...]
+    static_argnames: tuple[str, ...]
+    donate_argnums: tuple[int, ...]
+    donate_argnames: tuple[str, ...]
+    #: hashable stand-in for every option, to merge jit objects made alike
+    token: Any
+
+    @property
+    def donates(self) -> bool:
+        """The jit donates some argument (by position or by name)."""
+        return bool(self.donate_argnums or self.donate_argnames)
+
+
+def jit_spec(jitted: Any) -> JitSpec:
+    """The options JAX resolved when the jit object was made
+    (:func:`memscope._compat.hooks.jit_options`)."""
+    info = _compat.hooks.jit_options(jitted)
+    # PjitInfo compares by identity; its fields (less the function's own) say
+    # what the jit does.
+    options = tuple(value for name, value in info.items()
+                    if name not in ("fun_sourceinfo", "fun_signature"))
+    try:
+        hash(options)
+        token: Any = options
+    except TypeError:
+        token = id(jitted)
+    return JitSpec(
+        static_argnums=tuple(info["static_argnums"]),
+        static_argnames=tuple(info["static_argnames"]),
+        donate_argnums=tuple(info["donate_argnums"]),
+        donate_argnames=tuple(info["donate_argnames"]),
+        token=token,
+    )
 
 
 class _Weak:
@@ -234,7 +274,7 @@ def leaf_text(key: tuple[Any, ...]) -> str:
     return kind.__name__ if isinstance(kind, type) else str(kind)
 
 
-def call_key(spec: _compat.hooks.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+def call_key(spec: JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
              ) -> tuple[Any, list[Any]]:
     """What JAX keys this call's executable on, and the call's flat dynamic
     leaves; ``spec`` is the jit object's (its static arguments)."""

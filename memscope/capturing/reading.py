@@ -22,7 +22,7 @@ from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
 from memscope.compiled.targets.base import Target
 from memscope.errors import described
-from memscope.variants import donation_variants, remat
+from memscope.variants import donation_variants, jaxpr_facts, remat
 from memscope.variants.compile import (
     ConfigSnapshot,
     LoweredVariant,
@@ -135,7 +135,7 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
                 read = session.target.read(handles.traced, handles.lowered, handles.built,
                                            shardings=shardings, ref_names=ref_names)
                 _check_limit(session, entry, handles.traced, handles.lowered, read)
-                foreign = _compat.stages.lowers_with_foreign_rules(handles.traced.jaxpr)
+                foreign = jaxpr_facts.lowers_with_foreign_rules(handles.traced.jaxpr)
                 del handles
                 facts = wrappers.renamed(entry.wrapper, read)
                 return facts, _publish(session, entry, facts), None, foreign
@@ -144,7 +144,7 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
             session.host.counts.count_dump(read.dumped)
             flops = (_compat.executables.flops(handles.compiled)
                      if hold.plan is not None and session.target.runs_here else None)
-            foreign = _compat.stages.lowers_with_foreign_rules(handles.traced.jaxpr)
+            foreign = jaxpr_facts.lowers_with_foreign_rules(handles.traced.jaxpr)
             del handles  # the executable goes once read (end_read, below)
             if not session.target.runs_here:  # the figures are the target's
                 here = read.memory

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 
 from memscope import _compat
+from memscope.capturing.keys import JitSpec
 
 #: How deep into dicts, lists, tuples and objects' attributes to look, and how
 #: many values to look at in all (a first call's cost stays microseconds).
@@ -113,7 +114,7 @@ def _spelled(path: tuple[Any, ...]) -> str:
     return text
 
 
-def static_refs(spec: _compat.hooks.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
+def static_refs(spec: JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
                 framework: Any) -> list[tuple[str, Any]]:
     """The Refs a call passes where JAX does not trace them, so that it closes
     over them: its static arguments, or, under a framework's wrapper (Equinox

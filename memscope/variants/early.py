@@ -186,7 +186,7 @@ def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
     try:
         with traced_now() as traced:
             if (traced is None or host.worker.cancelled
-                    or _compat.stages.lowers_with_foreign_rules(traced.jaxpr)):
+                    or jaxpr_facts.lowers_with_foreign_rules(traced.jaxpr)):
                 return  # (lowering runs the program's own rules: not while it runs)
             _start_own(early, traced, host, settings)
             if early.mask is None:

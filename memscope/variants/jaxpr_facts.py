@@ -154,3 +154,40 @@ def traced_once(fun: Callable[..., Any], primals: tuple[Any, ...]) -> Callable[.
             out_tree, _compat.stages.eval_jaxpr(closed, *flat))
 
     return functools.wraps(fun)(replay) if hasattr(fun, "__name__") else replay
+
+
+def lowers_with_foreign_rules(jaxpr: Any) -> bool:
+    """True when lowering ``jaxpr`` runs code from outside JAX: a lowering rule
+    registered with ``mlir.register_lowering`` by the program or a library
+    (Equinox's primitives), directly or through ``mlir.lower_fun(impl)``. Such
+    code may count or print, as Equinox's own tests do."""
+    seen: set[Any] = set()
+    for eqn in _compat.stages.all_eqns(jaxpr):
+        primitive = eqn.primitive
+        if primitive in seen:
+            continue
+        seen.add(primitive)
+        if any(_runs_foreign_code(rule) for rule in _compat.stages.lowering_rules(primitive)):
+            return True
+    return False
+
+
+def _runs_foreign_code(fun: Any, depth: int = 3) -> bool:
+    """Whether ``fun``, or a function it closes over or is a partial of (to
+    ``depth``), is defined outside JAX."""
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    module = getattr(fun, "__module__", None) or ""
+    if module.split(".")[0] not in ("jax", "jaxlib"):
+        return True
+    if depth == 0:
+        return False
+    for cell in getattr(fun, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(value) and not isinstance(value, type) \
+                and _runs_foreign_code(value, depth - 1):
+            return True
+    return False

@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     stats = compiled.memory_analysis()
-    module_bytes = _compat.optimized_hlo_module_protos(compiled)[0]
-    assignment_bytes = _compat.buffer_assignment_bytes(stats)
+    module_bytes = _compat.executables.optimized_hlo_module_protos(compiled)[0]
+    assignment_bytes = _compat.executables.buffer_assignment_bytes(stats)
     fetch_s = time.perf_counter() - start
     if assignment_bytes is None:
         print("this jaxlib reports no buffer assignment", file=sys.stderr)

@@ -265,7 +265,7 @@ def hijax_paths(described: Any, count: int) -> list[str] | None:
     within it, as JAX names the leaves of a plain ``Variable`` (``.value``,
     ``.value['a']``); ``None`` for another hijax type, or where unknown.
 
-    ``described`` is JAX's description of the value (:class:`memscope._compat.HighValue`):
+    ``described`` is JAX's description of the value (:class:`memscope._compat.values.HighValue`):
     a ``VariableQDD`` (``treedef``) or an ``AbstractVariable`` (``_treedef``), each
     holding the treedef of the Variable's pytree, a node over its value alone.
     """

@@ -218,7 +218,7 @@ def analyze(jitted: Any, *args: Any, advise: bool | AdviceLevel = True,
         return function_report(session.entries[0])
     jitted = getattr(jitted, "_memscope_jitted", jitted)
     fun = getattr(jitted, "__wrapped__", None)
-    if fun is None or not _compat.is_jit_object(jitted):
+    if fun is None or not _compat.hooks.is_jit_object(jitted):
         raise MemscopeError(f"analyze() needs a jax.jit, eqx.filter_jit or nnx.jit object, "
                             f"got {type(jitted).__name__}")
     if not chosen.runs_here or _abstract((args, kwargs)):
@@ -451,6 +451,6 @@ def _in_use(session: Session) -> tuple[int, int | None] | None:
     stats = device_limits()
     if stats is not None:
         return stats
-    if not _compat.backends_initialized():
+    if not _compat.hooks.backends_initialized():
         return None
     return (max(live_bytes_per_device().values(), default=0), None)

@@ -175,7 +175,7 @@ def _is_jit(value: Any) -> bool:
     from memscope import _compat
 
     try:
-        return bool(_compat.is_jit_object(value)) and hasattr(value, "__wrapped__")
+        return bool(_compat.hooks.is_jit_object(value)) and hasattr(value, "__wrapped__")
     except Exception:  # a module global whose __getattr__ misbehaves is not a jit object
         return False
 

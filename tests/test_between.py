@@ -88,7 +88,7 @@ def test_a_strongly_typed_first_call_compiles_once(tmp_path):
 
 NUMPY_FIRST = """
 import functools, jax, jax.numpy as jnp, json, numpy as np, pathlib, sys
-from memscope._compat import remove_duration_listener
+from memscope._compat.hooks import remove_duration_listener
 compiles = []
 def heard(event, duration, **kw):
     if event == "/jax/core/compile/backend_compile_duration":
@@ -156,7 +156,7 @@ def test_compile_seconds_are_jax_own_compile_events(tmp_path):
         report = _run(tmp_path, WEAK % "", str(tmp_path / "truth.json"))
     finally:
         from memscope import _compat
-        _compat.remove_duration_listener(listen)
+        _compat.hooks.remove_duration_listener(listen)
     seconds = [fn.compile_seconds for fn in report.functions]
     assert all(s is not None and s > 0 for s in seconds)
     # Every second memscope counts is one JAX reported (jnp.full's own compiles too).

@@ -247,14 +247,14 @@ def test_kept_stands_in_for_the_compiled_program():
         describe_sharding(s) for s in outputs] == ["cpu:0", "cpu:0"]
     assert [s.memory_kind for s in kept.output_shardings] == [s.memory_kind for s in outputs]
     assert [s.shard_shape((8,)) for s in kept.output_shardings] == [(8,), (8,)]
-    assert kept.cost_analysis()["flops"] == _compat.flops(compiled)
+    assert kept.cost_analysis()["flops"] == _compat.executables.flops(compiled)
 
 
 def test_a_cache_that_fails_never_fails_a_variant(cache_dir, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a lowering this cache cannot key")
 
-    monkeypatch.setattr(_compat, "module_bytecode", broken)
+    monkeypatch.setattr(_compat.stages, "module_bytecode", broken)
     session, _ = captured(step, args, "full")
     assert all(v.error is None for v in variants(session).values())
     got = figures(variants(session)["advised"].facts.memory)

@@ -84,7 +84,7 @@ def test_no_second_compile_of_what_jax_compiled():
     assert _compiles(plain) == 2
     # Where memory_analysis() carries no buffer assignment (XLA:GPU), memscope
     # compiles each signature once more, in its worker, for XLA's dump of it.
-    carried = _compat.buffer_assignment_bytes(jax.jit(jnp.sin).lower(a).compile()
+    carried = _compat.executables.buffer_assignment_bytes(jax.jit(jnp.sin).lower(a).compile()
                                               .memory_analysis()) is not None
     assert _compiles(measured) == (2 if carried else 4)
 
@@ -114,7 +114,7 @@ def test_computed_peak_where_jaxlib_reports_none():
 
 def _module_text_and_facts(f, *args):
     compiled = f.lower(*args).compile()
-    (proto,) = _compat.optimized_hlo_module_protos(compiled)
+    (proto,) = _compat.executables.optimized_hlo_module_protos(compiled)
     (module,) = compiled.runtime_executable().hlo_modules()
     return module.to_string(), read_module(proto)
 
@@ -143,7 +143,7 @@ def test_schema_field_numbers_agree_with_the_module_text():
 def test_schema_reads_parameters_metadata_and_shapes():
     f = jax.jit(lambda x, y: (x @ y).sum())
     compiled = f.lower(jnp.ones((4, 8)), jnp.ones((8, 2))).compile()
-    (proto,) = _compat.optimized_hlo_module_protos(compiled)
+    (proto,) = _compat.executables.optimized_hlo_module_protos(compiled)
     module = HloModuleProto()
     module.ParseFromString(proto)
     (entry,) = [c for c in module.computations if c.id == module.entry_computation_id]
@@ -193,9 +193,9 @@ def test_the_serialized_executable_holds_the_assignment_memory_analysis_carries(
     params, x = _args()
     for donate in ((), (0,)):
         compiled = jax.jit(_mlp_step, donate_argnums=donate).lower(params, x).compile()
-        carried = _compat.buffer_assignment_bytes(compiled.memory_analysis())
+        carried = _compat.executables.buffer_assignment_bytes(compiled.memory_analysis())
         assert carried  # on CPU memory_analysis() carries it: the ground truth here
-        payloads = _compat.serialized_executable_payloads(compiled)
+        payloads = _compat.executables.serialized_executable_payloads(compiled)
         assert embedded_buffer_assignment(payloads) == carried
 
 
@@ -211,7 +211,7 @@ def test_without_memory_analysis_assignment_the_report_reads_the_executable():
     class NoAssignment:  # what XLA:GPU's plugin returns: the figures, no assignment
         serialized_buffer_assignment_proto = b""
 
-    module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
+    module = parse_module(_compat.executables.optimized_hlo_module_protos(compiled)[0])
     fallback, error = read_buffers(NoAssignment(), module, compiled)
     assert error is None and fallback == facts.buffers
     assert read_buffers(NoAssignment(), module)[0] is None  # nothing else to read
@@ -226,8 +226,8 @@ def test_where_neither_holds_it_the_assignment_comes_from_xlas_dump(monkeypatch)
     lowered = traced.lower()
     compiled = lowered.compile()
     carried = read_stages(traced, lowered, compiled)
-    monkeypatch.setattr(_compat, "buffer_assignment_bytes", lambda stats: None)
-    monkeypatch.setattr(_compat, "serialized_executable_payloads", lambda compiled: ())
+    monkeypatch.setattr(_compat.executables, "buffer_assignment_bytes", lambda stats: None)
+    monkeypatch.setattr(_compat.executables, "serialized_executable_payloads", lambda compiled: ())
     dumped = read_stages(traced, lowered, compiled)
     assert dumped.buffers_error is None and carried.buffers is not None
     # the same allocations and buffers (the dump keeps XLA's heap traces too,
@@ -262,10 +262,10 @@ def test_compiles_made_only_to_read_give_the_same_figures(fun, make_args, donate
     fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
               "temp_size_in_bytes", "peak_memory_in_bytes", "host_temp_size_in_bytes")
     assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
-    assert _compat.buffer_assignment_bytes(a) == _compat.buffer_assignment_bytes(b)
-    assert _compat.flops(plain) == _compat.flops(cheap)
+    assert _compat.executables.buffer_assignment_bytes(a) == _compat.executables.buffer_assignment_bytes(b)
+    assert _compat.executables.flops(plain) == _compat.executables.flops(cheap)
     def instructions(compiled):
-        module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
+        module = parse_module(_compat.executables.optimized_hlo_module_protos(compiled)[0])
         return [(c.name, [(i.name, i.opcode) for i in c.instructions])
                 for c in module.computations]
     assert instructions(plain) == instructions(cheap)  # the same optimized HLO

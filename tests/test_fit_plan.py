@@ -119,7 +119,7 @@ def test_each_rows_batch_fits_and_one_step_more_does_not(planned):
         at = _compiled(r, r["largest"])
         assert _peak(at) == r["peak_bytes"] <= budget, r["setting"]
         assert _peak(_compiled(r, r["largest"] + step)) == r["over_bytes"] > budget, r["setting"]
-        assert r["flops_per_example"] == pytest.approx(_compat.flops(at) / r["largest"])
+        assert r["flops_per_example"] == pytest.approx(_compat.executables.flops(at) / r["largest"])
     for r in plan["rows"]:
         if r["below"] is not None:  # stopped: it cannot fit the size another fits
             assert r["largest"] is None and _peak(_compiled(r, r["below"])) > budget

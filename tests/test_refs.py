@@ -76,7 +76,7 @@ def direct_peak(fun: Callable[..., Any], *args: Any, **options: Any) -> int | No
     stats: Any = jax.jit(fun, **options).lower(*args).compile().memory_analysis()
     peak, _, _ = peak_rule(stats.argument_size_in_bytes, stats.output_size_in_bytes,
                            stats.alias_size_in_bytes, stats.temp_size_in_bytes,
-                           _compat.peak_memory_bytes(stats))
+                           _compat.executables.peak_memory_bytes(stats))
     return peak
 
 
@@ -249,7 +249,7 @@ def test_flax_nnx_variables_backed_by_refs():
         model = nnx.Linear(16, 16, rngs=nnx.Rngs(0))
     kernel = (model.kernel.get_raw_value() if hasattr(model.kernel, "get_raw_value")
               else model.kernel.raw_value)
-    assert _compat.is_ref(kernel)
+    assert _compat.values.is_ref(kernel)
 
     def make() -> Any:
         @nnx.jit

@@ -165,7 +165,7 @@ def _step_with(loss_fn: Any, policy: str | None, donate: tuple[str, ...] = ()) -
 
 def _figures(jitted: Any, *args: Any) -> tuple[int | None, float | None]:
     compiled = jitted.lower(*args).compile()
-    return memory_figures(compiled.memory_analysis()).peak_bytes, _compat.flops(compiled)
+    return memory_figures(compiled.memory_analysis()).peak_bytes, _compat.executables.flops(compiled)
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +257,7 @@ def test_hook_leaves_other_threads_alone():
         seen.append(threading.get_ident())
 
     def worker():
-        with _compat.vjp_hook(hook):
+        with _compat.hooks.vjp_hook(hook):
             started.set()
             release.wait(10)
 

@@ -244,9 +244,9 @@ def test_compat_imports_where_a_private_module_moved(tmp_path):
         sys.modules["jax._src.state.types"] = None  # importing it now fails
         del jax._src.state.types
         from memscope import _compat, _versions
-        print(_compat.capture_problem())
+        print(_compat.hooks.capture_problem())
         try:
-            _compat.is_ref_aval(None)
+            _compat.values.is_ref_aval(None)
         except AttributeError as e:
             print(type(e).__name__, e)
     """)
@@ -276,7 +276,7 @@ def test_capture_refuses_in_one_line_where_what_it_hooks_is_missing(tmp_path, no
     line = (f"memscope cannot capture on JAX {jax.__version__}: this JAX has no "
             "jax._src.pjit.make_jit, which memscope reads to see each jitted call (report it "
             "to memscope's issue tracker)")
-    assert _compat.capture_problem() == line
+    assert _compat.hooks.capture_problem() == line
     with pytest.raises(MemscopeError) as e, capture():
         pytest.fail("the block ran")
     assert str(e.value) == line
@@ -393,7 +393,7 @@ def test_a_donation_variant_keeps_the_traced_functions_source_info():
 
     later = LaterTraced(traced._meta_tys_flat, traced._params, traced._in_tree,
                         traced.out_tree, traced._consts, "<lambda> at train.py:1")
-    variant = _compat.with_donation(later, (True,))
+    variant = _compat.stages.with_donation(later, (True,))
     assert type(variant) is LaterTraced
     assert variant._fun_sourceinfo == "<lambda> at train.py:1"
     assert variant._params["donated_invars"][-1] is True
@@ -406,7 +406,7 @@ def unreadable(monkeypatch):
     were for memscope's OpAttributeMap.get (the failure the issue reported)."""
     def broken(lowered):
         raise AttributeError("'OpAttributeMap' object has no attribute 'get'")
-    monkeypatch.setattr(_compat, "main_signature", broken)
+    monkeypatch.setattr(_compat.stages, "main_signature", broken)
 
 
 def test_an_unreadable_program_is_said_loudly_and_fails_strict(tmp_path, unreadable):

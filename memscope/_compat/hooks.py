@@ -13,8 +13,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 
@@ -25,7 +24,8 @@ from memscope._compat._jax import (
     REPORT_TO,
     _private,
 )
-from memscope._compat.values import is_tracer
+
+T = TypeVar("T")
 
 #: What capturing reads on the program's own path (at each ``jax.jit`` made and
 #: each call). A failure there would be the program's, so where one is missing
@@ -49,7 +49,7 @@ def capture_problem() -> str | None:
         missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
     if not missing:
         try:
-            _thread_settings()
+            thread_settings()
         except Exception as e:
             missing.append(f"jax._src.config's settings ({type(e).__name__}: {e})")
     if not missing:
@@ -211,110 +211,35 @@ def is_top_level_call() -> bool:
     return _jax.core.trace_state_clean() and not _jax.config.disable_jit.value
 
 
-def is_concrete_call(leaves: Any) -> bool:
-    """True when a call (or an ahead-of-time stage) with these flat ``leaves``
-    runs at the top level on concrete values: what memscope records.
-
-    Anything else is staged into an enclosing trace (``jit``, ``grad``,
-    ``eval_shape``, a ``scan`` or ``while_loop`` body), or holds tracers that
-    leaked into a call at the top level (``ensure_compile_time_eval``), and
-    passes through to JAX untouched: a tracer has no ``sharding``, no buffer
-    and no address to read.
-    """
-    return is_top_level_call() and not any(is_tracer(x) for x in leaves)
-
-
-class _WarningsProxy:
-    """Stands in for the ``warnings`` module inside JAX's MLIR lowering.
-
-    JAX raises "Some donated buffers were not usable" from ``mlir.py`` while it
-    lowers. The proxy lets the lowering thread record that text and then emits it
-    through the real ``warnings.warn`` one frame up, so the user's filters, the
-    warning's location and its once-per-location registry are exactly JAX's own.
-    """
-
-    def __init__(self, real: Any) -> None:
-        self._real = real
-        self._local = threading.local()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-    def warn(self, message: Any, category: Any = None, stacklevel: int = 1,
-             source: Any = None, **kwargs: Any) -> None:
-        sink = getattr(self._local, "sink", None)
-        if sink is not None:
-            sink.append(str(message))
-        if getattr(self._local, "emit", True):
-            self._real.warn(message, category, stacklevel + 1, source, **kwargs)
-
-    @contextlib.contextmanager
-    def recording(self, *, emit: bool = True) -> Iterator[list[str]]:
-        """Record the lowering's warnings; ``emit=False`` keeps them from the user
-        (for memscope's own compiles of variants the program never runs)."""
-        previous = getattr(self._local, "sink", None), getattr(self._local, "emit", True)
-        sink: list[str] = []
-        self._local.sink, self._local.emit = sink, emit
-        try:
-            yield sink
-        finally:
-            self._local.sink, self._local.emit = previous
-
-
 @contextlib.contextmanager
-def lowering_warnings() -> Iterator[_WarningsProxy]:
-    """Install the warnings proxy in JAX's lowering module for the block."""
-    proxy = _WarningsProxy(_jax.mlir.warnings)
+def lowering_warnings(replace: Callable[[Any], T]) -> Iterator[T]:
+    """For the block, JAX's MLIR lowering (``mlir.warnings``, where it warns "Some
+    donated buffers were not usable") uses ``replace(warnings)`` as its
+    ``warnings`` module."""
+    real = _jax.mlir.warnings
+    proxy = replace(real)
     _jax.mlir.warnings = proxy
     try:
         yield proxy
     finally:
-        _jax.mlir.warnings = proxy._real
-
-
-ConfigSnapshot = tuple[tuple[Any, Any], ...]
+        _jax.mlir.warnings = real
 
 
 @functools.cache
-def _thread_settings() -> tuple[Any, ...]:
+def thread_settings() -> tuple[Any, ...]:
     """JAX's per-thread settings: every option (``State``) and the mesh and device
-    contexts (plain ``Config`` objects of the same kind, outside ``config_states``)."""
+    contexts (plain ``Config`` objects of the same kind, outside ``config_states``);
+    each one's ``.value`` is as the calling thread sees it."""
     return tuple({id(c): c for c in (
         *_jax.config.config_states.values(),
         *(v for v in vars(_jax.config).values() if isinstance(v, _jax.config.config_ext.Config)),
     )}.values())
 
 
-def config_snapshot() -> ConfigSnapshot:
-    """Every JAX setting as the calling thread sees it.
-
-    JAX keeps ``with jax.enable_x64(...)`` and ``with jax.sharding.use_mesh(...)``
-    settings per thread, and its lowering reads them; memscope's worker lowers a
-    call's variants under the values the call itself ran with
-    (:func:`applied_config`).
-    """
-    return tuple((setting, setting.value) for setting in _thread_settings())
-
-
 @contextlib.contextmanager
-def applied_config(snapshot: ConfigSnapshot) -> Iterator[None]:
-    """Set, for this thread only, each value of ``snapshot`` that differs here."""
-    with contextlib.ExitStack() as stack:
-        for setting, value in snapshot:
-            if not _same(setting.value, value):
-                stack.enter_context(_thread_local(setting, value))
-        yield
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return a is b or bool(a == b)
-    except Exception:  # values without a plain equality (arrays)
-        return False
-
-
-@contextlib.contextmanager
-def _thread_local(setting: Any, value: Any) -> Iterator[None]:
+def set_for_thread(setting: Any, value: Any) -> Iterator[None]:
+    """``setting`` (one of :func:`thread_settings`) set to ``value`` for this
+    thread only, in the block."""
     if isinstance(setting, _jax.config.State):  # runs the option's own hooks too
         with _jax.config.StateContextManager(setting, value):
             yield
@@ -331,62 +256,25 @@ def backends_initialized() -> bool:
     return bool(_jax.xla_bridge.backends_are_initialized())
 
 
-@dataclass(frozen=True)
-class JitSpec:
-    """The options of one ``jax.jit`` object that decide what it compiles."""
-
-    static_argnums: tuple[int, ...]
-    static_argnames: tuple[str, ...]
-    donate_argnums: tuple[int, ...]
-    donate_argnames: tuple[str, ...]
-    #: hashable stand-in for every option, to merge jit objects made alike
-    token: Any
-
-    @property
-    def donates(self) -> bool:
-        """The jit donates some argument (by position or by name)."""
-        return bool(self.donate_argnums or self.donate_argnames)
-
-
 def is_jit_object(obj: Any) -> bool:
     """True for what ``jax.jit`` returns (it carries the ``_jit_info`` JAX resolved)."""
     return callable(obj) and hasattr(obj, "_jit_info")
 
 
-def jit_spec(jitted: Any) -> JitSpec:
-    """Read the options JAX resolved when the jit object was made.
+def jit_options(jitted: Any) -> dict[str, Any]:
+    """The options JAX resolved when the jit object was made, by name.
 
     JAX resolves static and donated names to positions (and back) from the
     function's signature once, at ``jax.jit`` time, and keeps the result in
-    ``_jit_info``; reading it there gives exactly JAX's interpretation.
-    """
+    ``_jit_info`` (a ``PjitInfo``); reading it there gives exactly JAX's
+    interpretation."""
     info = jitted._jit_info
-    # PjitInfo compares by identity; its fields (less the function's own) say
-    # what the jit does.
-    options = tuple(getattr(info, name) for name in info._fields
-                    if name not in ("fun_sourceinfo", "fun_signature"))
-    try:
-        hash(options)
-        token: Any = options
-    except TypeError:
-        token = id(jitted)
-    return JitSpec(
-        static_argnums=tuple(info.static_argnums),
-        static_argnames=tuple(info.static_argnames),
-        donate_argnums=tuple(info.donate_argnums),
-        donate_argnames=tuple(info.donate_argnames),
-        token=token,
-    )
-
-
-def add_duration_listener(listener: Callable[..., None]) -> None:
-    """Hear JAX's monitoring duration events (compile times) until removed
-    (:func:`remove_duration_listener`, whose name JAX 0.8 made private)."""
-    jax.monitoring.register_event_duration_secs_listener(listener)
+    return {name: getattr(info, name) for name in info._fields}
 
 
 def remove_duration_listener(listener: Callable[..., None]) -> None:
-    """Stop hearing them. JAX 0.8 named the remover privately
+    """Stop hearing JAX's monitoring duration events (compile times), heard
+    through the public ``jax.monitoring``. JAX 0.8 named the remover privately
     (``_unregister_event_duration_listener_by_callback``); 0.7, 0.9 and later
     publicly."""
     monitoring = _private("jax._src", "monitoring")

@@ -428,44 +428,13 @@ def saved_residual_listing(fun: Callable[..., Any], primals: tuple[Any, ...]
     return listing
 
 
-def lowers_with_foreign_rules(jaxpr: Any) -> bool:
-    """True when lowering ``jaxpr`` runs code from outside JAX: a lowering rule
-    registered with ``mlir.register_lowering`` by the program or a library
-    (Equinox's primitives), directly or through ``mlir.lower_fun(impl)``. Such
-    code may count or print, as Equinox's own tests do."""
+def lowering_rules(primitive: Any) -> list[Any]:
+    """The lowering rules registered for ``primitive`` (``mlir.register_lowering``:
+    for all platforms, then per platform), each as the function JAX calls
+    (a ``LoweringRuleEntry``'s ``.rule``, where JAX wraps rules)."""
     tables = [_jax.mlir._lowerings, *_jax.mlir._platform_specific_lowerings.values()]
-    seen: set[Any] = set()
-    for eqn in all_eqns(jaxpr):
-        primitive = eqn.primitive
-        if primitive in seen:
-            continue
-        seen.add(primitive)
-        for table in tables:
-            rule: Any = table.get(primitive)
-            if rule is not None and _runs_foreign_code(getattr(rule, "rule", rule)):
-                return True  # (a LoweringRuleEntry's .rule, where JAX wraps rules)
-    return False
-
-
-def _runs_foreign_code(fun: Any, depth: int = 3) -> bool:
-    """Whether ``fun``, or a function it closes over or is a partial of (to
-    ``depth``), is defined outside JAX."""
-    while isinstance(fun, functools.partial):
-        fun = fun.func
-    module = getattr(fun, "__module__", None) or ""
-    if module.split(".")[0] not in ("jax", "jaxlib"):
-        return True
-    if depth == 0:
-        return False
-    for cell in getattr(fun, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if callable(value) and not isinstance(value, type) \
-                and _runs_foreign_code(value, depth - 1):
-            return True
-    return False
+    rules = [table.get(primitive) for table in tables]
+    return [getattr(rule, "rule", rule) for rule in rules if rule is not None]
 
 
 def traced_donation(traced: Any) -> tuple[bool, ...]:

@@ -131,7 +131,7 @@ class Compiled(Stage):
             traced = self._memscope_traced
             if traced is None:
                 traced = origin.jitted.trace(*call_args, **call_kwargs)
-            handles = CompiledHandles(_compat.without_call_arrays(traced), self._memscope_lowered,
+            handles = CompiledHandles(_compat.stages.without_call_arrays(traced), self._memscope_lowered,
                                       self._memscope_real)
         except Exception as e:  # never let the measurement break the program
             entry.error = f"could not read the compiled program: {described(e)}"
@@ -159,7 +159,7 @@ def abstract_call(args: tuple[Any, ...], kwargs: dict[str, Any]
                                         weak_type=getattr(x, "weak_type", False))
         if isinstance(x, np.ndarray):  # what a data loader yields: traced as an array
             return jax.ShapeDtypeStruct(x.shape, x.dtype)
-        if _compat.is_ref(x):
+        if _compat.values.is_ref(x):
             return jax.typeof(x)
         return x
 

@@ -9,12 +9,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from memscope import _compat
-from memscope.capturing.keys import program_leaves
+from memscope.capturing.keys import JitSpec, program_leaves
 from memscope.variants.donation import Argument
 
 
-def call_arguments(fun: Any, spec: _compat.JitSpec, args: tuple[Any, ...],
+def call_arguments(fun: Any, spec: JitSpec, args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> tuple[Argument, ...]:
     """The call's dynamic top-level arguments, each with its flat leaves in JAX's order
     (positional arguments, then keyword arguments sorted by name), as its compiled

@@ -26,6 +26,7 @@ import jax
 
 from memscope import _compat
 from memscope.analysis.recompiles import LeafShape, SignatureShape
+from memscope.capturing.keys import JitSpec
 from memscope.compiled.read import array_names
 from memscope.errors import described
 from memscope.program import sites
@@ -48,18 +49,18 @@ class CompileClock:
         self._installed = False
 
     def install(self) -> None:
-        _compat.add_duration_listener(self._listen)
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
         self._installed = True
 
     def remove(self) -> None:
         if self._installed:
-            _compat.remove_duration_listener(self._listen)
+            _compat.hooks.remove_duration_listener(self._listen)
             self._installed = False
 
-    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
+    def _listen(self, event: str, duration_secs: float, **kwargs: Any) -> None:
         total = getattr(self._local, "total", None)
         if total is not None and event in COMPILE_EVENTS:
-            self._local.total = total + duration
+            self._local.total = total + duration_secs
 
     def start(self) -> None:
         self._local.total = 0.0
@@ -170,7 +171,7 @@ def _deleted_arrays(error: BaseException) -> list[Any]:
         for frame in reversed(frames):
             for value in list(frame.f_locals.values()):
                 for x in _leaves(value):
-                    if (isinstance(x, jax.Array) and not _compat.is_tracer(x)
+                    if (isinstance(x, jax.Array) and not _compat.values.is_tracer(x)
                             and id(x) not in seen and x.is_deleted()):
                         seen.add(id(x))
                         found.append(x)
@@ -196,7 +197,7 @@ def caller_line() -> str | None:
     return None
 
 
-def donated_leaves(arguments: Sequence[Any], spec: _compat.JitSpec) -> tuple[int, ...]:
+def donated_leaves(arguments: Sequence[Any], spec: JitSpec) -> tuple[int, ...]:
     """The flat leaves that ``spec`` donates, of a call's JAX-level ``arguments``."""
     return tuple(leaf for a in arguments
                  if (a.position is not None and a.position in spec.donate_argnums)
@@ -212,7 +213,7 @@ def leaf_paths(arguments: Sequence[Any], values: Sequence[Any]) -> list[str]:
         flat, _ = jax.tree_util.tree_flatten_with_path(value)
         for p, leaf in flat:
             path = argument.label + jax.tree_util.keystr(p)
-            hijax = _compat.hijax_value(leaf)
+            hijax = _compat.values.hijax_value(leaf)
             paths += [path] if hijax is None else array_names(hijax, path)
     return paths
 

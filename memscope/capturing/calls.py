@@ -58,6 +58,7 @@ from memscope.report import (
     MeasuredMemory,
 )
 from memscope.variants import early, remat
+from memscope.variants.compile import config_snapshot
 from memscope.variants.donation import Argument, Style
 from memscope.variants.fit import KeptCall
 
@@ -145,7 +146,7 @@ class CallRecorder:
                  named_after: Callable[..., Any] | None = None) -> None:
         self.jitted = jitted
         self.session = session
-        self.spec = _compat.jit_spec(jitted)
+        self.spec = keys.jit_spec(jitted)
         self.fun = fun
         # None for a jit made outside a capture (analyze()): its options are unknown
         self.options = None if options is None else dict(options)
@@ -324,7 +325,7 @@ class CallRecorder:
         try:
             with session.recording_warnings() as lowering_warnings:
                 # (a hijax value's program is not the one predicted from its leaves)
-                begun, early_hold = ((None, None) if any(map(_compat.is_hijax, values))
+                begun, early_hold = ((None, None) if any(map(_compat.values.is_hijax, values))
                                      else self._begin_early(leaves, args, kwargs))
                 traced = self._trace_before(values, args, kwargs)
                 try:
@@ -373,14 +374,14 @@ class CallRecorder:
         # constants it reads may differ (a fingerprint of a few microseconds).
         handles = shown.handles
         fingerprint = (None if handles is None
-                       else _compat.executable_fingerprint(handles.compiled))
+                       else _compat.executables.executable_fingerprint(handles.compiled))
         same_program = (self.function_key, self.spec.token, key, fingerprint)
         entry = session.lookup(same_program)
         # A new signature JAX runs with an executable it has for an earlier one
         # of this jit object (it traced, lowered and compiled nothing): not a
         # recompile, the same program. The fingerprint guards the executable's
         # id against another made at a freed one's address.
-        executable = None if handles is None else _compat.executable_id(handles.compiled)
+        executable = None if handles is None else _compat.executables.executable_id(handles.compiled)
         same_executable = (None if executable is None else
                            ("executable", self.identity, self.spec.token,
                             executable, fingerprint))
@@ -458,7 +459,7 @@ class CallRecorder:
             with session.recording_warnings() as warned:
                 traced = self.jitted.trace(*args, **kwargs)
                 # (the arguments are on the target's devices already: memscope.analyze)
-                lowered = _compat.lower(traced)
+                lowered = _compat.stages.lower(traced)
                 if target.runs_here:  # compiled as JAX would for the call
                     built, compiled = None, lowered.compile()
                 else:
@@ -467,7 +468,7 @@ class CallRecorder:
                     compiled = pieces(built)[0]
         finally:
             seconds = session.clock.stop()
-        handles = CompiledHandles(_compat.without_call_arrays(traced), lowered, compiled, built)
+        handles = CompiledHandles(_compat.stages.without_call_arrays(traced), lowered, compiled, built)
         shown = FirstCall(out=None, donated=(), visible_refs=(), warnings=tuple(warned),
                           compile_seconds=seconds, observation=None, handles=handles,
                           handles_error=None, watched=((), ()), measured=None, early=None,
@@ -484,7 +485,7 @@ class CallRecorder:
         value (JAX 0.7 to 0.10): the call may change what the value holds (its
         arrays, even their structure), and a trace after it would be the next
         call's program. JAX's call then takes this trace from its cache."""
-        if not any(map(_compat.writes_back, values)):
+        if not any(map(_compat.values.writes_back, values)):
             return None
         # (the call itself says what is wrong, if anything is)
         return best_effort(lambda: self.jitted.trace(*args, **kwargs),
@@ -528,11 +529,11 @@ class CallRecorder:
                                                        self.style)
         if mask is None and not own:
             return None
-        hold = Hold(self.fun, None, _compat.without_call_arrays(traced))
+        hold = Hold(self.fun, None, _compat.stages.without_call_arrays(traced))
         session.keep(hold)
         variant = early.EarlyVariant(mask)
         return variant, hold, functools.partial(early.start, variant, hold.lowering, session.host,
-                                                _compat.config_snapshot())
+                                                config_snapshot())
 
     def _refs_before(self, args: tuple[Any, ...], kwargs: dict[str, Any]
                      ) -> tuple[list[tuple[str, Any]], dict[int, Any]]:

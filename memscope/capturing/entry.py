@@ -9,10 +9,10 @@ from typing import Any
 
 import jax
 
-from memscope import _compat
 from memscope.analysis.fates import Fates
 from memscope.analysis.observed import Observation
 from memscope.capturing import wrappers
+from memscope.capturing.keys import JitSpec
 from memscope.compiled.read import (
     CompiledFacts,
 )
@@ -39,7 +39,7 @@ class Entry:
     name: str
     source: str | None
     signature: str
-    spec: _compat.JitSpec
+    spec: JitSpec
     calls: int = 0
     facts: CompiledFacts | None = None
     #: its buffers' fates, classified once when ``facts`` were read (the

@@ -22,7 +22,7 @@ from memscope.capturing.session import Session
 from memscope.program import sites
 
 # memscope's own frames are never the user's source line (see _compat).
-_compat.exclude_from_source_info(sites.OWN_ROOT)
+_compat.hooks.exclude_from_source_info(sites.OWN_ROOT)
 
 
 class MeasuredJit:

@@ -17,6 +17,7 @@ import re
 import types
 import weakref
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -28,6 +29,45 @@ from memscope import _compat
 _PLAIN = (int, float, complex, str, bytes, bool, type(None), enum.Enum, types.CodeType)
 #: Longest name shown for one static argument.
 MAX_STATIC_NAME = 80
+
+
+@dataclass(frozen=True)
+class JitSpec:
+    """The options of one ``jax.jit`` object that decide what it compiles."""
+
+    static_argnums: tuple[int, ...]
+    static_argnames: tuple[str, ...]
+    donate_argnums: tuple[int, ...]
+    donate_argnames: tuple[str, ...]
+    #: hashable stand-in for every option, to merge jit objects made alike
+    token: Any
+
+    @property
+    def donates(self) -> bool:
+        """The jit donates some argument (by position or by name)."""
+        return bool(self.donate_argnums or self.donate_argnames)
+
+
+def jit_spec(jitted: Any) -> JitSpec:
+    """The options JAX resolved when the jit object was made
+    (:func:`memscope._compat.hooks.jit_options`)."""
+    info = _compat.hooks.jit_options(jitted)
+    # PjitInfo compares by identity; its fields (less the function's own) say
+    # what the jit does.
+    options = tuple(value for name, value in info.items()
+                    if name not in ("fun_sourceinfo", "fun_signature"))
+    try:
+        hash(options)
+        token: Any = options
+    except TypeError:
+        token = id(jitted)
+    return JitSpec(
+        static_argnums=tuple(info["static_argnums"]),
+        static_argnames=tuple(info["static_argnames"]),
+        donate_argnums=tuple(info["donate_argnums"]),
+        donate_argnames=tuple(info["donate_argnames"]),
+        token=token,
+    )
 
 
 class _Weak:
@@ -188,9 +228,9 @@ def leaf_key(x: Any) -> tuple[Any, ...]:
     value's is its type's name and description, and its arrays' keys."""
     if isinstance(x, jax.Array):
         return ("array", jax.typeof(x), _placement(x.sharding, x.ndim))
-    if _compat.is_ref_aval(x):  # an ahead-of-time call's stand-in for a Ref
+    if _compat.values.is_ref_aval(x):  # an ahead-of-time call's stand-in for a Ref
         return ("ref", x, None)
-    if _compat.is_ref(x):  # a jax.Ref: JAX keys it by its aval and its buffer's sharding
+    if _compat.values.is_ref(x):  # a jax.Ref: JAX keys it by its aval and its buffer's sharding
         try:
             placement = _placement(x.sharding, len(x.shape))
         except Exception:  # a Ref built of several arrays
@@ -198,10 +238,10 @@ def leaf_key(x: Any) -> tuple[Any, ...]:
         return ("ref", jax.typeof(x), placement)
     if isinstance(x, np.ndarray | np.generic):
         return ("numpy", jax.typeof(x), None)
-    hijax = _compat.hijax_value(x)
+    hijax = _compat.values.hijax_value(x)
     if hijax is not None:  # JAX keys it by its type (and state) and its arrays'
         return ("hijax", (hijax.name, hijax.described),
-                tuple(leaf_key(a) for a in _compat.lo_values(x) or ()))
+                tuple(leaf_key(a) for a in _compat.values.lo_values(x) or ()))
     if isinstance(x, jax.ShapeDtypeStruct):  # an ahead-of-time call's stand-in for an array
         sharding = x.sharding
         return ("array", jax.typeof(x),
@@ -217,7 +257,7 @@ def leaf_key(x: Any) -> tuple[Any, ...]:
 def _placement(sharding: Any, ndim: int) -> Any:
     # Arrays share a handful of sharding objects; each is looked at once, not
     # at every call of every leaf.
-    return _compat.sharding_key(sharding, ndim)
+    return _compat.values.sharding_key(sharding, ndim)
 
 
 def leaf_text(key: tuple[Any, ...]) -> str:
@@ -234,7 +274,7 @@ def leaf_text(key: tuple[Any, ...]) -> str:
     return kind.__name__ if isinstance(kind, type) else str(kind)
 
 
-def call_key(spec: _compat.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+def call_key(spec: JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
              ) -> tuple[Any, list[Any]]:
     """What JAX keys this call's executable on, and the call's flat dynamic
     leaves; ``spec`` is the jit object's (its static arguments)."""
@@ -273,11 +313,11 @@ def as_given(key: Any, leaves: Sequence[Any], args: tuple[Any, ...], kwargs: dic
 def program_leaves(leaves: list[Any]) -> list[Any]:
     """The call's flat leaves as its compiled program takes them: a hijax value
     (a Flax hijax ``Variable``) is the arrays JAX lowers it to, in its place."""
-    if not any(_compat.is_hijax(x) for x in leaves):
+    if not any(_compat.values.is_hijax(x) for x in leaves):
         return leaves
     expanded: list[Any] = []
     for x in leaves:
-        arrays = _compat.lo_values(x)
+        arrays = _compat.values.lo_values(x)
         expanded.extend([x] if arrays is None else arrays)
     return expanded
 

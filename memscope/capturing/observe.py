@@ -33,7 +33,7 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any
     (its outputs hold it, for the program to meet where it reads them).
 
     On CPU a first call's outputs still being computed may have no buffer yet
-    (:func:`memscope._compat.allocated_late`: XLA:CPU allocates them when the
+    (:func:`memscope._compat.values.allocated_late`: XLA:CPU allocates them when the
     call runs on jaxlib 0.10, and on the others where an input was pending or,
     under load, the call was queued): they are waited for, once per signature,
     and read before the program can drop them. An input
@@ -43,9 +43,9 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any
     outputs = jax.tree_util.tree_leaves(out)
     arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
     deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)
-    refs = [x if _compat.is_ref(x) else None for x in leaves]
-    wait = any(_compat.allocated_late(y) for y in arrays)
-    failure = next((f for y in arrays if (f := _compat.buffer_failure(y, wait=wait))), None)
+    refs = [x if _compat.values.is_ref(x) else None for x in leaves]
+    wait = any(_compat.values.allocated_late(y) for y in arrays)
+    failure = next((f for y in arrays if (f := _compat.values.buffer_failure(y, wait=wait))), None)
     if failure is not None:
         return CallFailed(failure, tuple(arrays))
     before = [addresses(x, wait=True) if seen is None and isinstance(x, jax.Array) else seen
@@ -67,13 +67,13 @@ def watched_call(entry: Any, call: Callable[[], Any], leaves: Sequence[Any]) -> 
     """
     entry.watch_next = False
     arrays = [x for x in leaves if isinstance(x, jax.Array) and not x.is_deleted()]
-    if any(_compat.buffer_failure(x, wait=True) for x in arrays):
+    if any(_compat.values.buffer_failure(x, wait=True) for x in arrays):
         return call()
     before = [addresses(x) for x in leaves]
     out = call()
     outputs = [y for y in jax.tree_util.tree_leaves(out)
                if isinstance(y, jax.Array) and not y.is_deleted()]
-    if not any(_compat.buffer_failure(y, wait=True) for y in outputs):
+    if not any(_compat.values.buffer_failure(y, wait=True) for y in outputs):
         seen = observe(before, leaves, out)
         if isinstance(seen, Observation):
             entry.observation_again = seen
@@ -88,7 +88,7 @@ def closed_refs_seen(seen: Observation | CallFailed, handles: Any,
     if not isinstance(seen, Observation):
         return seen
     try:
-        closed = _compat.closed_over_refs(handles.lowered)
+        closed = _compat.values.closed_over_refs(handles.lowered)
     except Exception:  # never let the measurement break the program
         return seen
     if not closed:
@@ -104,8 +104,8 @@ def written_back_seen(seen: Observation | CallFailed, handles: Any,
     program's order: those of the values its function closes over, then of
     ``values`` (the call's flat leaves). Read now, just after the call."""
     try:
-        written = [a for x in (*_compat.hoisted_consts(handles.traced), *values)
-                   if _compat.writes_back(x) for a in _compat.lo_values(x) or ()]
+        written = [a for x in (*_compat.values.hoisted_consts(handles.traced), *values)
+                   if _compat.values.writes_back(x) for a in _compat.values.lo_values(x) or ()]
     except Exception:  # never let the measurement break the program
         return seen
     if not written:
@@ -121,13 +121,13 @@ def watch_refs(leaves: Sequence[Any], handles: Any
     """Weak references to a first call's Refs: its Ref arguments (``None`` for
     other leaves), and the Refs its program closes over; read again at the
     run's end (:func:`at_end`), never kept alive."""
-    given = tuple(weakref.ref(x) if _compat.is_ref(x) else None for x in leaves)
+    given = tuple(weakref.ref(x) if _compat.values.is_ref(x) else None for x in leaves)
     if not any(r is not None for r in given):
         given = ()
     closed: tuple[weakref.ref[Any] | None, ...] = ()
     if handles is not None:
         with contextlib.suppress(Exception):
-            closed = tuple(weakref.ref(r) for r in _compat.closed_over_refs(handles.lowered))
+            closed = tuple(weakref.ref(r) for r in _compat.values.closed_over_refs(handles.lowered))
     return given, closed
 
 
@@ -147,7 +147,7 @@ def leaf_sharding(x: Any) -> Any:
     as given); ``None`` for a non-array."""
     if isinstance(x, jax.ShapeDtypeStruct):
         return x.sharding if isinstance(x.sharding, jax.sharding.Sharding) else None
-    if isinstance(x, jax.Array) or _compat.is_ref(x):
+    if isinstance(x, jax.Array) or _compat.values.is_ref(x):
         try:
             return x.sharding
         except Exception:  # a Ref built of several arrays
@@ -159,13 +159,13 @@ def addresses(x: Any, *, wait: bool = False) -> Addresses:
     """The device address of each addressable shard of ``x`` (of the buffer a
     ``jax.Ref`` holds now, waited for where pending), as integers; ``None``
     where it has none to read now (``wait``: see
-    :func:`memscope._compat.no_buffer`)."""
-    if _compat.is_ref(x):
-        return _compat.ref_addresses(x)
+    :func:`memscope._compat.values.no_buffer`)."""
+    if _compat.values.is_ref(x):
+        return _compat.values.ref_addresses(x)
     if (not isinstance(x, jax.Array) or x.is_deleted()
-            or _compat.no_buffer(x, wait=wait)):
+            or _compat.values.no_buffer(x, wait=wait)):
         return None  # a failed computation's array has no buffer to read (see _compat)
     try:
-        return _compat.buffer_addresses(x)
+        return _compat.values.buffer_addresses(x)
     except Exception:  # a backend without raw addresses
         return None

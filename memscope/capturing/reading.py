@@ -22,8 +22,14 @@ from memscope.compiled.read import CompiledFacts, CompiledHandles, read_handles
 from memscope.compiled.shardings import describe_sharding
 from memscope.compiled.targets.base import Target
 from memscope.errors import described
-from memscope.variants import donation_variants, remat
-from memscope.variants.compile import LoweredVariant, compile_lowered
+from memscope.variants import donation_variants, jaxpr_facts, remat
+from memscope.variants.compile import (
+    ConfigSnapshot,
+    LoweredVariant,
+    applied_config,
+    compile_lowered,
+    config_snapshot,
+)
 from memscope.variants.early import EarlyVariant
 
 
@@ -39,7 +45,7 @@ def schedule(session: Session, entry: Entry, fun: Callable[..., Any],
         hold = Hold(fun, reading_handles(handles), handles.traced, plan)
     else:
         hold.attach(reading_handles(handles), plan)
-    settings = _compat.config_snapshot()
+    settings = config_snapshot()
     if handles.built is None and not session.target.runs_here and early is None:
         # (an early variant lowers it for the target at the call already)
         hold.prepare(functools.partial(_lower_for_target, session.target, settings))
@@ -60,7 +66,7 @@ def reading_handles(handles: CompiledHandles) -> CompiledHandles:
 
 
 def read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
-            settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None = None,
+            settings: ConfigSnapshot, ref_names: dict[int, str] | None = None,
             early: EarlyVariant | None = None,
             parameters: tuple[str, ...] | None = None) -> None:
     """Read the compiled program of ``entry``'s first call, then hand the
@@ -77,7 +83,7 @@ def read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: list
 
 
 def _read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
-             settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None,
+             settings: ConfigSnapshot, ref_names: dict[int, str] | None,
              early: EarlyVariant | None, parameters: tuple[str, ...] | None) -> None:
     with contextlib.suppress(Exception):
         texts = tuple(describe_sharding(s) for s in shardings)
@@ -110,7 +116,7 @@ def _read_and_measure(session: Session, entry: Entry, hold: Hold, shardings: lis
 
 
 def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
-          settings: _compat.ConfigSnapshot, ref_names: dict[int, str] | None,
+          settings: ConfigSnapshot, ref_names: dict[int, str] | None,
           early: EarlyVariant | None = None
           ) -> tuple[CompiledFacts | None, Fates | None, float | None, bool] | None:
     """The compiled program read (renamed in the user's terms) and its buffers
@@ -124,21 +130,21 @@ def _read(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
         session.publish(lambda: setattr(entry, "error", error))
         return None
     try:
-        with _compat.applied_config(settings):
+        with applied_config(settings):
             if handles.built is not None:  # compiled for the target already: read as its
                 read = session.target.read(handles.traced, handles.lowered, handles.built,
                                            shardings=shardings, ref_names=ref_names)
                 _check_limit(session, entry, handles.traced, handles.lowered, read)
-                foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
+                foreign = jaxpr_facts.lowers_with_foreign_rules(handles.traced.jaxpr)
                 del handles
                 facts = wrappers.renamed(entry.wrapper, read)
                 return facts, _publish(session, entry, facts), None, foreign
             read = read_handles(handles, shardings=shardings, ref_names=ref_names,
                                 dump=functools.partial(compile_again_dumped, cache=session.host.cache))
             session.host.counts.count_dump(read.dumped)
-            flops = (_compat.flops(handles.compiled)
+            flops = (_compat.executables.flops(handles.compiled)
                      if hold.plan is not None and session.target.runs_here else None)
-            foreign = _compat.lowers_with_foreign_rules(handles.traced.jaxpr)
+            foreign = jaxpr_facts.lowers_with_foreign_rules(handles.traced.jaxpr)
             del handles  # the executable goes once read (end_read, below)
             if not session.target.runs_here:  # the figures are the target's
                 here = read.memory
@@ -216,11 +222,11 @@ def _check_limit(session: Session, entry: Entry, traced: Any, lowered: Any,
         session.publish(lambda: setattr(entry, "memory_limit", limit))
 
 
-def _lower_for_target(target: Target, settings: _compat.ConfigSnapshot, traced: Any
+def _lower_for_target(target: Target, settings: ConfigSnapshot, traced: Any
                       ) -> LoweredVariant:
     """The call's own program lowered for ``target`` under the call's JAX
     ``settings`` (``()``: those in force), holding none of its arrays."""
-    with _compat.applied_config(settings):
+    with applied_config(settings):
         return LoweredVariant.of(traced, target.lower(traced))
 
 
@@ -229,7 +235,7 @@ class TargetCompileError(RuntimeError):
 
 
 def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[Any],
-                  settings: _compat.ConfigSnapshot, facts: Any, fates: Fates,
+                  settings: ConfigSnapshot, facts: Any, fates: Fates,
                   early: EarlyVariant | None, written_flops: float | None,
                   parameters: tuple[str, ...] | None) -> None:
     """The variants the session asks for, and the checkpoint policies of the
@@ -253,13 +259,13 @@ def _alternatives(session: Session, entry: Entry, hold: Hold, shardings: list[An
 
 
 def _measure(session: Session, entry: Entry, hold: Hold, view: Any,
-             plan: remat.RematPlan | None, shardings: list[Any], settings: _compat.ConfigSnapshot,
+             plan: remat.RematPlan | None, shardings: list[Any], settings: ConfigSnapshot,
              facts: Any, fates: Fates, early: EarlyVariant | None,
              written_flops: float | None, parameters: tuple[str, ...] | None) -> None:
     """The donation variants, then the checkpoint policies, of one call; each
     lowering takes the traced program, with its arrays, from ``hold`` just for
     itself."""
-    with _compat.applied_config(settings):
+    with applied_config(settings):
         if session.host.advice != "off" or session.host.request:
             variants = donation_variants.donation_variants(
                 recorded(entry, fates, parameters, session), facts, hold.lowering, shardings,

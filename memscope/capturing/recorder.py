@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -82,7 +83,7 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
             capturing reads on the program's path; the block does not run.
     """
     _refuse_what_cannot_run(stop_after)
-    with _compat.lowering_warnings() as proxy:
+    with _compat.hooks.lowering_warnings(_WarningsProxy) as proxy:
         session = Session(proxy, advise=advise, request=request, stop_after=stop_after,
                           remat_flops=remat_flops,
                           target=target)
@@ -96,9 +97,9 @@ def capture(*, advise: bool | AdviceLevel = False, request: VariantRequest | Non
             session.uncaptured_pmaps += 1
 
         try:
-            with (_compat.patched_make_jit(functools.partial(_stand_in_for_jit, session)),
-                  _compat.pmap_outside_jit(uncaptured_pmap),
-                  _compat.patched_eval_shape(_jitted_of)):
+            with (_compat.hooks.patched_make_jit(functools.partial(_stand_in_for_jit, session)),
+                  _compat.hooks.pmap_outside_jit(uncaptured_pmap),
+                  _compat.hooks.patched_eval_shape(_jitted_of)):
                 yield session
         finally:
             session.active = False
@@ -116,7 +117,7 @@ def _refuse_what_cannot_run(stop_after: int | None) -> None:
     unsupported = _compat.support_problem()
     if unsupported is not None and not _compat.unsupported_allowed():
         raise MemscopeError(unsupported)
-    cannot = _compat.capture_problem()
+    cannot = _compat.hooks.capture_problem()
     if cannot is not None:
         raise MemscopeError(cannot)
     # A logged line, not a Python warning: suites that run with warnings as
@@ -134,7 +135,7 @@ def _stand_in_for_jit(session: Session, jitted: Any, fun: Callable[..., Any],
         return MeasuredJit(jitted, fun, session, options)
     # jax.pmap jits a function of its own around the user's: report it
     # under the user's name; its leaves keep pmap's flat names.
-    user = _compat.pmap_user_function(fun)
+    user = _compat.hooks.pmap_user_function(fun)
     if user is None:
         return jitted
     return MeasuredJit(jitted, fun, session, options, named_after=user)
@@ -177,7 +178,7 @@ def _stand_in(value: Any, session: Session) -> MeasuredJit | None:
     try:
         if isinstance(value, MeasuredJit):
             return None if value._memscope_calls.session is session else value.for_session(session)
-        if not _compat.is_jit_object(value):
+        if not _compat.hooks.is_jit_object(value):
             return None
         fun = getattr(value, "__wrapped__", None)
         if fun is None or is_jax_internal(fun):
@@ -185,3 +186,41 @@ def _stand_in(value: Any, session: Session) -> MeasuredJit | None:
         return MeasuredJit(value, fun, session)
     except Exception:  # a value that answers oddly is not one memscope can measure
         return None
+
+
+class _WarningsProxy:
+    """Stands in for the ``warnings`` module inside JAX's MLIR lowering
+    (:func:`memscope._compat.hooks.lowering_warnings`).
+
+    JAX raises "Some donated buffers were not usable" from ``mlir.py`` while it
+    lowers. The proxy lets the lowering thread record that text and then emits it
+    through the real ``warnings.warn`` one frame up, so the user's filters, the
+    warning's location and its once-per-location registry are exactly JAX's own.
+    """
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def warn(self, message: Any, category: Any = None, stacklevel: int = 1,
+             source: Any = None, **kwargs: Any) -> None:
+        sink = getattr(self._local, "sink", None)
+        if sink is not None:
+            sink.append(str(message))
+        if getattr(self._local, "emit", True):
+            self._real.warn(message, category, stacklevel + 1, source, **kwargs)
+
+    @contextlib.contextmanager
+    def recording(self, *, emit: bool = True) -> Iterator[list[str]]:
+        """Record the lowering's warnings; ``emit=False`` keeps them from the user
+        (for memscope's own compiles of variants the program never runs)."""
+        previous = getattr(self._local, "sink", None), getattr(self._local, "emit", True)
+        sink: list[str] = []
+        self._local.sink, self._local.emit = sink, emit
+        try:
+            yield sink
+        finally:
+            self._local.sink, self._local.emit = previous

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 
 from memscope import _compat
+from memscope.capturing.keys import JitSpec
 
 #: How deep into dicts, lists, tuples and objects' attributes to look, and how
 #: many values to look at in all (a first call's cost stays microseconds).
@@ -85,7 +86,7 @@ def _walk(path: tuple[Any, ...], value: Any, depth: int, seen: set[int]
     seen.add(id(value))
     if isinstance(value, (*_OPAQUE, jax.Array)):
         return
-    if _compat.is_ref(value) or _compat.is_hijax(value):
+    if _compat.values.is_ref(value) or _compat.values.is_hijax(value):
         yield _spelled(path), value
         return
     if depth == 0:
@@ -113,7 +114,7 @@ def _spelled(path: tuple[Any, ...]) -> str:
     return text
 
 
-def static_refs(spec: _compat.JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
+def static_refs(spec: JitSpec, args: tuple[Any, ...], kwargs: dict[str, Any],
                 framework: Any) -> list[tuple[str, Any]]:
     """The Refs a call passes where JAX does not trace them, so that it closes
     over them: its static arguments, or, under a framework's wrapper (Equinox

@@ -204,7 +204,7 @@ class RunSampler:
         arrays = jax.live_arrays()
         try:
             for a in arrays:
-                if _compat.is_address_view(a):
+                if _compat.values.is_address_view(a):
                     continue  # the same buffer as an array counted already
                 aval, sharding = a.aval, a.sharding
                 key = (aval.shape, aval.dtype, sharding)
@@ -373,7 +373,7 @@ class RunSampler:
 def _default_device() -> str | None:
     """``"cpu:0"``: the device a call runs on when no argument commits it to one."""
     try:
-        device = _compat.default_device()
+        device = _compat.hooks.default_device()
         return f"{device.platform}:{device.id}"
     except Exception:  # no backend could start: nothing to name
         return None
@@ -404,7 +404,7 @@ def live_bytes_per_device() -> dict[str, int]:
     arrays = jax.live_arrays()
     try:
         for a in arrays:
-            if _compat.is_address_view(a):
+            if _compat.values.is_address_view(a):
                 continue
             for name, nbytes in per_device_bytes(a.shape, a.dtype, a.sharding, a.nbytes):
                 per_device[name] = per_device.get(name, 0) + nbytes

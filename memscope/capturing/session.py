@@ -132,7 +132,7 @@ class Session:
             return
         self._finished = True
         self._prepare_for_target()
-        if not _compat.backends_initialized():
+        if not _compat.hooks.backends_initialized():
             return  # the program used no device; do not start one now
         self.environment = describe_environment()
         with contextlib.suppress(Exception):
@@ -332,9 +332,13 @@ class Session:
         """The one rule for what memscope records: a call (or an ahead-of-time
         stage) made while the capture is active, at the top level, on concrete
         values (the flat ``leaves``, where known). Anything else passes straight
-        through to JAX with no work of memscope's (see
-        :func:`memscope._compat.is_concrete_call`)."""
-        return self.active and _compat.is_concrete_call(leaves)
+        through to JAX with no work of memscope's: it is staged into an enclosing
+        trace (``jit``, ``grad``, ``eval_shape``, a ``scan`` or ``while_loop``
+        body), or holds tracers that leaked into a call at the top level
+        (``ensure_compile_time_eval``); a tracer has no ``sharding``, no buffer
+        and no address to read."""
+        return (self.active and _compat.hooks.is_top_level_call()
+                and not any(_compat.values.is_tracer(x) for x in leaves))
 
     def lookup(self, key: Any) -> Entry | None:
         return self._by_key.get(key)

@@ -203,7 +203,7 @@ def embedded_buffer_assignment(payloads: Sequence[bytes]) -> bytes | None:
     """The serialized ``BufferAssignmentProto`` inside a serialized executable.
 
     ``payloads`` are the candidates for PJRT's ``ExecutableAndOptionsProto``
-    (:func:`memscope._compat.serialized_executable_payloads`); the first whose
+    (:func:`memscope._compat.executables.serialized_executable_payloads`); the first whose
     executable holds a non-empty assignment wins. What it returns is checked
     like ``memory_analysis()``'s own: against the module by
     :func:`read_buffer_assignment`, and against the figures by the reconciliation.

@@ -113,21 +113,21 @@ class Kept:
                 assignment: bytes | None = built.assignment
                 modules = [] if built.module is None else [built.module]
             else:
-                assignment = _compat.buffer_assignment_bytes(stats)
+                assignment = _compat.executables.buffer_assignment_bytes(stats)
                 modules = ([built.module] if built.module is not None
-                           else _compat.optimized_hlo_module_protos(executable))
+                           else _compat.executables.optimized_hlo_module_protos(executable))
             if assignment is None or len(modules) != 1:
                 return None
             return cls(memory_stats_fields(stats), assignment, modules[0],
                        _kept_inputs(executable), _kept_outputs(executable),
-                       _compat.flops(executable), dict(built.options))
+                       _compat.executables.flops(executable), dict(built.options))
         except Exception:  # read from the executable itself, as without the cache
             return None
 
 
 def memory_stats_fields(stats: Any) -> dict[str, int]:
     """The figures of ``memory_analysis()`` (every integer field this jaxlib
-    gives), without the serialized buffer assignment (:func:`memscope._compat.buffer_assignment_bytes`)."""
+    gives), without the serialized buffer assignment (:func:`memscope._compat.executables.buffer_assignment_bytes`)."""
     return {name: int(getattr(stats, name)) for name in dir(stats)
             if not name.startswith("_") and isinstance(getattr(stats, name, None), int)
             and not isinstance(getattr(stats, name), bool)}
@@ -135,7 +135,7 @@ def memory_stats_fields(stats: Any) -> dict[str, int]:
 
 def memory_stats(fields: dict[str, int], assignment: bytes) -> Any:
     """A stand-in for ``memory_analysis()``'s result, from
-    :func:`memory_stats_fields` and :func:`memscope._compat.buffer_assignment_bytes`."""
+    :func:`memory_stats_fields` and :func:`memscope._compat.executables.buffer_assignment_bytes`."""
     return types.SimpleNamespace(**fields, serialized_buffer_assignment_proto=assignment)
 
 
@@ -195,11 +195,11 @@ class CompileCache:
         everything the compile depends on (see the module's doc); ``None`` where
         it cannot be told (the compile is then made, not kept)."""
         try:
-            facts = (_compat.compile_placement(lowered), target,
+            facts = (_compat.stages.compile_placement(lowered), target,
                      sorted((k, repr(v)) for k, v in options.items()),
-                     _compat.compile_settings(), jax.__version__, jaxlib.__version__,
+                     _compat.stages.compile_settings(), jax.__version__, jaxlib.__version__,
                      os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", ""))
-            module = _compat.module_bytecode(lowered)
+            module = _compat.stages.module_bytecode(lowered)
         except Exception:
             return None
         digest = hashlib.sha256(f"{__version__}\0{_host()}\0".encode())

@@ -86,8 +86,8 @@ def compile_again_dumped(lowered: Any, cache: CompileCache | None) -> tuple[Buil
     XLA's dump, as JAX compiles it (XLA's default options), through ``cache``;
     and whether it was ``"compiled"`` or ``"kept"`` (read from the cache). It
     is compiled from the lowering parsed apart
-    (:func:`memscope._compat.lowered_apart`): JAX's caches keep nothing of it."""
+    (:func:`memscope._compat.stages.lowered_apart`): JAX's caches keep nothing of it."""
     here = HereTarget(dump=True)
-    compiled = compile_to_read(here, None, _compat.lowered_apart(lowered), options={},
+    compiled = compile_to_read(here, None, _compat.stages.lowered_apart(lowered), options={},
                                cache=cache, counted=False)
     return compiled, "compiled" if here.compiles else "kept"

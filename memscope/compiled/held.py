@@ -4,8 +4,8 @@ Held for pending work (a variant's lowering, a read off the program's path), a
 ``jax.stages.Traced`` would keep the arrays the function closes over (a table,
 an embedding) alive after the program let go of them. :class:`WeakConsts`
 holds it with weak references in their place; the values themselves are
-reached through :func:`memscope._compat.traced_consts` and
-:func:`memscope._compat.with_consts`.
+reached through :func:`memscope._compat.stages.traced_consts` and
+:func:`memscope._compat.stages.with_consts`.
 """
 
 from __future__ import annotations
@@ -41,26 +41,26 @@ class WeakConsts:
     def traced(self) -> Any:
         """The traced program with its arrays, for lowering it now; ``None`` where
         one of them is gone (the program let go of it, and of the function)."""
-        jaxpr_consts, hoisted = _compat.traced_consts(self.view)
+        jaxpr_consts, hoisted = _compat.stages.traced_consts(self.view)
         consts = _joined(jaxpr_consts, self.jaxpr_refs)
         again = (None if self.hoisted_refs is None or hoisted is None
                  else _joined(hoisted, self.hoisted_refs))
         if consts is None or (self.hoisted_refs is not None and again is None):
             return None
-        return _compat.with_consts(self.view, consts, again)
+        return _compat.stages.with_consts(self.view, consts, again)
 
 
 def weak_consts(traced: Any) -> WeakConsts:
     """``traced`` (a ``jax.stages.Traced``) split from the arrays it holds
     (:class:`WeakConsts`)."""
-    traced = _compat.without_call_arrays(traced)
-    jaxpr_consts, hoisted = _compat.traced_consts(traced)
+    traced = _compat.stages.without_call_arrays(traced)
+    jaxpr_consts, hoisted = _compat.stages.traced_consts(traced)
     consts, refs = _split(jaxpr_consts)
     hoisted_refs = None
     kept = None
     if hoisted is not None:
         kept, hoisted_refs = _split(hoisted)
-    return WeakConsts(_compat.with_consts(traced, consts, kept), refs, hoisted_refs)
+    return WeakConsts(_compat.stages.with_consts(traced, consts, kept), refs, hoisted_refs)
 
 
 def reading_view(traced: Any) -> Any:
@@ -74,7 +74,7 @@ def _split(values: Any) -> tuple[list[Any], tuple[weakref.ref[Any] | None, ...]]
     kept: list[Any] = []
     refs: list[weakref.ref[Any] | None] = []
     for v in values:
-        if isinstance(v, jax.Array | np.ndarray) and not _compat.is_ref(v):
+        if isinstance(v, jax.Array | np.ndarray) and not _compat.values.is_ref(v):
             kept.append(None)
             refs.append(weakref.ref(v))
         else:

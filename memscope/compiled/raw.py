@@ -19,7 +19,7 @@ def compile_uncached(lowered: Any, options: dict[str, Any] | None = None, *,
 
     ``Lowered.compile()`` keeps the executable on the lowering object; with
     explicit compiler options (empty by default) it does not. With
-    :func:`memscope._compat.with_donation`'s own
+    :func:`memscope._compat.stages.with_donation`'s own
     jaxpr, nothing else keeps it either (see there).
     ``options`` are XLA's debug options (e.g.
     :data:`memscope.compiled.targets.here.UNTUNED_GPU`).
@@ -38,7 +38,7 @@ def compile_uncached(lowered: Any, options: dict[str, Any] | None = None, *,
     if device_memory_size is None:
         return lowered.compile(compiler_options=dict(options or {}))
     edit = functools.partial(_with_device_memory, size=device_memory_size)
-    with _compat.compile_options_edited(edit):
+    with _compat.stages.compile_options_edited(edit):
         return lowered.compile(compiler_options=dict(options or {}))
 
 

@@ -90,8 +90,8 @@ def take_compiled(jitted: Any, args: Sequence[Any], kwargs: dict[str, Any],
     """
     if traced is None:
         traced = jitted.trace(*args, **kwargs)
-    lowered = _compat.lower(traced)
-    return CompiledHandles(_compat.without_call_arrays(traced), lowered, lowered.compile())
+    lowered = _compat.stages.lower(traced)
+    return CompiledHandles(_compat.stages.without_call_arrays(traced), lowered, lowered.compile())
 
 
 def read_handles(handles: CompiledHandles, *, shardings: Sequence[Any] = (),
@@ -124,7 +124,7 @@ def read_stages(traced: Any, lowered: Any, compiled: Any, *,
     cache), else here."""
     stats = compiled.memory_analysis()
     decoded = parse_module(module if module is not None
-                           else _compat.optimized_hlo_module_protos(compiled)[0])
+                           else _compat.executables.optimized_hlo_module_protos(compiled)[0])
     buffers, error = read_buffers(stats, decoded, compiled, assignment)
     scheduled = decoded  # the module the assignment names (and whose schedule is replayed)
     dumped = None
@@ -161,9 +161,9 @@ def read_buffers(stats: Any, module: Any, compiled: Any = None, dumped: bytes | 
     """
     data = dumped
     if data is None and stats is not None:
-        data = _compat.buffer_assignment_bytes(stats)
+        data = _compat.executables.buffer_assignment_bytes(stats)
     if data is None and compiled is not None:
-        data = embedded_buffer_assignment(_compat.serialized_executable_payloads(compiled))
+        data = embedded_buffer_assignment(_compat.executables.serialized_executable_payloads(compiled))
     if data is None:
         return None, ("XLA reported no buffer assignment for this program (neither "
                       "memory_analysis() nor the serialized executable holds one)")
@@ -181,7 +181,7 @@ Dump = Callable[[Any], tuple[Any, str]]
 
 def _dumped_here(lowered: Any) -> tuple[Built, str]:
     """One compile of ``lowered`` with XLA's dump, kept nowhere."""
-    return compile_dumped(_compat.lowered_apart(lowered)), "compiled"
+    return compile_dumped(_compat.stages.lowered_apart(lowered)), "compiled"
 
 
 def _dumped_buffers(lowered: Any, decoded: Any, error: str | None, dump: Dump
@@ -191,7 +191,7 @@ def _dumped_buffers(lowered: Any, decoded: Any, error: str | None, dump: Dump
     read (:attr:`CompiledFacts.dumped`); else ``decoded``, ``None`` and why. For
     XLA:GPU, whose ``memory_analysis()`` and serialized executable carry none.
     That compile is JAX's own (XLA's default options, the autotuner on), of
-    ``lowered`` parsed apart (:func:`memscope._compat.lowered_apart`: JAX's
+    ``lowered`` parsed apart (:func:`memscope._compat.stages.lowered_apart`: JAX's
     caches keep nothing of it), made by ``dump``."""
     try:
         compiled, how = dump(lowered)
@@ -234,7 +234,7 @@ def memory_figures(stats: Any) -> Memory:
 
     argument, output = get("argument_size_in_bytes"), get("output_size_in_bytes")
     alias, temp = get("alias_size_in_bytes"), get("temp_size_in_bytes")
-    xla_peak = _compat.peak_memory_bytes(stats)
+    xla_peak = _compat.executables.peak_memory_bytes(stats)
     peak, rule, text = peak_rule(argument, output, alias, temp, xla_peak)
     return Memory(
         argument_bytes=argument, output_bytes=output, alias_bytes=alias, temp_bytes=temp,
@@ -266,7 +266,7 @@ def compiled_memory(traced: Any, lowered: Any, compiled: Any, *,
     if not any(is_host_kind(getattr(s, "memory_kind", None)) for s in (*shardings, *outputs)):
         return memory
     decoded = parse_module(module if module is not None
-                           else _compat.optimized_hlo_module_protos(compiled)[0])
+                           else _compat.executables.optimized_hlo_module_protos(compiled)[0])
     return by_memory_kind(memory, _program(traced, lowered, compiled, shardings, decoded))
 
 
@@ -349,11 +349,11 @@ def _leaves(infos: Sequence[Any], names: Sequence[str] | None, prefix: str,
             path=path,
             shape=shape,
             dtype=str(info.dtype),
-            nbytes=_compat.leaf_nbytes(shape, info.dtype),
+            nbytes=_compat.values.leaf_nbytes(shape, info.dtype),
             sharding=describe_sharding(sharding),
             shard_shape=shard_shape,
             device_bytes=(None if shard_shape is None
-                          else _compat.leaf_nbytes(shard_shape, info.dtype)),
+                          else _compat.values.leaf_nbytes(shard_shape, info.dtype)),
             memory_kind=getattr(sharding, "memory_kind", None)))
     return tuple(leaves)
 
@@ -376,7 +376,7 @@ def _device_count(shardings: Sequence[Any]) -> int | None:
 @dataclass(frozen=True)
 class _CallLeaves:
     """A call's flat leaves as its compiled program takes and gives them: each
-    hijax value (:func:`memscope._compat.high_layout`) as its arrays.
+    hijax value (:func:`memscope._compat.values.high_layout`) as its arrays.
 
     ``inputs``/``outputs`` are abstract values (shape, dtype), in ``main``'s
     order: the outputs begin with the new values JAX writes back into mutable
@@ -403,9 +403,9 @@ class _CallLeaves:
 def _call_leaves(traced: Any, ref_names: Mapping[int, str]) -> _CallLeaves:
     arg_infos = jax.tree_util.tree_leaves(traced.args_info)
     out_infos = jax.tree_util.tree_leaves(traced.out_info)
-    arg_names = _compat.flat_arg_names(traced)
-    result_paths = _compat.flat_result_paths(traced)
-    high = _compat.high_layout(traced)
+    arg_names = _compat.stages.flat_arg_names(traced)
+    result_paths = _compat.stages.flat_result_paths(traced)
+    high = _compat.values.high_layout(traced)
     if high is not None:
         return _high_call_leaves(traced, high, arg_names, result_paths, ref_names)
     return _CallLeaves(
@@ -428,7 +428,7 @@ def _named(names: tuple[str, ...] | None, count: int) -> tuple[str, ...] | None:
     return names if names is not None and len(names) == count else None
 
 
-def _high_call_leaves(traced: Any, high: _compat.HighLayout, arg_names: tuple[str, ...] | None,
+def _high_call_leaves(traced: Any, high: _compat.values.HighLayout, arg_names: tuple[str, ...] | None,
                       result_paths: tuple[str, ...] | None, ref_names: Mapping[int, str]
                       ) -> _CallLeaves:
     """:class:`_CallLeaves` of a program over hijax values: each value's arrays,
@@ -443,7 +443,7 @@ def _high_call_leaves(traced: Any, high: _compat.HighLayout, arg_names: tuple[st
     out_names = _named(result_paths, len(high.outputs)) or tuple(
         f"result{j}" for j in range(len(high.outputs)))
     const_names = [ref_names.get(id(x), f"closed-over value #{k}")
-                   for k, x in enumerate(_compat.hoisted_consts(traced))]
+                   for k, x in enumerate(_compat.values.hoisted_consts(traced))]
     consts = tuple((aval, name) if value.high else None
                    for value, name in zip(high.consts, const_names, strict=True)
                    for aval, name in zip(value.lo, array_names(value, name), strict=True))
@@ -451,7 +451,7 @@ def _high_call_leaves(traced: Any, high: _compat.HighLayout, arg_names: tuple[st
     written = [(aval, name + WRITTEN_BACK) for k, value in high.written_back
                for aval, name in zip(value.lo, array_names(value, names[k]), strict=True)]
     # (``args_info`` counts the hoisted values' donation flags as the call's own)
-    donated = _compat.traced_donation(traced)[hoisted:]
+    donated = _compat.stages.traced_donation(traced)[hoisted:]
     ins = [(aval, name, flag)
            for value, name, flag in zip(high.inputs, in_names, donated, strict=True)
            for aval, name in zip(value.lo, array_names(value, name), strict=True)]
@@ -464,7 +464,7 @@ def _high_call_leaves(traced: Any, high: _compat.HighLayout, arg_names: tuple[st
         consts=consts, arrays=tuple(len(value.lo) for value in high.inputs), hoisted=hoisted)
 
 
-def array_names(value: _compat.HighValue, name: str) -> list[str]:
+def array_names(value: _compat.values.HighValue, name: str) -> list[str]:
     """Each array of a value of the program, named from the call's name for
     the value: a Flax hijax Variable's as JAX names a plain one's
     (``v.value['a']``), another hijax type's by position (``v#0``)."""
@@ -481,9 +481,9 @@ def _program(traced: Any, lowered: Any, compiled: Any,
              ref_names: Mapping[int, str] | None = None) -> Program:
     ref_names = ref_names or {}
     call = _call_leaves(traced, ref_names)
-    layout = _compat.parameter_layout(lowered)
-    refs = _compat.ref_layout(lowered)
-    main = _compat.main_signature(lowered)
+    layout = _compat.stages.parameter_layout(lowered)
+    refs = _compat.values.ref_layout(lowered)
+    main = _compat.stages.main_signature(lowered)
     arg_inputs: list[int | None] = []
     closed_ref_args: list[int] = []
     closed_hijax: list[tuple[Any, str, int]] = []
@@ -515,13 +515,13 @@ def _program(traced: Any, lowered: Any, compiled: Any,
     if next(kept, None) is not None or closed_left:
         raise CompiledReadError("JAX kept more arguments than the lowered main has")
     result_outputs = _result_outputs(main, refs, len(call.outputs))
-    accesses, closed = _compat.ref_accesses(traced.jaxpr)
+    accesses, closed = _compat.values.ref_accesses(traced.jaxpr)
     if call.arrays is not None:  # per array: a hijax value's are never Refs
         accesses = tuple(a for a, n in zip(accesses[call.hoisted:], call.arrays, strict=True)
                          for _ in range(n))
 
     if module is None:
-        module = _compat.optimized_hlo_module_protos(compiled)[0]
+        module = _compat.executables.optimized_hlo_module_protos(compiled)[0]
     hlo = read_module(module, tuple_args=layout.tuple_args)
     alias_attr = [a.get("tf.aliasing_output") for a in main.args]
     out_shardings = _output_shardings(compiled, len(call.outputs))
@@ -545,7 +545,7 @@ def _program(traced: Any, lowered: Any, compiled: Any,
     )
 
 
-def _result_outputs(main: _compat.MainSignature, refs: _compat.RefLayout | None,
+def _result_outputs(main: _compat.stages.MainSignature, refs: _compat.values.RefLayout | None,
                     outputs: int) -> tuple[int | None, ...]:
     """Per result of ``main``: the output it carries, ``None`` for a token or a
     Ref's new value (aliased to its argument: not one of the call's outputs)."""
@@ -573,7 +573,7 @@ def _closed_refs(lowered: Any, closed: list[tuple[Any, str]], args: list[int],
     """The :class:`Program` fields of the Refs a function closes over, each named
     as the user's code names it (``names``: by ``id``), else ``closed-over Ref #k``.
     The Refs are read here and let go."""
-    kept = _compat.closed_over_refs(lowered)
+    kept = _compat.values.closed_over_refs(lowered)
     access = {id(ref): a for ref, a in closed}
     leaves = []
     for k, ref in enumerate(kept):

@@ -23,7 +23,7 @@ def describe_sharding(sharding: Any) -> str | None:
         text = f"{device.platform}:{device.id}"
     elif isinstance(sharding, jax.sharding.NamedSharding):
         axes = ",".join(f"{name}={size}" for name, size in sharding.mesh.shape.items())
-        text = f"{_compat.partition_spec_text(sharding.spec)} on {axes}"
+        text = f"{_compat.values.partition_spec_text(sharding.spec)} on {axes}"
     else:
         text = f"{type(sharding).__name__} over {len(sharding.device_set)} devices"
     kind = getattr(sharding, "memory_kind", None)

@@ -1,15 +1,16 @@
 """Lowering a traced call with another donation, and compiling the lowered variants.
 
 Each variant is the very program JAX traced for the call, lowered again with
-another donation (:func:`memscope._compat.with_donation`) for the capture's
+another donation (:func:`memscope._compat.stages.with_donation`) for the capture's
 target, compiled through the one cached call and read like the program that
 ran (:meth:`memscope.compiled.targets.Target.read`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -24,6 +25,37 @@ from memscope.compiled.targets.base import Target
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: Every JAX setting as the calling thread saw it (:func:`config_snapshot`).
+ConfigSnapshot = tuple[tuple[Any, Any], ...]
+
+
+def config_snapshot() -> ConfigSnapshot:
+    """Every JAX setting as the calling thread sees it.
+
+    JAX keeps ``with jax.enable_x64(...)`` and ``with jax.sharding.use_mesh(...)``
+    settings per thread, and its lowering reads them; memscope's worker lowers a
+    call's variants under the values the call itself ran with
+    (:func:`applied_config`).
+    """
+    return tuple((setting, setting.value) for setting in _compat.hooks.thread_settings())
+
+
+@contextlib.contextmanager
+def applied_config(snapshot: ConfigSnapshot) -> Iterator[None]:
+    """Set, for this thread only, each value of ``snapshot`` that differs here."""
+    with contextlib.ExitStack() as stack:
+        for setting, value in snapshot:
+            if not _same(setting.value, value):
+                stack.enter_context(_compat.hooks.set_for_thread(setting, value))
+        yield
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except Exception:  # values without a plain equality (arrays)
+        return False
 
 
 @dataclass(frozen=True)
@@ -41,7 +73,7 @@ class LoweredVariant:
         """``traced`` and its ``lowered`` program as kept for the compile and the
         read: holding none of the program's arrays (the constants it closes
         over), whose types alone are compiled."""
-        return cls(reading_view(traced), _compat.without_const_args(lowered), what)
+        return cls(reading_view(traced), _compat.stages.without_const_args(lowered), what)
 
 
 def lower_variant(traced: Any, donated: Sequence[bool], target: Target,
@@ -54,14 +86,14 @@ def lower_variant(traced: Any, donated: Sequence[bool], target: Target,
     the caller decides what to do with them. ``what`` says which donation it
     is, after the function's name, where progress is shown.
     """
-    variant = _compat.with_donation(traced, tuple(donated))
+    variant = _compat.stages.with_donation(traced, tuple(donated))
     return LoweredVariant.of(variant, target.lower(variant),
                              f"{traced.fun_name} {what}")
 
 
 def compile_variants(variants: Sequence[LoweredVariant], target: Target, *,
                      shardings: Sequence[Any] = (), workers: int | None = None,
-                     pool: Executor | None = None, settings: _compat.ConfigSnapshot = (),
+                     pool: Executor | None = None, settings: ConfigSnapshot = (),
                      cache: CompileCache | None = None) -> list[CompiledFacts | Exception]:
     """Compile lowered variants for ``target`` (lowered by :func:`lower_variant`
     for it) and read them; one real XLA compile each, or none where ``cache``
@@ -75,7 +107,7 @@ def compile_variants(variants: Sequence[LoweredVariant], target: Target, *,
     least ``workers`` threads) runs the compiles themselves, and only them: the
     reading, Python that holds the GIL, stays on the calling thread. The
     compiles run under the JAX ``settings`` given (see
-    :func:`memscope._compat.config_snapshot`).
+    :func:`config_snapshot`).
     """
     def compile_one(v: LoweredVariant) -> Any:
         return compile_lowered(v, target, settings, cache)
@@ -108,14 +140,14 @@ def side_by_side(fn: Callable[[T], R], items: Sequence[T], *, pool: Executor | N
         return list(own.map(fn, items))
 
 
-def compile_lowered(v: LoweredVariant, target: Target, settings: _compat.ConfigSnapshot = (),
+def compile_lowered(v: LoweredVariant, target: Target, settings: ConfigSnapshot = (),
                     cache: CompileCache | None = None, *, counted: bool = True
                     ) -> Built | Kept | Exception:
     """The one XLA compile of a lowered variant for ``target`` (outside the GIL),
     or what ``cache`` kept of it (:func:`~memscope.compiled.compile.compile_to_read`,
     a hit ``counted`` as a variant's); its exception where it fails."""
     try:
-        with _compat.applied_config(settings):
+        with applied_config(settings):
             return compile_to_read(target, v.traced, v.lowered, cache=cache, counted=counted,
                                    what=v.what)
     except Exception as e:  # reported with the variant; the program is unaffected

@@ -17,7 +17,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from memscope import _compat
 from memscope.analysis import advice
 from memscope.analysis.advice import AdviceLevel
 from memscope.analysis.fates import Fates, classify
@@ -31,6 +30,7 @@ from memscope.report.paths import bounded_leaves
 from memscope.variants.compile import (
     LoweredVariant,
     compile_variants,
+    config_snapshot,
     lower_variant,
     read_variant,
 )
@@ -206,7 +206,7 @@ def _compiled(call: Call, pending: list[tuple[VariantFacts, LoweredVariant]],
                                shardings=shardings, workers=None if ended else 1,
                                pool=None if ended else host.worker.compiler_for(
                                    host.target.runs_here),
-                               settings=_compat.config_snapshot(), cache=host.cache)
+                               settings=config_snapshot(), cache=host.cache)
     return [_recorded(call, ready, result)
             for (ready, _), result in zip(pending, results, strict=True)]
 

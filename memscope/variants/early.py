@@ -37,7 +37,13 @@ import numpy as np
 from memscope import _compat
 from memscope.report.function import MEANINGFUL_SAVING
 from memscope.variants import jaxpr_facts
-from memscope.variants.compile import LoweredVariant, compile_lowered, lower_variant
+from memscope.variants.compile import (
+    ConfigSnapshot,
+    LoweredVariant,
+    applied_config,
+    compile_lowered,
+    lower_variant,
+)
 from memscope.variants.donation import Argument, Donation, Spelling, advised
 from memscope.variants.donation_variants import Host, TracedSource
 
@@ -134,7 +140,7 @@ def predict(traced: Any, leaves: Sequence[Any], arguments: Sequence[Argument],
     closed = traced.jaxpr
     jaxpr = closed.jaxpr
     n = len(leaves)
-    if (any(_compat.traced_donation(traced)) or closed.effects
+    if (any(_compat.stages.traced_donation(traced)) or closed.effects
             or sum(len(a.leaves) for a in arguments) != n or len(jaxpr.invars) < n
             or jaxpr_facts.count_equations(closed, MIN_EQUATIONS) < MIN_EQUATIONS):
         return None
@@ -171,7 +177,7 @@ def predict(traced: Any, leaves: Sequence[Any], arguments: Sequence[Argument],
 
 
 def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
-          settings: _compat.ConfigSnapshot) -> None:
+          settings: ConfigSnapshot) -> None:
     """Lower the predicted variant and start its compile in the worker's
     low-priority compile threads (a job for the worker thread). ``traced_now()``
     is a context giving the call's traced program, with its arrays, for the
@@ -180,13 +186,13 @@ def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
     try:
         with traced_now() as traced:
             if (traced is None or host.worker.cancelled
-                    or _compat.lowers_with_foreign_rules(traced.jaxpr)):
+                    or jaxpr_facts.lowers_with_foreign_rules(traced.jaxpr)):
                 return  # (lowering runs the program's own rules: not while it runs)
             _start_own(early, traced, host, settings)
             if early.mask is None:
                 return
             with (host.recording_warnings(emit=False) as warnings,
-                  _compat.applied_config(settings)):
+                  applied_config(settings)):
                 lowered = lower_variant(traced, early.mask, host.target,
                                         "with the advised donation")
         early.lowered, early.warnings = lowered, tuple(warnings)
@@ -200,7 +206,7 @@ def start(early: EarlyVariant, traced_now: TracedSource, host: Host,
 
 
 def _start_own(early: EarlyVariant, traced: Any, host: Host,
-               settings: _compat.ConfigSnapshot) -> None:
+               settings: ConfigSnapshot) -> None:
     """For a ``--target``: the call's own program lowered for it, its compile
     begun at once (the reading takes it: :meth:`EarlyVariant.take_own`). An
     accelerator's compile holds no device memory of the program's, and XLA's
@@ -210,7 +216,7 @@ def _start_own(early: EarlyVariant, traced: Any, host: Host,
     if host.target.runs_here:
         return
     try:
-        with host.recording_warnings(emit=False), _compat.applied_config(settings):
+        with host.recording_warnings(emit=False), applied_config(settings):
             lowered = host.target.lower(traced)
         own = LoweredVariant.of(traced, lowered, f"{traced.fun_name} as written")
         host.target.expect()
@@ -222,7 +228,7 @@ def _start_own(early: EarlyVariant, traced: Any, host: Host,
 
 
 def _unless_cancelled(host: Host, early: EarlyVariant, lowered: LoweredVariant,
-                      settings: _compat.ConfigSnapshot) -> Any:
+                      settings: ConfigSnapshot) -> Any:
     """The compile, once JAX's call has returned, unless the report stopped
     waiting for variants (Ctrl-C) before it began: the process then ends without it."""
     early.released.wait()
@@ -247,10 +253,10 @@ def _key(aval: Any) -> tuple[Any, ...]:
 
 
 def _bytes(aval: Any) -> int:
-    """Bytes of an array or aval (:func:`memscope._compat.leaf_nbytes`: a PRNG
+    """Bytes of an array or aval (:func:`memscope._compat.values.leaf_nbytes`: a PRNG
     key by its physical representation, as the compiled program's figures);
     0 for anything without a shape and dtype JAX knows."""
     try:
-        return _compat.leaf_nbytes(tuple(aval.shape), aval.dtype)
+        return _compat.values.leaf_nbytes(tuple(aval.shape), aval.dtype)
     except Exception:
         return 0

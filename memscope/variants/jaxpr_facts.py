@@ -3,8 +3,8 @@ the checkpoint-policy variants (:mod:`memscope.variants.remat`): what a
 differentiation saves, the checkpoints and names the user already wrote,
 whether a function differentiates at all, and its size.
 
-The jaxpr is walked through :func:`memscope._compat.all_eqns` and the
-residuals listed by :func:`memscope._compat.saved_residual_listing`; the rest
+The jaxpr is walked through :func:`memscope._compat.stages.all_eqns` and the
+residuals listed by :func:`memscope._compat.stages.saved_residual_listing`; the rest
 reads JAX's public objects (``jax.checkpoint_policies``) and its own words.
 """
 
@@ -50,7 +50,7 @@ def saved_residuals(fun: Callable[..., Any], primals: tuple[Any, ...]
     ``from the argument x``, ``from a constant``, ...; the primitive and source
     line are read from those words, the only form all supported series share.
     """
-    listing = _compat.saved_residual_listing(fun, primals)
+    listing = _compat.stages.saved_residual_listing(fun, primals)
     result = []
     for aval, text in listing:
         match = _RESIDUAL_TEXT.match(text)
@@ -69,7 +69,7 @@ def checkpoint_policies(jaxpr: Any) -> tuple[tuple[str, ...], bool]:
     whether it has a ``scan``: the rematerialization the user already wrote."""
     names: list[str] = []
     scan = False
-    for eqn in _compat.all_eqns(jaxpr):
+    for eqn in _compat.stages.all_eqns(jaxpr):
         if eqn.primitive.name in ("checkpoint", "remat2", "remat"):
             policy = eqn.params.get("policy")
             names.append(policy_name(policy))
@@ -85,7 +85,7 @@ def transposes(jaxpr: Any) -> bool:
     nothing in reverse mode, and is not traced again to look for it.
     """
     return any("transpose(" in str(eqn.source_info.name_stack)
-               for eqn in _compat.all_eqns(jaxpr))
+               for eqn in _compat.stages.all_eqns(jaxpr))
 
 
 def policy_name(policy: Any) -> str:
@@ -121,7 +121,7 @@ def policy_name(policy: Any) -> str:
 def checkpoint_names(jaxpr: Any) -> tuple[str, ...]:
     """The names ``jax.ad_checkpoint.checkpoint_name`` gave values in ``jaxpr``
     (a closed jaxpr), in order of first use (the ``name`` primitive, 0.7 to 0.10)."""
-    names = [str(eqn.params.get("name")) for eqn in _compat.all_eqns(jaxpr)
+    names = [str(eqn.params.get("name")) for eqn in _compat.stages.all_eqns(jaxpr)
              if eqn.primitive.name == "name" and eqn.params.get("name") is not None]
     return tuple(dict.fromkeys(names))
 
@@ -129,7 +129,7 @@ def checkpoint_names(jaxpr: Any) -> tuple[str, ...]:
 def count_equations(jaxpr: Any, limit: int) -> int:
     """The equations of ``jaxpr`` and the jaxprs inside it, counted up to ``limit``."""
     count = 0
-    for _ in _compat.all_eqns(jaxpr):
+    for _ in _compat.stages.all_eqns(jaxpr):
         count += 1
         if count >= limit:
             break
@@ -151,6 +151,43 @@ def traced_once(fun: Callable[..., Any], primals: tuple[Any, ...]) -> Callable[.
     def replay(*args: Any) -> Any:
         flat = jax.tree_util.tree_leaves(args)
         return jax.tree_util.tree_unflatten(
-            out_tree, _compat.eval_jaxpr(closed, *flat))
+            out_tree, _compat.stages.eval_jaxpr(closed, *flat))
 
     return functools.wraps(fun)(replay) if hasattr(fun, "__name__") else replay
+
+
+def lowers_with_foreign_rules(jaxpr: Any) -> bool:
+    """True when lowering ``jaxpr`` runs code from outside JAX: a lowering rule
+    registered with ``mlir.register_lowering`` by the program or a library
+    (Equinox's primitives), directly or through ``mlir.lower_fun(impl)``. Such
+    code may count or print, as Equinox's own tests do."""
+    seen: set[Any] = set()
+    for eqn in _compat.stages.all_eqns(jaxpr):
+        primitive = eqn.primitive
+        if primitive in seen:
+            continue
+        seen.add(primitive)
+        if any(_runs_foreign_code(rule) for rule in _compat.stages.lowering_rules(primitive)):
+            return True
+    return False
+
+
+def _runs_foreign_code(fun: Any, depth: int = 3) -> bool:
+    """Whether ``fun``, or a function it closes over or is a partial of (to
+    ``depth``), is defined outside JAX."""
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    module = getattr(fun, "__module__", None) or ""
+    if module.split(".")[0] not in ("jax", "jaxlib"):
+        return True
+    if depth == 0:
+        return False
+    for cell in getattr(fun, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if callable(value) and not isinstance(value, type) \
+                and _runs_foreign_code(value, depth - 1):
+            return True
+    return False

@@ -3,7 +3,7 @@
 For a captured function that differentiates (``jax.grad``, ``value_and_grad``,
 ``vjp``, or a framework's wrapper over them), memscope traces the function
 again, off the program's path, with JAX's reverse-mode entry point hooked
-(:func:`memscope._compat.vjp_hook`):
+(:func:`memscope._compat.hooks.vjp_hook`):
 
 - once to list each differentiation's residuals with JAX's own
   ``saved_residuals`` (shape, dtype, primitive, source line);
@@ -54,7 +54,7 @@ from memscope.report import (
     ResidualLine,
 )
 from memscope.variants import jaxpr_facts
-from memscope.variants.compile import LoweredVariant
+from memscope.variants.compile import ConfigSnapshot, LoweredVariant, applied_config
 from memscope.variants.donation_variants import LET_GO, Host, TracedSource, VariantFacts
 
 #: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
@@ -136,7 +136,7 @@ def _fresh_jit(fun: Callable[..., Any], options: dict[str, Any]) -> Any:
     def again(*args: Any, **kwargs: Any) -> Any:
         return fun(*args, **kwargs)
 
-    jitted = _compat.make_jit(again, options)
+    jitted = _compat.hooks.make_jit(again, options)
     return getattr(jitted, "_memscope_jitted", jitted)
 
 
@@ -171,7 +171,7 @@ def _find(fun: Callable[..., Any], options: dict[str, Any],
         return once if replay else None
 
     args, kwargs = call
-    with silenced(), _frameworks.retrace_context(fun), _compat.vjp_hook(hook):
+    with silenced(), _frameworks.retrace_context(fun), _compat.hooks.vjp_hook(hook):
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     return found, traced
 
@@ -198,10 +198,10 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
         return jax.checkpoint(f, policy=chosen)
 
     args, kwargs = call
-    with silenced(), _frameworks.retrace_context(fun), _compat.vjp_hook(hook):
+    with silenced(), _frameworks.retrace_context(fun), _compat.hooks.vjp_hook(hook):
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
-        traced = _compat.with_donation(traced, donated)
+        traced = _compat.stages.with_donation(traced, donated)
     return traced, (target if target is not None else HereTarget()).lower(traced)
 
 
@@ -284,7 +284,7 @@ def code(diff: Differentiation, policy: str, names: Sequence[str] = ()) -> str:
 def differentiation(found: Found) -> Differentiation:
     """``found`` as report data: residuals with their bytes, grouped by line."""
     residuals = tuple(
-        Residual(shape=r.shape, dtype=r.dtype, bytes=_compat.leaf_nbytes(r.shape, r.dtype),
+        Residual(shape=r.shape, dtype=r.dtype, bytes=_compat.values.leaf_nbytes(r.shape, r.dtype),
                  origin=r.text, primitive=r.primitive,
                  source=_shown(r.source))
         for r in found.residuals)
@@ -503,7 +503,7 @@ def plan_call(fun: Callable[..., Any], options: dict[str, Any], args: tuple[Any,
 
 
 def measure_call(plan: RematPlan, facts: CompiledFacts, view: Any, traced: TracedSource,
-                 written_flops: float | None, settings: _compat.ConfigSnapshot,
+                 written_flops: float | None, settings: ConfigSnapshot,
                  variants: Sequence[VariantFacts], host: Host) -> Remat | None:
     """Residuals and checkpoint policies of a recorded call, measured (see
     :func:`analyse`); ``view`` is the call's traced program without its arrays,
@@ -522,7 +522,7 @@ def measure_call(plan: RematPlan, facts: CompiledFacts, view: Any, traced: Trace
             with traced() as program:
                 if program is None:
                     return Remat(differentiations=(), error=LET_GO)
-                lowered = _compat.without_const_args(target.lower(program))
+                lowered = _compat.stages.without_const_args(target.lower(program))
                 flops = target.flops(program, compile_to_read(
                     target, reading_view(program), lowered, cache=host.cache,
                     counted=False))
@@ -536,7 +536,7 @@ def measure_call(plan: RematPlan, facts: CompiledFacts, view: Any, traced: Trace
 
     def compile_in(thunk: Callable[[], Any]) -> Any:
         def run() -> Any:
-            with _compat.applied_config(settings):
+            with applied_config(settings):
                 return thunk()
         if host.worker.draining:
             return run()

@@ -107,9 +107,9 @@ def assigned(lowered: Any) -> tuple[Any, Any, Any]:
     from memscope.compiled.hlo import parse_module
 
     compiled = lowered.compile()
-    data = _compat.buffer_assignment_bytes(compiled.memory_analysis())
+    data = _compat.executables.buffer_assignment_bytes(compiled.memory_analysis())
     if data is not None:
-        module = parse_module(_compat.optimized_hlo_module_protos(compiled)[0])
+        module = parse_module(_compat.executables.optimized_hlo_module_protos(compiled)[0])
         return module, read_buffer_assignment(data, module), compiled.as_text()
     built = compile_dumped(lowered)
     assert built.module is not None and built.assignment is not None

@@ -77,7 +77,7 @@ def run_on_cpu(name: str) -> None:
     Raises:
         TargetSetupError: JAX has started its backends already.
     """
-    if _compat.backends_initialized():
+    if _compat.hooks.backends_initialized():
         raise TargetSetupError(f"--target {name} must be set up before JAX starts "
                                f"(it has, with {len(jax.devices())} "
                                f"{jax.default_backend()} devices)")
@@ -305,7 +305,7 @@ class Target:
         Raises:
             TargetMismatch: it names a device the target does not have.
         """
-        if _compat.is_unspecified_sharding(s) or isinstance(s, jax.sharding.AbstractMesh):
+        if _compat.targets.is_unspecified_sharding(s) or isinstance(s, jax.sharding.AbstractMesh):
             return s
         if isinstance(s, jax.sharding.Mesh):
             return s if s.empty else self._mesh(s)
@@ -397,7 +397,7 @@ class Target:
     def flops(self, traced: Any, compiled: Built | Kept) -> float | None:
         """The FLOPs of ``compiled`` (the target's compile of ``traced``), by XLA's
         cost analysis of it; ``None`` where it gives none."""
-        return _compat.flops(pieces(compiled)[0])
+        return _compat.executables.flops(pieces(compiled)[0])
 
     def _memory(self, facts: CompiledFacts) -> Memory:
         """The figures as the target's peak rule reads them (by default, as here)."""
@@ -426,13 +426,13 @@ def retargeted(traced: Any, devices: dict[int, Any], platform: str,
     lowering rules (``lowering_platforms``, JAX's cross-platform lowering). Its
     shardings name devices by their place in the device assignment, so the
     target's devices take the places of this machine's, id for id (what JAX
-    compiles with: :func:`memscope._compat.mesh_compile_args`).
+    compiles with: :func:`memscope._compat.targets.mesh_compile_args`).
 
     Raises:
         LookupError: the call's devices name one ``devices`` lacks (its id).
     """
     lowered = traced.lower(lowering_platforms=(platform,))
-    args = dict(_compat.mesh_compile_args(lowered))
+    args = dict(_compat.targets.mesh_compile_args(lowered))
     first = next(iter(devices.values()))
     args["backend"] = first.client
     args["in_shardings"] = tuple(sharding(s) for s in args["in_shardings"])
@@ -442,8 +442,8 @@ def retargeted(traced: Any, devices: dict[int, Any], platform: str,
                                                for s in args["intermediate_shardings"])
     if args.get("context_mesh") is not None:
         args["context_mesh"] = sharding(args["context_mesh"])
-    assignment = _compat.device_assignment(lowered)
-    return _compat.with_compile_args(lowered, args, None if assignment is None else tuple(
+    assignment = _compat.targets.device_assignment(lowered)
+    return _compat.targets.with_compile_args(lowered, args, None if assignment is None else tuple(
         _target_device(devices, d) for d in assignment))
 
 

@@ -197,7 +197,7 @@ def load_compiler(kind: str) -> None:
     Raises:
         TargetSetupError: it could not be installed or loaded.
     """
-    if _compat.pjrt_plugin_loaded(kind) or in_environment(kind):
+    if _compat.targets.pjrt_plugin_loaded(kind) or in_environment(kind):
         return
     library = install(compiler(kind))
     if kind == "tpu":
@@ -207,9 +207,9 @@ def load_compiler(kind: str) -> None:
     try:
         with stderr_to_nowhere():  # its warnings about the devices this machine lacks
             if kind == "cuda":
-                _compat.load_cuda_plugin(str(library))
+                _compat.targets.load_cuda_plugin(str(library))
             else:
-                _compat.load_tpu_plugin(str(library))
+                _compat.targets.load_tpu_plugin(str(library))
     except Exception as e:
         raise TargetSetupError(f"{compiler(kind).title} at {library} could not be "
                                f"loaded ({type(e).__name__}: {e})") from None

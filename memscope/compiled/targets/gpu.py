@@ -526,8 +526,8 @@ class GpuTarget(Target):
     def flops(self, traced: Any, compiled: Built | Kept) -> float | None:
         """XLA:GPU's count where it gives one; else the unoptimized program's,
         lowered here (no compile): the same rule for every variant compared."""
-        found = _compat.flops(pieces(compiled)[0])
-        return found if found is not None else _compat.flops(_compat.lower(traced))
+        found = _compat.executables.flops(pieces(compiled)[0])
+        return found if found is not None else _compat.executables.flops(_compat.stages.lower(traced))
 
     def info(self) -> TargetInfo:
         model = self.spec.model

@@ -76,13 +76,13 @@ class HereTarget(Target):
         return s
 
     def lower(self, traced: Any) -> Any:
-        return _compat.lower(traced)
+        return _compat.stages.lower(traced)
 
     def _compile(self, lowered: Any, options: dict[str, Any] | None) -> Built:
         """Where ``memory_analysis()`` carries the buffer assignment (XLA:CPU), the
         compile alone; elsewhere (XLA:GPU) made with XLA's dump, which holds it.
         Not kept in JAX's caches either way."""
-        if not self.dump and _compat.assignment_in_memory_analysis(lowered):
+        if not self.dump and _compat.stages.assignment_in_memory_analysis(lowered):
             return Built(compile_uncached(lowered, options), None, None)
         return compile_dumped(lowered, options)
 

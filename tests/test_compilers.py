@@ -24,7 +24,7 @@ from memscope.compiled.targets.base import TargetSetupError
 
 
 def test_the_pins_are_the_ones_jaxs_own_extras_name() -> None:
-    cuda, tpu = compilers.compiler("cuda"), compilers.compiler("tpu")
+    cuda, tpu = compilers.kept_compiler("cuda"), compilers.kept_compiler("tpu")
     assert cuda.requirements == (f"jax-cuda13-plugin=={jaxlib.__version__}",
                                  "nvidia-cuda-nvcc>=13")
     (libtpu,) = tpu.requirements
@@ -48,7 +48,7 @@ def _fake_pip(monkeypatch: pytest.MonkeyPatch, calls: list[Path], *, fails: bool
 def test_an_install_is_made_apart_then_moved_whole_and_made_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMSCOPE_COMPILERS_DIR", str(tmp_path))
-    c = compilers.compiler("tpu")
+    c = compilers.kept_compiler("tpu")
     calls: list[Path] = []
     _fake_pip(monkeypatch, calls)
     assert not c.installed
@@ -62,7 +62,7 @@ def test_an_install_is_made_apart_then_moved_whole_and_made_once(
 def test_a_failed_install_leaves_nothing_and_says_how_in_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMSCOPE_COMPILERS_DIR", str(tmp_path))
-    c = compilers.compiler("cuda")
+    c = compilers.kept_compiler("cuda")
     monkeypatch.setattr(compilers, "install_command", lambda c, target, quiet=True: (
         [sys.executable, "-c", "import sys; sys.exit('no index has it')"] if quiet else
         ["pip", "install", "--target", str(target), *c.requirements]))
@@ -78,7 +78,7 @@ def test_a_failed_install_leaves_nothing_and_says_how_in_one_line(
 
 
 KEPT = [kind for kind in ("tpu", "cuda")
-        if compilers.compiler(kind).installed and not compilers.in_environment(kind)]
+        if compilers.kept_compiler(kind).installed and not compilers.in_environment(kind)]
 
 
 @pytest.mark.skipif(not KEPT, reason="no compiler in memscope's folder alone "

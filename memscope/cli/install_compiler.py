@@ -25,7 +25,7 @@ def install_compiler(kinds: tuple[str, ...]) -> None:
     # A reader gone after the first kind's line does not stop the second's install.
     with printing() as out:
         for kind in kinds:
-            kept = compilers.compiler(KINDS[kind])
+            kept = compilers.kept_compiler(KINDS[kind])
             if compilers.in_environment(kept.kind):
                 click.echo(f"memscope: {kept.title} is installed in this Python "
                            "environment, where JAX loads it itself; memscope uses that one",

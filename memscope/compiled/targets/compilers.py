@@ -100,7 +100,7 @@ def _folder_name(requirement: str) -> str:
 PACKAGES = {"tpu": ("libtpu", "tpu"), "cuda": ("jax-cuda13-plugin", "cuda13-local")}
 
 
-def compiler(kind: str) -> Compiler:
+def kept_compiler(kind: str) -> Compiler:
     """The compiler of ``kind`` (``tpu``, ``cuda``) this JAX pins."""
     if kind not in PACKAGES:
         raise ValueError(f"no compiler of kind {kind!r}")
@@ -139,7 +139,7 @@ def version(kind: str) -> str | None:
             return importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             return None
-    c = compiler(kind)
+    c = kept_compiler(kind)
     if not c.installed:
         return None
     for found in importlib.metadata.distributions(path=[str(c.folder)]):
@@ -199,7 +199,7 @@ def load_compiler(kind: str) -> None:
     """
     if _compat.targets.pjrt_plugin_loaded(kind) or in_environment(kind):
         return
-    library = install(compiler(kind))
+    library = install(kept_compiler(kind))
     if kind == "tpu":
         # libtpu locks /tmp/libtpu_lockfile for the one process that may drive
         # TPUs; compile-only devices drive none (see memscope.compiled.targets.tpu)
@@ -211,7 +211,7 @@ def load_compiler(kind: str) -> None:
             else:
                 _compat.targets.load_tpu_plugin(str(library))
     except Exception as e:
-        raise TargetSetupError(f"{compiler(kind).title} at {library} could not be "
+        raise TargetSetupError(f"{kept_compiler(kind).title} at {library} could not be "
                                f"loaded ({type(e).__name__}: {e})") from None
 
 
@@ -235,7 +235,7 @@ def in_environment(kind: str) -> bool:
 def own_ptxas() -> str | None:
     """The ptxas memscope's own CUDA compiler comes with, where it is installed."""
     try:
-        c = compiler("cuda")
+        c = kept_compiler("cuda")
     except TargetSetupError:
         return None
     for folder in ("cu13", "cuda_nvcc"):

@@ -415,7 +415,7 @@ def _check_installed(spec: GpuSpec) -> None:
         compilers.load_compiler("cuda")
     if ptxas() is None:
         where = ("beside the CUDA plugin JAX finds" if _plugin()
-                 else f"in {compilers.compiler('cuda').folder}")
+                 else f"in {compilers.kept_compiler('cuda').folder}")
         raise TargetSetupError(f"--target {spec.name} needs ptxas, XLA:GPU's assembler, "
                                f"and there is none {where}: pip install "
                                f'"nvidia-cuda-nvcc>=13"')

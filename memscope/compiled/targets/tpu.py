@@ -152,7 +152,7 @@ def make_target(spec: TpuSpec) -> TpuTarget:
 def available() -> bool:
     """Whether libtpu is here without installing anything: in the Python
     environment (JAX loads it there) or in memscope's own folder (:mod:`compilers`)."""
-    return compilers.in_environment("tpu") or compilers.compiler("tpu").installed
+    return compilers.in_environment("tpu") or compilers.kept_compiler("tpu").installed
 
 
 def _check_installed(spec: TpuSpec) -> None:

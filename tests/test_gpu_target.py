@@ -229,7 +229,7 @@ def test_a_compiler_that_cannot_be_installed_is_one_line_naming_the_install(
     monkeypatch.setattr(compilers, "in_environment", lambda kind: False)
     monkeypatch.setattr(_compat.targets, "pjrt_plugin_loaded", lambda kind: False)
     monkeypatch.setenv("MEMSCOPE_COMPILERS_DIR", str(tmp_path))
-    monkeypatch.setattr(compilers, "compiler", lambda kind: compilers.Compiler(
+    monkeypatch.setattr(compilers, "kept_compiler", lambda kind: compilers.Compiler(
         "cuda", ("memscope-no-such-package==0.0.1",), tmp_path / "c",
         tmp_path / "c" / "xla_cuda_plugin.so", True))
     with pytest.raises(TargetSetupError) as raised:

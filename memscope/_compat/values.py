@@ -22,58 +22,10 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, _jax.core.Tracer)
 
 
-def buffer_failure(x: Any, *, wait: bool = False) -> Exception | None:
-    """The error ``x``'s computation ended in; ``None`` when it did not, or when it
-    is still running and ``wait`` is false.
-
-    An array whose computation failed holds the error instead of a buffer, and
-    reading its address aborts the process (``Check failed:
-    buffer_.IsConcrete()``). A ready array is checked at once; the error, caught
-    here, stays in the array for the program to meet where it would have
-    without memscope.
-    """
-    x = _physical(x)
-    try:
-        if wait or x.is_ready():
-            x.block_until_ready()  # at once when ready; raises the error it holds
-    except Exception as e:  # the computation's own error, held by the array
-        return e
-    return None
-
-
-def _physical(x: Any) -> Any:
-    # A PRNG key array holds its buffer in a uint32 array of its own.
+def physical_array(x: Any) -> Any:
+    """The array that holds ``x``'s buffer: a PRNG key array's data, a uint32
+    array of its own (its private ``_base_array``); else ``x`` itself."""
     return getattr(x, "_base_array", x)
-
-
-def is_ready(x: Any) -> bool:
-    """``x.is_ready()``: its computation has ended (a key array's, of its data)."""
-    return bool(_physical(x).is_ready())
-
-
-def allocated_late(x: Any) -> bool:
-    """True when ``x``, a pending array on CPU, may have no buffer yet: XLA:CPU
-    allocates a call's outputs only when the call runs on jaxlib 0.10 always
-    (``PjRtCpuClient::AllocateRawBufferForExecute`` makes delayed memory), and
-    on the other series where an input was pending or, on a loaded machine,
-    where the call was queued (seen on 0.7).
-    Reading the address of such a buffer before it exists, or of one whose
-    allocation failed (RESOURCE_EXHAUSTED), aborts the process (``Check
-    failed: buffer_.IsConcrete()``)."""
-    x = _physical(x)
-    return not x.is_ready() and any(d.platform == "cpu" for d in x.devices())
-
-
-def no_buffer(x: Any, *, wait: bool = False) -> bool:
-    """True where ``x``'s buffer address must not be read now: it may not exist
-    yet (:func:`allocated_late`), or its computation failed (the error stays in
-    the array for the program). ``wait``: such an array is waited for first
-    (a first call's inputs and outputs, once per signature); otherwise it is
-    not read (waiting would move where the program meets its own errors)."""
-    pending = allocated_late(x)
-    if pending and not wait:
-        return True
-    return buffer_failure(x, wait=pending) is not None
 
 
 def partition_spec_text(spec: Any) -> str:
@@ -126,9 +78,12 @@ def ref_addresses(x: Any) -> tuple[int, ...] | None:
     device the Ref's own ``unsafe_buffer_pointer()`` reads the current buffer
     (and, unlike ``addressable_data(0)``, leaves no per-device array object
     behind for ``jax.live_arrays()`` to count); on several, ``addressable_data(i)``.
+
+    The caller checks first that the buffer (:func:`ref_array`) is there to read
+    (:func:`memscope.capturing.observe.no_buffer`).
     """
     buf = ref_array(x)
-    if buf is None or buf.is_deleted() or no_buffer(buf, wait=True):
+    if buf is None:
         return None
     try:
         if ARRAY_TWINS:  # the buffers the array object holds now, through a twin

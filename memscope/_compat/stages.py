@@ -1,6 +1,6 @@
 """What memscope reads of, and does to, JAX's stages beyond their public API:
 the traced program's parameters and constants (for donation variants and
-weak holding), the lowering's pruning, signature and Refs, its compile
+weak holding), the lowering's pruning and MLIR bindings, its compile
 options and placement, hijax lowering, argument names, and the jaxpr walks.
 """
 
@@ -53,65 +53,19 @@ def parameter_layout(lowered: Any) -> ParameterLayout:
     )
 
 
-AttrValue = bool | int | str
+def mlir_ir() -> Any:
+    """JAX's MLIR Python bindings, for reading a lowered module's operations and
+    attributes (:func:`memscope.compiled.lowered.main_signature`). Private:
+    ``jax._src.lib.mlir.ir``."""
+    return _jax.ir
 
 
-def _attr_value(attr: Any) -> AttrValue:
-    # These bindings hand back attributes already downcast to their Python class.
-    if isinstance(attr, _jax.ir.BoolAttr):
-        return bool(attr.value)
-    if isinstance(attr, _jax.ir.IntegerAttr):
-        return int(attr.value)
-    if isinstance(attr, _jax.ir.StringAttr):
-        return str(attr.value)
-    return str(attr)
-
-
-def _attr_dicts(array_attr: Any, count: int) -> tuple[dict[str, AttrValue], ...]:
-    if array_attr is None:
-        return tuple({} for _ in range(count))
-    dicts = []
-    for entry in array_attr:
-        d: Any = _jax.ir.DictAttr(entry)  # iterable at runtime; the stubs do not say so
-        dicts.append({named.name: _attr_value(named.attr) for named in d})
-    return tuple(dicts)
-
-
-@dataclass(frozen=True)
-class MainSignature:
-    """Attributes JAX put on the arguments and results of the lowered ``main``.
-
-    ``tf.aliasing_output`` (a fixed alias), ``jax.buffer_donor`` (an optional
-    donation left to XLA) and ``jax.token`` (an effect token) are JAX's request
-    to the compiler, before XLA decides anything.
-    """
-
-    args: tuple[dict[str, AttrValue], ...]
-    results: tuple[dict[str, AttrValue], ...]
-
-
-def _attribute(attrs: Any, name: str) -> Any:
+def op_attribute(attrs: Any, name: str) -> Any:
+    """The attribute ``name`` of an operation's attributes (an ``OpAttributeMap``),
+    ``None`` where it has none."""
     # ``OpAttributeMap.get`` exists only from jaxlib 0.9; ``in`` and ``[]`` work
     # on every supported jaxlib.
     return attrs[name] if name in attrs else None  # noqa: SIM401 (no .get before 0.9)
-
-
-def main_signature(lowered: Any) -> MainSignature:
-    """Read the argument and result attributes of ``main`` from the StableHLO module."""
-    module = lowered.compiler_ir("stablehlo")
-    with module.context:
-        for op in module.body.operations:
-            if op.operation.name != "func.func":
-                continue
-            if _jax.ir.StringAttr(op.attributes["sym_name"]).value != "main":
-                continue
-            ftype = _jax.ir.FunctionType(_jax.ir.TypeAttr(op.attributes["function_type"]).value)
-            attrs = op.attributes
-            return MainSignature(
-                args=_attr_dicts(_attribute(attrs, "arg_attrs"), len(ftype.inputs)),
-                results=_attr_dicts(_attribute(attrs, "res_attrs"), len(ftype.results)),
-            )
-    raise LookupError("the lowered module has no main function")
 
 
 def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:

@@ -6,6 +6,7 @@ from the read), Refs and hijax values, and leaf sizes and sharding keys.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,11 +46,6 @@ def partition_spec_text(spec: Any) -> str:
 #: named it ``MutableArray`` / ``ArrayRef`` (untested: see docs/versions.md).
 _REF_TYPE: Any = (getattr(_jax.core, "Ref", None) or getattr(_jax.core, "ArrayRef", None)
                   or getattr(_jax.core, "MutableArray", None))
-
-#: What a jitted function does with a Ref it is given or closes over, from the
-#: read, write and accumulate effects JAX records on the traced jaxpr.
-RefEffectKind = str  # "updated" | "read" | "written" | "unused"
-
 
 def is_ref(x: Any) -> bool:
     """True for a ``jax.Ref`` (``jax.new_ref``) held at the top level, not a
@@ -102,50 +98,32 @@ def is_ref_aval(aval: Any) -> bool:
     return isinstance(aval, _jax.state_types.AbstractRef)
 
 
-@dataclass(frozen=True)
-class RefLayout:
-    """How JAX lowered a call's Refs (``pxla._discharge_refs``): each Ref the
-    program keeps becomes an extra result of ``main`` aliased to its argument,
-    and each Ref it closes over an extra argument after the kept ones.
-
-    ``writes_back`` has one entry per non-token result of ``main``: the
-    non-token argument whose Ref it holds the new value of, else ``None``.
-    ``closed_over`` counts the Refs appended to the arguments.
-    """
-
-    writes_back: tuple[int | None, ...]
-    closed_over: int
-
-
-def ref_layout(lowered: Any) -> RefLayout | None:
-    """The lowering's ``MutationData`` (its compile arguments' ``mut``) as
-    indices; ``None`` when the program has no Ref argument (0.7 to 0.10)."""
+def ref_mutation(lowered: Any) -> tuple[tuple[int | None, ...], list[Any]] | None:
+    """The lowering's ``MutationData`` (its compile arguments' ``mut``, 0.7 to
+    0.10): per non-token result of ``main``, the non-token argument whose Ref it
+    holds the new value of (``out_mut``), and the Refs the program closes over
+    (``in_mut``); ``None`` when the program has no Ref argument."""
     mut = lowered._lowering.compile_args.get("mut")
     if mut is None:
         return None
-    return RefLayout(writes_back=tuple(mut.out_mut), closed_over=len(mut.in_mut))
+    return tuple(mut.out_mut), list(mut.in_mut)
 
 
 def closed_over_refs(lowered: Any) -> list[Any]:
     """The Refs a lowered program closes over, in the order JAX appended them to
     ``main``'s arguments. The caller reads them and lets go."""
-    mut = lowered._lowering.compile_args.get("mut")
-    return [] if mut is None else list(mut.in_mut)
+    mutation = ref_mutation(lowered)
+    return [] if mutation is None else mutation[1]
 
 
-def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefEffectKind | None, ...],
-                                             list[tuple[Any, RefEffectKind]]]:
-    """What the traced program does with each Ref: per argument (``None`` for
-    one that is not a Ref), and ``(ref, access)`` for each Ref it closes over.
-
-    JAX records a read, write or accumulate effect per Ref on the traced jaxpr
-    (also for uses inside ``scan``, ``cond`` and inner jits). JAX 0.7 to 0.9 name
-    the Ref by its position in ``constvars + invars`` (``input_index``); JAX 0.10
-    by its variable (``input``).
-    """
+def ref_effects(closed_jaxpr: Any) -> Iterator[tuple[int, str]]:
+    """Each read, write or accumulate effect JAX recorded on a traced program,
+    as the position of its Ref in ``constvars + invars`` and ``"read"``,
+    ``"written"`` or ``"updated"`` (also for uses inside ``scan``, ``cond`` and
+    inner jits). JAX 0.7 to 0.9 name the Ref by its position (``input_index``);
+    JAX 0.10 by its variable (``input``)."""
     jaxpr = closed_jaxpr.jaxpr
     variables = [*jaxpr.constvars, *jaxpr.invars]
-    seen: dict[int, set[str]] = {}
     for effect in closed_jaxpr.effects:
         if not isinstance(effect, _jax.state_types.RefEffect):
             continue
@@ -154,21 +132,9 @@ def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefEffectKind | None, ...],
             where = next((i for i, v in enumerate(variables) if v is where), None)
         if where is None:
             continue
-        kind = ("read" if isinstance(effect, _jax.state_types.ReadEffect) else
-                "written" if isinstance(effect, _jax.state_types.WriteEffect) else "updated")
-        seen.setdefault(where, set()).add(kind)
-
-    def access(i: int) -> RefEffectKind:
-        kinds = seen.get(i, set())
-        if "updated" in kinds or kinds == {"read", "written"}:
-            return "updated"
-        return next(iter(kinds)) if kinds else "unused"
-
-    n = len(jaxpr.constvars)
-    args = tuple(access(n + i) if is_ref_aval(v.aval) else None
-                 for i, v in enumerate(jaxpr.invars))
-    consts = [(c, access(i)) for i, c in enumerate(closed_jaxpr.consts) if is_ref(c)]
-    return args, consts
+        yield where, ("read" if isinstance(effect, _jax.state_types.ReadEffect) else
+                      "written" if isinstance(effect, _jax.state_types.WriteEffect) else
+                      "updated")
 
 
 # ------------------------------------------------------------------ hijax --

@@ -5,8 +5,7 @@ from the read), Refs and hijax values, and leaf sizes and sharding keys.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +61,7 @@ def ref_array(x: Any) -> Any:
     return buf if isinstance(buf, jax.Array) else None
 
 
-def ref_addresses(x: Any) -> tuple[int, ...] | None:
+def ref_addresses(x: Any, left_behind: Callable[[Any], None]) -> tuple[int, ...] | None:
     """The device address of a Ref's buffer, one per addressable shard; ``None``
     where it cannot be read.
 
@@ -76,14 +75,15 @@ def ref_addresses(x: Any) -> tuple[int, ...] | None:
     behind for ``jax.live_arrays()`` to count); on several, ``addressable_data(i)``.
 
     The caller checks first that the buffer (:func:`ref_array`) is there to read
-    (:func:`memscope.capturing.observe.no_buffer`).
+    (:func:`memscope.capturing.observe.no_buffer`); ``left_behind`` is
+    :func:`buffer_addresses`'.
     """
     buf = ref_array(x)
     if buf is None:
         return None
     try:
         if ARRAY_TWINS:  # the buffers the array object holds now, through a twin
-            return buffer_addresses(buf)
+            return buffer_addresses(buf, left_behind)
         count = len(buf.sharding.addressable_devices)
         if count == 1:
             return (int(x.unsafe_buffer_pointer()),)
@@ -310,10 +310,6 @@ def sharding_key(sharding: Any, ndim: int) -> Any:
 #: sharding, reusing its buffers, makes one (checked by running: the addresses are
 #: the array's, and no array is left once the twin goes).
 ARRAY_TWINS: bool = _JAX_SERIES >= (0, 9)
-#: Where no twin can be made (an array jaxlib will not reorder), the read goes
-#: through the array and leaves its per-device arrays behind: they are noted
-#: (weakly) so that memscope's own samples skip them.
-_VIEWS: dict[int, weakref.ref[Any]] = {}
 
 
 def _address_twin(x: Any) -> Any:
@@ -324,10 +320,13 @@ def _address_twin(x: Any) -> Any:
         x, x.sharding, _jax.xla_client.ArrayCopySemantics.REUSE_INPUT)
 
 
-def buffer_addresses(x: Any) -> tuple[int, ...]:
+def buffer_addresses(x: Any, left_behind: Callable[[Any], None]) -> tuple[int, ...]:
     """The device address of each addressable shard's buffer of the ``jax.Array``
     ``x``, in ``addressable_shards`` order, as integers; ``x`` keeps no per-device
-    array from the read (read through a twin, :data:`ARRAY_TWINS`).
+    array from the read (read through a twin, :data:`ARRAY_TWINS`). Where no twin
+    can be made (an array jaxlib will not reorder), the read goes through ``x``,
+    which keeps its per-device arrays (:func:`address_views`), and
+    ``left_behind(x)`` is called after it.
 
     Raises what the backend raises where it gives no raw addresses.
     """
@@ -343,27 +342,14 @@ def buffer_addresses(x: Any) -> tuple[int, ...]:
     try:
         return tuple(int(shard.data.unsafe_buffer_pointer()) for shard in x.addressable_shards)
     finally:
-        note_address_views(x)
+        left_behind(x)
 
 
-def note_address_views(x: Any) -> None:
-    """Remember the per-device arrays an address read left on ``x`` (by weak
-    reference), for :func:`is_address_view`."""
+def address_views(x: Any) -> list[Any]:
+    """The per-device arrays an address read through ``x`` left on it (its
+    private ``_arrays``), ``x`` itself left out; none for a value without them."""
     try:
         views = list(x._arrays or ())
     except Exception:  # not an array with per-device arrays
-        return
-    for view in views:
-        if view is not x:
-            _VIEWS[id(view)] = weakref.ref(view)
-    if len(_VIEWS) > 100_000:
-        for key in [k for k, ref in _VIEWS.items() if ref() is None]:
-            del _VIEWS[key]
-
-
-def is_address_view(a: Any) -> bool:
-    """True for a per-device array an address read of memscope's left behind."""
-    if not _VIEWS:
-        return False
-    ref = _VIEWS.get(id(a))
-    return ref is not None and ref() is a
+        return []
+    return [view for view in views if view is not x]

@@ -164,12 +164,12 @@ def addresses(x: Any, *, wait: bool = False) -> Addresses:
         buf = _compat.values.ref_array(x)
         if buf is None or buf.is_deleted() or no_buffer(buf, wait=True):
             return None
-        return _compat.values.ref_addresses(x)
+        return _compat.values.ref_addresses(x, note_address_views)
     if (not isinstance(x, jax.Array) or x.is_deleted()
             or no_buffer(x, wait=wait)):
         return None  # a failed computation's array has no buffer to read (buffer_failure)
     try:
-        return _compat.values.buffer_addresses(x)
+        return _compat.values.buffer_addresses(x, note_address_views)
     except Exception:  # a backend without raw addresses
         return None
 
@@ -216,3 +216,27 @@ def no_buffer(x: Any, *, wait: bool = False) -> bool:
     if pending and not wait:
         return True
     return buffer_failure(x, wait=pending) is not None
+
+
+#: Where an address read leaves per-device arrays behind on an array
+#: (:func:`memscope._compat.values.buffer_addresses`), they are noted (weakly)
+#: so that memscope's own samples skip them.
+_VIEWS: dict[int, weakref.ref[Any]] = {}
+
+
+def note_address_views(x: Any) -> None:
+    """Remember the per-device arrays an address read left on ``x`` (by weak
+    reference), for :func:`is_address_view`."""
+    for view in _compat.values.address_views(x):
+        _VIEWS[id(view)] = weakref.ref(view)
+    if len(_VIEWS) > 100_000:
+        for key in [k for k, ref in _VIEWS.items() if ref() is None]:
+            del _VIEWS[key]
+
+
+def is_address_view(a: Any) -> bool:
+    """True for a per-device array an address read of memscope's left behind."""
+    if not _VIEWS:
+        return False
+    ref = _VIEWS.get(id(a))
+    return ref is not None and ref() is a

@@ -278,39 +278,22 @@ def compile_settings() -> list[tuple[str, str]]:
             for name in COMPILE_SETTINGS]
 
 
-def compile_placement(lowered: Any) -> tuple[Any, ...]:
-    """Where ``lowered`` compiles for: the backend's platform and version, the
-    number of devices, each device its shardings name (platform, kind, id),
-    and how many devices the backend has."""
-    args = _compile_args(lowered)
-    client = _client(lowered)
-    devices: list[Any] = []
-    for sharding in (*args.get("in_shardings", ()), *args.get("out_shardings", ())):
-        for device in getattr(sharding, "_device_assignment", None) or ():
-            if device not in devices:
-                devices.append(device)
-    return (client.platform, getattr(client, "platform_version", ""), args.get("num_devices"),
-            tuple((d.platform, d.device_kind, d.id) for d in devices), len(client.devices()))
-
-
-def _compile_args(lowered: Any) -> dict[str, Any]:
+def compile_args(lowered: Any) -> dict[str, Any]:
+    """The arguments JAX's lowering compiles with (the backend, the shardings,
+    the number of devices); empty where it keeps none. Private:
+    ``Lowered._lowering.compile_args``."""
     return getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
 
 
-def _client(lowered: Any) -> Any:
+def lowering_client(lowered: Any) -> Any:
     """The PJRT client ``lowered`` compiles with (the default backend's where it names none)."""
-    return _compile_args(lowered).get("backend") or jax.devices()[0].client
+    return compile_args(lowered).get("backend") or jax.devices()[0].client
 
 
-def assignment_in_memory_analysis(lowered: Any) -> bool:
-    """Whether ``memory_analysis()`` of a compile of ``lowered`` carries its
-    buffer assignment (:func:`buffer_assignment_bytes`): XLA:CPU's does, on
-    every supported jaxlib; XLA:GPU's PJRT plugin passes the sizes but not the
-    assignment, nor does its serialized executable (seen on an H100 with jaxlib
-    0.10.2 and an H200 with 0.11.2), and XLA:TPU's has none. Where it does not,
-    memscope compiles with XLA's dump and reads the assignment there
-    (:mod:`memscope.compiled.dump`)."""
-    return str(_client(lowered).platform) == "cpu"
+def sharding_devices(sharding: Any) -> tuple[Any, ...]:
+    """The devices a sharding places on, in its order; none where it names none.
+    Private: ``Sharding._device_assignment``."""
+    return tuple(getattr(sharding, "_device_assignment", None) or ())
 
 
 def lower(traced: Any) -> Any:

@@ -18,7 +18,7 @@ import jax
 
 from memscope._compat import _jax
 from memscope._compat._jax import _TRACED_META_TYS, JAXPR_HOLDS_CONSTS
-from memscope._compat.values import high_layout, is_ref
+from memscope._compat.values import is_ref
 
 # -------------------------------------------------------- compiled program --
 
@@ -77,11 +77,10 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     jaxpr JAX already traced, so the user's function is not traced again and
     its trace-time side effects do not repeat. (Read, not run: JAX's main
     branch after 0.11.0 adds ``fun_sourceinfo`` to ``Traced``'s constructor,
-    passed on where ``Traced`` has that slot.) Over hijax values, ``donated``
-    has one flag per array of each (:func:`high_layout`), as the compiled
-    program's leaves do; a hijax value is donated where its arrays are.
+    passed on where ``Traced`` has that slot.) A hijax value is one flat
+    argument here (flags per array of each, as the compiled program's leaves
+    have them, become these: :func:`memscope.variants.compile.per_call_leaf`).
     """
-    donated = _per_call_leaf(traced, donated)
     params = traced._params
     extra = len(params["donated_invars"]) - len(donated)
     if extra < 0:
@@ -166,22 +165,6 @@ def without_const_args(lowered: Any) -> Any:
         with contextlib.suppress(AttributeError, TypeError):
             lowering.const_args = [None] * len(args)
     return lowered
-
-
-def _per_call_leaf(traced: Any, donated: tuple[bool, ...]) -> tuple[bool, ...]:
-    """Flags per array of the compiled program's call leaves, as flags per flat
-    leaf of the call: ``jax.jit`` donates whole arguments, so all or none of a
-    hijax value's arrays (one with no array is not donated)."""
-    layout = high_layout(traced)
-    if layout is None:
-        return donated
-    flags, start = [], 0
-    for value in layout.inputs:
-        flags.append(any(donated[start:start + len(value.lo)]))
-        start += len(value.lo)
-    if start != len(donated):
-        raise ValueError("the donation flags do not match the program's arrays")
-    return tuple(flags)
 
 
 class _ArgumentFacts:

@@ -54,7 +54,12 @@ from memscope.report import (
     ResidualLine,
 )
 from memscope.variants import jaxpr_facts
-from memscope.variants.compile import ConfigSnapshot, LoweredVariant, applied_config
+from memscope.variants.compile import (
+    ConfigSnapshot,
+    LoweredVariant,
+    applied_config,
+    per_call_leaf,
+)
 from memscope.variants.donation_variants import LET_GO, Host, TracedSource, VariantFacts
 
 #: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
@@ -201,7 +206,7 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
     with silenced(), _frameworks.retrace_context(fun), _compat.hooks.vjp_hook(hook):
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
-        traced = _compat.stages.with_donation(traced, donated)
+        traced = _compat.stages.with_donation(traced, per_call_leaf(traced, donated))
     return traced, (target if target is not None else HereTarget()).lower(traced)
 
 

@@ -199,29 +199,18 @@ def without_call_arrays(traced: Any) -> Any:
                         traced._num_consts)
 
 
-@contextlib.contextmanager
-def compile_options_edited(edit: Callable[[Any], Any]) -> Iterator[None]:
-    """Within the block, each compile this thread makes takes JAX's compile options
-    (an ``xla_client.CompileOptions``) as ``edit`` returns them, before JAX's
-    persistent cache key is made (which then names the edit too). JAX's Python
-    API cannot set XLA's build options (:mod:`memscope.compiled.raw`). Private:
-    ``compiler.compile_or_get_cached``, which pxla calls by attribute with the
-    compile options fourth (JAX 0.7 to 0.12), wrapped once."""
-    _hook_compile_options()
-    previous = getattr(_compile_edit, "edit", None)
-    _compile_edit.edit = edit
-    try:
-        yield
-    finally:
-        _compile_edit.edit = previous
-
-
-#: this thread's edit of its compiles' options (:func:`compile_options_edited`)
-_compile_edit = threading.local()
 _hook_lock = threading.Lock()
 
 
-def _hook_compile_options() -> None:
+def edit_compile_options(current_edit: Callable[[], Callable[[Any], Any] | None]) -> None:
+    """From now on, each compile JAX makes takes JAX's compile options (an
+    ``xla_client.CompileOptions``) as the edit ``current_edit()`` names at that
+    moment returns them (``None``: as they are), before JAX's persistent cache
+    key is made (which then names the edit too). JAX's Python API cannot set
+    XLA's build options (:mod:`memscope.compiled.raw`). Private:
+    ``compiler.compile_or_get_cached``, which pxla calls by attribute with the
+    compile options fourth (JAX 0.7 to 0.12), wrapped once: a later call
+    changes nothing."""
     with _hook_lock:
         original = _jax.compiler.compile_or_get_cached
         if getattr(original, "_memscope_device_memory", False):
@@ -230,7 +219,7 @@ def _hook_compile_options() -> None:
         @functools.wraps(original)
         def compile_or_get_cached(backend: Any, computation: Any, devices: Any,
                                   compile_options: Any, *args: Any, **kwargs: Any) -> Any:
-            edit = getattr(_compile_edit, "edit", None)
+            edit = current_edit()
             if edit is not None:
                 compile_options = edit(compile_options)
             return original(backend, computation, devices, compile_options, *args, **kwargs)

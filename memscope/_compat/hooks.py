@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -147,20 +146,13 @@ def exclude_from_source_info(folder: str) -> None:
     """Make JAX skip frames in ``folder`` when it records an op's source line, as it
     skips its own: a jitted call made through memscope's stand-in is then
     attributed to the user's (or library's) line, exactly as without memscope.
-    Equinox and Flax register their own folders the same way."""
+    Equinox and Flax register their own folders the same way. JAX keeps each
+    folder it is given, once more for each call. Private:
+    ``source_info_util.register_exclusion``."""
     source_info_util = _private("jax._src", "source_info_util")
-    path = os.path.join(os.path.abspath(folder), "")
-    with _exclusion_lock:
-        if path in _excluded:
-            return
-        _excluded.add(path)
     register = getattr(source_info_util, "register_exclusion", None)
     if register is not None:
-        register(path)
-
-
-_excluded: set[str] = set()
-_exclusion_lock = threading.Lock()
+        register(os.path.join(os.path.abspath(folder), ""))
 
 
 def _innermost(wrapped: Any) -> Callable[..., Any]:

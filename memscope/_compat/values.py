@@ -1,5 +1,5 @@
-"""What memscope reads of the program's values: tracers, buffers that may not
-exist yet, device addresses (read through a twin, so that arrays keep nothing
+"""What memscope reads of the program's values: tracers, a key array's data,
+device addresses (read through a twin, so that arrays keep nothing
 from the read), Refs and hijax values, and leaf sizes and sharding keys.
 """
 

@@ -2,7 +2,9 @@
 
 The device address of every input and output buffer, and whether each input was
 deleted (donated); the pure check of what they mean is
-:mod:`memscope.analysis.observed`.
+:mod:`memscope.analysis.observed`. An address is read only where the buffer
+exists (:func:`no_buffer`), and the per-device arrays a read leaves behind are
+noted, for the run's samples to skip (:func:`is_address_view`).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from click.testing import CliRunner, Result
 from memscope import _compat, _versions
 from memscope.capturing import capture, recorder
 from memscope.cli import cli
+from memscope.compiled import read as compiled_read
 from memscope.errors import EXIT_UNREADABLE, EXIT_USAGE, MemscopeError
 from memscope.variants import jaxpr_facts
 from memscope.version import DISTRIBUTION
@@ -407,7 +408,7 @@ def unreadable(monkeypatch):
     were for memscope's OpAttributeMap.get (the failure the issue reported)."""
     def broken(lowered):
         raise AttributeError("'OpAttributeMap' object has no attribute 'get'")
-    monkeypatch.setattr(_compat.stages, "main_signature", broken)
+    monkeypatch.setattr(compiled_read, "main_signature", broken)
 
 
 def test_an_unreadable_program_is_said_loudly_and_fails_strict(tmp_path, unreadable):

@@ -24,7 +24,7 @@ versions and their flags (:mod:`~memscope._compat._jax`) are re-exported here:
 - :mod:`~memscope._compat.targets`: compiler plugins and retargeted lowerings.
 
 A test that stands in for another JAX patches the name where it is read: a
-function on its module (``monkeypatch.setattr(_compat.stages, "main_signature", ...)``),
+function on its module (``monkeypatch.setattr(_compat.stages, "parameter_layout", ...)``),
 a private module on :mod:`~memscope._compat._jax` (``_jax.ir``).
 """
 

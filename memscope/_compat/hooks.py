@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -147,20 +146,13 @@ def exclude_from_source_info(folder: str) -> None:
     """Make JAX skip frames in ``folder`` when it records an op's source line, as it
     skips its own: a jitted call made through memscope's stand-in is then
     attributed to the user's (or library's) line, exactly as without memscope.
-    Equinox and Flax register their own folders the same way."""
+    Equinox and Flax register their own folders the same way. JAX keeps each
+    folder it is given, once more for each call. Private:
+    ``source_info_util.register_exclusion``."""
     source_info_util = _private("jax._src", "source_info_util")
-    path = os.path.join(os.path.abspath(folder), "")
-    with _exclusion_lock:
-        if path in _excluded:
-            return
-        _excluded.add(path)
     register = getattr(source_info_util, "register_exclusion", None)
     if register is not None:
-        register(path)
-
-
-_excluded: set[str] = set()
-_exclusion_lock = threading.Lock()
+        register(os.path.join(os.path.abspath(folder), ""))
 
 
 def _innermost(wrapped: Any) -> Callable[..., Any]:
@@ -292,38 +284,26 @@ def remove_duration_listener(listener: Callable[..., None]) -> None:
 #: ``api._vjp`` with a ``lu.WrappedFun``.
 _VJP_TAKES_CALLABLE: bool = _JAX_SERIES >= (0, 10)
 
-#: ``hook(fun, primals, has_aux)`` for the thread that set it (see :func:`vjp_hook`)
-_VJP_HOOK = threading.local()
-
-VjpHook = Callable[[Callable[..., Any], tuple[Any, ...], bool], "Callable[..., Any] | None"]
+#: ``replacement_for(fun, primals, has_aux)``: a callable to differentiate in
+#: ``fun``'s place, or ``None`` for ``fun`` itself (see :func:`vjp_replaced`)
+VjpReplacement = Callable[[Callable[..., Any], tuple[Any, ...], bool],
+                          "Callable[..., Any] | None"]
 
 
 @contextlib.contextmanager
-def vjp_hook(hook: VjpHook) -> Iterator[None]:
-    """Hand every reverse-mode differentiation the calling thread traces in the
-    block to ``hook(fun, primals, has_aux)`` first; a callable it returns is
-    differentiated in ``fun``'s place.
+def vjp_replaced(replacement_for: VjpReplacement) -> Iterator[None]:
+    """Hand every reverse-mode differentiation traced in the block, on any
+    thread, to ``replacement_for(fun, primals, has_aux)`` first; a callable it
+    returns is differentiated in ``fun``'s place.
 
     ``jax.grad``, ``jax.value_and_grad``, ``jax.vjp`` and the framework wrappers
     over them (``eqx.filter_value_and_grad``, ``nnx.grad``) all reach one
     private entry point (see :data:`_VJP_TAKES_CALLABLE`), looked up as a module
     attribute at call time, so differentiations set up anywhere (at import, in
-    a library) are seen. Other threads (the user's program) go straight to
-    JAX's own; the hook is off while it runs, so its own tracing is not hooked.
+    a library) are seen.
     """
     name = "vjp" if _VJP_TAKES_CALLABLE else "_vjp"
     original = getattr(_jax.api, name)
-
-    def replacement_for(fun: Callable[..., Any], primals: tuple[Any, ...],
-                        has_aux: bool) -> Callable[..., Any] | None:
-        active = getattr(_VJP_HOOK, "hook", None)
-        if active is None:
-            return None
-        _VJP_HOOK.hook = None
-        try:
-            return active(fun, primals, has_aux)
-        finally:
-            _VJP_HOOK.hook = active
 
     @functools.wraps(original)
     def hooked(fun: Any, *primals: Any, has_aux: bool = False, **kwargs: Any) -> Any:
@@ -339,11 +319,9 @@ def vjp_hook(hook: VjpHook) -> Iterator[None]:
     setattr(_jax.api, name, hooked)
     if public:
         jax.vjp = hooked
-    _VJP_HOOK.hook = hook
     try:
         yield
     finally:
-        _VJP_HOOK.hook = None
         setattr(_jax.api, name, original)
         if public:
             jax.vjp = original

@@ -1,6 +1,6 @@
 """What memscope reads of, and does to, JAX's stages beyond their public API:
 the traced program's parameters and constants (for donation variants and
-weak holding), the lowering's pruning, signature and Refs, its compile
+weak holding), the lowering's pruning and MLIR bindings, its compile
 options and placement, hijax lowering, argument names, and the jaxpr walks.
 """
 
@@ -18,7 +18,7 @@ import jax
 
 from memscope._compat import _jax
 from memscope._compat._jax import _TRACED_META_TYS, JAXPR_HOLDS_CONSTS
-from memscope._compat.values import high_layout, is_ref
+from memscope._compat.values import is_ref
 
 # -------------------------------------------------------- compiled program --
 
@@ -53,65 +53,19 @@ def parameter_layout(lowered: Any) -> ParameterLayout:
     )
 
 
-AttrValue = bool | int | str
+def mlir_ir() -> Any:
+    """JAX's MLIR Python bindings, for reading a lowered module's operations and
+    attributes (:func:`memscope.compiled.lowered.main_signature`). Private:
+    ``jax._src.lib.mlir.ir``."""
+    return _jax.ir
 
 
-def _attr_value(attr: Any) -> AttrValue:
-    # These bindings hand back attributes already downcast to their Python class.
-    if isinstance(attr, _jax.ir.BoolAttr):
-        return bool(attr.value)
-    if isinstance(attr, _jax.ir.IntegerAttr):
-        return int(attr.value)
-    if isinstance(attr, _jax.ir.StringAttr):
-        return str(attr.value)
-    return str(attr)
-
-
-def _attr_dicts(array_attr: Any, count: int) -> tuple[dict[str, AttrValue], ...]:
-    if array_attr is None:
-        return tuple({} for _ in range(count))
-    dicts = []
-    for entry in array_attr:
-        d: Any = _jax.ir.DictAttr(entry)  # iterable at runtime; the stubs do not say so
-        dicts.append({named.name: _attr_value(named.attr) for named in d})
-    return tuple(dicts)
-
-
-@dataclass(frozen=True)
-class MainSignature:
-    """Attributes JAX put on the arguments and results of the lowered ``main``.
-
-    ``tf.aliasing_output`` (a fixed alias), ``jax.buffer_donor`` (an optional
-    donation left to XLA) and ``jax.token`` (an effect token) are JAX's request
-    to the compiler, before XLA decides anything.
-    """
-
-    args: tuple[dict[str, AttrValue], ...]
-    results: tuple[dict[str, AttrValue], ...]
-
-
-def _attribute(attrs: Any, name: str) -> Any:
+def op_attribute(attrs: Any, name: str) -> Any:
+    """The attribute ``name`` of an operation's attributes (an ``OpAttributeMap``),
+    ``None`` where it has none."""
     # ``OpAttributeMap.get`` exists only from jaxlib 0.9; ``in`` and ``[]`` work
     # on every supported jaxlib.
     return attrs[name] if name in attrs else None  # noqa: SIM401 (no .get before 0.9)
-
-
-def main_signature(lowered: Any) -> MainSignature:
-    """Read the argument and result attributes of ``main`` from the StableHLO module."""
-    module = lowered.compiler_ir("stablehlo")
-    with module.context:
-        for op in module.body.operations:
-            if op.operation.name != "func.func":
-                continue
-            if _jax.ir.StringAttr(op.attributes["sym_name"]).value != "main":
-                continue
-            ftype = _jax.ir.FunctionType(_jax.ir.TypeAttr(op.attributes["function_type"]).value)
-            attrs = op.attributes
-            return MainSignature(
-                args=_attr_dicts(_attribute(attrs, "arg_attrs"), len(ftype.inputs)),
-                results=_attr_dicts(_attribute(attrs, "res_attrs"), len(ftype.results)),
-            )
-    raise LookupError("the lowered module has no main function")
 
 
 def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
@@ -123,11 +77,10 @@ def with_donation(traced: Any, donated: tuple[bool, ...]) -> Any:
     jaxpr JAX already traced, so the user's function is not traced again and
     its trace-time side effects do not repeat. (Read, not run: JAX's main
     branch after 0.11.0 adds ``fun_sourceinfo`` to ``Traced``'s constructor,
-    passed on where ``Traced`` has that slot.) Over hijax values, ``donated``
-    has one flag per array of each (:func:`high_layout`), as the compiled
-    program's leaves do; a hijax value is donated where its arrays are.
+    passed on where ``Traced`` has that slot.) A hijax value is one flat
+    argument here (flags per array of each, as the compiled program's leaves
+    have them, become these: :func:`memscope.variants.compile.per_call_leaf`).
     """
-    donated = _per_call_leaf(traced, donated)
     params = traced._params
     extra = len(params["donated_invars"]) - len(donated)
     if extra < 0:
@@ -214,22 +167,6 @@ def without_const_args(lowered: Any) -> Any:
     return lowered
 
 
-def _per_call_leaf(traced: Any, donated: tuple[bool, ...]) -> tuple[bool, ...]:
-    """Flags per array of the compiled program's call leaves, as flags per flat
-    leaf of the call: ``jax.jit`` donates whole arguments, so all or none of a
-    hijax value's arrays (one with no array is not donated)."""
-    layout = high_layout(traced)
-    if layout is None:
-        return donated
-    flags, start = [], 0
-    for value in layout.inputs:
-        flags.append(any(donated[start:start + len(value.lo)]))
-        start += len(value.lo)
-    if start != len(donated):
-        raise ValueError("the donation flags do not match the program's arrays")
-    return tuple(flags)
-
-
 class _ArgumentFacts:
     """What JAX 0.7's lowering reads of one call argument (its sharding, whether it
     is committed, its layout), without the array: see :func:`without_call_arrays`."""
@@ -262,29 +199,18 @@ def without_call_arrays(traced: Any) -> Any:
                         traced._num_consts)
 
 
-@contextlib.contextmanager
-def compile_options_edited(edit: Callable[[Any], Any]) -> Iterator[None]:
-    """Within the block, each compile this thread makes takes JAX's compile options
-    (an ``xla_client.CompileOptions``) as ``edit`` returns them, before JAX's
-    persistent cache key is made (which then names the edit too). JAX's Python
-    API cannot set XLA's build options (:mod:`memscope.compiled.raw`). Private:
-    ``compiler.compile_or_get_cached``, which pxla calls by attribute with the
-    compile options fourth (JAX 0.7 to 0.12), wrapped once."""
-    _hook_compile_options()
-    previous = getattr(_compile_edit, "edit", None)
-    _compile_edit.edit = edit
-    try:
-        yield
-    finally:
-        _compile_edit.edit = previous
-
-
-#: this thread's edit of its compiles' options (:func:`compile_options_edited`)
-_compile_edit = threading.local()
 _hook_lock = threading.Lock()
 
 
-def _hook_compile_options() -> None:
+def edit_compile_options(current_edit: Callable[[], Callable[[Any], Any] | None]) -> None:
+    """From now on, each compile JAX makes takes JAX's compile options (an
+    ``xla_client.CompileOptions``) as the edit ``current_edit()`` names at that
+    moment returns them (``None``: as they are), before JAX's persistent cache
+    key is made (which then names the edit too). JAX's Python API cannot set
+    XLA's build options (:mod:`memscope.compiled.raw`). Private:
+    ``compiler.compile_or_get_cached``, which pxla calls by attribute with the
+    compile options fourth (JAX 0.7 to 0.12), wrapped once: a later call
+    changes nothing."""
     with _hook_lock:
         original = _jax.compiler.compile_or_get_cached
         if getattr(original, "_memscope_device_memory", False):
@@ -293,7 +219,7 @@ def _hook_compile_options() -> None:
         @functools.wraps(original)
         def compile_or_get_cached(backend: Any, computation: Any, devices: Any,
                                   compile_options: Any, *args: Any, **kwargs: Any) -> Any:
-            edit = getattr(_compile_edit, "edit", None)
+            edit = current_edit()
             if edit is not None:
                 compile_options = edit(compile_options)
             return original(backend, computation, devices, compile_options, *args, **kwargs)
@@ -324,39 +250,22 @@ def compile_settings() -> list[tuple[str, str]]:
             for name in COMPILE_SETTINGS]
 
 
-def compile_placement(lowered: Any) -> tuple[Any, ...]:
-    """Where ``lowered`` compiles for: the backend's platform and version, the
-    number of devices, each device its shardings name (platform, kind, id),
-    and how many devices the backend has."""
-    args = _compile_args(lowered)
-    client = _client(lowered)
-    devices: list[Any] = []
-    for sharding in (*args.get("in_shardings", ()), *args.get("out_shardings", ())):
-        for device in getattr(sharding, "_device_assignment", None) or ():
-            if device not in devices:
-                devices.append(device)
-    return (client.platform, getattr(client, "platform_version", ""), args.get("num_devices"),
-            tuple((d.platform, d.device_kind, d.id) for d in devices), len(client.devices()))
-
-
-def _compile_args(lowered: Any) -> dict[str, Any]:
+def compile_args(lowered: Any) -> dict[str, Any]:
+    """The arguments JAX's lowering compiles with (the backend, the shardings,
+    the number of devices); empty where it keeps none. Private:
+    ``Lowered._lowering.compile_args``."""
     return getattr(getattr(lowered, "_lowering", None), "compile_args", None) or {}
 
 
-def _client(lowered: Any) -> Any:
+def lowering_client(lowered: Any) -> Any:
     """The PJRT client ``lowered`` compiles with (the default backend's where it names none)."""
-    return _compile_args(lowered).get("backend") or jax.devices()[0].client
+    return compile_args(lowered).get("backend") or jax.devices()[0].client
 
 
-def assignment_in_memory_analysis(lowered: Any) -> bool:
-    """Whether ``memory_analysis()`` of a compile of ``lowered`` carries its
-    buffer assignment (:func:`buffer_assignment_bytes`): XLA:CPU's does, on
-    every supported jaxlib; XLA:GPU's PJRT plugin passes the sizes but not the
-    assignment, nor does its serialized executable (seen on an H100 with jaxlib
-    0.10.2 and an H200 with 0.11.2), and XLA:TPU's has none. Where it does not,
-    memscope compiles with XLA's dump and reads the assignment there
-    (:mod:`memscope.compiled.dump`)."""
-    return str(_client(lowered).platform) == "cpu"
+def sharding_devices(sharding: Any) -> tuple[Any, ...]:
+    """The devices a sharding places on, in its order; none where it names none.
+    Private: ``Sharding._device_assignment``."""
+    return tuple(getattr(sharding, "_device_assignment", None) or ())
 
 
 def lower(traced: Any) -> Any:

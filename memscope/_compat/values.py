@@ -1,11 +1,11 @@
-"""What memscope reads of the program's values: tracers, buffers that may not
-exist yet, device addresses (read through a twin, so that arrays keep nothing
+"""What memscope reads of the program's values: tracers, a key array's data,
+device addresses (read through a twin, so that arrays keep nothing
 from the read), Refs and hijax values, and leaf sizes and sharding keys.
 """
 
 from __future__ import annotations
 
-import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,58 +22,10 @@ def is_tracer(x: Any) -> bool:
     return isinstance(x, _jax.core.Tracer)
 
 
-def buffer_failure(x: Any, *, wait: bool = False) -> Exception | None:
-    """The error ``x``'s computation ended in; ``None`` when it did not, or when it
-    is still running and ``wait`` is false.
-
-    An array whose computation failed holds the error instead of a buffer, and
-    reading its address aborts the process (``Check failed:
-    buffer_.IsConcrete()``). A ready array is checked at once; the error, caught
-    here, stays in the array for the program to meet where it would have
-    without memscope.
-    """
-    x = _physical(x)
-    try:
-        if wait or x.is_ready():
-            x.block_until_ready()  # at once when ready; raises the error it holds
-    except Exception as e:  # the computation's own error, held by the array
-        return e
-    return None
-
-
-def _physical(x: Any) -> Any:
-    # A PRNG key array holds its buffer in a uint32 array of its own.
+def physical_array(x: Any) -> Any:
+    """The array that holds ``x``'s buffer: a PRNG key array's data, a uint32
+    array of its own (its private ``_base_array``); else ``x`` itself."""
     return getattr(x, "_base_array", x)
-
-
-def is_ready(x: Any) -> bool:
-    """``x.is_ready()``: its computation has ended (a key array's, of its data)."""
-    return bool(_physical(x).is_ready())
-
-
-def allocated_late(x: Any) -> bool:
-    """True when ``x``, a pending array on CPU, may have no buffer yet: XLA:CPU
-    allocates a call's outputs only when the call runs on jaxlib 0.10 always
-    (``PjRtCpuClient::AllocateRawBufferForExecute`` makes delayed memory), and
-    on the other series where an input was pending or, on a loaded machine,
-    where the call was queued (seen on 0.7).
-    Reading the address of such a buffer before it exists, or of one whose
-    allocation failed (RESOURCE_EXHAUSTED), aborts the process (``Check
-    failed: buffer_.IsConcrete()``)."""
-    x = _physical(x)
-    return not x.is_ready() and any(d.platform == "cpu" for d in x.devices())
-
-
-def no_buffer(x: Any, *, wait: bool = False) -> bool:
-    """True where ``x``'s buffer address must not be read now: it may not exist
-    yet (:func:`allocated_late`), or its computation failed (the error stays in
-    the array for the program). ``wait``: such an array is waited for first
-    (a first call's inputs and outputs, once per signature); otherwise it is
-    not read (waiting would move where the program meets its own errors)."""
-    pending = allocated_late(x)
-    if pending and not wait:
-        return True
-    return buffer_failure(x, wait=pending) is not None
 
 
 def partition_spec_text(spec: Any) -> str:
@@ -94,11 +46,6 @@ def partition_spec_text(spec: Any) -> str:
 _REF_TYPE: Any = (getattr(_jax.core, "Ref", None) or getattr(_jax.core, "ArrayRef", None)
                   or getattr(_jax.core, "MutableArray", None))
 
-#: What a jitted function does with a Ref it is given or closes over, from the
-#: read, write and accumulate effects JAX records on the traced jaxpr.
-RefEffectKind = str  # "updated" | "read" | "written" | "unused"
-
-
 def is_ref(x: Any) -> bool:
     """True for a ``jax.Ref`` (``jax.new_ref``) held at the top level, not a
     tracer of one."""
@@ -114,7 +61,7 @@ def ref_array(x: Any) -> Any:
     return buf if isinstance(buf, jax.Array) else None
 
 
-def ref_addresses(x: Any) -> tuple[int, ...] | None:
+def ref_addresses(x: Any, left_behind: Callable[[Any], None]) -> tuple[int, ...] | None:
     """The device address of a Ref's buffer, one per addressable shard; ``None``
     where it cannot be read.
 
@@ -126,13 +73,17 @@ def ref_addresses(x: Any) -> tuple[int, ...] | None:
     device the Ref's own ``unsafe_buffer_pointer()`` reads the current buffer
     (and, unlike ``addressable_data(0)``, leaves no per-device array object
     behind for ``jax.live_arrays()`` to count); on several, ``addressable_data(i)``.
+
+    The caller checks first that the buffer (:func:`ref_array`) is there to read
+    (:func:`memscope.capturing.observe.no_buffer`); ``left_behind`` is
+    :func:`buffer_addresses`'.
     """
     buf = ref_array(x)
-    if buf is None or buf.is_deleted() or no_buffer(buf, wait=True):
+    if buf is None:
         return None
     try:
         if ARRAY_TWINS:  # the buffers the array object holds now, through a twin
-            return buffer_addresses(buf)
+            return buffer_addresses(buf, left_behind)
         count = len(buf.sharding.addressable_devices)
         if count == 1:
             return (int(x.unsafe_buffer_pointer()),)
@@ -147,50 +98,32 @@ def is_ref_aval(aval: Any) -> bool:
     return isinstance(aval, _jax.state_types.AbstractRef)
 
 
-@dataclass(frozen=True)
-class RefLayout:
-    """How JAX lowered a call's Refs (``pxla._discharge_refs``): each Ref the
-    program keeps becomes an extra result of ``main`` aliased to its argument,
-    and each Ref it closes over an extra argument after the kept ones.
-
-    ``writes_back`` has one entry per non-token result of ``main``: the
-    non-token argument whose Ref it holds the new value of, else ``None``.
-    ``closed_over`` counts the Refs appended to the arguments.
-    """
-
-    writes_back: tuple[int | None, ...]
-    closed_over: int
-
-
-def ref_layout(lowered: Any) -> RefLayout | None:
-    """The lowering's ``MutationData`` (its compile arguments' ``mut``) as
-    indices; ``None`` when the program has no Ref argument (0.7 to 0.10)."""
+def ref_mutation(lowered: Any) -> tuple[tuple[int | None, ...], list[Any]] | None:
+    """The lowering's ``MutationData`` (its compile arguments' ``mut``, 0.7 to
+    0.10): per non-token result of ``main``, the non-token argument whose Ref it
+    holds the new value of (``out_mut``), and the Refs the program closes over
+    (``in_mut``); ``None`` when the program has no Ref argument."""
     mut = lowered._lowering.compile_args.get("mut")
     if mut is None:
         return None
-    return RefLayout(writes_back=tuple(mut.out_mut), closed_over=len(mut.in_mut))
+    return tuple(mut.out_mut), list(mut.in_mut)
 
 
 def closed_over_refs(lowered: Any) -> list[Any]:
     """The Refs a lowered program closes over, in the order JAX appended them to
     ``main``'s arguments. The caller reads them and lets go."""
-    mut = lowered._lowering.compile_args.get("mut")
-    return [] if mut is None else list(mut.in_mut)
+    mutation = ref_mutation(lowered)
+    return [] if mutation is None else mutation[1]
 
 
-def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefEffectKind | None, ...],
-                                             list[tuple[Any, RefEffectKind]]]:
-    """What the traced program does with each Ref: per argument (``None`` for
-    one that is not a Ref), and ``(ref, access)`` for each Ref it closes over.
-
-    JAX records a read, write or accumulate effect per Ref on the traced jaxpr
-    (also for uses inside ``scan``, ``cond`` and inner jits). JAX 0.7 to 0.9 name
-    the Ref by its position in ``constvars + invars`` (``input_index``); JAX 0.10
-    by its variable (``input``).
-    """
+def ref_effects(closed_jaxpr: Any) -> Iterator[tuple[int, str]]:
+    """Each read, write or accumulate effect JAX recorded on a traced program,
+    as the position of its Ref in ``constvars + invars`` and ``"read"``,
+    ``"written"`` or ``"updated"`` (also for uses inside ``scan``, ``cond`` and
+    inner jits). JAX 0.7 to 0.9 name the Ref by its position (``input_index``);
+    JAX 0.10 by its variable (``input``)."""
     jaxpr = closed_jaxpr.jaxpr
     variables = [*jaxpr.constvars, *jaxpr.invars]
-    seen: dict[int, set[str]] = {}
     for effect in closed_jaxpr.effects:
         if not isinstance(effect, _jax.state_types.RefEffect):
             continue
@@ -199,21 +132,9 @@ def ref_accesses(closed_jaxpr: Any) -> tuple[tuple[RefEffectKind | None, ...],
             where = next((i for i, v in enumerate(variables) if v is where), None)
         if where is None:
             continue
-        kind = ("read" if isinstance(effect, _jax.state_types.ReadEffect) else
-                "written" if isinstance(effect, _jax.state_types.WriteEffect) else "updated")
-        seen.setdefault(where, set()).add(kind)
-
-    def access(i: int) -> RefEffectKind:
-        kinds = seen.get(i, set())
-        if "updated" in kinds or kinds == {"read", "written"}:
-            return "updated"
-        return next(iter(kinds)) if kinds else "unused"
-
-    n = len(jaxpr.constvars)
-    args = tuple(access(n + i) if is_ref_aval(v.aval) else None
-                 for i, v in enumerate(jaxpr.invars))
-    consts = [(c, access(i)) for i, c in enumerate(closed_jaxpr.consts) if is_ref(c)]
-    return args, consts
+        yield where, ("read" if isinstance(effect, _jax.state_types.ReadEffect) else
+                      "written" if isinstance(effect, _jax.state_types.WriteEffect) else
+                      "updated")
 
 
 # ------------------------------------------------------------------ hijax --
@@ -389,10 +310,6 @@ def sharding_key(sharding: Any, ndim: int) -> Any:
 #: sharding, reusing its buffers, makes one (checked by running: the addresses are
 #: the array's, and no array is left once the twin goes).
 ARRAY_TWINS: bool = _JAX_SERIES >= (0, 9)
-#: Where no twin can be made (an array jaxlib will not reorder), the read goes
-#: through the array and leaves its per-device arrays behind: they are noted
-#: (weakly) so that memscope's own samples skip them.
-_VIEWS: dict[int, weakref.ref[Any]] = {}
 
 
 def _address_twin(x: Any) -> Any:
@@ -403,10 +320,13 @@ def _address_twin(x: Any) -> Any:
         x, x.sharding, _jax.xla_client.ArrayCopySemantics.REUSE_INPUT)
 
 
-def buffer_addresses(x: Any) -> tuple[int, ...]:
+def buffer_addresses(x: Any, left_behind: Callable[[Any], None]) -> tuple[int, ...]:
     """The device address of each addressable shard's buffer of the ``jax.Array``
     ``x``, in ``addressable_shards`` order, as integers; ``x`` keeps no per-device
-    array from the read (read through a twin, :data:`ARRAY_TWINS`).
+    array from the read (read through a twin, :data:`ARRAY_TWINS`). Where no twin
+    can be made (an array jaxlib will not reorder), the read goes through ``x``,
+    which keeps its per-device arrays (:func:`address_views`), and
+    ``left_behind(x)`` is called after it.
 
     Raises what the backend raises where it gives no raw addresses.
     """
@@ -422,27 +342,14 @@ def buffer_addresses(x: Any) -> tuple[int, ...]:
     try:
         return tuple(int(shard.data.unsafe_buffer_pointer()) for shard in x.addressable_shards)
     finally:
-        note_address_views(x)
+        left_behind(x)
 
 
-def note_address_views(x: Any) -> None:
-    """Remember the per-device arrays an address read left on ``x`` (by weak
-    reference), for :func:`is_address_view`."""
+def address_views(x: Any) -> list[Any]:
+    """The per-device arrays an address read through ``x`` left on it (its
+    private ``_arrays``), ``x`` itself left out; none for a value without them."""
     try:
         views = list(x._arrays or ())
     except Exception:  # not an array with per-device arrays
-        return
-    for view in views:
-        if view is not x:
-            _VIEWS[id(view)] = weakref.ref(view)
-    if len(_VIEWS) > 100_000:
-        for key in [k for k, ref in _VIEWS.items() if ref() is None]:
-            del _VIEWS[key]
-
-
-def is_address_view(a: Any) -> bool:
-    """True for a per-device array an address read of memscope's left behind."""
-    if not _VIEWS:
-        return False
-    ref = _VIEWS.get(id(a))
-    return ref is not None and ref() is a
+        return []
+    return [view for view in views if view is not x]

@@ -21,7 +21,9 @@ from memscope.capturing.calls import CallRecorder
 from memscope.capturing.session import Session
 from memscope.program import sites
 
-# memscope's own frames are never the user's source line (see _compat).
+# memscope's own frames are never the user's source line (see _compat). Once a
+# process: this runs once, at the module's import (JAX would keep a folder
+# given twice twice).
 _compat.hooks.exclude_from_source_info(sites.OWN_ROOT)
 
 

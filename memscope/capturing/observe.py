@@ -2,7 +2,9 @@
 
 The device address of every input and output buffer, and whether each input was
 deleted (donated); the pure check of what they mean is
-:mod:`memscope.analysis.observed`.
+:mod:`memscope.analysis.observed`. An address is read only where the buffer
+exists (:func:`no_buffer`), and the per-device arrays a read leaves behind are
+noted, for the run's samples to skip (:func:`is_address_view`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any
     (its outputs hold it, for the program to meet where it reads them).
 
     On CPU a first call's outputs still being computed may have no buffer yet
-    (:func:`memscope._compat.values.allocated_late`: XLA:CPU allocates them when the
+    (:func:`allocated_late`: XLA:CPU allocates them when the
     call runs on jaxlib 0.10, and on the others where an input was pending or,
     under load, the call was queued): they are waited for, once per signature,
     and read before the program can drop them. An input
@@ -44,8 +46,8 @@ def observe(before: list[Addresses], leaves: Sequence[Any], out: Any
     arrays = [y for y in outputs if isinstance(y, jax.Array) and not y.is_deleted()]
     deleted = tuple(x.is_deleted() if isinstance(x, jax.Array) else None for x in leaves)
     refs = [x if _compat.values.is_ref(x) else None for x in leaves]
-    wait = any(_compat.values.allocated_late(y) for y in arrays)
-    failure = next((f for y in arrays if (f := _compat.values.buffer_failure(y, wait=wait))), None)
+    wait = any(allocated_late(y) for y in arrays)
+    failure = next((f for y in arrays if (f := buffer_failure(y, wait=wait))), None)
     if failure is not None:
         return CallFailed(failure, tuple(arrays))
     before = [addresses(x, wait=True) if seen is None and isinstance(x, jax.Array) else seen
@@ -67,13 +69,13 @@ def watched_call(entry: Any, call: Callable[[], Any], leaves: Sequence[Any]) -> 
     """
     entry.watch_next = False
     arrays = [x for x in leaves if isinstance(x, jax.Array) and not x.is_deleted()]
-    if any(_compat.values.buffer_failure(x, wait=True) for x in arrays):
+    if any(buffer_failure(x, wait=True) for x in arrays):
         return call()
     before = [addresses(x) for x in leaves]
     out = call()
     outputs = [y for y in jax.tree_util.tree_leaves(out)
                if isinstance(y, jax.Array) and not y.is_deleted()]
-    if not any(_compat.values.buffer_failure(y, wait=True) for y in outputs):
+    if not any(buffer_failure(y, wait=True) for y in outputs):
         seen = observe(before, leaves, out)
         if isinstance(seen, Observation):
             entry.observation_again = seen
@@ -159,13 +161,84 @@ def addresses(x: Any, *, wait: bool = False) -> Addresses:
     """The device address of each addressable shard of ``x`` (of the buffer a
     ``jax.Ref`` holds now, waited for where pending), as integers; ``None``
     where it has none to read now (``wait``: see
-    :func:`memscope._compat.values.no_buffer`)."""
+    :func:`no_buffer`)."""
     if _compat.values.is_ref(x):
-        return _compat.values.ref_addresses(x)
+        buf = _compat.values.ref_array(x)
+        if buf is None or buf.is_deleted() or no_buffer(buf, wait=True):
+            return None
+        return _compat.values.ref_addresses(x, note_address_views)
     if (not isinstance(x, jax.Array) or x.is_deleted()
-            or _compat.values.no_buffer(x, wait=wait)):
-        return None  # a failed computation's array has no buffer to read (see _compat)
+            or no_buffer(x, wait=wait)):
+        return None  # a failed computation's array has no buffer to read (buffer_failure)
     try:
-        return _compat.values.buffer_addresses(x)
+        return _compat.values.buffer_addresses(x, note_address_views)
     except Exception:  # a backend without raw addresses
         return None
+
+
+def buffer_failure(x: Any, *, wait: bool = False) -> Exception | None:
+    """The error ``x``'s computation ended in; ``None`` when it did not, or when it
+    is still running and ``wait`` is false.
+
+    An array whose computation failed holds the error instead of a buffer, and
+    reading its address aborts the process (``Check failed:
+    buffer_.IsConcrete()``). A ready array is checked at once; the error, caught
+    here, stays in the array for the program to meet where it would have
+    without memscope.
+    """
+    x = _compat.values.physical_array(x)
+    try:
+        if wait or x.is_ready():
+            x.block_until_ready()  # at once when ready; raises the error it holds
+    except Exception as e:  # the computation's own error, held by the array
+        return e
+    return None
+
+
+def allocated_late(x: Any) -> bool:
+    """True when ``x``, a pending array on CPU, may have no buffer yet: XLA:CPU
+    allocates a call's outputs only when the call runs on jaxlib 0.10 always
+    (``PjRtCpuClient::AllocateRawBufferForExecute`` makes delayed memory), and
+    on the other series where an input was pending or, on a loaded machine,
+    where the call was queued (seen on 0.7).
+    Reading the address of such a buffer before it exists, or of one whose
+    allocation failed (RESOURCE_EXHAUSTED), aborts the process (``Check
+    failed: buffer_.IsConcrete()``)."""
+    x = _compat.values.physical_array(x)
+    return not x.is_ready() and any(d.platform == "cpu" for d in x.devices())
+
+
+def no_buffer(x: Any, *, wait: bool = False) -> bool:
+    """True where ``x``'s buffer address must not be read now: it may not exist
+    yet (:func:`allocated_late`), or its computation failed (the error stays in
+    the array for the program). ``wait``: such an array is waited for first
+    (a first call's inputs and outputs, once per signature); otherwise it is
+    not read (waiting would move where the program meets its own errors)."""
+    pending = allocated_late(x)
+    if pending and not wait:
+        return True
+    return buffer_failure(x, wait=pending) is not None
+
+
+#: Where an address read leaves per-device arrays behind on an array
+#: (:func:`memscope._compat.values.buffer_addresses`), they are noted (weakly)
+#: so that memscope's own samples skip them.
+_VIEWS: dict[int, weakref.ref[Any]] = {}
+
+
+def note_address_views(x: Any) -> None:
+    """Remember the per-device arrays an address read left on ``x`` (by weak
+    reference), for :func:`is_address_view`."""
+    for view in _compat.values.address_views(x):
+        _VIEWS[id(view)] = weakref.ref(view)
+    if len(_VIEWS) > 100_000:
+        for key in [k for k, ref in _VIEWS.items() if ref() is None]:
+            del _VIEWS[key]
+
+
+def is_address_view(a: Any) -> bool:
+    """True for a per-device array an address read of memscope's left behind."""
+    if not _VIEWS:
+        return False
+    ref = _VIEWS.get(id(a))
+    return ref is not None and ref() is a

@@ -41,6 +41,7 @@ from memscope.analysis.growth import GroupKey, GroupSample, growing
 from memscope.analysis.run_memory import CallLog, Holder, RawGroup, RawSample
 from memscope.capturing.between import caller_line
 from memscope.capturing.holders import OutputHistory, main_globals, user_holders
+from memscope.capturing.observe import is_address_view
 from memscope.compiled.read import describe_sharding
 from memscope.report import LiveGrowth, LiveSample, LiveTimeline, is_host_kind
 
@@ -204,7 +205,7 @@ class RunSampler:
         arrays = jax.live_arrays()
         try:
             for a in arrays:
-                if _compat.values.is_address_view(a):
+                if is_address_view(a):
                     continue  # the same buffer as an array counted already
                 aval, sharding = a.aval, a.sharding
                 key = (aval.shape, aval.dtype, sharding)
@@ -404,7 +405,7 @@ def live_bytes_per_device() -> dict[str, int]:
     arrays = jax.live_arrays()
     try:
         for a in arrays:
-            if _compat.values.is_address_view(a):
+            if is_address_view(a):
                 continue
             for name, nbytes in per_device_bytes(a.shape, a.dtype, a.sharding, a.nbytes):
                 per_device[name] = per_device.get(name, 0) + nbytes

@@ -195,7 +195,7 @@ class CompileCache:
         everything the compile depends on (see the module's doc); ``None`` where
         it cannot be told (the compile is then made, not kept)."""
         try:
-            facts = (_compat.stages.compile_placement(lowered), target,
+            facts = (compile_placement(lowered), target,
                      sorted((k, repr(v)) for k, v in options.items()),
                      _compat.stages.compile_settings(), jax.__version__, jaxlib.__version__,
                      os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", ""))
@@ -321,3 +321,18 @@ def _host() -> str:
             if not line.strip() and len(facts) > 1:
                 break
     return "\n".join(facts)
+
+
+def compile_placement(lowered: Any) -> tuple[Any, ...]:
+    """Where ``lowered`` compiles for: the backend's platform and version, the
+    number of devices, each device its shardings name (platform, kind, id),
+    and how many devices the backend has."""
+    args = _compat.stages.compile_args(lowered)
+    client = _compat.stages.lowering_client(lowered)
+    devices: list[Any] = []
+    for sharding in (*args.get("in_shardings", ()), *args.get("out_shardings", ())):
+        for device in _compat.stages.sharding_devices(sharding):
+            if device not in devices:
+                devices.append(device)
+    return (client.platform, getattr(client, "platform_version", ""), args.get("num_devices"),
+            tuple((d.platform, d.device_kind, d.id) for d in devices), len(client.devices()))

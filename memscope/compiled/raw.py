@@ -7,7 +7,10 @@ Every compile memscope only reads goes through it, under
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from memscope import _compat
@@ -38,8 +41,31 @@ def compile_uncached(lowered: Any, options: dict[str, Any] | None = None, *,
     if device_memory_size is None:
         return lowered.compile(compiler_options=dict(options or {}))
     edit = functools.partial(_with_device_memory, size=device_memory_size)
-    with _compat.stages.compile_options_edited(edit):
+    with compile_options_edited(edit):
         return lowered.compile(compiler_options=dict(options or {}))
+
+
+@contextlib.contextmanager
+def compile_options_edited(edit: Callable[[Any], Any]) -> Iterator[None]:
+    """Within the block, each compile this thread makes takes JAX's compile options
+    (an ``xla_client.CompileOptions``) as ``edit`` returns them
+    (:func:`memscope._compat.stages.edit_compile_options`); other threads' compiles
+    (the user's program's) are left as they are."""
+    _compat.stages.edit_compile_options(_this_threads_edit)
+    previous = getattr(_compile_edit, "edit", None)
+    _compile_edit.edit = edit
+    try:
+        yield
+    finally:
+        _compile_edit.edit = previous
+
+
+#: this thread's edit of its compiles' options (:func:`compile_options_edited`)
+_compile_edit = threading.local()
+
+
+def _this_threads_edit() -> Callable[[Any], Any] | None:
+    return getattr(_compile_edit, "edit", None)
 
 
 def _with_device_memory(options: Any, size: int) -> Any:

@@ -26,6 +26,13 @@ from memscope.compiled.buffers import (
 from memscope.compiled.dump import Built, compile_dumped
 from memscope.compiled.hlo import parse_module, read_module
 from memscope.compiled.liveness import Liveness, schedule_liveness
+from memscope.compiled.lowered import (
+    MainSignature,
+    RefLayout,
+    main_signature,
+    ref_accesses,
+    ref_layout,
+)
 from memscope.compiled.program import WRITTEN_BACK, Leaf, Program
 from memscope.compiled.shardings import describe_sharding
 from memscope.report import (
@@ -482,8 +489,8 @@ def _program(traced: Any, lowered: Any, compiled: Any,
     ref_names = ref_names or {}
     call = _call_leaves(traced, ref_names)
     layout = _compat.stages.parameter_layout(lowered)
-    refs = _compat.values.ref_layout(lowered)
-    main = _compat.stages.main_signature(lowered)
+    refs = ref_layout(lowered)
+    main = main_signature(lowered)
     arg_inputs: list[int | None] = []
     closed_ref_args: list[int] = []
     closed_hijax: list[tuple[Any, str, int]] = []
@@ -515,7 +522,7 @@ def _program(traced: Any, lowered: Any, compiled: Any,
     if next(kept, None) is not None or closed_left:
         raise CompiledReadError("JAX kept more arguments than the lowered main has")
     result_outputs = _result_outputs(main, refs, len(call.outputs))
-    accesses, closed = _compat.values.ref_accesses(traced.jaxpr)
+    accesses, closed = ref_accesses(traced.jaxpr)
     if call.arrays is not None:  # per array: a hijax value's are never Refs
         accesses = tuple(a for a, n in zip(accesses[call.hoisted:], call.arrays, strict=True)
                          for _ in range(n))
@@ -545,7 +552,7 @@ def _program(traced: Any, lowered: Any, compiled: Any,
     )
 
 
-def _result_outputs(main: _compat.stages.MainSignature, refs: _compat.values.RefLayout | None,
+def _result_outputs(main: MainSignature, refs: RefLayout | None,
                     outputs: int) -> tuple[int | None, ...]:
     """Per result of ``main``: the output it carries, ``None`` for a token or a
     Ref's new value (aliased to its argument: not one of the call's outputs)."""

@@ -86,9 +86,26 @@ def lower_variant(traced: Any, donated: Sequence[bool], target: Target,
     the caller decides what to do with them. ``what`` says which donation it
     is, after the function's name, where progress is shown.
     """
-    variant = _compat.stages.with_donation(traced, tuple(donated))
+    variant = _compat.stages.with_donation(traced, per_call_leaf(traced, tuple(donated)))
     return LoweredVariant.of(variant, target.lower(variant),
                              f"{traced.fun_name} {what}")
+
+
+def per_call_leaf(traced: Any, donated: tuple[bool, ...]) -> tuple[bool, ...]:
+    """Flags per array of the compiled program's call leaves, as flags per flat
+    leaf of the call: ``jax.jit`` donates whole arguments, so all or none of a
+    hijax value's arrays (one with no array is not donated;
+    :func:`memscope._compat.values.high_layout`)."""
+    layout = _compat.values.high_layout(traced)
+    if layout is None:
+        return donated
+    flags, start = [], 0
+    for value in layout.inputs:
+        flags.append(any(donated[start:start + len(value.lo)]))
+        start += len(value.lo)
+    if start != len(donated):
+        raise ValueError("the donation flags do not match the program's arrays")
+    return tuple(flags)
 
 
 def compile_variants(variants: Sequence[LoweredVariant], target: Target, *,

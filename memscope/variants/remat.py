@@ -3,7 +3,7 @@
 For a captured function that differentiates (``jax.grad``, ``value_and_grad``,
 ``vjp``, or a framework's wrapper over them), memscope traces the function
 again, off the program's path, with JAX's reverse-mode entry point hooked
-(:func:`memscope._compat.hooks.vjp_hook`):
+(:func:`vjp_hook`):
 
 - once to list each differentiation's residuals with JAX's own
   ``saved_residuals`` (shape, dtype, primitive, source line);
@@ -54,7 +54,12 @@ from memscope.report import (
     ResidualLine,
 )
 from memscope.variants import jaxpr_facts
-from memscope.variants.compile import ConfigSnapshot, LoweredVariant, applied_config
+from memscope.variants.compile import (
+    ConfigSnapshot,
+    LoweredVariant,
+    applied_config,
+    per_call_leaf,
+)
 from memscope.variants.donation_variants import LET_GO, Host, TracedSource, VariantFacts
 
 #: The policies measured, JAX's ``jax.checkpoint_policies`` names; the first is
@@ -129,6 +134,39 @@ def abstract(call: tuple[tuple[Any, ...], dict[str, Any]]
     return result
 
 
+#: ``hook(fun, primals, has_aux)`` for the thread that set it (see :func:`vjp_hook`)
+_VJP_HOOK = threading.local()
+
+VjpHook = Callable[[Callable[..., Any], tuple[Any, ...], bool], "Callable[..., Any] | None"]
+
+
+@contextlib.contextmanager
+def vjp_hook(hook: VjpHook) -> Iterator[None]:
+    """Hand every reverse-mode differentiation the calling thread traces in the
+    block to ``hook(fun, primals, has_aux)`` first; a callable it returns is
+    differentiated in ``fun``'s place (:func:`memscope._compat.hooks.vjp_replaced`).
+    Other threads (the user's program) go straight to JAX's own; the hook is off
+    while it runs, so its own tracing is not hooked.
+    """
+    def replacement_for(fun: Callable[..., Any], primals: tuple[Any, ...],
+                        has_aux: bool) -> Callable[..., Any] | None:
+        active = getattr(_VJP_HOOK, "hook", None)
+        if active is None:
+            return None
+        _VJP_HOOK.hook = None
+        try:
+            return active(fun, primals, has_aux)
+        finally:
+            _VJP_HOOK.hook = active
+
+    with _compat.hooks.vjp_replaced(replacement_for):
+        _VJP_HOOK.hook = hook
+        try:
+            yield
+        finally:
+            _VJP_HOOK.hook = None
+
+
 def _fresh_jit(fun: Callable[..., Any], options: dict[str, Any]) -> Any:
     """``jax.jit(fun, **options)`` that JAX traces anew (a new function object
     misses JAX's trace cache) and memscope does not capture."""
@@ -171,7 +209,7 @@ def _find(fun: Callable[..., Any], options: dict[str, Any],
         return once if replay else None
 
     args, kwargs = call
-    with silenced(), _frameworks.retrace_context(fun), _compat.hooks.vjp_hook(hook):
+    with silenced(), _frameworks.retrace_context(fun), vjp_hook(hook):
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     return found, traced
 
@@ -198,10 +236,10 @@ def lower_with_policy(fun: Callable[..., Any], options: dict[str, Any],
         return jax.checkpoint(f, policy=chosen)
 
     args, kwargs = call
-    with silenced(), _frameworks.retrace_context(fun), _compat.hooks.vjp_hook(hook):
+    with silenced(), _frameworks.retrace_context(fun), vjp_hook(hook):
         traced = _fresh_jit(fun, options).trace(*args, **kwargs)
     if donated is not None:
-        traced = _compat.stages.with_donation(traced, donated)
+        traced = _compat.stages.with_donation(traced, per_call_leaf(traced, donated))
     return traced, (target if target is not None else HereTarget()).lower(traced)
 
 

@@ -15,12 +15,13 @@ import pytest
 from jax import monitoring
 
 from memscope import _compat
+from memscope.compiled.targets import here
 from tests.support.truth import expected_peak
 
 #: XLA compiles memscope adds per captured function to read its buffer
 #: assignment: none where ``memory_analysis()`` carries it (XLA:CPU), else one
 #: with XLA's dump (XLA:GPU; memscope.compiled.read.read_stages)
-DUMPED = 0 if _compat.stages.assignment_in_memory_analysis(jax.jit(lambda x: x).lower(1.0)) else 1
+DUMPED = 0 if here.assignment_in_memory_analysis(jax.jit(lambda x: x).lower(1.0)) else 1
 FIGURES = {"argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
            "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
            "xla_peak_bytes": "peak_memory_in_bytes"}
@@ -106,4 +107,4 @@ def without_the_assignment(monkeypatch: pytest.MonkeyPatch) -> None:
     serialized executable carry no buffer assignment, XLA's dump does."""
     monkeypatch.setattr(_compat.executables, "buffer_assignment_bytes", lambda stats: None)
     monkeypatch.setattr(_compat.executables, "serialized_executable_payloads", lambda compiled: ())
-    monkeypatch.setattr(_compat.stages, "assignment_in_memory_analysis", lambda lowered: False)
+    monkeypatch.setattr(here, "assignment_in_memory_analysis", lambda lowered: False)

@@ -82,7 +82,7 @@ class HereTarget(Target):
         """Where ``memory_analysis()`` carries the buffer assignment (XLA:CPU), the
         compile alone; elsewhere (XLA:GPU) made with XLA's dump, which holds it.
         Not kept in JAX's caches either way."""
-        if not self.dump and _compat.stages.assignment_in_memory_analysis(lowered):
+        if not self.dump and assignment_in_memory_analysis(lowered):
             return Built(compile_uncached(lowered, options), None, None)
         return compile_dumped(lowered, options)
 
@@ -91,3 +91,14 @@ class HereTarget(Target):
         buffer assignment's read, which ``fit`` and the policies do not need."""
         executable, module, _ = pieces(compiled)
         return compiled_memory(traced, lowered, executable, module=module)
+
+
+def assignment_in_memory_analysis(lowered: Any) -> bool:
+    """Whether ``memory_analysis()`` of a compile of ``lowered`` carries its
+    buffer assignment (:func:`memscope._compat.executables.buffer_assignment_bytes`):
+    XLA:CPU's does, on every supported jaxlib; XLA:GPU's PJRT plugin passes the
+    sizes but not the assignment, nor does its serialized executable (seen on an
+    H100 with jaxlib 0.10.2 and an H200 with 0.11.2), and XLA:TPU's has none.
+    Where it does not, memscope compiles with XLA's dump and reads the
+    assignment there (:mod:`memscope.compiled.dump`)."""
+    return str(_compat.stages.lowering_client(lowered).platform) == "cpu"

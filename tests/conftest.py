@@ -55,6 +55,9 @@ _REAL_SIZED = ("transformer", "real_sized", "test_benchmarks.py", "test_large_re
 _AGNOSTIC = ("tests/test_fix.py", "tests/test_endings.py", "tests/test_docs_ci.py",
              "tests/test_notebook.py", "tests/test_cli_errors.py", "tests/test_check_cli.py",
              "tests/test_installed.py", "tests/test_render_",
+             # the distribution's name and .ci/package's checks (CI builds the
+             # wheel once, beside the newest series)
+             "tests/test_package.py",
              # memscope bisect: environments of their own for the releases it
              # tries, whatever the series running the suite
              "tests/test_bisect.py",

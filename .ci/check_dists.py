@@ -38,8 +38,7 @@ def check_wheel(wheel: Path, files: set[str]) -> list[str]:
     problems += [f"{wheel.name} lacks {m}" for m in sorted(modules - names)]
     if "memscope/py.typed" not in names:
         problems.append(f"{wheel.name} lacks memscope/py.typed")
-    extra = sorted(n for n in names if n.startswith("memscope/")
-                   and n not in files and not n.endswith("py.typed"))
+    extra = sorted(n for n in names if n.startswith("memscope/") and n not in files)
     problems += [f"{wheel.name} holds {n}, which git does not track" for n in extra]
     with zipfile.ZipFile(wheel) as z:
         meta = email.message_from_bytes(z.read(f"{info}/METADATA"))
